@@ -1,0 +1,245 @@
+//! `[sources.NAME]` and `[sinks.NAME]`: parsed and checked by every command (replay ignores
+//! them, `run` uses them), so `validate` passes exactly what `run` accepts.
+
+use toml::de::DeValue;
+
+use super::DEAD_LETTER;
+use super::operators::Graph;
+use super::streams::Streams;
+use super::walk::{Errors, Table, type_name};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceKind {
+    Mqtt,
+    /// braid's own MQTT broker.
+    Embedded,
+}
+
+#[derive(Clone, Debug)]
+pub struct SourceDef {
+    pub name: String,
+    pub kind: SourceKind,
+    pub url: Option<String>,
+    pub listen: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SinkKind {
+    Mqtt,
+    File,
+    Stdout,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overflow {
+    Block,
+    DropOldest,
+}
+
+#[derive(Clone, Debug)]
+pub struct SinkDef {
+    pub name: String,
+    pub kind: SinkKind,
+    /// Streams, operators, `OPERATOR.late` or `dead_letter`.
+    pub inputs: Vec<String>,
+    pub url: Option<String>,
+    pub topic: Option<String>,
+    pub qos: u8,
+    pub buffer: u64,
+    pub overflow: Overflow,
+    pub path: Option<String>,
+}
+
+const TLS_AND_AUTH: [&str; 6] = ["client_id", "username", "password_file", "ca_file", "cert_file", "key_file"];
+
+fn tables<'a, 'i>(section: Table<'a, 'i>, errors: &mut Errors) -> Vec<(&'a str, String, std::ops::Range<usize>, &'a toml::de::DeTable<'i>)> {
+    let mut out = Vec::new();
+    for (name, span, value) in section.entries() {
+        let path = section.child_path(name);
+        match value.get_ref() {
+            DeValue::Table(table) => out.push((name, path, span, table)),
+            other => errors.at(&value.span(), &path, format!("expected a table, found {}", type_name(other))),
+        }
+    }
+    out
+}
+
+pub fn sources(section: Table<'_, '_>, errors: &mut Errors) -> Vec<SourceDef> {
+    let mut out = Vec::new();
+    for (name, path, span, table) in tables(section, errors) {
+        let t = Table { path: &path, span: &span, table };
+        let mut keys = vec!["kind", "url", "listen", "keep_alive", "max_inflight"];
+        keys.extend(TLS_AND_AUTH);
+        t.check_keys(&keys, errors);
+        let kind = match t.required_str("kind", errors, "\"mqtt\" or \"embedded\"") {
+            Some(("mqtt", _)) => SourceKind::Mqtt,
+            Some(("embedded", _)) => SourceKind::Embedded,
+            Some((_, span)) => {
+                errors.at(&span, &t.child_path("kind"), "must be \"mqtt\" or \"embedded\"");
+                continue;
+            }
+            None => continue,
+        };
+        let url = t.str("url", errors).map(|(url, span)| {
+            if let Err(e) = check_mqtt_url(url) {
+                errors.at(&span, &t.child_path("url"), e);
+            }
+            url.to_owned()
+        });
+        if kind == SourceKind::Mqtt && url.is_none() && t.get("url").is_none() {
+            t.missing("url", errors, "the broker, e.g. \"mqtt://127.0.0.1:1883\"");
+        }
+        let listen = t.str("listen", errors).map(|(listen, span)| {
+            if listen.parse::<std::net::SocketAddr>().is_err() {
+                errors.at(&span, &t.child_path("listen"), format!("expected \"host:port\", got {listen:?}"));
+            }
+            listen.to_owned()
+        });
+        common_mqtt_keys(t, errors);
+        out.push(SourceDef { name: name.to_owned(), kind, url, listen });
+    }
+    out
+}
+
+fn common_mqtt_keys(t: Table<'_, '_>, errors: &mut Errors) {
+    for key in TLS_AND_AUTH {
+        let _ = t.str(key, errors);
+    }
+    if t.duration("keep_alive", errors).is_some_and(|ms| ms <= 0) {
+        t.error("keep_alive", errors, "must be positive");
+    }
+    if let Some((n, span)) = t.int("max_inflight", errors)
+        && !(1..=65_535).contains(&n)
+    {
+        errors.at(&span, &t.child_path("max_inflight"), "must be between 1 and 65535");
+    }
+}
+
+fn check_mqtt_url(url: &str) -> Result<(), String> {
+    let rest = url.strip_prefix("mqtt://").or_else(|| url.strip_prefix("mqtts://"));
+    let Some(rest) = rest else {
+        return Err(format!("expected mqtt://HOST:PORT or mqtts://HOST:PORT, got {url:?}"));
+    };
+    let host_port = rest.trim_end_matches('/');
+    match host_port.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
+        None if !host_port.is_empty() && !host_port.contains('/') => Ok(()),
+        _ => Err(format!("expected mqtt://HOST:PORT or mqtts://HOST:PORT, got {url:?}")),
+    }
+}
+
+pub fn sinks(section: Table<'_, '_>, streams: &Streams, graph: &Graph, errors: &mut Errors) -> Vec<SinkDef> {
+    let mut out = Vec::new();
+    for (name, path, span, table) in tables(section, errors) {
+        let t = Table { path: &path, span: &span, table };
+        let kind = match t.required_str("kind", errors, "\"mqtt\", \"file\" or \"stdout\"") {
+            Some(("mqtt", _)) => SinkKind::Mqtt,
+            Some(("file", _)) => SinkKind::File,
+            Some(("stdout", _)) => SinkKind::Stdout,
+            Some((_, span)) => {
+                errors.at(&span, &t.child_path("kind"), "must be \"mqtt\", \"file\" or \"stdout\"");
+                continue;
+            }
+            None => continue,
+        };
+        let mut keys = vec!["kind", "inputs"];
+        match kind {
+            SinkKind::Mqtt => keys.extend(["url", "topic", "qos", "buffer", "overflow", "keep_alive", "max_inflight"].iter().chain(&TLS_AND_AUTH)),
+            SinkKind::File => keys.push("path"),
+            SinkKind::Stdout => {}
+        }
+        t.check_keys(&keys, errors);
+        let inputs = sink_inputs(t, streams, graph, errors);
+        let mut sink = SinkDef {
+            name: name.to_owned(),
+            kind: kind.clone(),
+            inputs,
+            url: None,
+            topic: None,
+            qos: 1,
+            buffer: 256 << 20,
+            overflow: Overflow::Block,
+            path: None,
+        };
+        match kind {
+            SinkKind::Mqtt => mqtt_sink(t, &mut sink, errors),
+            SinkKind::File => sink.path = t.required_str("path", errors, "the file to append JSON lines to").map(|(p, _)| p.to_owned()),
+            SinkKind::Stdout => {}
+        }
+        out.push(sink);
+    }
+    out
+}
+
+fn sink_inputs(t: Table<'_, '_>, streams: &Streams, graph: &Graph, errors: &mut Errors) -> Vec<String> {
+    let Some(items) = t.str_list("inputs", errors).filter(|i| !i.is_empty()) else {
+        t.error("inputs", errors, "required: a non-empty list of streams, operators, OPERATOR.late or dead_letter");
+        return Vec::new();
+    };
+    let known = |name: &str| {
+        let operator = name.strip_suffix(".late").unwrap_or(name);
+        name == DEAD_LETTER
+            || graph.outputs.contains_key(operator)
+            || (operator == name && (streams.defs.iter().any(|s| s.name == name) || streams.broken.iter().any(|s| s == name)))
+    };
+    for (name, span) in &items {
+        if !known(name) {
+            errors.at(span, &t.child_path("inputs"), format!("{name:?} is no stream, operator, OPERATOR.late or dead_letter"));
+        }
+    }
+    items.into_iter().map(|(n, _)| n.to_owned()).collect()
+}
+
+fn mqtt_sink(t: Table<'_, '_>, sink: &mut SinkDef, errors: &mut Errors) {
+    sink.url = t.required_str("url", errors, "the upstream broker, e.g. \"mqtts://cloud.example.com:8883\"").map(|(url, span)| {
+        if let Err(e) = check_mqtt_url(url) {
+            errors.at(&span, &t.child_path("url"), e);
+        }
+        url.to_owned()
+    });
+    sink.topic = t.required_str("topic", errors, "a topic template such as \"gateways/gw1/{device}\"").map(|(topic, span)| {
+        if let Err(e) = check_topic_template(topic) {
+            errors.at(&span, &t.child_path("topic"), e);
+        }
+        topic.to_owned()
+    });
+    if let Some((qos, span)) = t.int("qos", errors) {
+        if qos == 0 || qos == 1 {
+            sink.qos = qos as u8;
+        } else {
+            errors.at(&span, &t.child_path("qos"), "must be 0 or 1");
+        }
+    }
+    sink.buffer = t.size_or("buffer", sink.buffer, errors);
+    sink.overflow = match t.str("overflow", errors) {
+        None | Some(("block", _)) => Overflow::Block,
+        Some(("drop_oldest", _)) => Overflow::DropOldest,
+        Some((_, span)) => {
+            errors.at(&span, &t.child_path("overflow"), "must be \"block\" or \"drop_oldest\"");
+            Overflow::Block
+        }
+    };
+    common_mqtt_keys(t, errors);
+}
+
+/// A topic with `{field}` placeholders: no wildcards, balanced braces, identifiers inside.
+fn check_topic_template(topic: &str) -> Result<(), String> {
+    if topic.is_empty() || topic.contains(['+', '#', '\0']) {
+        return Err("a publish topic may not be empty or contain '+', '#' or NUL".into());
+    }
+    let mut rest = topic;
+    while let Some(open) = rest.find(['{', '}']) {
+        if rest.as_bytes()[open] == b'}' {
+            return Err(format!("unbalanced '}}' in {topic:?}"));
+        }
+        let Some(close) = rest[open..].find('}') else {
+            return Err(format!("unclosed '{{' in {topic:?}"));
+        };
+        let field = &rest[open + 1..open + close];
+        if field.is_empty() || !field.chars().all(|c| c.is_alphanumeric() || c == '_') {
+            return Err(format!("bad placeholder {{{field}}} in {topic:?}"));
+        }
+        rest = &rest[open + close + 1..];
+    }
+    Ok(())
+}

@@ -1,0 +1,257 @@
+//! The TOML configuration (CONTRACT.md "Configuration") and its validation.
+//!
+//! Two phases over toml's spanned document (STYLE.md 12): structure (unknown keys, types) and
+//! meaning (references, key types, bounds, select fields), both collecting *every* error with the
+//! line and column of the offending key or value and the component it belongs to. The result is
+//! a [`Plan`]: streams with positional schemas and operators in topological order, names
+//! resolved to positions, ready to run. Every command loads the whole file the same way, so
+//! `validate` passes exactly what `run` and `replay` accept.
+
+mod io;
+mod operators;
+mod streams;
+pub mod walk;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use toml::de::DeTable;
+
+use crate::operator::OperatorSpec;
+use crate::record::Schema;
+use walk::{Errors, Table};
+
+pub use io::{SinkDef, SourceDef};
+pub use streams::StreamDef;
+
+/// Names braid writes into results itself; no field, alias or aggregate may take them.
+pub const RESERVED_FIELDS: [&str; 8] = ["_id", "_ts", "_kind", "_stream", "_version", "_window_start", "_window_end", "_supersedes"];
+
+/// The output name of rows that could not be used.
+pub const DEAD_LETTER: &str = "dead_letter";
+
+/// One configuration error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Byte offset in the file of the key or value the error is about.
+    pub offset: usize,
+    /// Dotted path of that key, e.g. `operators.effect.lower` (empty for a syntax error).
+    pub path: String,
+    pub message: String,
+}
+
+/// Every error found in one configuration file; displays as `FILE:LINE:COL: PATH: message` lines.
+#[derive(Debug)]
+pub struct ConfigErrors {
+    pub file: String,
+    text: String,
+    pub errors: Vec<ConfigError>,
+}
+
+impl ConfigErrors {
+    /// (line, column), both from 1; the column counts characters.
+    pub fn line_col(&self, offset: usize) -> (usize, usize) {
+        let before = &self.text[..floor_char_boundary(&self.text, offset)];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        (line, before[line_start..].chars().count() + 1)
+    }
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    i = i.min(s.len());
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for e in &self.errors {
+            let (line, col) = self.line_col(e.offset);
+            let path = if e.path.is_empty() { String::new() } else { format!("{}: ", e.path) };
+            writeln!(f, "{}:{line}:{col}: {path}{}", self.file, e.message)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    Process,
+    Power,
+}
+
+#[derive(Clone, Debug)]
+pub struct Runtime {
+    /// `None`: one shard per core.
+    pub shards: Option<usize>,
+    pub state_dir: Option<PathBuf>,
+    pub durability: Durability,
+    pub checkpoint_interval: i64,
+    pub idle_advance: bool,
+}
+
+/// What an operator reads: an input stream or another operator's output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeRef {
+    Stream(usize),
+    Operator(usize),
+}
+
+#[derive(Clone, Debug)]
+pub struct OperatorDef {
+    pub name: String,
+    pub inputs: Vec<NodeRef>,
+    /// The schema of its results (what a downstream operator reads).
+    pub output: Schema,
+    pub spec: OperatorSpec,
+}
+
+/// A checked configuration.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub runtime: Runtime,
+    /// `[ops] listen`; empty turns the endpoint off.
+    pub ops_listen: String,
+    pub sources: Vec<SourceDef>,
+    pub streams: Vec<StreamDef>,
+    /// Upstream first.
+    pub operators: Vec<OperatorDef>,
+    pub sinks: Vec<SinkDef>,
+}
+
+impl Plan {
+    pub fn stream(&self, name: &str) -> Option<usize> {
+        self.streams.iter().position(|s| s.name == name)
+    }
+
+    pub fn operator(&self, name: &str) -> Option<usize> {
+        self.operators.iter().position(|o| o.name == name)
+    }
+
+    pub fn node_name(&self, node: NodeRef) -> &str {
+        match node {
+            NodeRef::Stream(i) => &self.streams[i].name,
+            NodeRef::Operator(i) => &self.operators[i].name,
+        }
+    }
+
+    pub fn node_schema(&self, node: NodeRef) -> &Schema {
+        match node {
+            NodeRef::Stream(i) => &self.streams[i].schema,
+            NodeRef::Operator(i) => &self.operators[i].output,
+        }
+    }
+}
+
+/// Reads and checks a configuration file.
+pub fn load(path: &Path) -> Result<Plan, ConfigErrors> {
+    let file = path.display().to_string();
+    match std::fs::read(path) {
+        Ok(bytes) => parse(&file, &String::from_utf8_lossy(&bytes)),
+        Err(e) => Err(ConfigErrors {
+            file,
+            text: String::new(),
+            errors: vec![ConfigError { offset: 0, path: String::new(), message: format!("cannot read: {e}") }],
+        }),
+    }
+}
+
+/// Checks configuration text; `file` names it in error messages.
+pub fn parse(file: &str, text: &str) -> Result<Plan, ConfigErrors> {
+    let fail = |errors| Err(ConfigErrors { file: file.to_owned(), text: text.to_owned(), errors });
+    let document = match DeTable::parse(text) {
+        Ok(document) => document,
+        Err(e) => {
+            let offset = e.span().map_or(0, |s| s.start);
+            return fail(vec![ConfigError { offset, path: String::new(), message: e.message().trim().to_owned() }]);
+        }
+    };
+    let mut errors = Errors::default();
+    let root = Table { path: "", span: &(0..0), table: document.get_ref() };
+    let plan = check(root, &mut errors);
+    match plan {
+        Some(plan) if errors.list.is_empty() => Ok(plan),
+        _ => {
+            let mut list = errors.list;
+            list.sort_by_key(|e| e.offset);
+            fail(list)
+        }
+    }
+}
+
+const SECTIONS: [&str; 6] = ["runtime", "ops", "sources", "streams", "operators", "sinks"];
+
+fn check(root: Table<'_, '_>, errors: &mut Errors) -> Option<Plan> {
+    root.check_keys(&SECTIONS, errors);
+    let empty = DeTable::default();
+    let spans: Vec<_> = SECTIONS.iter().map(|name| root.table(name, errors).unwrap_or((0..0, &empty))).collect();
+    let [runtime_t, ops_t, sources_t, streams_t, operators_t, sinks_t] =
+        [0, 1, 2, 3, 4, 5].map(|i| Table { path: SECTIONS[i], span: &spans[i].0, table: spans[i].1 });
+    let runtime = runtime(runtime_t, errors);
+    let ops_listen = ops(ops_t, errors);
+    let sources = io::sources(sources_t, errors);
+    let streams = streams::streams(streams_t, &sources, errors);
+    let graph = operators::operators(operators_t, &streams, errors);
+    let sinks = io::sinks(sinks_t, &streams, &graph, errors);
+    Some(Plan { runtime, ops_listen, sources, streams: streams.defs, operators: graph.operators, sinks })
+}
+
+fn runtime(t: Table<'_, '_>, errors: &mut Errors) -> Runtime {
+    t.check_keys(&["shards", "state_dir", "durability", "checkpoint_interval", "idle_advance"], errors);
+    let shards = match t.get("shards").map(|v| v.get_ref()) {
+        None => None,
+        Some(toml::de::DeValue::String(s)) if s == "auto" => None,
+        Some(toml::de::DeValue::Integer(_)) => match t.int("shards", errors) {
+            Some((n, _)) if n >= 1 => usize::try_from(n).ok(),
+            _ => {
+                t.error("shards", errors, "expected \"auto\" or a positive number");
+                None
+            }
+        },
+        Some(_) => {
+            t.error("shards", errors, "expected \"auto\" or a positive number");
+            None
+        }
+    };
+    let state_dir = t.str("state_dir", errors).map(|(s, _)| PathBuf::from(s));
+    let durability = match t.str("durability", errors) {
+        None | Some(("process", _)) => Durability::Process,
+        Some(("power", _)) => Durability::Power,
+        Some((_, span)) => {
+            errors.at(&span, "runtime.durability", "expected \"process\" or \"power\"");
+            Durability::Process
+        }
+    };
+    let checkpoint_interval = match t.duration("checkpoint_interval", errors) {
+        Some(ms) if ms <= 0 => {
+            t.error("checkpoint_interval", errors, "must be positive");
+            1000
+        }
+        Some(ms) => ms,
+        None => 1000,
+    };
+    let idle_advance = t.bool("idle_advance", true, errors);
+    Runtime { shards, state_dir, durability, checkpoint_interval, idle_advance }
+}
+
+fn ops(t: Table<'_, '_>, errors: &mut Errors) -> String {
+    t.check_keys(&["listen"], errors);
+    match t.str("listen", errors) {
+        Some(("", _)) => String::new(),
+        Some((listen, span)) => {
+            if listen.parse::<std::net::SocketAddr>().is_err() {
+                errors.at(&span, "ops.listen", format!("expected \"host:port\" (e.g. \"127.0.0.1:9464\") or \"\", got {listen:?}"));
+            }
+            listen.to_owned()
+        }
+        None => "127.0.0.1:9464".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

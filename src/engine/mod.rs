@@ -1,0 +1,295 @@
+//! The engine: input streams and operators wired as the plan says, driven by processing time.
+//!
+//! Sans-IO like the operators it hosts: the caller feeds rows with their arrival and advances
+//! processing time; results and late rows come out through [`Emit`]. Replay drives it from files;
+//! the runtime drives it from rings.
+//!
+//! Time (CONTRACT.md rules 3–6): before a row with arrival `a` is ingested, every tick `T` with
+//! `now < T ≤ a` runs: streams first (watermark, idleness), then operators upstream first, each
+//! taking `max(previous, min over non-idle inputs)` — or, with every input idle and
+//! `idle_advance`, moving on with processing time. An operator whose inputs are operators reads
+//! their output watermark (held back so their results are never late downstream).
+//!
+//! Skipped ticks: a tick that cannot change anything is not run — no stream received rows since
+//! the last one and no operator advances with processing time; the next tick that matters is then
+//! the next idleness transition. While some operator advances with processing time, ticks are
+//! jumped over only when no operator reads another's output: a jump gives the same watermark as
+//! the steps it replaces (it is a function of the tick), but upstream results emitted in one go
+//! would meet a downstream watermark that stepping would have moved, and lateness would change.
+//!
+//! Shards: each operator runs one instance per shard; a row goes to the instance of its key's
+//! shard (`key_hash % shards`), a broadcast row to all. Watermarks are the operator's, the same
+//! for every instance, and an operator's output watermark is the minimum over its instances, so
+//! results never depend on the shard count.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::config::{NodeRef, Plan};
+use crate::operator::{Operator, Output};
+use crate::record::{Key, Row};
+use crate::time::clock::InputTime;
+use crate::time::{OperatorClock, StreamClock, Time, next_tick, tick_at_or_before};
+
+/// Where the engine's outputs go.
+pub trait Emit {
+    /// Operator `operator` emitted `row`.
+    fn result(&mut self, operator: usize, row: &Row);
+    /// `row` reached operator `operator` on input `input` late.
+    fn late(&mut self, operator: usize, input: usize, row: &Row);
+}
+
+/// Counters of one operator (CONTRACT.md "Metrics").
+#[derive(Clone, Debug, Default)]
+pub struct OperatorCounters {
+    pub rows_in: Vec<u64>,
+    pub late: Vec<u64>,
+    /// By [`ResultKind`] in `ResultKind::ALL` order.
+    pub results: [u64; 3],
+}
+
+/// Counters of one input stream.
+#[derive(Clone, Debug, Default)]
+pub struct StreamCounters {
+    /// Rows received, decoded or not.
+    pub rows: u64,
+    /// Dead letters by reason label (`missing_field:ts`, …).
+    pub dead_letters: BTreeMap<String, u64>,
+}
+
+struct StreamNode {
+    clock: StreamClock,
+    subscribers: Vec<(usize, usize)>,
+    counters: StreamCounters,
+}
+
+struct OperatorNode {
+    inputs: Vec<NodeRef>,
+    clock: OperatorClock,
+    /// One per shard.
+    instances: Vec<Operator>,
+    subscribers: Vec<(usize, usize)>,
+    /// Its output stream is idle: all its inputs are (as of the last tick).
+    idle: bool,
+    counters: OperatorCounters,
+}
+
+pub struct Engine {
+    streams: Vec<StreamNode>,
+    operators: Vec<OperatorNode>,
+    idle_advance: bool,
+    /// Some operator reads another operator's output.
+    chained: bool,
+    now: i128,
+    scratch: Output,
+    queue: VecDeque<(NodeRef, Row)>,
+}
+
+impl Engine {
+    /// `start`: processing time of the first line of all inputs (idleness counts from there).
+    pub fn new(plan: &Plan, shards: usize, start: i128) -> Engine {
+        let shards = shards.max(1);
+        let mut streams: Vec<StreamNode> = plan
+            .streams
+            .iter()
+            .map(|s| StreamNode {
+                clock: StreamClock::new(s.max_out_of_orderness, s.idle_timeout, start),
+                subscribers: Vec::new(),
+                counters: StreamCounters::default(),
+            })
+            .collect();
+        let mut operators: Vec<OperatorNode> = plan
+            .operators
+            .iter()
+            .map(|o| OperatorNode {
+                inputs: o.inputs.clone(),
+                clock: OperatorClock::default(),
+                instances: (0..shards).map(|_| o.spec.build()).collect(),
+                subscribers: Vec::new(),
+                idle: false,
+                counters: OperatorCounters { rows_in: vec![0; o.inputs.len()], late: vec![0; o.inputs.len()], results: [0; 3] },
+            })
+            .collect();
+        let mut chained = false;
+        for (op, def) in plan.operators.iter().enumerate() {
+            for (input, node) in def.inputs.iter().enumerate() {
+                match *node {
+                    NodeRef::Stream(s) => streams[s].subscribers.push((op, input)),
+                    NodeRef::Operator(o) => {
+                        chained = true;
+                        operators[o].subscribers.push((op, input));
+                    }
+                }
+            }
+        }
+        let idle_advance = plan.runtime.idle_advance;
+        Engine { streams, operators, idle_advance, chained, now: start, scratch: Output::default(), queue: VecDeque::new() }
+    }
+
+    /// Runs every tick in (now, to] that can change anything.
+    pub fn advance_to(&mut self, to: i128, emit: &mut impl Emit) {
+        loop {
+            let mut t = next_tick(self.now);
+            if t > to {
+                break;
+            }
+            let new_rows = self.streams.iter().any(|s| s.clock.has_new_rows());
+            if !new_rows && !self.advancing() {
+                match self.next_idle_transition(t) {
+                    Some(due) if due <= to => t = due,
+                    _ => break,
+                }
+            } else if !new_rows && !self.chained {
+                t = self.next_idle_transition(t).unwrap_or(i128::MAX).min(tick_at_or_before(to));
+            }
+            self.tick(t, emit);
+        }
+        self.now = self.now.max(to);
+    }
+
+    fn advancing(&self) -> bool {
+        self.idle_advance && self.operators.iter().any(|o| o.idle)
+    }
+
+    fn next_idle_transition(&self, not_before: i128) -> Option<i128> {
+        self.streams.iter().filter_map(|s| s.clock.idle_due()).map(|due| due.max(not_before)).min()
+    }
+
+    fn tick(&mut self, t: i128, emit: &mut impl Emit) {
+        self.now = t;
+        for stream in &mut self.streams {
+            stream.clock.tick(t);
+        }
+        for op in 0..self.operators.len() {
+            let inputs: Vec<InputTime> = self.operators[op].inputs.iter().map(|&n| self.input_time(n)).collect();
+            let node = &mut self.operators[op];
+            node.idle = inputs.iter().all(|i| i.idle);
+            if let Some(watermark) = node.clock.tick(t, &inputs, self.idle_advance) {
+                self.watermark_to(op, watermark, emit);
+            }
+        }
+    }
+
+    fn input_time(&self, node: NodeRef) -> InputTime {
+        match node {
+            NodeRef::Stream(s) => {
+                let clock = &self.streams[s].clock;
+                InputTime { watermark: clock.watermark(), idle: clock.is_idle() }
+            }
+            NodeRef::Operator(o) => {
+                let op = &self.operators[o];
+                let watermark = op.instances.iter().map(Operator::output_watermark).min().unwrap_or(Time::NEG_INF);
+                InputTime { watermark, idle: op.idle }
+            }
+        }
+    }
+
+    fn watermark_to(&mut self, op: usize, watermark: Time, emit: &mut impl Emit) {
+        for shard in 0..self.operators[op].instances.len() {
+            let mut out = std::mem::take(&mut self.scratch);
+            self.operators[op].instances[shard].on_watermark(watermark, &mut out);
+            self.drain(op, &mut out, emit);
+            self.scratch = out;
+            self.deliver_queued(emit);
+        }
+    }
+
+    /// Ingests one decoded row of input stream `stream` that arrived at `arrival`.
+    pub fn ingest(&mut self, stream: usize, row: Row, arrival: i128, emit: &mut impl Emit) {
+        self.streams[stream].counters.rows += 1;
+        self.streams[stream].clock.on_row(row.ts, arrival);
+        self.queue.push_back((NodeRef::Stream(stream), row));
+        self.deliver_queued(emit);
+    }
+
+    /// Hands queued rows to the operators that read them, breadth first.
+    fn deliver_queued(&mut self, emit: &mut impl Emit) {
+        while let Some((source, row)) = self.queue.pop_front() {
+            let count = match source {
+                NodeRef::Stream(s) => self.streams[s].subscribers.len(),
+                NodeRef::Operator(o) => self.operators[o].subscribers.len(),
+            };
+            for i in 0..count {
+                let (op, input) = match source {
+                    NodeRef::Stream(s) => self.streams[s].subscribers[i],
+                    NodeRef::Operator(o) => self.operators[o].subscribers[i],
+                };
+                self.operator_row(op, input, row.clone(), emit);
+            }
+        }
+    }
+
+    fn operator_row(&mut self, op: usize, input: usize, row: Row, emit: &mut impl Emit) {
+        let mut out = std::mem::take(&mut self.scratch);
+        let node = &mut self.operators[op];
+        node.counters.rows_in[input] += 1;
+        let shards = node.instances.len();
+        if row.key == Key::Broadcast {
+            for instance in &mut node.instances {
+                instance.on_row(input, row.clone(), &mut out);
+            }
+        } else {
+            node.instances[(row.key_hash % shards as u64) as usize].on_row(input, row, &mut out);
+        }
+        self.drain(op, &mut out, emit);
+        self.scratch = out;
+    }
+
+    /// Emits what operator `op` produced and queues its results for the operators reading it.
+    fn drain(&mut self, op: usize, out: &mut Output, emit: &mut impl Emit) {
+        let node = &mut self.operators[op];
+        for (input, row) in out.late.drain(..) {
+            node.counters.late[input] += 1;
+            emit.late(op, input, &row);
+        }
+        let feeds = !node.subscribers.is_empty();
+        for (kind, row) in out.results.drain(..) {
+            node.counters.results[kind as usize] += 1;
+            emit.result(op, &row);
+            if feeds {
+                self.queue.push_back((NodeRef::Operator(op), row));
+            }
+        }
+    }
+
+    /// End of input: every operator, upstream first, goes to +∞ (rule 6).
+    pub fn finish(&mut self, emit: &mut impl Emit) {
+        for op in 0..self.operators.len() {
+            if let Some(watermark) = self.operators[op].clock.advance_to(Time::POS_INF) {
+                self.watermark_to(op, watermark, emit);
+            }
+        }
+    }
+
+    /// A line of input stream `stream` could not be used (it went to `dead_letter`).
+    pub fn count_dead_letter(&mut self, stream: usize, reason: &str) {
+        let counters = &mut self.streams[stream].counters;
+        counters.rows += 1;
+        *counters.dead_letters.entry(reason.to_owned()).or_default() += 1;
+    }
+
+    pub fn stream_counters(&self, stream: usize) -> &StreamCounters {
+        &self.streams[stream].counters
+    }
+
+    pub fn stream_watermark(&self, stream: usize) -> Time {
+        self.streams[stream].clock.watermark()
+    }
+
+    pub fn stream_idle(&self, stream: usize) -> bool {
+        self.streams[stream].clock.is_idle()
+    }
+
+    pub fn operator_watermark(&self, op: usize) -> Time {
+        self.operators[op].clock.watermark()
+    }
+
+    pub fn operator_counters(&self, op: usize) -> &OperatorCounters {
+        &self.operators[op].counters
+    }
+
+    /// Live state of operator `op` over all shards: (rows, bytes).
+    pub fn operator_state(&self, op: usize) -> (usize, usize) {
+        let instances = &self.operators[op].instances;
+        (instances.iter().map(Operator::state_rows).sum(), instances.iter().map(Operator::state_bytes).sum())
+    }
+}

@@ -1,0 +1,100 @@
+//! The `braid` command line (CONTRACT.md "Command line").
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use braid::config::{self, Plan};
+use braid::replay::{self, ReplayArgs};
+
+/// EX_CONFIG: the configuration is invalid (as systemd and `vector validate` expect).
+const EXIT_CONFIG: u8 = 78;
+
+#[derive(Parser)]
+#[command(name = "braid", version, about = "Event-time stream joins for edge gateways")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check a configuration; start nothing. Exit 0 valid, 78 invalid (every error on stderr).
+    Validate {
+        #[arg(long, env = "BRAID_CONFIG")]
+        config: PathBuf,
+    },
+    /// Run the configuration over JSON-lines files, deterministically.
+    Replay {
+        #[arg(long, env = "BRAID_CONFIG")]
+        config: PathBuf,
+        /// Overrides `runtime.shards`.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+        shards: Option<u16>,
+        /// STREAM=FILE: one JSON object per line in the stream's schema.
+        #[arg(long = "input", value_name = "STREAM=FILE", value_parser = name_and_path)]
+        inputs: Vec<(String, PathBuf)>,
+        /// NAME=FILE: a stream, an operator, OPERATOR.late or dead_letter, as JSON lines.
+        #[arg(long = "output", value_name = "NAME=FILE", value_parser = name_and_path)]
+        outputs: Vec<(String, PathBuf)>,
+        /// Write the final metrics (Prometheus text) to this file.
+        #[arg(long, value_name = "FILE")]
+        metrics: Option<PathBuf>,
+    },
+}
+
+fn name_and_path(arg: &str) -> Result<(String, PathBuf), String> {
+    match arg.split_once('=') {
+        Some((name, path)) if !name.is_empty() && !path.is_empty() => Ok((name.to_owned(), PathBuf::from(path))),
+        _ => Err(format!("{arg:?}: want NAME=FILE")),
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("BRAID_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let cli = Cli::parse();
+    let config_path = match &cli.command {
+        Command::Validate { config } | Command::Replay { config, .. } => config,
+    };
+    let plan = match config::load(config_path) {
+        Ok(plan) => plan,
+        Err(errors) => {
+            eprint!("{errors}");
+            eprintln!("{}: {} configuration error(s)", errors.file, errors.errors.len());
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let outcome = match cli.command {
+        Command::Validate { .. } => {
+            eprintln!("{}: valid", config_path.display());
+            Ok(())
+        }
+        Command::Replay { shards, inputs, outputs, metrics, .. } => replay(&plan, shards, &inputs, &outputs, metrics),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn replay(plan: &Plan, shards: Option<u16>, inputs: &[(String, PathBuf)], outputs: &[(String, PathBuf)], metrics: Option<PathBuf>) -> anyhow::Result<()> {
+    let shards = shards.map(usize::from).or(plan.runtime.shards).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    let args = ReplayArgs { shards, inputs, outputs };
+    let summary = replay::run(plan, &args)?;
+    if let Some(path) = metrics {
+        let text = braid::ops::metrics::render(plan, &summary.engine);
+        std::fs::write(&path, text).with_context(|| format!("--metrics {}", path.display()))?;
+    }
+    tracing::info!(lines = summary.lines, shards, "Replay finished");
+    Ok(())
+}

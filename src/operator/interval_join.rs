@@ -1,0 +1,268 @@
+//! Interval join: `l.ts + lower′ ≤ r.ts ≤ l.ts + upper′` on equal keys; inner, left, right or
+//! full outer (DESIGN.md "Operators", CONTRACT.md rules 5, 7–10).
+//!
+//! - A row is late when `ts < watermark` (the operator's, as of the last tick); late rows go to
+//!   the late side output and nowhere else.
+//! - An on-time row meets every stored row of the other side with its key; each pair is emitted
+//!   once, by whichever of its two rows arrives second.
+//! - Eviction (rule 8, no silent loss): a left row can still meet right rows up to
+//!   `ts + upper′` and a right row left rows down to `ts − lower′`, so a row is kept while
+//!   `watermark ≤ last chance` and dropped once the watermark is strictly past it. A right row
+//!   with `ts == watermark == l.ts + upper′` is on time and still finds `l`. Rows are evicted by
+//!   the operator's watermark (the minimum over its inputs), never by one input's alone.
+//! - An outer join emits a stored row that never matched when it is evicted; a row whose last
+//!   chance is already behind the watermark on arrival (negative bounds) is decided at once.
+//! - Output watermark: `watermark − max(0, upper′, −lower′)` bounds every `_ts` still to come (a
+//!   pair's `_ts` is its later row's ts, an unmatched row's its own), so no result is late
+//!   downstream.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::record::Row;
+use crate::record::id::IdHasher;
+use crate::state::{KeyedStore, MemoryStore, RowHandle};
+use crate::time::Time;
+
+use super::{Output, Projection, ResultKind};
+
+pub const LEFT: usize = 0;
+pub const RIGHT: usize = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JoinType {
+    Inner,
+    Left,
+    Right,
+    Full,
+}
+
+impl JoinType {
+    pub fn parse(name: &str) -> Option<JoinType> {
+        Some(match name {
+            "inner" => JoinType::Inner,
+            "left" => JoinType::Left,
+            "right" => JoinType::Right,
+            "full" => JoinType::Full,
+            _ => return None,
+        })
+    }
+
+    /// Whether an unmatched row of `input` is emitted (as `left_only` / `right_only`).
+    pub fn keeps_unmatched(self, input: usize) -> bool {
+        match self {
+            JoinType::Inner => false,
+            JoinType::Left => input == LEFT,
+            JoinType::Right => input == RIGHT,
+            JoinType::Full => true,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct IntervalJoinSpec {
+    pub name: String,
+    /// lower′: `lower`, +1 ms when `lower_exclusive`.
+    pub lower: i64,
+    /// upper′: `upper`, −1 ms when `upper_exclusive`. Validation ensures lower′ ≤ upper′.
+    pub upper: i64,
+    pub join: JoinType,
+    pub projection: Projection,
+}
+
+impl IntervalJoinSpec {
+    /// How far results may lie behind the operator's watermark: max(0, upper′, −lower′).
+    pub fn hold_back(&self) -> i128 {
+        0.max(i128::from(self.upper)).max(-i128::from(self.lower))
+    }
+
+    fn pairs(&self, left_ts: i64, right_ts: i64) -> bool {
+        let (l, r) = (i128::from(left_ts), i128::from(right_ts));
+        l + i128::from(self.lower) <= r && r <= l + i128::from(self.upper)
+    }
+
+    fn last_chance(&self, input: usize, ts: i64) -> Time {
+        let bound = if input == LEFT { i128::from(self.upper) } else { -i128::from(self.lower) };
+        Time::ms(ts).plus(bound)
+    }
+}
+
+/// A stored row's eviction time.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Timer {
+    last_chance: Time,
+    seq: u64,
+    input: usize,
+    key_hash: u64,
+    handle: RowHandle,
+}
+
+pub struct IntervalJoin {
+    spec: IntervalJoinSpec,
+    watermark: Time,
+    state: [MemoryStore; 2],
+    timers: BinaryHeap<Reverse<Timer>>,
+    seq: u64,
+    ids: IdHasher,
+}
+
+impl IntervalJoin {
+    pub fn new(spec: IntervalJoinSpec) -> IntervalJoin {
+        IntervalJoin {
+            spec,
+            watermark: Time::NEG_INF,
+            state: Default::default(),
+            timers: BinaryHeap::new(),
+            seq: 0,
+            ids: IdHasher::default(),
+        }
+    }
+
+    pub fn on_row(&mut self, input: usize, row: Row, out: &mut Output) {
+        if self.watermark.is_past(row.ts) {
+            out.late.push((input, row));
+            return;
+        }
+        let matched = self.match_stored(input, &row, out);
+        let last_chance = self.spec.last_chance(input, row.ts);
+        if last_chance < self.watermark {
+            // Negative bounds: nothing on time can still meet it.
+            self.finish(input, row, matched, out);
+            return;
+        }
+        let key_hash = row.key_hash;
+        let handle = self.state[input].insert(row, matched);
+        self.seq += 1;
+        self.timers.push(Reverse(Timer { last_chance, seq: self.seq, input, key_hash, handle }));
+    }
+
+    /// Emits `row` with every stored row of the other input it pairs with; true if any.
+    fn match_stored(&mut self, input: usize, row: &Row, out: &mut Output) -> bool {
+        let IntervalJoin { spec, state, ids, .. } = self;
+        let mut matched = false;
+        state[1 - input].scan(&row.key, row.key_hash, &mut |stored: &Row| {
+            let (left, right) = if input == LEFT { (row, stored) } else { (stored, row) };
+            if !spec.pairs(left.ts, right.ts) {
+                return false;
+            }
+            matched = true;
+            let id = ids.begin().str(&spec.name).str("match").u64(left.id).u64(right.id).finish();
+            let (key, key_hash, values) = spec.projection.project(&row.key, row.key_hash, [Some(left), Some(right)], ResultKind::Match);
+            out.results.push((ResultKind::Match, Row { ts: left.ts.max(right.ts), key, key_hash, id, values }));
+            true
+        });
+        matched
+    }
+
+    pub fn on_watermark(&mut self, watermark: Time, out: &mut Output) {
+        self.watermark = watermark;
+        while self.timers.peek().is_some_and(|Reverse(t)| t.last_chance < watermark) {
+            let Some(Reverse(timer)) = self.timers.pop() else { break };
+            if let Some(removed) = self.state[timer.input].remove(timer.key_hash, timer.handle) {
+                self.finish(timer.input, removed.row, removed.matched, out);
+            }
+        }
+    }
+
+    /// A row leaves the join: an outer join reports it if it never matched.
+    fn finish(&mut self, input: usize, row: Row, matched: bool, out: &mut Output) {
+        if matched || !self.spec.join.keeps_unmatched(input) {
+            return;
+        }
+        let kind = if input == LEFT { ResultKind::LeftOnly } else { ResultKind::RightOnly };
+        let id = self.ids.begin().str(&self.spec.name).str(kind.as_str()).u64(row.id).finish();
+        let rows = if input == LEFT { [Some(&row), None] } else { [None, Some(&row)] };
+        let (key, key_hash, values) = self.spec.projection.project(&row.key, row.key_hash, rows, kind);
+        out.results.push((kind, Row { ts: row.ts, key, key_hash, id, values }));
+    }
+
+    pub fn output_watermark(&self) -> Time {
+        self.watermark.plus(-self.spec.hold_back())
+    }
+
+    pub fn state_rows(&self) -> usize {
+        self.state.iter().map(KeyedStore::rows).sum()
+    }
+
+    pub fn state_bytes(&self) -> usize {
+        self.state.iter().map(KeyedStore::bytes).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operator::projection::Column;
+    use crate::record::{Key, Value};
+
+    fn join(lower: i64, upper: i64, join: JoinType) -> IntervalJoin {
+        let columns = vec![Column::Key, Column::Field { input: LEFT, pos: 0 }, Column::Field { input: RIGHT, pos: 0 }, Column::Kind];
+        let projection = Projection { columns, rekey: None };
+        IntervalJoin::new(IntervalJoinSpec { name: "j".into(), lower, upper, join, projection })
+    }
+
+    fn row(ts: i64, tag: i64) -> Row {
+        Row { ts, key: Key::Str("d".into()), key_hash: 1, id: tag as u64, values: Box::new([Value::Int(tag)]) }
+    }
+
+    fn kinds(out: &Output) -> Vec<(ResultKind, i64)> {
+        out.results.iter().map(|(k, r)| (*k, r.ts)).collect()
+    }
+
+    #[test]
+    fn bounds_are_inclusive_and_pairs_emitted_once() {
+        let mut j = join(-100, 200, JoinType::Inner);
+        let mut out = Output::default();
+        j.on_row(LEFT, row(1000, 1), &mut out);
+        j.on_row(RIGHT, row(900, 2), &mut out);
+        j.on_row(RIGHT, row(1200, 3), &mut out);
+        j.on_row(RIGHT, row(899, 4), &mut out);
+        j.on_row(RIGHT, row(1201, 5), &mut out);
+        assert_eq!(kinds(&out), [(ResultKind::Match, 1000), (ResultKind::Match, 1200)]);
+    }
+
+    #[test]
+    fn last_chance_fires_strictly_after() {
+        let mut j = join(0, 200, JoinType::Left);
+        let mut out = Output::default();
+        j.on_row(LEFT, row(1000, 1), &mut out);
+        j.on_watermark(Time::ms(1200), &mut out);
+        assert!(out.is_empty(), "watermark == ts + upper keeps the row");
+        j.on_row(RIGHT, row(1200, 2), &mut out);
+        assert_eq!(kinds(&out), [(ResultKind::Match, 1200)]);
+        j.on_watermark(Time::ms(1201), &mut out);
+        assert_eq!(out.results.len(), 1, "matched rows are not reported as unmatched");
+        assert_eq!(j.state_rows(), 1, "the right row waits for its own last chance");
+    }
+
+    #[test]
+    fn unmatched_rows_of_an_outer_join_and_late_rows() {
+        let mut j = join(0, 100, JoinType::Full);
+        let mut out = Output::default();
+        j.on_row(LEFT, row(1000, 1), &mut out);
+        j.on_row(RIGHT, row(5000, 2), &mut out);
+        j.on_watermark(Time::ms(1101), &mut out);
+        assert_eq!(kinds(&out), [(ResultKind::LeftOnly, 1000)]);
+        j.on_row(LEFT, row(1100, 3), &mut out);
+        assert_eq!(out.late.len(), 1);
+        j.on_watermark(Time::POS_INF, &mut out);
+        assert_eq!(kinds(&out)[1..], [(ResultKind::RightOnly, 5000)]);
+        assert_eq!((j.state_rows(), j.state_bytes()), (0, 0));
+        assert_eq!(j.output_watermark(), Time::POS_INF);
+    }
+
+    #[test]
+    fn negative_bounds_decide_a_row_at_once_when_its_chance_is_gone() {
+        let mut j = join(-300, -100, JoinType::Right);
+        let mut out = Output::default();
+        j.on_watermark(Time::ms(1000), &mut out);
+        // A right row at 1050 could only meet left rows in [1150, 1350]... which are all on time,
+        // so it is kept; one at 1000 can meet left rows in [1100, 1300]: kept too.
+        j.on_row(RIGHT, row(1000, 1), &mut out);
+        assert_eq!(j.state_rows(), 1);
+        // A left row at 1000 meets right rows in [700, 900], all behind the watermark: decided now.
+        j.on_row(LEFT, row(1000, 2), &mut out);
+        assert_eq!(j.state_rows(), 1);
+        assert_eq!(j.output_watermark(), Time::ms(700));
+    }
+}

@@ -1,0 +1,47 @@
+//! `select`: how a result's values are built from the rows it joins (CONTRACT.md rule 9).
+//!
+//! A result holds, by position: the key under the left input's key field name, the selected
+//! fields in `select` order, then `_kind`. A selected key field of either side holds the key on
+//! every result, outer rows included; any other field of a missing side is null. With
+//! `key = "FIELD"` the result is re-keyed by one of its own values.
+
+use crate::record::{Key, Row, Value, id};
+
+use super::ResultKind;
+
+/// Where one output value comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Column {
+    Key,
+    Field { input: usize, pos: usize },
+    Kind,
+}
+
+#[derive(Clone, Debug)]
+pub struct Projection {
+    pub columns: Vec<Column>,
+    /// `key = "FIELD"`: the output position whose value keys the result; `None` keeps the input key.
+    pub rekey: Option<usize>,
+}
+
+impl Projection {
+    /// The result's key, its key hash and its values.
+    pub fn project(&self, key: &Key, key_hash: u64, rows: [Option<&Row>; 2], kind: ResultKind) -> (Key, u64, Box<[Value]>) {
+        let values: Box<[Value]> = self
+            .columns
+            .iter()
+            .map(|column| match column {
+                Column::Key => key.to_value(),
+                Column::Field { input, pos } => rows[*input].map_or(Value::Null, |row| row.values[*pos].clone()),
+                Column::Kind => Value::Str(kind.as_str().into()),
+            })
+            .collect();
+        match self.rekey.and_then(|pos| Key::from_value(&values[pos])) {
+            Some(new_key) => {
+                let hash = id::key_hash(&new_key);
+                (new_key, hash, values)
+            }
+            None => (key.clone(), key_hash, values),
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Operating braid: metrics (Prometheus text).
+
+pub mod metrics;

@@ -1,0 +1,134 @@
+//! Rows → JSON lines, as replay writes them and sinks send them (CONTRACT.md "Replay").
+//!
+//! Written by hand into a reused buffer rather than through `serde_json::Value`: one allocation
+//! per output file, none per row. Strings and floats go through serde_json's own formatters, so
+//! escaping and number formatting are serde_json's.
+
+use super::id::hex;
+use super::{Row, Schema, Value};
+
+/// Appends `{"f1":v1,...` (no closing brace) with the schema's field names.
+fn open_object(out: &mut Vec<u8>, schema: &Schema, row: &Row) {
+    out.push(b'{');
+    for (i, (field, value)) in schema.fields.iter().zip(row.values.iter()).enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_str(out, &field.name);
+        out.push(b':');
+        write_value(out, value);
+    }
+}
+
+fn member(out: &mut Vec<u8>, name: &str) {
+    if out.last() != Some(&b'{') {
+        out.push(b',');
+    }
+    write_str(out, name);
+    out.push(b':');
+}
+
+/// A row of an input stream: its declared fields plus `_stream` and `_ts`.
+pub fn write_input_row(out: &mut Vec<u8>, schema: &Schema, stream: &str, row: &Row) {
+    open_object(out, schema, row);
+    member(out, "_stream");
+    write_str(out, stream);
+    member(out, "_ts");
+    write_int(out, row.ts);
+    out.extend_from_slice(b"}\n");
+}
+
+/// An operator's result: its output fields (key, selected fields, `_kind`, …), `_ts` and `_id`.
+pub fn write_result(out: &mut Vec<u8>, schema: &Schema, row: &Row) {
+    open_object(out, schema, row);
+    member(out, "_ts");
+    write_int(out, row.ts);
+    member(out, "_id");
+    write_str(out, &hex(row.id));
+    out.extend_from_slice(b"}\n");
+}
+
+/// A late row: the row's fields (an upstream result keeps its `_id`), `_stream` naming the input
+/// it came on, and `_ts`.
+pub fn write_late(out: &mut Vec<u8>, schema: &Schema, from_operator: bool, input: &str, row: &Row) {
+    open_object(out, schema, row);
+    if from_operator {
+        member(out, "_id");
+        write_str(out, &hex(row.id));
+    }
+    member(out, "_stream");
+    write_str(out, input);
+    member(out, "_ts");
+    write_int(out, row.ts);
+    out.extend_from_slice(b"}\n");
+}
+
+/// A `dead_letter` row.
+pub fn write_dead_letter(out: &mut Vec<u8>, stream: &str, raw: &str, reason: &str) {
+    out.push(b'{');
+    member(out, "_stream");
+    write_str(out, stream);
+    member(out, "raw");
+    write_str(out, raw);
+    member(out, "_reason");
+    write_str(out, reason);
+    out.extend_from_slice(b"}\n");
+}
+
+fn write_value(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Int(i) => write_int(out, *i),
+        Value::Float(f) => write_json(out, f),
+        Value::Str(s) => write_str(out, s),
+    }
+}
+
+fn write_int(out: &mut Vec<u8>, i: i64) {
+    write_json(out, &i);
+}
+
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    write_json(out, s);
+}
+
+fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    // Writing into a Vec cannot fail, and strings, integers and finite floats always serialize
+    // (decoding refuses non-finite numbers).
+    let _ = serde_json::to_writer(out, value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::schema::{Field, FieldType, TimeSpec};
+    use crate::record::Key;
+
+    #[test]
+    fn input_row_and_result_shapes() {
+        let field = |name: &str, ty| Field { name: name.into(), ty, nullable: false };
+        let schema = Schema::new(
+            vec![field("device", FieldType::String), field("t", FieldType::Float)],
+            Some(0),
+            TimeSpec::Ingest,
+        );
+        let row = Row {
+            ts: 5,
+            key: Key::Str("d\"1".into()),
+            key_hash: 0,
+            id: 0xab,
+            values: vec![Value::Str("d\"1".into()), Value::Float(20.0)].into(),
+        };
+        let mut out = Vec::new();
+        write_input_row(&mut out, &schema, "status", &row);
+        write_result(&mut out, &schema, &row);
+        write_dead_letter(&mut out, "status", "x\u{fffd}", "invalid_utf8");
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines[0], serde_json::json!({"device": "d\"1", "t": 20.0, "_stream": "status", "_ts": 5}));
+        assert_eq!(lines[1]["_id"], "00000000000000ab");
+        assert_eq!(lines[2]["_reason"], "invalid_utf8");
+    }
+}

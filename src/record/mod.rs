@@ -1,0 +1,84 @@
+//! Records: what a row is once it has entered braid.
+//!
+//! A row is positional: `values[i]` is the value of field `i` of its stream's [`Schema`] (names are
+//! resolved to positions once, at plan time). Besides its values a row carries its event time, its
+//! key (one of its values, or nothing for a broadcast stream), the key's stable hash (routing) and
+//! a stable id (CONTRACT.md rule 10). Operators compare key values, never only hashes.
+
+pub mod decode;
+pub mod id;
+pub mod json;
+pub mod schema;
+
+pub use schema::{FieldType, Schema, TimeSpec, TimeUnit};
+
+/// One field value. `bytes` fields keep their canonical base64 text, as they are written back out.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(Box<str>),
+}
+
+impl Value {
+    /// Approximate bytes this value holds, for the state-size gauges.
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            Value::Str(s) => s.len(),
+            _ => 0,
+        }
+    }
+}
+
+/// A key value: join partners must have equal keys (string and int keys never meet; config
+/// validation refuses joins whose sides disagree on the key type).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Key {
+    /// The stream is broadcast (`key = "*"`): the row goes to every shard.
+    Broadcast,
+    Int(i64),
+    Str(Box<str>),
+}
+
+impl Key {
+    /// The key held by `value`, if it is a string or an int.
+    pub fn from_value(value: &Value) -> Option<Key> {
+        match value {
+            Value::Int(i) => Some(Key::Int(*i)),
+            Value::Str(s) => Some(Key::Str(s.clone())),
+            _ => None,
+        }
+    }
+
+    pub fn to_value(&self) -> Value {
+        match self {
+            Key::Broadcast => Value::Null,
+            Key::Int(i) => Value::Int(*i),
+            Key::Str(s) => Value::Str(s.clone()),
+        }
+    }
+}
+
+/// A row of an input stream or an operator's result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// Event time, ms since the epoch.
+    pub ts: i64,
+    pub key: Key,
+    /// Stable hash of `key` ([`id::key_hash`]): decides the shard.
+    pub key_hash: u64,
+    /// Stable id ([`id`]): same stream and values → same id, on every run and platform.
+    pub id: u64,
+    pub values: Box<[Value]>,
+}
+
+impl Row {
+    /// Approximate bytes held by this row, for the state-size gauges.
+    pub fn size_bytes(&self) -> usize {
+        std::mem::size_of::<Row>()
+            + self.values.len() * std::mem::size_of::<Value>()
+            + self.values.iter().map(Value::heap_bytes).sum::<usize>()
+    }
+}

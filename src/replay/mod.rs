@@ -1,0 +1,134 @@
+//! `braid replay`: a deterministic offline run over JSON-lines files (CONTRACT.md "Replay").
+//!
+//! Processing time is simulated from each line's arrival, so idleness, ticks and lateness are the
+//! same on every run and for every shard count. State lives in `runtime.state_dir` when the
+//! config sets one, else in a private temporary directory removed at exit; this build keeps
+//! operator state in memory and always starts fresh (resuming comes with checkpoints).
+
+pub mod input;
+pub mod output;
+
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use crate::config::Plan;
+use crate::engine::Engine;
+use crate::record::decode::check_time_window;
+use crate::record::id::{IdHasher, key_hash};
+use crate::record::{Key, Row};
+use input::{Content, Inputs, Line};
+use output::{Outputs, Target};
+
+/// A replay that cannot run: exit status 1 (the configuration itself was valid).
+#[derive(Debug, Error)]
+pub enum ReplayError {
+    #[error("--input {0}: not a stream of the config")]
+    UnknownInput(String),
+    #[error("--output {0}: no such stream, operator, OPERATOR.late or dead_letter")]
+    UnknownOutput(String),
+    #[error("--input {name}={path}: {error}")]
+    Unreadable { name: String, path: PathBuf, error: std::io::Error },
+    #[error("--output {name}={path}: {error}")]
+    Uncreatable { name: String, path: PathBuf, error: std::io::Error },
+    #[error("state directory {path}: {error}")]
+    StateDir { path: PathBuf, error: std::io::Error },
+    #[error("writing outputs: {0}")]
+    Write(std::io::Error),
+}
+
+pub struct ReplayArgs<'a> {
+    pub shards: usize,
+    pub inputs: &'a [(String, PathBuf)],
+    pub outputs: &'a [(String, PathBuf)],
+}
+
+/// What a finished replay did.
+pub struct Summary {
+    pub lines: usize,
+    pub engine: Engine,
+}
+
+pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
+    let inputs = args
+        .inputs
+        .iter()
+        .map(|(name, path)| plan.stream(name).map(|s| (s, path.as_path())).ok_or_else(|| ReplayError::UnknownInput(name.clone())))
+        .collect::<Result<Vec<_>, _>>()?;
+    let outputs = args
+        .outputs
+        .iter()
+        .map(|(name, path)| output::target(plan, name).map(|t| (t, path.as_path())).ok_or_else(|| ReplayError::UnknownOutput(name.clone())))
+        .collect::<Result<Vec<(Target, &Path)>, _>>()?;
+    let mut inputs = input::read_inputs(&inputs, &plan.streams).map_err(|(flag, error)| {
+        let (name, path) = &args.inputs[flag];
+        ReplayError::Unreadable { name: name.clone(), path: path.clone(), error }
+    })?;
+    let mut sinks = Outputs::create(plan, &outputs).map_err(|(i, error)| {
+        let (name, path) = &args.outputs[i];
+        ReplayError::Uncreatable { name: name.clone(), path: path.clone(), error }
+    })?;
+    let _state = StateDir::open(plan)?;
+    let start = inputs.lines.first().map_or(0, |l| i128::from(l.arrival));
+    let mut engine = Engine::new(plan, args.shards, start);
+    let mut ids = IdHasher::default();
+    let lines = std::mem::take(&mut inputs.lines);
+    let count = lines.len();
+    for line in lines {
+        feed(plan, &mut engine, &mut sinks, &mut ids, &inputs, line);
+    }
+    engine.finish(&mut sinks);
+    sinks.finish().map_err(ReplayError::Write)?;
+    Ok(Summary { lines: count, engine })
+}
+
+fn feed(plan: &Plan, engine: &mut Engine, sinks: &mut Outputs<'_>, ids: &mut IdHasher, inputs: &Inputs, line: Line) {
+    let arrival = line.arrival;
+    engine.advance_to(i128::from(arrival), sinks);
+    let def = &plan.streams[line.stream];
+    let checked = match line.content {
+        Content::Row { values, ts } => {
+            let ts = ts.unwrap_or(arrival);
+            check_time_window(ts, arrival, def.max_age, def.max_skew).map(|()| (values, ts))
+        }
+        Content::DeadLetter(reason) => Err(reason),
+    };
+    let (values, ts) = match checked {
+        Ok(row) => row,
+        Err(reason) => {
+            let label = reason.label(&def.schema);
+            engine.count_dead_letter(line.stream, &label);
+            sinks.dead_letter(line.stream, &inputs.raw(line.flag, line.range, reason), &label);
+            return;
+        }
+    };
+    let key = def.schema.key.and_then(|k| Key::from_value(&values[k])).unwrap_or(Key::Broadcast);
+    ids.begin().str(&def.name);
+    for &pos in &def.schema.id_order {
+        ids.value(&values[pos]);
+    }
+    let row = Row { ts, key_hash: key_hash(&key), key, id: ids.finish(), values: values.into() };
+    sinks.input_row(line.stream, &row);
+    engine.ingest(line.stream, row, i128::from(arrival), sinks);
+}
+
+/// Where replay keeps its state: `runtime.state_dir`, or a temporary directory removed on drop.
+enum StateDir {
+    Configured,
+    Private(#[allow(dead_code)] tempfile::TempDir),
+}
+
+impl StateDir {
+    fn open(plan: &Plan) -> Result<StateDir, ReplayError> {
+        match &plan.runtime.state_dir {
+            Some(path) => std::fs::create_dir_all(path)
+                .map(|()| StateDir::Configured)
+                .map_err(|error| ReplayError::StateDir { path: path.clone(), error }),
+            None => tempfile::Builder::new()
+                .prefix("braid-replay-")
+                .tempdir()
+                .map(StateDir::Private)
+                .map_err(|error| ReplayError::StateDir { path: std::env::temp_dir(), error }),
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Keyed operator state.
+//!
+//! Operators keep rows through the [`KeyedStore`] trait: insert a row under its key, scan a key,
+//! mark rows matched (the matched flag of outer joins lives in the store so that recovery will
+//! restore it), remove a row, count rows and bytes. This build has one backend, [`MemoryStore`];
+//! the mmap arena backend of DESIGN.md "State" implements the same trait, so operators do not
+//! change when it arrives.
+//!
+//! Rows are grouped by the key's stable hash and compared by key value on every scan, so two keys
+//! with the same hash never see each other's rows.
+
+use std::collections::HashMap;
+
+use crate::record::{Key, Row};
+
+/// Names one stored row: unique within its store for the store's lifetime.
+pub type RowHandle = u64;
+
+/// A row removed from a store, with its matched flag.
+#[derive(Debug)]
+pub struct Removed {
+    pub row: Row,
+    pub matched: bool,
+}
+
+pub trait KeyedStore {
+    fn insert(&mut self, row: Row, matched: bool) -> RowHandle;
+    /// Visits the rows stored under `key` in insertion order; a visit that returns true marks
+    /// that row matched.
+    fn scan(&mut self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(&Row) -> bool);
+    fn remove(&mut self, key_hash: u64, handle: RowHandle) -> Option<Removed>;
+    fn rows(&self) -> usize;
+    fn bytes(&self) -> usize;
+}
+
+struct Entry {
+    handle: RowHandle,
+    row: Row,
+    matched: bool,
+}
+
+/// Rows in memory, grouped by key hash.
+#[derive(Default)]
+pub struct MemoryStore {
+    by_hash: HashMap<u64, Vec<Entry>>,
+    next_handle: RowHandle,
+    rows: usize,
+    bytes: usize,
+}
+
+impl KeyedStore for MemoryStore {
+    fn insert(&mut self, row: Row, matched: bool) -> RowHandle {
+        let handle = self.next_handle;
+        self.next_handle += 1;
+        self.rows += 1;
+        self.bytes += row.size_bytes();
+        self.by_hash.entry(row.key_hash).or_default().push(Entry { handle, row, matched });
+        handle
+    }
+
+    fn scan(&mut self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(&Row) -> bool) {
+        let Some(entries) = self.by_hash.get_mut(&key_hash) else { return };
+        for entry in entries.iter_mut().filter(|e| e.row.key == *key) {
+            if visit(&entry.row) {
+                entry.matched = true;
+            }
+        }
+    }
+
+    fn remove(&mut self, key_hash: u64, handle: RowHandle) -> Option<Removed> {
+        let entries = self.by_hash.get_mut(&key_hash)?;
+        let at = entries.iter().position(|e| e.handle == handle)?;
+        let Entry { row, matched, .. } = entries.remove(at);
+        if entries.is_empty() {
+            self.by_hash.remove(&key_hash);
+        }
+        self.rows -= 1;
+        self.bytes -= row.size_bytes();
+        Some(Removed { row, matched })
+    }
+
+    fn rows(&self) -> usize {
+        self.rows
+    }
+
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Value;
+
+    fn row(key: &str, hash: u64, ts: i64) -> Row {
+        Row { ts, key: Key::Str(key.into()), key_hash: hash, id: ts as u64, values: Box::new([Value::Int(ts)]) }
+    }
+
+    #[test]
+    fn scan_compares_key_values_not_hashes() {
+        let mut store = MemoryStore::default();
+        store.insert(row("a", 7, 1), false);
+        let b = store.insert(row("b", 7, 2), false);
+        let mut seen = Vec::new();
+        store.scan(&Key::Str("b".into()), 7, &mut |r| {
+            seen.push(r.ts);
+            true
+        });
+        assert_eq!(seen, [2]);
+        assert_eq!(store.rows(), 2);
+        let removed = store.remove(7, b).unwrap();
+        assert!(removed.matched);
+        assert_eq!(store.rows(), 1);
+        assert!(store.remove(7, b).is_none());
+        let a_bytes = row("a", 7, 1).size_bytes();
+        assert_eq!(store.bytes(), a_bytes);
+    }
+}
