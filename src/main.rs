@@ -87,8 +87,17 @@ fn main() -> ExitCode {
     }
 }
 
-fn replay(plan: &Plan, shards: Option<u16>, inputs: &[(String, PathBuf)], outputs: &[(String, PathBuf)], metrics: Option<PathBuf>) -> anyhow::Result<()> {
-    let shards = shards.map(usize::from).or(plan.runtime.shards).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+fn replay(
+    plan: &Plan,
+    shards: Option<u16>,
+    inputs: &[(String, PathBuf)],
+    outputs: &[(String, PathBuf)],
+    metrics: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let shards = shards
+        .map(usize::from)
+        .or(plan.runtime.shards)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
     let args = ReplayArgs { shards, inputs, outputs };
     let summary = replay::run(plan, &args)?;
     if let Some(path) = metrics {

@@ -65,11 +65,7 @@ fn golden() {
         for shards in SHARDS {
             match run_case(&spec, shards) {
                 Ok(()) => passed += 1,
-                Err(msg) => failures.push(format!(
-                    "{} (--shards {shards}):\n{}",
-                    case_name(case),
-                    indent(&msg)
-                )),
+                Err(msg) => failures.push(format!("{} (--shards {shards}):\n{}", case_name(case), indent(&msg))),
             }
         }
     }
@@ -80,11 +76,7 @@ fn golden() {
         SHARDS.len()
     );
     if !failures.is_empty() {
-        panic!(
-            "{} golden run(s) failed:\n\n{}",
-            failures.len(),
-            failures.join("\n\n")
-        );
+        panic!("{} golden run(s) failed:\n\n{}", failures.len(), failures.join("\n\n"));
     }
 }
 
@@ -199,11 +191,7 @@ fn parse_args_file(dir: &Path) -> Result<(Vec<(String, PathBuf)>, Vec<(String, P
 fn run_case(spec: &CaseSpec, shards: u32) -> Result<(), String> {
     let tmp = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_braid"));
-    cmd.arg("replay")
-        .arg("--config")
-        .arg(spec.dir.join("config.toml"))
-        .arg("--shards")
-        .arg(shards.to_string());
+    cmd.arg("replay").arg("--config").arg(spec.dir.join("config.toml")).arg("--shards").arg(shards.to_string());
     for (stream, path) in &spec.inputs {
         cmd.arg("--input").arg(format!("{stream}={}", path.display()));
     }
@@ -318,8 +306,7 @@ fn read_rows(path: &Path) -> Result<Vec<Value>, String> {
 }
 
 fn is_hex16(id: &Value) -> bool {
-    id.as_str()
-        .is_some_and(|s| s.len() == 16 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+    id.as_str().is_some_and(|s| s.len() == 16 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
 }
 
 /// The comparison form of a row: keys sorted, numbers as f64, `_supersedes` dropped and the
@@ -407,7 +394,9 @@ fn diff(expected: &[Value], actual: &[Value]) -> Option<String> {
         missing.len(),
         unexpected.len()
     );
-    for (label, rows) in [("missing (expected, not produced)", &missing), ("unexpected (produced, not expected)", &unexpected)] {
+    for (label, rows) in
+        [("missing (expected, not produced)", &missing), ("unexpected (produced, not expected)", &unexpected)]
+    {
         if rows.is_empty() {
             continue;
         }
@@ -446,15 +435,15 @@ fn check_id_structure(outputs: &[(&str, Vec<Value>, Vec<Value>)]) -> Result<(), 
         }
         for (exp, act) in groups.values() {
             let ([e], [a]) = (exp.as_slice(), act.as_slice()) else { continue };
-            let (Some(eid), Some(aid)) = (e.get("_id").and_then(Value::as_str), a.get("_id").and_then(Value::as_str)) else {
+            let (Some(eid), Some(aid)) = (e.get("_id").and_then(Value::as_str), a.get("_id").and_then(Value::as_str))
+            else {
                 continue;
             };
             let here = format!("{name}: {}", show(a));
             if let Some((prev_a, prev_where)) = e2a.get(eid) {
                 if prev_a != aid {
-                    errors.push(format!(
-                        "expected rows share an _id but actual ones do not:\n  {prev_where}\n  {here}"
-                    ));
+                    errors
+                        .push(format!("expected rows share an _id but actual ones do not:\n  {prev_where}\n  {here}"));
                 }
             } else {
                 e2a.insert(eid.to_string(), (aid.to_string(), here.clone()));

@@ -93,12 +93,7 @@ fn shard_outputs_differ(w: &Workload) -> Option<String> {
 
 #[test]
 fn output_does_not_depend_on_shard_count() {
-    check_property(
-        "shards",
-        1..=40,
-        |seed, n| gen_workload(seed, &GenOpts::everything(n)),
-        shard_outputs_differ,
-    );
+    check_property("shards", 1..=40, |seed, n| gen_workload(seed, &GenOpts::everything(n)), shard_outputs_differ);
 }
 
 // ---------------------------------------------------------------------- arrival permutation ---

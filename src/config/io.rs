@@ -52,13 +52,16 @@ pub struct SinkDef {
 
 const TLS_AND_AUTH: [&str; 6] = ["client_id", "username", "password_file", "ca_file", "cert_file", "key_file"];
 
-fn tables<'a, 'i>(section: Table<'a, 'i>, errors: &mut Errors) -> Vec<(&'a str, String, std::ops::Range<usize>, &'a toml::de::DeTable<'i>)> {
+fn tables<'a, 'i>(
+    section: Table<'a, 'i>,
+    errors: &mut Errors,
+) -> Vec<(&'a str, String, std::ops::Range<usize>, &'a toml::de::DeTable<'i>)> {
     let mut out = Vec::new();
     for (name, span, value) in section.entries() {
         let path = section.child_path(name);
         match value.get_ref() {
             DeValue::Table(table) => out.push((name, path, span, table)),
-            other => errors.at(&value.span(), &path, format!("expected a table, found {}", type_name(other))),
+            other => errors.at(&span, &path, format!("expected a table, found {}", type_name(other))),
         }
     }
     out
@@ -144,7 +147,9 @@ pub fn sinks(section: Table<'_, '_>, streams: &Streams, graph: &Graph, errors: &
         };
         let mut keys = vec!["kind", "inputs"];
         match kind {
-            SinkKind::Mqtt => keys.extend(["url", "topic", "qos", "buffer", "overflow", "keep_alive", "max_inflight"].iter().chain(&TLS_AND_AUTH)),
+            SinkKind::Mqtt => keys.extend(
+                ["url", "topic", "qos", "buffer", "overflow", "keep_alive", "max_inflight"].iter().chain(&TLS_AND_AUTH),
+            ),
             SinkKind::File => keys.push("path"),
             SinkKind::Stdout => {}
         }
@@ -163,7 +168,10 @@ pub fn sinks(section: Table<'_, '_>, streams: &Streams, graph: &Graph, errors: &
         };
         match kind {
             SinkKind::Mqtt => mqtt_sink(t, &mut sink, errors),
-            SinkKind::File => sink.path = t.required_str("path", errors, "the file to append JSON lines to").map(|(p, _)| p.to_owned()),
+            SinkKind::File => {
+                sink.path =
+                    t.required_str("path", errors, "the file to append JSON lines to").map(|(p, _)| p.to_owned())
+            }
             SinkKind::Stdout => {}
         }
         out.push(sink);
@@ -180,29 +188,37 @@ fn sink_inputs(t: Table<'_, '_>, streams: &Streams, graph: &Graph, errors: &mut 
         let operator = name.strip_suffix(".late").unwrap_or(name);
         name == DEAD_LETTER
             || graph.outputs.contains_key(operator)
-            || (operator == name && (streams.defs.iter().any(|s| s.name == name) || streams.broken.iter().any(|s| s == name)))
+            || (operator == name
+                && (streams.defs.iter().any(|s| s.name == name) || streams.broken.iter().any(|s| s == name)))
     };
     for (name, span) in &items {
         if !known(name) {
-            errors.at(span, &t.child_path("inputs"), format!("{name:?} is no stream, operator, OPERATOR.late or dead_letter"));
+            errors.at(
+                span,
+                &t.child_path("inputs"),
+                format!("{name:?} is no stream, operator, OPERATOR.late or dead_letter"),
+            );
         }
     }
     items.into_iter().map(|(n, _)| n.to_owned()).collect()
 }
 
 fn mqtt_sink(t: Table<'_, '_>, sink: &mut SinkDef, errors: &mut Errors) {
-    sink.url = t.required_str("url", errors, "the upstream broker, e.g. \"mqtts://cloud.example.com:8883\"").map(|(url, span)| {
-        if let Err(e) = check_mqtt_url(url) {
-            errors.at(&span, &t.child_path("url"), e);
-        }
-        url.to_owned()
-    });
-    sink.topic = t.required_str("topic", errors, "a topic template such as \"gateways/gw1/{device}\"").map(|(topic, span)| {
-        if let Err(e) = check_topic_template(topic) {
-            errors.at(&span, &t.child_path("topic"), e);
-        }
-        topic.to_owned()
-    });
+    sink.url = t.required_str("url", errors, "the upstream broker, e.g. \"mqtts://cloud.example.com:8883\"").map(
+        |(url, span)| {
+            if let Err(e) = check_mqtt_url(url) {
+                errors.at(&span, &t.child_path("url"), e);
+            }
+            url.to_owned()
+        },
+    );
+    sink.topic =
+        t.required_str("topic", errors, "a topic template such as \"gateways/gw1/{device}\"").map(|(topic, span)| {
+            if let Err(e) = check_topic_template(topic) {
+                errors.at(&span, &t.child_path("topic"), e);
+            }
+            topic.to_owned()
+        });
     if let Some((qos, span)) = t.int("qos", errors) {
         if qos == 0 || qos == 1 {
             sink.qos = qos as u8;

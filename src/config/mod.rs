@@ -25,7 +25,8 @@ pub use io::{SinkDef, SourceDef};
 pub use streams::StreamDef;
 
 /// Names braid writes into results itself; no field, alias or aggregate may take them.
-pub const RESERVED_FIELDS: [&str; 8] = ["_id", "_ts", "_kind", "_stream", "_version", "_window_start", "_window_end", "_supersedes"];
+pub const RESERVED_FIELDS: [&str; 8] =
+    ["_id", "_ts", "_kind", "_stream", "_version", "_window_start", "_window_end", "_supersedes"];
 
 /// The output name of rows that could not be used.
 pub const DEAD_LETTER: &str = "dead_letter";
@@ -49,12 +50,19 @@ pub struct ConfigErrors {
 }
 
 impl ConfigErrors {
-    /// (line, column), both from 1; the column counts characters.
+    /// (line, column), both from 1; the column counts characters. A key in a `[table]` header
+    /// is reported at the header's `[`.
     pub fn line_col(&self, offset: usize) -> (usize, usize) {
         let before = &self.text[..floor_char_boundary(&self.text, offset)];
         let line = before.matches('\n').count() + 1;
         let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-        (line, before[line_start..].chars().count() + 1)
+        let indent = self.text[line_start..].len() - self.text[line_start..].trim_start_matches([' ', '\t']).len();
+        let column = if self.text[line_start + indent..].starts_with('[') {
+            indent + 1
+        } else {
+            before[line_start..].chars().count() + 1
+        };
+        (line, column)
     }
 }
 
@@ -245,7 +253,11 @@ fn ops(t: Table<'_, '_>, errors: &mut Errors) -> String {
         Some(("", _)) => String::new(),
         Some((listen, span)) => {
             if listen.parse::<std::net::SocketAddr>().is_err() {
-                errors.at(&span, "ops.listen", format!("expected \"host:port\" (e.g. \"127.0.0.1:9464\") or \"\", got {listen:?}"));
+                errors.at(
+                    &span,
+                    "ops.listen",
+                    format!("expected \"host:port\" (e.g. \"127.0.0.1:9464\") or \"\", got {listen:?}"),
+                );
             }
             listen.to_owned()
         }

@@ -29,7 +29,9 @@ const BUILT_KINDS: [&str; 1] = ["interval_join"];
 fn allowed_keys(kind: &str) -> &'static [&'static str] {
     match kind {
         "union" => &["kind", "inputs", "key"],
-        "interval_join" => &["kind", "left", "right", "lower", "upper", "lower_exclusive", "upper_exclusive", "join", "select", "key"],
+        "interval_join" => {
+            &["kind", "left", "right", "lower", "upper", "lower_exclusive", "upper_exclusive", "join", "select", "key"]
+        }
         "window_join" => &["kind", "left", "right", "window", "allowed_lateness", "where", "select", "key"],
         "cogroup" => &["kind", "left", "right", "window", "allowed_lateness", "join", "aggregate", "key"],
         "temporal_join" => &["kind", "left", "right", "join", "select", "key"],
@@ -116,16 +118,16 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
         let (_, name_span, value) = self.section.entries().find(|(n, _, _)| *n == name)?;
         let path = self.section.child_path(name);
         let DeValue::Table(table) = value.get_ref() else {
-            errors.at(&value.span(), &path, format!("expected a table, found {}", type_name(value.get_ref())));
+            errors.at(&name_span, &path, format!("expected a table, found {}", type_name(value.get_ref())));
             self.status.insert(name.to_owned(), Status::Broken);
             return None;
         };
         self.status.insert(name.to_owned(), Status::Building);
-        let before = errors.count();
         let t = Table { path: &path, span: &name_span, table };
-        let checked = self.check(name, t, errors);
-        match checked {
-            Some(c) if errors.count() == before => {
+        // An operator whose output schema could be derived stays referable whatever else is
+        // wrong with it, so the operators reading it are checked too.
+        match self.check(name, t, errors) {
+            Some(c) => {
                 self.checked.push(c);
                 let i = self.checked.len() - 1;
                 self.status.insert(name.to_owned(), Status::Built(i));
@@ -140,7 +142,14 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
 
     /// Resolves a stream or operator name; `None` when it is unknown (error) or broken (no error:
     /// it has its own).
-    fn input(&mut self, t: Table<'_, '_>, key: &str, name: &str, span: &Range<usize>, errors: &mut Errors) -> Option<Input> {
+    fn input(
+        &mut self,
+        t: Table<'_, '_>,
+        key: &str,
+        name: &str,
+        span: &Range<usize>,
+        errors: &mut Errors,
+    ) -> Option<Input> {
         let path = t.child_path(key);
         if let Some(i) = self.streams.defs.iter().position(|s| s.name == name) {
             let schema = self.streams.defs[i].schema.clone();
@@ -185,7 +194,11 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
             _ => self.absence(t, errors),
         };
         if !BUILT_KINDS.contains(&kind) {
-            errors.at(&kind_span, &t.child_path("kind"), format!("kind {kind:?} is not available in this build (it runs: {})", BUILT_KINDS.join(", ")));
+            errors.at(
+                &kind_span,
+                &t.child_path("kind"),
+                format!("kind {kind:?} is not available in this build (it runs: {})", BUILT_KINDS.join(", ")),
+            );
         }
         checked.map(|(inputs, output, spec)| Checked { name: name.to_owned(), inputs, output, spec })
     }
@@ -196,14 +209,12 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
         let left = self.named_input(t, "left", errors);
         let right = self.named_input(t, "right", errors);
         let (left, right) = (left?, right?);
-        let mut ok = true;
         if left.key_field().is_none() {
             t.error("left", errors, broadcast_refused(&left.name));
-            ok = false;
+            return None;
         }
         if right.key_field().is_none() && !broadcast_right {
             t.error("right", errors, broadcast_refused(&right.name));
-            ok = false;
         }
         if let (Some(lk), Some(rk)) = (left.key_field(), right.key_field())
             && lk.ty != rk.ty
@@ -213,9 +224,10 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
                 left.name, lk.name, lk.ty, right.name, rk.name, rk.ty
             );
             t.error("right", errors, message);
-            ok = false;
         }
-        ok.then_some([left, right])
+        // A key type mismatch or a refused broadcast on the right is reported; the rest of the
+        // operator (select, output schema) is still checked against these inputs.
+        Some([left, right])
     }
 
     fn interval_join(&mut self, name: &str, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
@@ -233,7 +245,9 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
         let join = join_type(t, &["inner", "left", "right", "full"], errors);
         let (lower, upper) = (lower? + i64::from(lower_exclusive), upper? - i64::from(upper_exclusive));
         if lower > upper {
-            let message = format!("the bounds leave no room: lower' = {lower} ms > upper' = {upper} ms (after the exclusive flags)");
+            let message = format!(
+                "the bounds leave no room: lower' = {lower} ms > upper' = {upper} ms (after the exclusive flags)"
+            );
             t.error("lower", errors, message);
         }
         let inputs = inputs?;
@@ -252,7 +266,7 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
         let _ = t.duration_or("allowed_lateness", 0, errors);
         let fields = if kind == "window_join" {
             if let Some(v) = t.get("where").filter(|v| !v.get_ref().is_str()) {
-                errors.at(&v.span(), &t.child_path("where"), format!("expected a condition string, found {}", type_name(v.get_ref())));
+                t.error("where", errors, format!("expected a condition string, found {}", type_name(v.get_ref())));
             }
             select(t, inputs.as_ref()?, [false, false], errors)?.1
         } else {
@@ -322,7 +336,8 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
             t.error("inputs", errors, "required: a non-empty list of stream or operator names");
             return None;
         };
-        let inputs: Vec<Option<Input>> = names.iter().map(|(n, span)| self.input(t, "inputs", n, span, errors)).collect();
+        let inputs: Vec<Option<Input>> =
+            names.iter().map(|(n, span)| self.input(t, "inputs", n, span, errors)).collect();
         let inputs: Vec<Input> = inputs.into_iter().collect::<Option<_>>()?;
         let first = &inputs[0];
         for (input, (_, span)) in inputs.iter().zip(&names) {
@@ -338,8 +353,12 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
                 .filter(|(a, b)| a.name != b.name || a.ty != b.ty)
                 .map(|(a, b)| format!("{} {} vs {} {}", a.name, a.ty, b.name, b.ty))
                 .collect();
-            if !differs.is_empty() || first.schema.fields.len() != input.schema.fields.len() || first.schema.key != input.schema.key {
-                let detail = if differs.is_empty() { "field count or key field".to_owned() } else { differs.join(", ") };
+            if !differs.is_empty()
+                || first.schema.fields.len() != input.schema.fields.len()
+                || first.schema.key != input.schema.key
+            {
+                let detail =
+                    if differs.is_empty() { "field count or key field".to_owned() } else { differs.join(", ") };
                 errors.at(span, &t.child_path("inputs"), format!("{} and {} differ: {detail}", first.name, input.name));
                 return None;
             }
@@ -376,7 +395,9 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
 type Built = (Vec<NodeRef>, Schema, Option<OperatorSpec>);
 
 fn broadcast_refused(name: &str) -> String {
-    format!("{name} is a broadcast stream (key \"*\"): allowed only as the right input of connect threshold and temporal_join")
+    format!(
+        "{name} is a broadcast stream (key \"*\"): allowed only as the right input of connect threshold and temporal_join"
+    )
 }
 
 fn join_type(t: Table<'_, '_>, allowed: &[&str], errors: &mut Errors) -> Option<JoinType> {
@@ -415,7 +436,12 @@ fn is_identifier(s: &str) -> bool {
 
 /// `select` → the columns of a result and its fields: the left key first (rule 9), then the
 /// selected fields, then `_kind`. `missing[i]`: results can lack input i (outer rows).
-fn select(t: Table<'_, '_>, inputs: &[Input; 2], missing: [bool; 2], errors: &mut Errors) -> Option<(Vec<Column>, Vec<Field>)> {
+fn select(
+    t: Table<'_, '_>,
+    inputs: &[Input; 2],
+    missing: [bool; 2],
+    errors: &mut Errors,
+) -> Option<(Vec<Column>, Vec<Field>)> {
     let path = t.child_path("select");
     let Some(items) = t.str_list("select", errors).filter(|i| !i.is_empty()) else {
         if t.get("select").is_none() || t.str_list("select", &mut Errors::default()).is_some() {
@@ -442,7 +468,14 @@ fn select(t: Table<'_, '_>, inputs: &[Input; 2], missing: [bool; 2], errors: &mu
         if RESERVED_FIELDS.contains(&alias) {
             errors.at(&span, &path, format!("{item:?}: {alias:?} is a name braid writes itself; use AS"));
         } else if alias == left_key.name && !is_key {
-            errors.at(&span, &path, format!("{item:?}: {alias:?} is the key field of {}, which every result carries (rule 9); use AS", inputs[LEFT].name));
+            errors.at(
+                &span,
+                &path,
+                format!(
+                    "{item:?}: {alias:?} is the key field of {}, which every result carries (rule 9); use AS",
+                    inputs[LEFT].name
+                ),
+            );
         } else if alias == left_key.name {
             // The key column is already there and holds the key.
         } else if fields.iter().any(|f| f.name == alias) {
@@ -516,10 +549,19 @@ fn window(t: Table<'_, '_>, errors: &mut Errors) {
 }
 
 /// `aggregate`: `fn(left|right[.field]) [AS alias]` with fn in count, sum, min, max, first, last.
-fn aggregates(t: Table<'_, '_>, inputs: &[Input; 2], can_be_empty: [bool; 2], errors: &mut Errors) -> Option<Vec<Field>> {
+fn aggregates(
+    t: Table<'_, '_>,
+    inputs: &[Input; 2],
+    can_be_empty: [bool; 2],
+    errors: &mut Errors,
+) -> Option<Vec<Field>> {
     let path = t.child_path("aggregate");
     let Some(items) = t.str_list("aggregate", errors).filter(|i| !i.is_empty()) else {
-        t.error("aggregate", errors, "required: a non-empty list like [\"count(left) AS n\", \"sum(right.x) AS total\"]");
+        t.error(
+            "aggregate",
+            errors,
+            "required: a non-empty list like [\"count(left) AS n\", \"sum(right.x) AS total\"]",
+        );
         return None;
     };
     let key = inputs[LEFT].key_field()?.clone();
@@ -550,7 +592,10 @@ fn aggregates(t: Table<'_, '_>, inputs: &[Input; 2], can_be_empty: [bool; 2], er
             continue;
         }
         let side = if input == LEFT { "left" } else { "right" };
-        let alias = alias.map_or_else(|| format!("{function}_{side}{}", field.map_or(String::new(), |f| format!("_{f}"))), str::to_owned);
+        let alias = alias.map_or_else(
+            || format!("{function}_{side}{}", field.map_or(String::new(), |f| format!("_{f}"))),
+            str::to_owned,
+        );
         if RESERVED_FIELDS.contains(&alias.as_str()) || fields.iter().any(|f| f.name == alias) {
             errors.at(&span, &path, format!("{item:?}: output name {alias:?} is taken"));
             continue;

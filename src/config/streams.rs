@@ -30,8 +30,18 @@ pub struct Streams {
     pub broken: Vec<String>,
 }
 
-const STREAM_KEYS: [&str; 10] =
-    ["source", "topic", "key", "time", "max_out_of_orderness", "idle_timeout", "max_age", "max_skew", "max_payload", "fields"];
+const STREAM_KEYS: [&str; 10] = [
+    "source",
+    "topic",
+    "key",
+    "time",
+    "max_out_of_orderness",
+    "idle_timeout",
+    "max_age",
+    "max_skew",
+    "max_payload",
+    "fields",
+];
 
 pub fn streams(section: Table<'_, '_>, sources: &[SourceDef], errors: &mut Errors) -> Streams {
     let mut out = Streams::default();
@@ -41,15 +51,15 @@ pub fn streams(section: Table<'_, '_>, sources: &[SourceDef], errors: &mut Error
             errors.at(&name_span, &path, problem);
         }
         let DeValue::Table(table) = value.get_ref() else {
-            errors.at(&value.span(), &path, format!("expected a table, found {}", type_name(value.get_ref())));
+            errors.at(&name_span, &path, format!("expected a table, found {}", type_name(value.get_ref())));
             out.broken.push(name.to_owned());
             continue;
         };
-        let before = errors.count();
-        let stream = stream(name, Table { path: &path, span: &name_span, table }, sources, errors);
-        match stream {
-            Some(def) if errors.count() == before => out.defs.push(def),
-            _ => out.broken.push(name.to_owned()),
+        // A stream with a usable schema stays referable whatever else is wrong with it, so the
+        // operators reading it are checked too.
+        match stream(name, Table { path: &path, span: &name_span, table }, sources, errors) {
+            Some(def) => out.defs.push(def),
+            None => out.broken.push(name.to_owned()),
         }
     }
     out
@@ -91,7 +101,17 @@ fn stream(name: &str, t: Table<'_, '_>, sources: &[SourceDef], errors: &mut Erro
     let max_skew = t.duration_or("max_skew", 600_000, errors);
     let max_payload = t.size_or("max_payload", 256 * 1024, errors);
     let schema = Schema::new(fields?, key?, time?);
-    Some(StreamDef { name: name.to_owned(), schema, max_out_of_orderness, idle_timeout, max_age, max_skew, max_payload, source, topic })
+    Some(StreamDef {
+        name: name.to_owned(),
+        schema,
+        max_out_of_orderness,
+        idle_timeout,
+        max_age,
+        max_skew,
+        max_payload,
+        source,
+        topic,
+    })
 }
 
 fn fields(t: Table<'_, '_>, errors: &mut Errors) -> Option<Vec<Field>> {
@@ -116,9 +136,13 @@ fn fields(t: Table<'_, '_>, errors: &mut Errors) -> Option<Vec<Field>> {
         match value.get_ref() {
             DeValue::String(ty) => match FieldType::parse(ty) {
                 Some(ty) => out.push(Field { name: name.get_ref().to_string(), ty, nullable: false }),
-                None => errors.at(&value.span(), &field_path, format!("unknown type {ty:?} (string, int, float, bool, bytes)")),
+                None => errors.at(
+                    &name.span(),
+                    &field_path,
+                    format!("unknown type {ty:?} (string, int, float, bool, bytes)"),
+                ),
             },
-            other => errors.at(&value.span(), &field_path, format!("expected a type name, found {}", type_name(other))),
+            other => errors.at(&name.span(), &field_path, format!("expected a type name, found {}", type_name(other))),
         }
     }
     (out.len() == table.len()).then_some(out)
@@ -175,7 +199,11 @@ fn time(t: Table<'_, '_>, fields: Option<&[Field]>, errors: &mut Errors) -> Opti
     if !allowed.contains(&fields[pos].ty) {
         let names: Vec<String> = allowed.iter().map(ToString::to_string).collect();
         let unit_name = ["ms", "s", "rfc3339"][unit as usize];
-        errors.at(&field_span, &field_path, format!("unit {unit_name:?} needs {field:?} declared as {}, not {}", names.join(" or "), fields[pos].ty));
+        errors.at(
+            &field_span,
+            &field_path,
+            format!("unit {unit_name:?} needs {field:?} declared as {}, not {}", names.join(" or "), fields[pos].ty),
+        );
         return None;
     }
     Some(TimeSpec::Field { pos, unit })
@@ -196,7 +224,9 @@ fn check_topic_filter(topic: &str, fields: Option<&[Field]>) -> Result<(), Strin
             let field = fields.and_then(|f| f.iter().find(|f| f.name == capture));
             match field {
                 Some(f) if f.ty.can_be_key() => {}
-                Some(f) => return Err(format!("capture +{capture} names a {} field; a topic level is a string or int", f.ty)),
+                Some(f) => {
+                    return Err(format!("capture +{capture} names a {} field; a topic level is a string or int", f.ty));
+                }
                 None if fields.is_some() => return Err(format!("capture +{capture} names no declared field")),
                 None => {}
             }

@@ -1,8 +1,9 @@
 //! Walking toml's spanned tables (STYLE.md 12): every accessor records its error with the
 //! position of the offending key or value and returns `None`, so one pass reports every error.
 //!
-//! Positions: an error about a value points at the value; an unknown key at the key; a missing
-//! required key at the table that lacks it.
+//! Positions: an error points at the key it is about (for a bad value, the key that holds it;
+//! for a list item, the list's key), and an error about a missing key at the table that lacks it
+//! — at the `[` of its header when it has one (see `ConfigErrors::line_col`).
 
 use std::ops::Range;
 
@@ -60,7 +61,11 @@ impl<'a, 'i> Table<'a, 'i> {
             if !allowed.contains(&key.get_ref().as_ref()) {
                 let mut known = allowed.to_vec();
                 known.sort_unstable();
-                errors.at(&key.span(), &self.child_path(key.get_ref()), format!("unknown key (known here: {})", known.join(", ")));
+                errors.at(
+                    &key.span(),
+                    &self.child_path(key.get_ref()),
+                    format!("unknown key (known here: {})", known.join(", ")),
+                );
             }
         }
     }
@@ -69,11 +74,13 @@ impl<'a, 'i> Table<'a, 'i> {
         self.table.get(key)
     }
 
+    /// Where `key` is written (the table's own position when it is absent).
+    pub fn key_span(&self, key: &str) -> Range<usize> {
+        self.table.get_key_value(key).map_or_else(|| self.span.clone(), |(k, _)| k.span())
+    }
+
     pub fn error(&self, key: &str, errors: &mut Errors, message: impl Into<String>) {
-        match self.get(key) {
-            Some(v) => errors.at(&v.span(), &self.child_path(key), message),
-            None => errors.at(self.span, &self.child_path(key), message),
-        }
+        errors.at(&self.key_span(key), &self.child_path(key), message);
     }
 
     pub fn missing(&self, key: &str, errors: &mut Errors, what: &str) {
@@ -81,14 +88,15 @@ impl<'a, 'i> Table<'a, 'i> {
     }
 
     fn wrong_type(&self, key: &str, v: Value<'a, 'i>, expected: &str, errors: &mut Errors) {
-        errors.at(&v.span(), &self.child_path(key), format!("expected {expected}, found {}", type_name(v.get_ref())));
+        self.error(key, errors, format!("expected {expected}, found {}", type_name(v.get_ref())));
     }
 
-    /// A string value; `None` (with an error) when present and not a string.
+    /// A string value and the key's position; `None` (with an error) when present and not a
+    /// string.
     pub fn str(&self, key: &str, errors: &mut Errors) -> Option<(&'a str, Range<usize>)> {
         let v = self.get(key)?;
         match v.get_ref() {
-            DeValue::String(s) => Some((s.as_ref(), v.span())),
+            DeValue::String(s) => Some((s.as_ref(), self.key_span(key))),
             _ => {
                 self.wrong_type(key, v, "a string", errors);
                 None
@@ -120,9 +128,9 @@ impl<'a, 'i> Table<'a, 'i> {
         let v = self.get(key)?;
         match v.get_ref() {
             DeValue::Integer(i) => match i64::from_str_radix(&i.as_str().replace('_', ""), i.radix()) {
-                Ok(n) => Some((n, v.span())),
+                Ok(n) => Some((n, self.key_span(key))),
                 Err(_) => {
-                    errors.at(&v.span(), &self.child_path(key), "integer out of range");
+                    self.error(key, errors, "integer out of range");
                     None
                 }
             },
@@ -133,10 +141,11 @@ impl<'a, 'i> Table<'a, 'i> {
         }
     }
 
+    /// A sub-table and the key's position.
     pub fn table(&self, key: &str, errors: &mut Errors) -> Option<(Range<usize>, &'a DeTable<'i>)> {
         let v = self.get(key)?;
         match v.get_ref() {
-            DeValue::Table(t) => Some((v.span(), t)),
+            DeValue::Table(t) => Some((self.key_span(key), t)),
             _ => {
                 self.wrong_type(key, v, "a table", errors);
                 None
@@ -159,8 +168,8 @@ impl<'a, 'i> Table<'a, 'i> {
         let mut out = Vec::new();
         for item in items.iter() {
             match item.get_ref() {
-                DeValue::String(s) => out.push((s.as_ref(), item.span())),
-                other => errors.at(&item.span(), &self.child_path(key), format!("expected a string, found {}", type_name(other))),
+                DeValue::String(s) => out.push((s.as_ref(), self.key_span(key))),
+                other => self.error(key, errors, format!("expected a string, found {}", type_name(other))),
             }
         }
         (out.len() == items.len()).then_some(out)
@@ -220,7 +229,8 @@ pub fn parse_duration(text: &str) -> Result<i64, String> {
         return Err(bad());
     }
     let denominator = 10i128.pow(fraction.len() as u32);
-    let numerator = (whole.parse::<i128>().map_err(|_| bad())? * denominator + fraction.parse::<i128>().unwrap_or(0)) * scale;
+    let numerator =
+        (whole.parse::<i128>().map_err(|_| bad())? * denominator + fraction.parse::<i128>().unwrap_or(0)) * scale;
     if numerator % denominator != 0 {
         return Err(format!("{text:?} is not a whole number of milliseconds"));
     }

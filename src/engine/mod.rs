@@ -106,7 +106,11 @@ impl Engine {
                 instances: (0..shards).map(|_| o.spec.build()).collect(),
                 subscribers: Vec::new(),
                 idle: false,
-                counters: OperatorCounters { rows_in: vec![0; o.inputs.len()], late: vec![0; o.inputs.len()], results: [0; 3] },
+                counters: OperatorCounters {
+                    rows_in: vec![0; o.inputs.len()],
+                    late: vec![0; o.inputs.len()],
+                    results: [0; 3],
+                },
             })
             .collect();
         let mut chained = false;
@@ -122,7 +126,15 @@ impl Engine {
             }
         }
         let idle_advance = plan.runtime.idle_advance;
-        Engine { streams, operators, idle_advance, chained, now: start, scratch: Output::default(), queue: VecDeque::new() }
+        Engine {
+            streams,
+            operators,
+            idle_advance,
+            chained,
+            now: start,
+            scratch: Output::default(),
+            queue: VecDeque::new(),
+        }
     }
 
     /// Runs every tick in (now, to] that can change anything.

@@ -26,7 +26,13 @@ pub struct Projection {
 
 impl Projection {
     /// The result's key, its key hash and its values.
-    pub fn project(&self, key: &Key, key_hash: u64, rows: [Option<&Row>; 2], kind: ResultKind) -> (Key, u64, Box<[Value]>) {
+    pub fn project(
+        &self,
+        key: &Key,
+        key_hash: u64,
+        rows: [Option<&Row>; 2],
+        kind: ResultKind,
+    ) -> (Key, u64, Box<[Value]>) {
         let values: Box<[Value]> = self
             .columns
             .iter()

@@ -19,43 +19,102 @@ pub fn render(plan: &Plan, engine: &Engine) -> String {
     };
     let streams = || plan.streams.iter().enumerate();
     let operators = || plan.operators.iter().enumerate();
-    family("braid_stream_rows_total", "counter", "Rows received for the stream (decoded or not).",
-        streams().map(|(i, s)| (format!("stream=\"{}\"", s.name), engine.stream_counters(i).rows.to_string())).collect());
-    family("braid_stream_dead_letter_total", "counter", "Rows sent to dead_letter.",
+    family(
+        "braid_stream_rows_total",
+        "counter",
+        "Rows received for the stream (decoded or not).",
+        streams()
+            .map(|(i, s)| (format!("stream=\"{}\"", s.name), engine.stream_counters(i).rows.to_string()))
+            .collect(),
+    );
+    family(
+        "braid_stream_dead_letter_total",
+        "counter",
+        "Rows sent to dead_letter.",
         streams()
             .flat_map(|(i, s)| {
-                engine.stream_counters(i).dead_letters.iter().map(move |(reason, n)| (format!("stream=\"{}\",reason=\"{reason}\"", s.name), n.to_string()))
+                engine
+                    .stream_counters(i)
+                    .dead_letters
+                    .iter()
+                    .map(move |(reason, n)| (format!("stream=\"{}\",reason=\"{reason}\"", s.name), n.to_string()))
             })
-            .collect());
-    family("braid_stream_watermark_ms", "gauge", "The stream's current watermark.",
-        streams().map(|(i, s)| (format!("stream=\"{}\"", s.name), engine.stream_watermark(i).as_i64_saturating().to_string())).collect());
-    family("braid_stream_idle", "gauge", "1 while the stream is idle.",
-        streams().map(|(i, s)| (format!("stream=\"{}\"", s.name), u8::from(engine.stream_idle(i)).to_string())).collect());
+            .collect(),
+    );
+    family(
+        "braid_stream_watermark_ms",
+        "gauge",
+        "The stream's current watermark.",
+        streams()
+            .map(|(i, s)| {
+                (format!("stream=\"{}\"", s.name), engine.stream_watermark(i).as_i64_saturating().to_string())
+            })
+            .collect(),
+    );
+    family(
+        "braid_stream_idle",
+        "gauge",
+        "1 while the stream is idle.",
+        streams()
+            .map(|(i, s)| (format!("stream=\"{}\"", s.name), u8::from(engine.stream_idle(i)).to_string()))
+            .collect(),
+    );
     let per_input = |values: fn(&crate::engine::OperatorCounters) -> &Vec<u64>| {
         operators()
             .flat_map(|(i, o)| {
-                values(engine.operator_counters(i))
-                    .iter()
-                    .zip(&o.inputs)
-                    .map(move |(n, input)| (format!("operator=\"{}\",input=\"{}\"", o.name, plan.node_name(*input)), n.to_string()))
+                values(engine.operator_counters(i)).iter().zip(&o.inputs).map(move |(n, input)| {
+                    (format!("operator=\"{}\",input=\"{}\"", o.name, plan.node_name(*input)), n.to_string())
+                })
             })
             .collect::<Vec<_>>()
     };
-    family("braid_operator_rows_total", "counter", "Rows that reached the operator from that input.", per_input(|c| &c.rows_in));
-    family("braid_operator_results_total", "counter", "Results emitted.",
+    family(
+        "braid_operator_rows_total",
+        "counter",
+        "Rows that reached the operator from that input.",
+        per_input(|c| &c.rows_in),
+    );
+    family(
+        "braid_operator_results_total",
+        "counter",
+        "Results emitted.",
         operators()
             .flat_map(|(i, o)| {
                 ResultKind::ALL.iter().map(move |k| {
-                    (format!("operator=\"{}\",kind=\"{}\"", o.name, k.as_str()), engine.operator_counters(i).results[*k as usize].to_string())
+                    (
+                        format!("operator=\"{}\",kind=\"{}\"", o.name, k.as_str()),
+                        engine.operator_counters(i).results[*k as usize].to_string(),
+                    )
                 })
             })
-            .collect());
+            .collect(),
+    );
     family("braid_operator_late_total", "counter", "Rows routed to the late side output.", per_input(|c| &c.late));
-    family("braid_operator_state_rows", "gauge", "Live state rows.",
-        operators().map(|(i, o)| (format!("operator=\"{}\"", o.name), engine.operator_state(i).0.to_string())).collect());
-    family("braid_operator_state_bytes", "gauge", "Live state bytes.",
-        operators().map(|(i, o)| (format!("operator=\"{}\"", o.name), engine.operator_state(i).1.to_string())).collect());
-    family("braid_operator_watermark_ms", "gauge", "The operator's current watermark.",
-        operators().map(|(i, o)| (format!("operator=\"{}\"", o.name), engine.operator_watermark(i).as_i64_saturating().to_string())).collect());
+    family(
+        "braid_operator_state_rows",
+        "gauge",
+        "Live state rows.",
+        operators()
+            .map(|(i, o)| (format!("operator=\"{}\"", o.name), engine.operator_state(i).0.to_string()))
+            .collect(),
+    );
+    family(
+        "braid_operator_state_bytes",
+        "gauge",
+        "Live state bytes.",
+        operators()
+            .map(|(i, o)| (format!("operator=\"{}\"", o.name), engine.operator_state(i).1.to_string()))
+            .collect(),
+    );
+    family(
+        "braid_operator_watermark_ms",
+        "gauge",
+        "The operator's current watermark.",
+        operators()
+            .map(|(i, o)| {
+                (format!("operator=\"{}\"", o.name), engine.operator_watermark(i).as_i64_saturating().to_string())
+            })
+            .collect(),
+    );
     out
 }

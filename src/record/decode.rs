@@ -135,8 +135,7 @@ fn number_as_integral_i64(n: &Number) -> Option<i64> {
     }
     let f = n.as_f64()?;
     // 2^63 is exactly representable; every double below it and ≥ −2^63 fits an i64.
-    (f.fract() == 0.0 && (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&f))
-        .then_some(f as i64)
+    (f.fract() == 0.0 && (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&f)).then_some(f as i64)
 }
 
 /// The event time of the line: `Ok(None)` for ingest time, `Err` when the field is unusable.
@@ -153,9 +152,7 @@ fn event_time(schema: &Schema, object: &Map<String, Json>) -> Result<Option<i64>
         (TimeUnit::Ms, Value::Int(ms)) => Ok(Some(ms)),
         (TimeUnit::S, Value::Int(s)) => s.checked_mul(1000).map(Some).ok_or(Reason::TimeOutOfRange),
         (TimeUnit::S, Value::Float(s)) => seconds_to_ms(s).map(Some).ok_or(Reason::TimeOutOfRange),
-        (TimeUnit::Rfc3339, Value::Str(s)) => {
-            crate::time::rfc3339::parse_ms(&s).map(Some).ok_or(Reason::BadTime(pos))
-        }
+        (TimeUnit::Rfc3339, Value::Str(s)) => crate::time::rfc3339::parse_ms(&s).map(Some).ok_or(Reason::BadTime(pos)),
         // Config validation ties each unit to its field types.
         _ => Err(Reason::WrongType(pos)),
     }
@@ -164,9 +161,7 @@ fn event_time(schema: &Schema, object: &Map<String, Json>) -> Result<Option<i64>
 /// Seconds as a double → ms: the double product rounded to the nearest ms, halves away from zero.
 fn seconds_to_ms(s: f64) -> Option<i64> {
     let ms = (s * 1000.0).round();
-    (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18)
-        .contains(&ms)
-        .then_some(ms as i64)
+    (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&ms).then_some(ms as i64)
 }
 
 /// Whether `ts` lies in [arrival − max_age, arrival + max_skew] (else `time_out_of_range`).

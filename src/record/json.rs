@@ -103,8 +103,8 @@ fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::schema::{Field, FieldType, TimeSpec};
     use crate::record::Key;
+    use crate::record::schema::{Field, FieldType, TimeSpec};
 
     #[test]
     fn input_row_and_result_shapes() {

@@ -61,7 +61,10 @@ pub enum TimeUnit {
 pub enum TimeSpec {
     /// No `time` table: the event time is the arrival (processing time).
     Ingest,
-    Field { pos: usize, unit: TimeUnit },
+    Field {
+        pos: usize,
+        unit: TimeUnit,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

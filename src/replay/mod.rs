@@ -53,12 +53,18 @@ pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
     let inputs = args
         .inputs
         .iter()
-        .map(|(name, path)| plan.stream(name).map(|s| (s, path.as_path())).ok_or_else(|| ReplayError::UnknownInput(name.clone())))
+        .map(|(name, path)| {
+            plan.stream(name).map(|s| (s, path.as_path())).ok_or_else(|| ReplayError::UnknownInput(name.clone()))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let outputs = args
         .outputs
         .iter()
-        .map(|(name, path)| output::target(plan, name).map(|t| (t, path.as_path())).ok_or_else(|| ReplayError::UnknownOutput(name.clone())))
+        .map(|(name, path)| {
+            output::target(plan, name)
+                .map(|t| (t, path.as_path()))
+                .ok_or_else(|| ReplayError::UnknownOutput(name.clone()))
+        })
         .collect::<Result<Vec<(Target, &Path)>, _>>()?;
     let mut inputs = input::read_inputs(&inputs, &plan.streams).map_err(|(flag, error)| {
         let (name, path) = &args.inputs[flag];

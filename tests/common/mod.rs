@@ -146,7 +146,11 @@ pub struct Row {
 pub enum Line {
     Row(Row),
     /// A line that goes to `dead_letter` (a wrong-typed field), with its explicit arrival.
-    Bad { arrival: i64, text: String, reason: String },
+    Bad {
+        arrival: i64,
+        text: String,
+        reason: String,
+    },
 }
 
 impl Line {
@@ -359,8 +363,7 @@ impl Workload {
             if let Some(t) = &st.idle_text {
                 writeln!(s, "idle_timeout = \"{t}\"").unwrap();
             }
-            let fields: Vec<String> =
-                st.fields(self.int_keys).iter().map(|(n, t)| format!("{n} = \"{t}\"")).collect();
+            let fields: Vec<String> = st.fields(self.int_keys).iter().map(|(n, t)| format!("{n} = \"{t}\"")).collect();
             writeln!(s, "fields = {{ {} }}\n", fields.join(", ")).unwrap();
         }
         for op in &self.ops {
@@ -532,11 +535,11 @@ fn gen_rows(rng: &mut Rng, lay: &Layout, n: usize, ooo: i64, silence: Silence, s
 fn silence_for(rng: &mut Rng, lay: &Layout, idle: i64) -> Silence {
     let len = idle.max(400) + rng.range(1, 12) * TICK;
     match rng.below(3) {
-        0 => Some((BASE_TS, BASE_TS + len)),                      // starts late
-        1 => Some((BASE_TS + lay.span - len, i64::MAX)),          // stops early
+        0 => Some((BASE_TS, BASE_TS + len)),             // starts late
+        1 => Some((BASE_TS + lay.span - len, i64::MAX)), // stops early
         _ => {
             let a = BASE_TS + lay.grid * rng.range(0, lay.span / lay.grid / 2);
-            Some((a, a + len))                                    // a gap
+            Some((a, a + len)) // a gap
         }
     }
 }
@@ -597,7 +600,8 @@ fn gen_join(rng: &mut Rng, name: &str, left: &str, right: &str, grid: i64, notes
         lower_excl = rng.pick(&[None, Some(false)]);
         upper_excl = rng.pick(&[None, Some(false)]);
     }
-    let join = rng.pick(&[None, Some(JoinType::Inner), Some(JoinType::Left), Some(JoinType::Right), Some(JoinType::Full)]);
+    let join =
+        rng.pick(&[None, Some(JoinType::Inner), Some(JoinType::Left), Some(JoinType::Right), Some(JoinType::Full)]);
     notes.push(format!(
         "{name}: [{lower}{}, {upper}{}] {}",
         if lower_excl == Some(true) { " excl" } else { "" },
@@ -1112,9 +1116,8 @@ pub fn expected(w: &Workload) -> Expected {
     let (li, ri) = (w.stream_index(&j.left).unwrap(), w.stream_index(&j.right).unwrap());
     let sim = simulate(w, 0);
     let mut e = Expected::default();
-    let on_time = |si: usize| -> Vec<&Row> {
-        w.streams[si].rows().filter(|r| !sim.late.contains(&(si, r.seq))).collect()
-    };
+    let on_time =
+        |si: usize| -> Vec<&Row> { w.streams[si].rows().filter(|r| !sim.late.contains(&(si, r.seq))).collect() };
     let (ls, rs) = (on_time(li), on_time(ri));
     let mut matched: BTreeSet<i64> = BTreeSet::new();
     for l in &ls {
@@ -1377,11 +1380,8 @@ pub fn check_reference(w: &Workload, shards: Option<u32>) -> Result<CaseStats, S
     }
     let (d, n) = count_diff(&e.late, &got_late);
     for ((stream, seq), want, have) in d.iter().take(25) {
-        let t: Triple = if stream == &j.left {
-            ("late".into(), Some(*seq), None)
-        } else {
-            ("late".into(), None, Some(*seq))
-        };
+        let t: Triple =
+            if stream == &j.left { ("late".into(), Some(*seq), None) } else { ("late".into(), None, Some(*seq)) };
         errs.push(format!("late row expected ×{want}, braid ×{have}: {}", explain(w, &e, &t)));
     }
     if n > 25 {
@@ -1391,10 +1391,12 @@ pub fn check_reference(w: &Workload, shards: Option<u32>) -> Result<CaseStats, S
     let want_dl: BTreeMap<String, usize> = w
         .streams
         .iter()
-        .flat_map(|s| s.lines.iter().filter_map(move |l| match l {
-            Line::Bad { reason, .. } => Some(format!("{}:{reason}", s.name)),
-            Line::Row(_) => None,
-        }))
+        .flat_map(|s| {
+            s.lines.iter().filter_map(move |l| match l {
+                Line::Bad { reason, .. } => Some(format!("{}:{reason}", s.name)),
+                Line::Row(_) => None,
+            })
+        })
         .fold(BTreeMap::new(), |mut m, k| {
             *m.entry(k).or_insert(0) += 1;
             m
@@ -1445,7 +1447,12 @@ pub fn check_reference(w: &Workload, shards: Option<u32>) -> Result<CaseStats, S
 /// Greedy delta debugging: removes chunks of input lines, then single lines, as long as
 /// `fails` still returns Some; stops after `budget` calls. Returns the smallest failing workload
 /// found and its failure message.
-pub fn shrink(w: &Workload, msg: String, budget: usize, fails: impl Fn(&Workload) -> Option<String>) -> (Workload, String) {
+pub fn shrink(
+    w: &Workload,
+    msg: String,
+    budget: usize,
+    fails: impl Fn(&Workload) -> Option<String>,
+) -> (Workload, String) {
     let mut best = (w.clone(), msg);
     if best.1.contains("did not finish within") {
         return best; // a hang: shrinking would take RUN_TIMEOUT per step
