@@ -177,9 +177,7 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
     }
 
     fn check(&mut self, name: &str, t: Table<'_, '_>, errors: &mut Errors) -> Option<Checked> {
-        let Some((kind, kind_span)) = t.required_str("kind", errors, &format!("one of {}", KINDS.join(", "))) else {
-            return None;
-        };
+        let (kind, kind_span) = t.required_str("kind", errors, &format!("one of {}", KINDS.join(", ")))?;
         if !KINDS.contains(&kind) {
             errors.at(&kind_span, &t.child_path("kind"), format!("must be one of {}", KINDS.join(", ")));
             return None;

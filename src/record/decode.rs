@@ -123,6 +123,9 @@ fn is_canonical_base64(s: &str) -> bool {
     engine.decode(s).is_ok_and(|bytes| engine.encode(bytes) == s)
 }
 
+/// Doubles that convert to an i64 exactly: [−2^63, 2^63) (both ends are exact doubles).
+const I64_AS_F64_RANGE: std::ops::Range<f64> = -9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0;
+
 /// `arrival`: an integral number within int64 (`5.0` counts, `5.5` and `true` do not).
 fn json_integer(json: &Json) -> Option<i64> {
     let Json::Number(n) = json else { return None };
@@ -135,7 +138,7 @@ fn number_as_integral_i64(n: &Number) -> Option<i64> {
     }
     let f = n.as_f64()?;
     // 2^63 is exactly representable; every double below it and ≥ −2^63 fits an i64.
-    (f.fract() == 0.0 && (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&f)).then_some(f as i64)
+    (f.fract() == 0.0 && I64_AS_F64_RANGE.contains(&f)).then_some(f as i64)
 }
 
 /// The event time of the line: `Ok(None)` for ingest time, `Err` when the field is unusable.
@@ -161,7 +164,7 @@ fn event_time(schema: &Schema, object: &Map<String, Json>) -> Result<Option<i64>
 /// Seconds as a double → ms: the double product rounded to the nearest ms, halves away from zero.
 fn seconds_to_ms(s: f64) -> Option<i64> {
     let ms = (s * 1000.0).round();
-    (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&ms).then_some(ms as i64)
+    I64_AS_F64_RANGE.contains(&ms).then_some(ms as i64)
 }
 
 /// Whether `ts` lies in [arrival − max_age, arrival + max_skew] (else `time_out_of_range`).
