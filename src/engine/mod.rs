@@ -13,9 +13,11 @@
 //! Skipped ticks: a tick that cannot change anything is not run — no stream received rows since
 //! the last one and no operator advances with processing time; the next tick that matters is then
 //! the next idleness transition. While some operator advances with processing time, ticks are
-//! jumped over only when no operator reads another's output: a jump gives the same watermark as
-//! the steps it replaces (it is a function of the tick), but upstream results emitted in one go
-//! would meet a downstream watermark that stepping would have moved, and lateness would change.
+//! jumped over (to the next idleness transition or the last tick before the next row) when no
+//! operator reads another's output, or when no operator holds anything a watermark could emit: a
+//! jump gives the same watermarks as the steps it replaces (they are a function of the tick), but
+//! upstream results emitted in one go would meet a downstream watermark that stepping would have
+//! moved, and which of them are late downstream would change.
 //!
 //! Shards: each operator runs one instance per shard; a row goes to the instance of its key's
 //! shard (`key_hash % shards`), a broadcast row to all. Watermarks are the operator's, the same
@@ -150,12 +152,17 @@ impl Engine {
                     Some(due) if due <= to => t = due,
                     _ => break,
                 }
-            } else if !new_rows && !self.chained {
+            } else if !new_rows && (!self.chained || self.quiescent()) {
                 t = self.next_idle_transition(t).unwrap_or(i128::MAX).min(tick_at_or_before(to));
             }
             self.tick(t, emit);
         }
         self.now = self.now.max(to);
+    }
+
+    /// No operator holds anything that a moving watermark could emit.
+    fn quiescent(&self) -> bool {
+        self.operators.iter().all(|o| o.instances.iter().all(Operator::is_quiescent))
     }
 
     fn advancing(&self) -> bool {

@@ -181,6 +181,10 @@ impl IntervalJoin {
         self.watermark.plus(-self.spec.hold_back())
     }
 
+    pub fn is_quiescent(&self) -> bool {
+        self.timers.is_empty()
+    }
+
     pub fn state_rows(&self) -> usize {
         self.state.iter().map(KeyedStore::rows).sum()
     }

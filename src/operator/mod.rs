@@ -91,6 +91,13 @@ impl Operator {
         }
     }
 
+    /// Nothing is pending that a moving watermark could emit (no timers).
+    pub fn is_quiescent(&self) -> bool {
+        match self {
+            Operator::IntervalJoin(op) => op.is_quiescent(),
+        }
+    }
+
     pub fn state_rows(&self) -> usize {
         match self {
             Operator::IntervalJoin(op) => op.state_rows(),

@@ -111,11 +111,17 @@ pub fn typed_value(ty: FieldType, json: &Json) -> Option<Value> {
     Some(match (ty, json) {
         (FieldType::String, Json::String(s)) => Value::Str(s.as_str().into()),
         (FieldType::Bytes, Json::String(s)) if is_canonical_base64(s) => Value::Str(s.as_str().into()),
-        (FieldType::Int, Json::Number(n)) => Value::Int(n.as_i64()?),
+        (FieldType::Int, Json::Number(n)) => Value::Int(json_int(n)?),
         (FieldType::Float, Json::Number(n)) => Value::Float(n.as_f64()?),
         (FieldType::Bool, Json::Bool(b)) => Value::Bool(*b),
         _ => return None,
     })
+}
+
+/// A JSON integer within int64. serde_json reads the integer `-0` as the double −0.0 (to keep its
+/// sign), so a zero double counts as 0; the cost is that `0.0` and `-0.0` are taken as ints too.
+fn json_int(n: &Number) -> Option<i64> {
+    n.as_i64().or_else(|| (n.as_f64() == Some(0.0)).then_some(0))
 }
 
 fn is_canonical_base64(s: &str) -> bool {
@@ -210,6 +216,7 @@ mod tests {
         assert_eq!(reason(r#"{"device":"a","ts":1,"n":1e999}"#), Some("invalid_json".into()));
         assert_eq!(reason(r#"{"device":"\ud800","ts":1,"n":1}"#), Some("invalid_json".into()));
         assert_eq!(reason(r#"{"device":"a","ts":1,"n":-9223372036854775808,"x":[]}"#), None);
+        assert_eq!(reason(r#"{"device":"a","ts":-0,"n":-0}"#), None);
     }
 
     #[test]
