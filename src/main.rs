@@ -43,6 +43,10 @@ enum Command {
         /// Write the final metrics (Prometheus text) to this file.
         #[arg(long, value_name = "FILE")]
         metrics: Option<PathBuf>,
+        /// Run every 200 ms tick instead of skipping those that change nothing (slow; the output
+        /// is the same).
+        #[arg(long)]
+        every_tick: bool,
     },
 }
 
@@ -76,7 +80,10 @@ fn main() -> ExitCode {
             eprintln!("{}: valid", config_path.display());
             Ok(())
         }
-        Command::Replay { shards, inputs, outputs, metrics, .. } => replay(&plan, shards, &inputs, &outputs, metrics),
+        Command::Replay { shards, inputs, outputs, metrics, every_tick, .. } => {
+            let shards = shards.map(usize::from).or(plan.runtime.shards).unwrap_or_else(default_shards);
+            replay(&plan, ReplayArgs { shards, every_tick, inputs: &inputs, outputs: &outputs }, metrics)
+        }
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -87,23 +94,17 @@ fn main() -> ExitCode {
     }
 }
 
-fn replay(
-    plan: &Plan,
-    shards: Option<u16>,
-    inputs: &[(String, PathBuf)],
-    outputs: &[(String, PathBuf)],
-    metrics: Option<PathBuf>,
-) -> anyhow::Result<()> {
-    let shards = shards
-        .map(usize::from)
-        .or(plan.runtime.shards)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
-    let args = ReplayArgs { shards, inputs, outputs };
+/// `shards = "auto"`: one per core.
+fn default_shards() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+fn replay(plan: &Plan, args: ReplayArgs<'_>, metrics: Option<PathBuf>) -> anyhow::Result<()> {
     let summary = replay::run(plan, &args)?;
     if let Some(path) = metrics {
         let text = braid::ops::metrics::render(plan, &summary.engine);
         std::fs::write(&path, text).with_context(|| format!("--metrics {}", path.display()))?;
     }
-    tracing::info!(lines = summary.lines, shards, "Replay finished");
+    tracing::info!(lines = summary.lines, shards = args.shards, "Replay finished");
     Ok(())
 }

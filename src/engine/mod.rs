@@ -84,6 +84,8 @@ pub struct Engine {
     now: i128,
     scratch: Output,
     queue: VecDeque<(NodeRef, Row)>,
+    /// Run every tick, skipping none (the reference the skipping is tested against).
+    step_every_tick: bool,
 }
 
 impl Engine {
@@ -136,7 +138,14 @@ impl Engine {
             now: start,
             scratch: Output::default(),
             queue: VecDeque::new(),
+            step_every_tick: false,
         }
+    }
+
+    /// Runs every tick instead of skipping those that cannot change anything: slow, and the
+    /// same output (`tests/tick_skipping.rs` holds braid to that).
+    pub fn step_every_tick(&mut self, on: bool) {
+        self.step_every_tick = on;
     }
 
     /// Runs every tick in (now, to] that can change anything.
@@ -146,7 +155,7 @@ impl Engine {
             if t > to {
                 break;
             }
-            let new_rows = self.streams.iter().any(|s| s.clock.has_new_rows());
+            let new_rows = self.step_every_tick || self.streams.iter().any(|s| s.clock.has_new_rows());
             if !new_rows && !self.advancing() {
                 match self.next_idle_transition(t) {
                     Some(due) if due <= to => t = due,

@@ -39,6 +39,8 @@ pub enum ReplayError {
 
 pub struct ReplayArgs<'a> {
     pub shards: usize,
+    /// Run every 200 ms tick, skipping none (for checking that skipping changes nothing).
+    pub every_tick: bool,
     pub inputs: &'a [(String, PathBuf)],
     pub outputs: &'a [(String, PathBuf)],
 }
@@ -77,6 +79,7 @@ pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
     let _state = StateDir::open(plan)?;
     let start = inputs.lines.first().map_or(0, |l| i128::from(l.arrival));
     let mut engine = Engine::new(plan, args.shards, start);
+    engine.step_every_tick(args.every_tick);
     let mut ids = IdHasher::default();
     let lines = std::mem::take(&mut inputs.lines);
     let count = lines.len();
