@@ -58,13 +58,25 @@ fn config(rng: &mut Rng) -> String {
 fn input(rng: &mut Rng) -> String {
     let mut t: i64 = 1_767_225_600_000 + rng.below(1000) as i64;
     let mut rows = Vec::new();
-    for i in 0..rng.below(40) + 5 {
+    let mut row = |rng: &mut Rng, ts: i64, arrival: i64, v: usize| {
+        (arrival, format!("{{\"k\":\"k{}\",\"ts\":{ts},\"v\":{v},\"arrival\":{arrival}}}", rng.below(3)))
+    };
+    for i in 0..rng.below(40) as usize + 5 {
         t += rng.pick(&[0, 100, 200, 500]);
-        if rng.below(8) == 0 {
-            t += rng.pick(&[3_000, 20_000, 600_000, 3_600_000]);
+        if rng.below(6) == 0 {
+            // The device goes silent; often it then uploads what it buffered meanwhile, rows
+            // whose lateness depends on exactly how far idle advancing moved the watermark.
+            let gap = rng.pick(&[1_000, 1_900, 3_000, 20_000, 600_000]);
+            if rng.below(2) == 0 {
+                for j in 0..rng.below(4) {
+                    let ts = t + rng.below(gap as u64) as i64;
+                    rows.push(row(rng, ts, t + gap, 1000 * i + j as usize));
+                }
+            }
+            t += gap;
         }
         let delay = if rng.below(12) == 0 { 1_500 + rng.below(3_000) as i64 } else { rng.below(301) as i64 };
-        rows.push((t + delay, format!("{{\"k\":\"k{}\",\"ts\":{t},\"v\":{i},\"arrival\":{}}}", rng.below(3), t + delay)));
+        rows.push(row(rng, t, t + delay, i));
     }
     rows.sort();
     rows.into_iter().map(|(_, line)| line + "\n").collect()
@@ -74,7 +86,8 @@ const OUTPUTS: [&str; 4] = ["u", "u.late", "x", "x.late"];
 
 fn run(dir: &Path, text: &str, every_tick: bool) -> Vec<Vec<String>> {
     let plan = braid::config::parse("gen.toml", text).unwrap();
-    let inputs: Vec<(String, PathBuf)> = ["a", "b", "c"].iter().map(|s| (s.to_string(), dir.join(format!("{s}.jsonl")))).collect();
+    let inputs: Vec<(String, PathBuf)> =
+        ["a", "b", "c"].iter().map(|s| (s.to_string(), dir.join(format!("{s}.jsonl")))).collect();
     let tag = if every_tick { "step" } else { "skip" };
     let outputs: Vec<(String, PathBuf)> =
         OUTPUTS.iter().map(|o| (o.to_string(), dir.join(format!("{tag}-{o}.jsonl")))).collect();
