@@ -1,1 +1,93 @@
+use super::*;
 
+const VALID: &str = r#"
+[streams.status]
+key = "device"
+time = { field = "ts", unit = "ms" }
+fields = { device = "string", ts = "int", seq = "int" }
+
+[streams.command]
+key = "device"
+time = { field = "ts" }
+fields = { device = "string", ts = "int", cmd_id = "string" }
+
+[operators.effect]
+kind = "interval_join"
+left = "command"
+right = "status"
+lower = "-3s"
+upper = "5s"
+lower_exclusive = true
+join = "left"
+select = ["left.cmd_id", "right.seq", "right.device", "right.ts AS status_ts"]
+"#;
+
+fn errors(text: &str) -> Vec<String> {
+    match parse("t.toml", text) {
+        Ok(_) => Vec::new(),
+        Err(e) => e.to_string().lines().map(str::to_owned).collect(),
+    }
+}
+
+#[test]
+fn a_valid_config_becomes_a_plan() {
+    let plan = parse("t.toml", VALID).unwrap();
+    assert_eq!(plan.streams.len(), 2);
+    assert_eq!(plan.runtime.shards, None);
+    assert!(plan.runtime.idle_advance);
+    assert_eq!(plan.streams[0].idle_timeout, 30_000, "default idle_timeout");
+    assert_eq!(plan.streams[0].max_payload, 256 * 1024);
+    let effect = &plan.operators[0];
+    assert_eq!(effect.inputs, [NodeRef::Stream(1), NodeRef::Stream(0)]);
+    let names: Vec<&str> = effect.output.fields.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["device", "cmd_id", "seq", "status_ts", "_kind"], "key first, selected key not repeated");
+    assert!(effect.output.fields[2].nullable, "a left join can miss the right side");
+    let OperatorSpec::IntervalJoin(spec) = &effect.spec;
+    assert_eq!((spec.lower, spec.upper), (-2999, 5000), "lower_exclusive moves lower by 1 ms");
+}
+
+#[test]
+fn errors_point_at_keys_and_headers() {
+    let text = VALID.replace("upper = \"5s\"", "upper = \"-4s\"").replace("seq = \"int\" }", "seq = \"integer\" }");
+    let got = errors(&text);
+    assert_eq!(
+        got,
+        [
+            "t.toml:5:43: streams.status.fields.seq: unknown type \"integer\" (string, int, float, bool, bytes)",
+            "t.toml:16:1: operators.effect.lower: the bounds leave no room: lower' = -2999 ms > upper' = -4000 ms \
+             (after the exclusive flags)",
+        ]
+    );
+    let got =
+        errors(&format!("{VALID}\n[operators.status]\nkind = \"absence\"\ninput = \"status\"\ntimeout = \"1s\"\n"));
+    assert_eq!(got[0], "t.toml:22:1: operators.status: name \"status\" is already used by a stream");
+    assert!(got[1].starts_with("t.toml:23:1: operators.status.kind: kind \"absence\" is not available in this build"));
+}
+
+#[test]
+fn every_error_is_reported_at_once() {
+    let text = VALID
+        .replace("kind = \"interval_join\"", "kind = \"interval_join\"\ncolour = 1")
+        .replace("\"right.seq\"", "\"right.nope\"")
+        .replace("[streams.command]\nkey = \"device\"", "[streams.command]\nkey = \"nokey\"");
+    let got = errors(&text);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got[0].contains("streams.command.key: key field \"nokey\" is not in `fields`"), "{got:?}");
+    assert!(got[1].contains("operators.effect.colour: unknown key"), "{got:?}");
+    // The broken stream hides the operator's select error, which would only repeat it.
+}
+
+#[test]
+fn syntax_errors_carry_the_parser_position() {
+    let got = errors("[streams.a]\nkey = \n");
+    assert_eq!(got.len(), 1);
+    assert!(got[0].starts_with("t.toml:2:"), "{got:?}");
+}
+
+#[test]
+fn line_col_counts_characters() {
+    let e = ConfigErrors { file: "f".into(), text: "ä = 1\n  [x]\n".into(), errors: Vec::new() };
+    assert_eq!(e.line_col(0), (1, 1));
+    assert_eq!(e.line_col(5), (1, 5));
+    assert_eq!(e.line_col(10), (2, 3), "a key inside a header is reported at its [");
+}
