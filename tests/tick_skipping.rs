@@ -58,7 +58,7 @@ fn config(rng: &mut Rng) -> String {
 fn input(rng: &mut Rng) -> String {
     let mut t: i64 = 1_767_225_600_000 + rng.below(1000) as i64;
     let mut rows = Vec::new();
-    let mut row = |rng: &mut Rng, ts: i64, arrival: i64, v: usize| {
+    let row = |rng: &mut Rng, ts: i64, arrival: i64, v: usize| {
         (arrival, format!("{{\"k\":\"k{}\",\"ts\":{ts},\"v\":{v},\"arrival\":{arrival}}}", rng.below(3)))
     };
     for i in 0..rng.below(40) as usize + 5 {

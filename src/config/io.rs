@@ -180,10 +180,8 @@ pub fn sinks(section: Table<'_, '_>, streams: &Streams, graph: &Graph, errors: &
 }
 
 fn sink_inputs(t: Table<'_, '_>, streams: &Streams, graph: &Graph, errors: &mut Errors) -> Vec<String> {
-    let Some(items) = t.str_list("inputs", errors).filter(|i| !i.is_empty()) else {
-        t.error("inputs", errors, "required: a non-empty list of streams, operators, OPERATOR.late or dead_letter");
-        return Vec::new();
-    };
+    let what = "a list of streams, operators, OPERATOR.late or dead_letter";
+    let Some(items) = t.required_list("inputs", errors, what) else { return Vec::new() };
     let known = |name: &str| {
         let operator = name.strip_suffix(".late").unwrap_or(name);
         name == DEAD_LETTER

@@ -53,17 +53,27 @@ impl ConfigErrors {
     /// (line, column), both from 1; the column counts characters. A key in a `[table]` header
     /// is reported at the header's `[`.
     pub fn line_col(&self, offset: usize) -> (usize, usize) {
-        let before = &self.text[..floor_char_boundary(&self.text, offset)];
-        let line = before.matches('\n').count() + 1;
-        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-        let indent = self.text[line_start..].len() - self.text[line_start..].trim_start_matches([' ', '\t']).len();
-        let column = if self.text[line_start + indent..].starts_with('[') {
-            indent + 1
-        } else {
-            before[line_start..].chars().count() + 1
-        };
-        (line, column)
+        let (line, column) = self.exact_line_col(offset);
+        let line_start = self.text[..floor_char_boundary(&self.text, offset)].rfind('\n').map_or(0, |i| i + 1);
+        let rest = &self.text[line_start..];
+        let header = rest.trim_start_matches([' ', '\t', '\u{feff}']);
+        match header.starts_with('[') {
+            true => (line, columns(&rest[..rest.len() - header.len()]) + 1),
+            false => (line, column),
+        }
     }
+
+    /// (line, column) of `offset` itself.
+    fn exact_line_col(&self, offset: usize) -> (usize, usize) {
+        let before = &self.text[..floor_char_boundary(&self.text, offset)];
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        (before.matches('\n').count() + 1, columns(&before[line_start..]) + 1)
+    }
+}
+
+/// Characters an editor shows: a byte-order mark takes no column.
+fn columns(s: &str) -> usize {
+    s.chars().filter(|&c| c != '\u{feff}').count()
 }
 
 fn floor_char_boundary(s: &str, mut i: usize) -> usize {
@@ -77,7 +87,7 @@ fn floor_char_boundary(s: &str, mut i: usize) -> usize {
 impl fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for e in &self.errors {
-            let (line, col) = self.line_col(e.offset);
+            let (line, col) = if e.path.is_empty() { self.exact_line_col(e.offset) } else { self.line_col(e.offset) };
             let path = if e.path.is_empty() { String::new() } else { format!("{}: ", e.path) };
             writeln!(f, "{}:{line}:{col}: {path}{}", self.file, e.message)?;
         }
@@ -160,13 +170,23 @@ impl Plan {
 pub fn load(path: &Path) -> Result<Plan, ConfigErrors> {
     let file = path.display().to_string();
     match std::fs::read(path) {
-        Ok(bytes) => parse(&file, &String::from_utf8_lossy(&bytes)),
-        Err(e) => Err(ConfigErrors {
-            file,
-            text: String::new(),
-            errors: vec![ConfigError { offset: 0, path: String::new(), message: format!("cannot read: {e}") }],
-        }),
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => parse(&file, &text),
+            Err(e) => {
+                let offset = e.utf8_error().valid_up_to();
+                let text = String::from_utf8_lossy(e.as_bytes()).into_owned();
+                Err(ConfigErrors { file, text, errors: vec![syntax_error(offset, "invalid UTF-8".into())] })
+            }
+        },
+        Err(e) => {
+            Err(ConfigErrors { file, text: String::new(), errors: vec![syntax_error(0, format!("cannot read: {e}"))] })
+        }
     }
+}
+
+/// An error about the file itself rather than a key: reported at its exact position.
+fn syntax_error(offset: usize, message: String) -> ConfigError {
+    ConfigError { offset, path: String::new(), message }
 }
 
 /// Checks configuration text; `file` names it in error messages.
@@ -176,7 +196,7 @@ pub fn parse(file: &str, text: &str) -> Result<Plan, ConfigErrors> {
         Ok(document) => document,
         Err(e) => {
             let offset = e.span().map_or(0, |s| s.start);
-            return fail(vec![ConfigError { offset, path: String::new(), message: e.message().trim().to_owned() }]);
+            return fail(vec![syntax_error(offset, e.message().trim().to_owned())]);
         }
     };
     let mut errors = Errors::default();

@@ -330,10 +330,7 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
     }
 
     fn union(&mut self, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
-        let Some(names) = t.str_list("inputs", errors).filter(|n| !n.is_empty()) else {
-            t.error("inputs", errors, "required: a non-empty list of stream or operator names");
-            return None;
-        };
+        let names = t.required_list("inputs", errors, "a list of stream or operator names")?;
         let inputs: Vec<Option<Input>> =
             names.iter().map(|(n, span)| self.input(t, "inputs", n, span, errors)).collect();
         let inputs: Vec<Input> = inputs.into_iter().collect::<Option<_>>()?;
@@ -441,12 +438,7 @@ fn select(
     errors: &mut Errors,
 ) -> Option<(Vec<Column>, Vec<Field>)> {
     let path = t.child_path("select");
-    let Some(items) = t.str_list("select", errors).filter(|i| !i.is_empty()) else {
-        if t.get("select").is_none() || t.str_list("select", &mut Errors::default()).is_some() {
-            t.error("select", errors, "required: a non-empty list like [\"left.f\", \"right.g AS h\"]");
-        }
-        return None;
-    };
+    let items = t.required_list("select", errors, "a list like [\"left.f\", \"right.g AS h\"]")?;
     let left_key = inputs[LEFT].key_field()?.clone();
     let mut columns = vec![Column::Key];
     let mut fields = vec![Field { nullable: false, ..left_key.clone() }];
@@ -554,14 +546,8 @@ fn aggregates(
     errors: &mut Errors,
 ) -> Option<Vec<Field>> {
     let path = t.child_path("aggregate");
-    let Some(items) = t.str_list("aggregate", errors).filter(|i| !i.is_empty()) else {
-        t.error(
-            "aggregate",
-            errors,
-            "required: a non-empty list like [\"count(left) AS n\", \"sum(right.x) AS total\"]",
-        );
-        return None;
-    };
+    let what = "a list like [\"count(left) AS n\", \"sum(right.x) AS total\"]";
+    let items = t.required_list("aggregate", errors, what)?;
     let key = inputs[LEFT].key_field()?.clone();
     let mut fields = vec![Field { nullable: false, ..key }];
     let before = errors.count();

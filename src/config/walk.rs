@@ -175,6 +175,20 @@ impl<'a, 'i> Table<'a, 'i> {
         (out.len() == items.len()).then_some(out)
     }
 
+    /// A required non-empty list of strings; one error whatever is wrong with it.
+    pub fn required_list(&self, key: &str, errors: &mut Errors, what: &str) -> Option<Vec<(&'a str, Range<usize>)>> {
+        if self.get(key).is_none() {
+            self.missing(key, errors, what);
+            return None;
+        }
+        let list = self.str_list(key, errors)?;
+        if list.is_empty() {
+            self.error(key, errors, format!("must not be empty: {what}"));
+            return None;
+        }
+        Some(list)
+    }
+
     /// A duration (`"-3s"`, `"500ms"`), negative allowed.
     pub fn duration(&self, key: &str, errors: &mut Errors) -> Option<i64> {
         let (text, span) = self.str(key, errors)?;
