@@ -8,7 +8,7 @@
 //! `validate` passes exactly what `run` and `replay` accept.
 
 mod io;
-mod operators;
+pub(crate) mod operators;
 mod streams;
 pub mod walk;
 

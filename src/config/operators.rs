@@ -12,7 +12,7 @@ use super::walk::{Errors, Table, type_name};
 use super::{NodeRef, OperatorDef, RESERVED_FIELDS};
 use crate::operator::interval_join::{JoinType, LEFT, RIGHT};
 use crate::operator::projection::Column;
-use crate::operator::{IntervalJoinSpec, OperatorSpec, Projection};
+use crate::operator::{self, OperatorSpec};
 use crate::record::schema::Field;
 use crate::record::{FieldType, Schema, TimeSpec};
 
@@ -24,7 +24,6 @@ pub struct Graph {
 }
 
 const KINDS: [&str; 7] = ["union", "connect", "window_join", "cogroup", "interval_join", "temporal_join", "absence"];
-const BUILT_KINDS: [&str; 1] = ["interval_join"];
 
 fn allowed_keys(kind: &str) -> &'static [&'static str] {
     match kind {
@@ -42,14 +41,14 @@ fn allowed_keys(kind: &str) -> &'static [&'static str] {
 
 /// An input as an operator sees it.
 #[derive(Clone)]
-struct Input {
-    node: NodeRef,
-    name: String,
-    schema: Schema,
+pub struct Input {
+    pub node: NodeRef,
+    pub name: String,
+    pub schema: Schema,
 }
 
 impl Input {
-    fn key_field(&self) -> Option<&Field> {
+    pub fn key_field(&self) -> Option<&Field> {
         self.schema.key_field()
     }
 }
@@ -67,7 +66,8 @@ struct Checked {
     spec: Option<OperatorSpec>,
 }
 
-struct Builder<'s, 'a, 'i> {
+/// Resolves operator inputs (checking upstream operators first) while each kind checks its table.
+pub struct Builder<'s, 'a, 'i> {
     section: Table<'a, 'i>,
     streams: &'s Streams,
     status: HashMap<String, Status>,
@@ -142,7 +142,7 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
 
     /// Resolves a stream or operator name; `None` when it is unknown (error) or broken (no error:
     /// it has its own).
-    fn input(
+    pub fn input(
         &mut self,
         t: Table<'_, '_>,
         key: &str,
@@ -171,7 +171,7 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
         Some(Input { node: NodeRef::Operator(i), name: name.to_owned(), schema })
     }
 
-    fn named_input(&mut self, t: Table<'_, '_>, key: &str, errors: &mut Errors) -> Option<Input> {
+    pub fn named_input(&mut self, t: Table<'_, '_>, key: &str, errors: &mut Errors) -> Option<Input> {
         let (name, span) = t.required_str(key, errors, "the name of a stream or operator")?;
         self.input(t, key, name, &span, errors)
     }
@@ -183,27 +183,24 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
             return None;
         }
         t.check_keys(allowed_keys(kind), errors);
-        let checked = match kind {
-            "interval_join" => self.interval_join(name, t, errors),
-            "window_join" | "cogroup" => self.windowed(kind, t, errors),
-            "temporal_join" => self.temporal_join(t, errors),
-            "connect" => self.connect(t, errors),
-            "union" => self.union(t, errors),
-            _ => self.absence(t, errors),
+        let built = match kind {
+            "interval_join" => operator::interval_join::check(self, name, t, errors),
+            "window_join" => operator::window_join::check(self, name, t, errors),
+            "cogroup" => operator::cogroup::check(self, name, t, errors),
+            "temporal_join" => operator::temporal_join::check(self, name, t, errors),
+            "connect" => operator::connect::check(self, name, t, errors),
+            "union" => operator::union::check(self, name, t, errors),
+            _ => operator::absence::check(self, name, t, errors),
         };
-        if !BUILT_KINDS.contains(&kind) {
-            errors.at(
-                &kind_span,
-                &t.child_path("kind"),
-                format!("kind {kind:?} is not available in this build (it runs: {})", BUILT_KINDS.join(", ")),
-            );
+        if built.as_ref().is_some_and(|b| b.spec.is_none()) {
+            errors.at(&kind_span, &t.child_path("kind"), format!("kind {kind:?} is not available in this build"));
         }
-        checked.map(|(inputs, output, spec)| Checked { name: name.to_owned(), inputs, output, spec })
+        built.map(|b| Checked { name: name.to_owned(), inputs: b.inputs, output: b.output, spec: b.spec })
     }
 
     /// `left` and `right`: keyed alike (string vs int keys never match), broadcast only where
     /// allowed.
-    fn two_inputs(&mut self, t: Table<'_, '_>, broadcast_right: bool, errors: &mut Errors) -> Option<[Input; 2]> {
+    pub fn two_inputs(&mut self, t: Table<'_, '_>, broadcast_right: bool, errors: &mut Errors) -> Option<[Input; 2]> {
         let left = self.named_input(t, "left", errors);
         let right = self.named_input(t, "right", errors);
         let (left, right) = (left?, right?);
@@ -227,175 +224,24 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
         // operator (select, output schema) is still checked against these inputs.
         Some([left, right])
     }
-
-    fn interval_join(&mut self, name: &str, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
-        let inputs = self.two_inputs(t, false, errors);
-        let required = |key: &str, errors: &mut Errors| {
-            if t.get(key).is_none() {
-                t.missing(key, errors, "a duration such as \"-3s\" or \"500ms\"");
-            }
-            t.duration(key, errors)
-        };
-        let lower = required("lower", errors);
-        let upper = required("upper", errors);
-        let lower_exclusive = t.bool("lower_exclusive", false, errors);
-        let upper_exclusive = t.bool("upper_exclusive", false, errors);
-        let join = join_type(t, &["inner", "left", "right", "full"], errors);
-        let (lower, upper) = (lower? + i64::from(lower_exclusive), upper? - i64::from(upper_exclusive));
-        if lower > upper {
-            let message = format!(
-                "the bounds leave no room: lower' = {lower} ms > upper' = {upper} ms (after the exclusive flags)"
-            );
-            t.error("lower", errors, message);
-        }
-        let inputs = inputs?;
-        let join = join?;
-        let missing = [join.keeps_unmatched(RIGHT), join.keeps_unmatched(LEFT)];
-        let (columns, fields) = select(t, &inputs, missing, errors)?;
-        let (output, rekey) = output_schema(t, fields, errors)?;
-        let projection = Projection { columns, rekey };
-        let spec = IntervalJoinSpec { name: name.to_owned(), lower, upper, join, projection };
-        Some((inputs.map(|i| i.node).to_vec(), output, Some(OperatorSpec::IntervalJoin(spec))))
-    }
-
-    fn windowed(&mut self, kind: &str, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
-        let inputs = self.two_inputs(t, false, errors);
-        window(t, errors);
-        let _ = t.duration_or("allowed_lateness", 0, errors);
-        let fields = if kind == "window_join" {
-            if let Some(v) = t.get("where").filter(|v| !v.get_ref().is_str()) {
-                t.error("where", errors, format!("expected a condition string, found {}", type_name(v.get_ref())));
-            }
-            select(t, inputs.as_ref()?, [false, false], errors)?.1
-        } else {
-            let join = join_type(t, &["inner", "left", "right", "full"], errors)?;
-            aggregates(t, inputs.as_ref()?, [join.keeps_unmatched(RIGHT), join.keeps_unmatched(LEFT)], errors)?
-        };
-        let mut fields = fields;
-        let meta = [("_window_start", FieldType::Int), ("_window_end", FieldType::Int), ("_version", FieldType::Int)];
-        fields.extend(meta.map(|(name, ty)| Field { name: name.into(), ty, nullable: false }));
-        let (output, _) = output_schema(t, fields, errors)?;
-        Some((inputs?.map(|i| i.node).to_vec(), output, None))
-    }
-
-    fn temporal_join(&mut self, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
-        let inputs = self.two_inputs(t, true, errors);
-        let join = join_type(t, &["inner", "left"], errors)?;
-        let (_, fields) = select(t, inputs.as_ref()?, [false, join == JoinType::Left], errors)?;
-        let (output, _) = output_schema(t, fields, errors)?;
-        Some((inputs?.map(|i| i.node).to_vec(), output, None))
-    }
-
-    fn connect(&mut self, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
-        let function = t.required_str("function", errors, "threshold or reconcile");
-        let threshold = match function {
-            Some(("threshold", _)) => true,
-            Some(("reconcile", _)) => false,
-            Some((_, span)) => {
-                errors.at(&span, &t.child_path("function"), "must be threshold or reconcile");
-                return None;
-            }
-            None => return None,
-        };
-        let inputs = self.two_inputs(t, threshold, errors);
-        let misplaced = |key: &str, owner: &str, errors: &mut Errors| {
-            if t.get(key).is_some() {
-                t.error(key, errors, format!("belongs to function = {owner:?}"));
-            }
-        };
-        if threshold {
-            misplaced("timeout", "reconcile", errors);
-            if let Some(inputs) = &inputs {
-                for (key, input) in [("value", &inputs[0]), ("limit", &inputs[1])] {
-                    match t.required_str(key, errors, &format!("a field of {}", input.name)) {
-                        Some((f, span)) if input.schema.position(f).is_none() => {
-                            errors.at(&span, &t.child_path(key), format!("{f:?} is not a field of {}", input.name));
-                        }
-                        _ => {}
-                    }
-                }
-            }
-        } else {
-            misplaced("value", "threshold", errors);
-            misplaced("limit", "threshold", errors);
-            if t.get("timeout").is_none() {
-                t.missing("timeout", errors, "a duration such as \"5s\"");
-            }
-            let _ = t.duration_or("timeout", 0, errors);
-        }
-        let missing = if threshold { [false, false] } else { [true, true] };
-        let (_, fields) = select(t, inputs.as_ref()?, missing, errors)?;
-        let (output, _) = output_schema(t, fields, errors)?;
-        Some((inputs?.map(|i| i.node).to_vec(), output, None))
-    }
-
-    fn union(&mut self, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
-        let names = t.required_list("inputs", errors, "a list of stream or operator names")?;
-        let inputs: Vec<Option<Input>> =
-            names.iter().map(|(n, span)| self.input(t, "inputs", n, span, errors)).collect();
-        let inputs: Vec<Input> = inputs.into_iter().collect::<Option<_>>()?;
-        let first = &inputs[0];
-        for (input, (_, span)) in inputs.iter().zip(&names) {
-            if input.key_field().is_none() {
-                errors.at(span, &t.child_path("inputs"), broadcast_refused(&input.name));
-                return None;
-            }
-            let differs: Vec<String> = first
-                .schema
-                .fields
-                .iter()
-                .zip(&input.schema.fields)
-                .filter(|(a, b)| a.name != b.name || a.ty != b.ty)
-                .map(|(a, b)| format!("{} {} vs {} {}", a.name, a.ty, b.name, b.ty))
-                .collect();
-            if !differs.is_empty()
-                || first.schema.fields.len() != input.schema.fields.len()
-                || first.schema.key != input.schema.key
-            {
-                let detail =
-                    if differs.is_empty() { "field count or key field".to_owned() } else { differs.join(", ") };
-                errors.at(span, &t.child_path("inputs"), format!("{} and {} differ: {detail}", first.name, input.name));
-                return None;
-            }
-        }
-        let mut fields: Vec<Field> = first.schema.fields.iter().filter(|f| f.name != "_stream").cloned().collect();
-        fields.push(Field { name: "_stream".into(), ty: FieldType::String, nullable: false });
-        let key = first.key_field().and_then(|k| fields.iter().position(|f| f.name == k.name));
-        let output = match t.get("key") {
-            Some(_) => output_schema(t, fields, errors)?.0,
-            None => Schema::new(fields, key, TimeSpec::Ingest),
-        };
-        Some((inputs.iter().map(|i| i.node).collect(), output, None))
-    }
-
-    fn absence(&mut self, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
-        let input = self.named_input(t, "input", errors);
-        if t.get("timeout").is_none() {
-            t.missing("timeout", errors, "a duration such as \"30s\"");
-        } else if t.duration("timeout", errors).is_some_and(|ms| ms <= 0) {
-            t.error("timeout", errors, "must be positive");
-        }
-        let input = input?;
-        let Some(key) = input.key_field().cloned() else {
-            t.error("input", errors, broadcast_refused(&input.name));
-            return None;
-        };
-        let fields = vec![key, Field { name: "_kind".into(), ty: FieldType::String, nullable: false }];
-        let (output, _) = output_schema(t, fields, errors)?;
-        Some((vec![input.node], output, None))
-    }
 }
 
-/// (inputs, output schema, runnable spec — `None` for kinds this build does not run).
-type Built = (Vec<NodeRef>, Schema, Option<OperatorSpec>);
+/// What checking an operator's table yields.
+pub struct Built {
+    pub inputs: Vec<NodeRef>,
+    /// The schema of its results.
+    pub output: Schema,
+    /// What the engine runs; `None` for a kind this build does not run yet.
+    pub spec: Option<OperatorSpec>,
+}
 
-fn broadcast_refused(name: &str) -> String {
+pub fn broadcast_refused(name: &str) -> String {
     format!(
         "{name} is a broadcast stream (key \"*\"): allowed only as the right input of connect threshold and temporal_join"
     )
 }
 
-fn join_type(t: Table<'_, '_>, allowed: &[&str], errors: &mut Errors) -> Option<JoinType> {
+pub fn join_type(t: Table<'_, '_>, allowed: &[&str], errors: &mut Errors) -> Option<JoinType> {
     match t.str("join", errors) {
         None if t.get("join").is_some() => None,
         None => Some(JoinType::Inner),
@@ -424,14 +270,14 @@ fn parse_select_item(item: &str) -> Option<(usize, &str, Option<&str>)> {
     (is_identifier(field) && alias.is_none_or(is_identifier)).then_some((input, field, alias))
 }
 
-fn is_identifier(s: &str) -> bool {
+pub fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
     chars.next().is_some_and(|c| c.is_alphabetic() || c == '_') && chars.all(|c| c.is_alphanumeric() || c == '_')
 }
 
 /// `select` → the columns of a result and its fields: the left key first (rule 9), then the
 /// selected fields, then `_kind`. `missing[i]`: results can lack input i (outer rows).
-fn select(
+pub fn select(
     t: Table<'_, '_>,
     inputs: &[Input; 2],
     missing: [bool; 2],
@@ -483,7 +329,7 @@ fn select(
 
 /// The output schema: keyed by the left input's key (position 0), or by `key = "FIELD"`, an
 /// output field of type string or int that is never null. Returns the re-key position too.
-fn output_schema(t: Table<'_, '_>, fields: Vec<Field>, errors: &mut Errors) -> Option<(Schema, Option<usize>)> {
+pub fn output_schema(t: Table<'_, '_>, fields: Vec<Field>, errors: &mut Errors) -> Option<(Schema, Option<usize>)> {
     let Some((rekey, span)) = t.str("key", errors) else {
         return t.get("key").is_none().then(|| (Schema::new(fields, Some(0), TimeSpec::Ingest), None));
     };
@@ -504,128 +350,6 @@ fn output_schema(t: Table<'_, '_>, fields: Vec<Field>, errors: &mut Errors) -> O
     Some((Schema::new(fields, Some(pos), TimeSpec::Ingest), Some(pos)))
 }
 
-fn window(t: Table<'_, '_>, errors: &mut Errors) {
-    let Some((span, table)) = t.table("window", errors) else {
-        if t.get("window").is_none() {
-            t.missing("window", errors, "e.g. { kind = \"tumbling\", size = \"5m\" }");
-        }
-        return;
-    };
-    let path = t.child_path("window");
-    let w = Table { path: &path, span: &span, table };
-    w.check_keys(&["kind", "size", "slide", "gap", "offset"], errors);
-    let needs: &[&str] = match w.required_str("kind", errors, "tumbling, sliding or session") {
-        Some(("tumbling", _)) => &["size"],
-        Some(("sliding", _)) => &["size", "slide"],
-        Some(("session", _)) => &["gap"],
-        Some((_, span)) => {
-            errors.at(&span, &w.child_path("kind"), "must be tumbling, sliding or session");
-            return;
-        }
-        None => return,
-    };
-    for key in ["size", "slide", "gap", "offset"] {
-        let wanted = needs.contains(&key) || (key == "offset" && !needs.contains(&"gap"));
-        match (wanted, w.get(key).is_some()) {
-            (true, false) if key != "offset" => w.missing(key, errors, "a positive duration"),
-            (false, true) => w.error(key, errors, format!("this window kind takes {}", needs.join(", "))),
-            (true, true) => match w.duration(key, errors) {
-                Some(ms) if ms <= 0 && key != "offset" => w.error(key, errors, "must be positive"),
-                _ => {}
-            },
-            _ => {}
-        }
-    }
-}
-
-/// `aggregate`: `fn(left|right[.field]) [AS alias]` with fn in count, sum, min, max, first, last.
-fn aggregates(
-    t: Table<'_, '_>,
-    inputs: &[Input; 2],
-    can_be_empty: [bool; 2],
-    errors: &mut Errors,
-) -> Option<Vec<Field>> {
-    let path = t.child_path("aggregate");
-    let what = "a list like [\"count(left) AS n\", \"sum(right.x) AS total\"]";
-    let items = t.required_list("aggregate", errors, what)?;
-    let key = inputs[LEFT].key_field()?.clone();
-    let mut fields = vec![Field { nullable: false, ..key }];
-    let before = errors.count();
-    for (item, span) in items {
-        let Some((function, input, field, alias)) = parse_aggregate(item) else {
-            errors.at(&span, &path, format!("bad aggregate {item:?} (want e.g. \"sum(right.amount) AS total\")"));
-            continue;
-        };
-        let schema = &inputs[input].schema;
-        let source = match field {
-            None if function == "count" => None,
-            None => {
-                errors.at(&span, &path, format!("{function}() needs a field: {item:?}"));
-                continue;
-            }
-            Some(f) => match schema.position(f) {
-                Some(pos) => Some(&schema.fields[pos]),
-                None => {
-                    errors.at(&span, &path, format!("{item:?}: {} has no field {f:?}", inputs[input].name));
-                    continue;
-                }
-            },
-        };
-        if function == "sum" && source.is_some_and(|f| !matches!(f.ty, FieldType::Int | FieldType::Float)) {
-            errors.at(&span, &path, format!("{item:?}: sum() needs an int or float field"));
-            continue;
-        }
-        let side = if input == LEFT { "left" } else { "right" };
-        let alias = alias.map_or_else(
-            || format!("{function}_{side}{}", field.map_or(String::new(), |f| format!("_{f}"))),
-            str::to_owned,
-        );
-        if RESERVED_FIELDS.contains(&alias.as_str()) || fields.iter().any(|f| f.name == alias) {
-            errors.at(&span, &path, format!("{item:?}: output name {alias:?} is taken"));
-            continue;
-        }
-        let (ty, nullable) = match source {
-            None => (FieldType::Int, false),
-            Some(_) if function == "count" => (FieldType::Int, false),
-            Some(f) => (f.ty, can_be_empty[input] || f.nullable),
-        };
-        fields.push(Field { name: alias, ty, nullable });
-    }
-    fields.push(Field { name: "_kind".into(), ty: FieldType::String, nullable: false });
-    (errors.count() == before).then_some(fields)
-}
-
-fn parse_aggregate(item: &str) -> Option<(&str, usize, Option<&str>, Option<&str>)> {
-    let (call, alias) = match item.trim().rsplit_once(')') {
-        Some((call, rest)) => {
-            let words: Vec<&str> = rest.split_whitespace().collect();
-            match words.as_slice() {
-                [] => (call, None),
-                [as_, alias] if (*as_ == "AS" || *as_ == "as") && is_identifier(alias) => (call, Some(*alias)),
-                _ => return None,
-            }
-        }
-        None => return None,
-    };
-    let (function, argument) = call.split_once('(')?;
-    let function = function.trim();
-    if !["count", "sum", "min", "max", "first", "last"].contains(&function) {
-        return None;
-    }
-    let argument = argument.trim();
-    let (side, field) = match argument.split_once('.') {
-        Some((side, field)) if is_identifier(field) => (side, Some(field)),
-        Some(_) => return None,
-        None => (argument, None),
-    };
-    let input = match side {
-        "left" => LEFT,
-        "right" => RIGHT,
-        _ => return None,
-    };
-    Some((function, input, field, alias))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -638,13 +362,5 @@ mod tests {
         assert_eq!(parse_select_item("middle.ts"), None);
         assert_eq!(parse_select_item("left.ts AS"), None);
         assert_eq!(parse_select_item("left.t-s"), None);
-    }
-
-    #[test]
-    fn aggregate_items() {
-        assert_eq!(parse_aggregate("count(left) AS views"), Some(("count", LEFT, None, Some("views"))));
-        assert_eq!(parse_aggregate("sum(right.amount)"), Some(("sum", RIGHT, Some("amount"), None)));
-        assert_eq!(parse_aggregate("avg(right.amount)"), None);
-        assert_eq!(parse_aggregate("count(up)"), None);
     }
 }

@@ -42,7 +42,7 @@ fn a_valid_config_becomes_a_plan() {
     let names: Vec<&str> = effect.output.fields.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(names, ["device", "cmd_id", "seq", "status_ts", "_kind"], "key first, selected key not repeated");
     assert!(effect.output.fields[2].nullable, "a left join can miss the right side");
-    let OperatorSpec::IntervalJoin(spec) = &effect.spec;
+    let OperatorSpec::IntervalJoin(spec) = &effect.spec else { panic!("an interval join") };
     assert_eq!((spec.lower, spec.upper), (-2999, 5000), "lower_exclusive moves lower by 1 ms");
 }
 

@@ -19,12 +19,14 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use crate::config::operators::{Builder, Built, join_type, output_schema, select};
+use crate::config::walk::{Errors, Table};
 use crate::record::Row;
 use crate::record::id::IdHasher;
 use crate::state::{KeyedStore, MemoryStore, RowHandle};
 use crate::time::Time;
 
-use super::{Output, Projection, ResultKind};
+use super::{OperatorSpec, Output, Projection, ResultKind};
 
 pub const LEFT: usize = 0;
 pub const RIGHT: usize = 1;
@@ -85,6 +87,36 @@ impl IntervalJoinSpec {
         let bound = if input == LEFT { i128::from(self.upper) } else { -i128::from(self.lower) };
         Time::ms(ts).plus(bound)
     }
+}
+
+/// Checks `[operators.NAME]` of kind `interval_join`.
+pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
+    let inputs = b.two_inputs(t, false, errors);
+    let required = |key: &str, errors: &mut Errors| {
+        if t.get(key).is_none() {
+            t.missing(key, errors, "a duration such as \"-3s\" or \"500ms\"");
+        }
+        t.duration(key, errors)
+    };
+    let lower = required("lower", errors);
+    let upper = required("upper", errors);
+    let lower_exclusive = t.bool("lower_exclusive", false, errors);
+    let upper_exclusive = t.bool("upper_exclusive", false, errors);
+    let join = join_type(t, &["inner", "left", "right", "full"], errors);
+    let (lower, upper) = (lower? + i64::from(lower_exclusive), upper? - i64::from(upper_exclusive));
+    if lower > upper {
+        let message =
+            format!("the bounds leave no room: lower' = {lower} ms > upper' = {upper} ms (after the exclusive flags)");
+        t.error("lower", errors, message);
+    }
+    let inputs = inputs?;
+    let join = join?;
+    let missing = [join.keeps_unmatched(RIGHT), join.keeps_unmatched(LEFT)];
+    let (columns, fields) = select(t, &inputs, missing, errors)?;
+    let (output, rekey) = output_schema(t, fields, errors)?;
+    let projection = Projection { columns, rekey };
+    let spec = IntervalJoinSpec { name: name.to_owned(), lower, upper, join, projection };
+    Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: Some(OperatorSpec::IntervalJoin(spec)) })
 }
 
 /// A stored row's eviction time.

@@ -8,31 +8,60 @@
 //! Every kind is listed in [`OperatorSpec`] and [`Operator`]; adding one means adding a variant
 //! and the compiler shows every `match` to extend.
 
+pub mod absence;
+pub mod cogroup;
+pub mod connect;
 pub mod interval_join;
 pub mod projection;
+pub mod temporal_join;
+pub mod union;
+pub mod window;
+pub mod window_join;
 
 use crate::record::Row;
 use crate::time::Time;
 
+pub use absence::{Absence, AbsenceSpec};
+pub use cogroup::{CoGroup, CoGroupSpec};
+pub use connect::{Connect, ConnectSpec};
 pub use interval_join::{IntervalJoin, IntervalJoinSpec};
 pub use projection::Projection;
+pub use temporal_join::{TemporalJoin, TemporalJoinSpec};
+pub use union::{Union, UnionSpec};
+pub use window_join::{WindowJoin, WindowJoinSpec};
 
-/// The `_kind` of a result.
+/// The `_kind` of a result (the `kind` label of `braid_operator_results_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ResultKind {
     Match,
     LeftOnly,
     RightOnly,
+    /// absence: a key went silent.
+    Absent,
+    /// absence: a silent key is back.
+    Present,
+    /// union: a row passed through (union rows carry no `_kind`).
+    Row,
 }
 
 impl ResultKind {
-    pub const ALL: [ResultKind; 3] = [ResultKind::Match, ResultKind::LeftOnly, ResultKind::RightOnly];
+    pub const ALL: [ResultKind; 6] = [
+        ResultKind::Match,
+        ResultKind::LeftOnly,
+        ResultKind::RightOnly,
+        ResultKind::Absent,
+        ResultKind::Present,
+        ResultKind::Row,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             ResultKind::Match => "match",
             ResultKind::LeftOnly => "left_only",
             ResultKind::RightOnly => "right_only",
+            ResultKind::Absent => "absent",
+            ResultKind::Present => "present",
+            ResultKind::Row => "row",
         }
     }
 }
@@ -54,59 +83,83 @@ impl Output {
 /// A checked operator configuration: what the engine instantiates once per shard.
 #[derive(Clone, Debug)]
 pub enum OperatorSpec {
+    Union(UnionSpec),
+    Connect(ConnectSpec),
+    WindowJoin(WindowJoinSpec),
+    CoGroup(CoGroupSpec),
     IntervalJoin(IntervalJoinSpec),
+    TemporalJoin(TemporalJoinSpec),
+    Absence(AbsenceSpec),
 }
 
 impl OperatorSpec {
     pub fn build(&self) -> Operator {
         match self {
+            OperatorSpec::Union(spec) => Operator::Union(Union::new(spec.clone())),
+            OperatorSpec::Connect(spec) => Operator::Connect(Connect::new(spec.clone())),
+            OperatorSpec::WindowJoin(spec) => Operator::WindowJoin(WindowJoin::new(spec.clone())),
+            OperatorSpec::CoGroup(spec) => Operator::CoGroup(CoGroup::new(spec.clone())),
             OperatorSpec::IntervalJoin(spec) => Operator::IntervalJoin(IntervalJoin::new(spec.clone())),
+            OperatorSpec::TemporalJoin(spec) => Operator::TemporalJoin(TemporalJoin::new(spec.clone())),
+            OperatorSpec::Absence(spec) => Operator::Absence(Absence::new(spec.clone())),
         }
     }
 }
 
 /// One shard's instance of an operator.
+// One instance per operator per shard, never moved on the row path: variant sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Operator {
+    Union(Union),
+    Connect(Connect),
+    WindowJoin(WindowJoin),
+    CoGroup(CoGroup),
     IntervalJoin(IntervalJoin),
+    TemporalJoin(TemporalJoin),
+    Absence(Absence),
+}
+
+/// Calls the same method on whichever operator this is.
+macro_rules! dispatch {
+    ($self:expr, $op:ident => $call:expr) => {
+        match $self {
+            Operator::Union($op) => $call,
+            Operator::Connect($op) => $call,
+            Operator::WindowJoin($op) => $call,
+            Operator::CoGroup($op) => $call,
+            Operator::IntervalJoin($op) => $call,
+            Operator::TemporalJoin($op) => $call,
+            Operator::Absence($op) => $call,
+        }
+    };
 }
 
 impl Operator {
+    /// A row reached input `input` (its index in the operator's inputs).
     pub fn on_row(&mut self, input: usize, row: Row, out: &mut Output) {
-        match self {
-            Operator::IntervalJoin(op) => op.on_row(input, row, out),
-        }
+        dispatch!(self, op => op.on_row(input, row, out))
     }
 
     /// The operator's watermark moved forward to `watermark` (+∞ at the end of input).
     pub fn on_watermark(&mut self, watermark: Time, out: &mut Output) {
-        match self {
-            Operator::IntervalJoin(op) => op.on_watermark(watermark, out),
-        }
+        dispatch!(self, op => op.on_watermark(watermark, out))
     }
 
     /// A lower bound on the `_ts` of every result this instance may still emit (rule 5).
     pub fn output_watermark(&self) -> Time {
-        match self {
-            Operator::IntervalJoin(op) => op.output_watermark(),
-        }
+        dispatch!(self, op => op.output_watermark())
     }
 
     /// Nothing is pending that a moving watermark could emit (no timers).
     pub fn is_quiescent(&self) -> bool {
-        match self {
-            Operator::IntervalJoin(op) => op.is_quiescent(),
-        }
+        dispatch!(self, op => op.is_quiescent())
     }
 
     pub fn state_rows(&self) -> usize {
-        match self {
-            Operator::IntervalJoin(op) => op.state_rows(),
-        }
+        dispatch!(self, op => op.state_rows())
     }
 
     pub fn state_bytes(&self) -> usize {
-        match self {
-            Operator::IntervalJoin(op) => op.state_bytes(),
-        }
+        dispatch!(self, op => op.state_bytes())
     }
 }
