@@ -27,7 +27,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::config::{NodeRef, Plan};
-use crate::operator::{Operator, Output};
+use crate::operator::{Operator, Output, ResultKind};
 use crate::record::{Key, Row};
 use crate::time::clock::InputTime;
 use crate::time::{OperatorClock, StreamClock, Time, next_tick, tick_at_or_before};
@@ -46,7 +46,7 @@ pub struct OperatorCounters {
     pub rows_in: Vec<u64>,
     pub late: Vec<u64>,
     /// By [`ResultKind`] in `ResultKind::ALL` order.
-    pub results: [u64; 3],
+    pub results: [u64; ResultKind::ALL.len()],
 }
 
 /// Counters of one input stream.
@@ -113,7 +113,7 @@ impl Engine {
                 counters: OperatorCounters {
                     rows_in: vec![0; o.inputs.len()],
                     late: vec![0; o.inputs.len()],
-                    results: [0; 3],
+                    results: [0; ResultKind::ALL.len()],
                 },
             })
             .collect();
