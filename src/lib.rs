@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod engine;
+pub mod mapped_file;
 pub mod operator;
 pub mod ops;
 pub mod record;

@@ -1,0 +1,234 @@
+//! Memory-mapped files: the only `memmap2` call site in braid.
+//!
+//! Rings, state arenas and checkpoints live in files mapped into memory. A mapped file is sound
+//! to use only if nothing changes its length or contents behind the mapping's back; this module
+//! is where that is guaranteed, and the argument is:
+//!
+//! 1. **One braid per file.** Every file is locked with `flock(LOCK_EX | LOCK_NB)` before it is
+//!    mapped and stays locked while mapped (the lock lives in the [`MappedFile`]); a second braid
+//!    on the same `state_dir` fails to open it instead of sharing it.
+//! 2. **No holes, so no SIGBUS on a full disk.** A file is created at its full length with
+//!    `posix_fallocate`; writing into a mapped hole on a full disk raises SIGBUS rather than an
+//!    error, and a fully allocated file has no holes.
+//! 3. **Never shrunk while mapped.** The length is set once, before mapping, and nothing in braid
+//!    truncates a mapped file (touching a page past the end of a shrunk file is SIGBUS).
+//! 4. **Validated before trusted.** [`MappedFile::open`] checks the length, the magic, the version
+//!    and the header's crc32c before any other byte is read; what lies beyond the header (ring
+//!    frames, arena records) carries its own crc, checked by its module on recovery.
+//! 5. **Raw pointers only.** The mapping is a `memmap2::MmapRaw`: it hands out raw pointers, never
+//!    references, so Rust's aliasing rules are stated by the modules that turn those pointers into
+//!    slices or atomics (the ring, the arena), each with its `SAFETY:` argument.
+//!
+//! What this cannot prevent: another program (or a person) truncating or rewriting the file
+//! without taking the lock. Like any database, braid owns its `state_dir`.
+//!
+//! Durability: `flush_range` is `msync(MS_SYNC)`; memmap2's `flush_async` (MS_ASYNC) is a no-op on
+//! Linux and is never used for durability.
+//!
+//! Header layout (64 bytes, little-endian): magic `[u8; 8]` | version u32 | reserved u32 |
+//! file length u64 | reserved `[u8; 36]` | crc32c of bytes 0..60 u32.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use memmap2::MmapRaw;
+use thiserror::Error;
+
+/// Bytes at the start of every mapped file, before its data.
+pub const HEADER_LEN: usize = 64;
+const CRC_AT: usize = 60;
+
+#[derive(Debug, Error)]
+pub enum MappedFileError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    /// Another braid holds the file: retrying will not help while it runs.
+    #[error("{0}: locked by another process (is another braid using this state_dir?)")]
+    Locked(PathBuf),
+    #[error("{path}: not a braid {expected} file (or damaged header): {reason}")]
+    Invalid { path: PathBuf, expected: String, reason: String },
+}
+
+/// A locked, fully allocated, mapped file with a checked header.
+pub struct MappedFile {
+    map: MmapRaw,
+    path: PathBuf,
+    /// Holds the flock for as long as the mapping lives.
+    _file: File,
+}
+
+impl MappedFile {
+    /// Creates (or replaces) `path` with `data_len` bytes of zeroed data after the header.
+    pub fn create(path: &Path, magic: [u8; 8], version: u32, data_len: usize) -> Result<MappedFile, MappedFileError> {
+        let io = |source| MappedFileError::Io { path: path.to_owned(), source };
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(io)?;
+        lock(&file, path)?;
+        let len = HEADER_LEN + data_len;
+        // Not mapped by anyone (we hold the lock): cutting it to zero first gives zeroed data.
+        file.set_len(0).map_err(io)?;
+        allocate(&file, len).map_err(io)?;
+        let map = MmapRaw::map_raw(&file).map_err(io)?;
+        let mapped = MappedFile { map, path: path.to_owned(), _file: file };
+        mapped.write_header(magic, version, len as u64);
+        mapped.flush_range(0, HEADER_LEN)?;
+        Ok(mapped)
+    }
+
+    /// Opens an existing file, checking its length, magic, version and header crc.
+    pub fn open(path: &Path, magic: [u8; 8], version: u32) -> Result<MappedFile, MappedFileError> {
+        let io = |source| MappedFileError::Io { path: path.to_owned(), source };
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io)?;
+        lock(&file, path)?;
+        let invalid = |reason: String| MappedFileError::Invalid {
+            path: path.to_owned(),
+            expected: String::from_utf8_lossy(&magic).trim_end_matches('\0').to_owned(),
+            reason,
+        };
+        let file_len = file.metadata().map_err(io)?.len();
+        if file_len < HEADER_LEN as u64 {
+            return Err(invalid(format!("{file_len} bytes, shorter than the header")));
+        }
+        let map = MmapRaw::map_raw(&file).map_err(io)?;
+        let mapped = MappedFile { map, path: path.to_owned(), _file: file };
+        let header = mapped.header();
+        let crc = u32::from_le_bytes(header[CRC_AT..].try_into().unwrap_or_default());
+        if crc32c::crc32c(&header[..CRC_AT]) != crc {
+            return Err(invalid("header checksum mismatch".into()));
+        }
+        if header[..8] != magic {
+            return Err(invalid(format!("magic {:?}", String::from_utf8_lossy(&header[..8]))));
+        }
+        let found = u32::from_le_bytes(header[8..12].try_into().unwrap_or_default());
+        if found != version {
+            return Err(invalid(format!("version {found}, this braid reads version {version}")));
+        }
+        let recorded = u64::from_le_bytes(header[16..24].try_into().unwrap_or_default());
+        if recorded != file_len {
+            return Err(invalid(format!("length {file_len}, its header says {recorded} (truncated or extended)")));
+        }
+        Ok(mapped)
+    }
+
+    fn header(&self) -> [u8; HEADER_LEN] {
+        let mut header = [0u8; HEADER_LEN];
+        // SAFETY: the mapping is at least HEADER_LEN bytes long (create allocates it, open checks
+        // the length before mapping) and is never shrunk while mapped (module doc, point 3).
+        unsafe { std::ptr::copy_nonoverlapping(self.map.as_ptr(), header.as_mut_ptr(), HEADER_LEN) };
+        header
+    }
+
+    fn write_header(&self, magic: [u8; 8], version: u32, len: u64) {
+        let mut header = [0u8; HEADER_LEN];
+        header[..8].copy_from_slice(&magic);
+        header[8..12].copy_from_slice(&version.to_le_bytes());
+        header[16..24].copy_from_slice(&len.to_le_bytes());
+        let crc = crc32c::crc32c(&header[..CRC_AT]);
+        header[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        // SAFETY: as in `header`; the header bytes are written only here, at creation, while the
+        // file is locked and before the mapping is shared with anyone.
+        unsafe { std::ptr::copy_nonoverlapping(header.as_ptr(), self.map.as_mut_ptr(), HEADER_LEN) };
+    }
+
+    /// The data after the header: a pointer valid for [`data_len`](Self::data_len) bytes for as
+    /// long as `self` lives (16-byte aligned: mappings are page aligned and the header is 64).
+    pub fn data_ptr(&self) -> *mut u8 {
+        // SAFETY: HEADER_LEN ≤ the mapping's length (see `header`), so the offset stays inside it.
+        unsafe { self.map.as_mut_ptr().add(HEADER_LEN) }
+    }
+
+    pub fn data_len(&self) -> usize {
+        self.map.len() - HEADER_LEN
+    }
+
+    /// Writes `len` data bytes from `offset` to disk (`msync(MS_SYNC)`).
+    pub fn flush_data(&self, offset: usize, len: usize) -> Result<(), MappedFileError> {
+        self.flush_range(HEADER_LEN + offset, len)
+    }
+
+    fn flush_range(&self, offset: usize, len: usize) -> Result<(), MappedFileError> {
+        self.map.flush_range(offset, len).map_err(|source| MappedFileError::Io { path: self.path.clone(), source })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn lock(file: &File, path: &Path) -> Result<(), MappedFileError> {
+    match file.try_lock() {
+        Ok(()) => Ok(()),
+        Err(TryLockError::WouldBlock) => Err(MappedFileError::Locked(path.to_owned())),
+        Err(TryLockError::Error(source)) => Err(MappedFileError::Io { path: path.to_owned(), source }),
+    }
+}
+
+/// Allocates every block of the first `len` bytes (no holes), extending the file.
+fn allocate(file: &File, len: usize) -> std::io::Result<()> {
+    let len = libc::off_t::try_from(len).map_err(|_| std::io::Error::other("file too large"))?;
+    // SAFETY: posix_fallocate reads no memory of ours; the descriptor is open for writing and
+    // stays open for the call.
+    let errno = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+    match errno {
+        0 => Ok(()),
+        e => Err(std::io::Error::from_raw_os_error(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAGIC: [u8; 8] = *b"braidtst";
+
+    #[test]
+    fn create_then_open_round_trips_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        {
+            let f = MappedFile::create(&path, MAGIC, 3, 4096).unwrap();
+            assert_eq!(f.data_len(), 4096);
+            assert_eq!(f.data_ptr() as usize % 16, 0);
+            // SAFETY: the data region is 4096 bytes and only this test touches it.
+            unsafe { f.data_ptr().add(100).write(42) };
+            f.flush_data(0, 4096).unwrap();
+        }
+        let f = MappedFile::open(&path, MAGIC, 3).unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { f.data_ptr().add(100).read() }, 42);
+        let blocks = std::fs::metadata(&path).map(|m| std::os::unix::fs::MetadataExt::blocks(&m)).unwrap();
+        assert!(blocks * 512 >= 4096 + HEADER_LEN as u64, "fully allocated, no holes");
+    }
+
+    #[test]
+    fn a_second_opener_is_refused_while_locked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let _held = MappedFile::create(&path, MAGIC, 1, 64).unwrap();
+        assert!(matches!(MappedFile::open(&path, MAGIC, 1), Err(MappedFileError::Locked(_))));
+    }
+
+    #[test]
+    fn damaged_or_foreign_files_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        drop(MappedFile::create(&path, MAGIC, 1, 64).unwrap());
+        let reason = |r: Result<MappedFile, MappedFileError>| match r {
+            Err(MappedFileError::Invalid { reason, .. }) => reason,
+            Err(e) => format!("other error: {e}"),
+            Ok(_) => "accepted".into(),
+        };
+        assert_eq!(reason(MappedFile::open(&path, MAGIC, 2)), "version 1, this braid reads version 2");
+        assert!(reason(MappedFile::open(&path, *b"braidxxx", 1)).starts_with("magic"));
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[9] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(reason(MappedFile::open(&path, MAGIC, 1)), "header checksum mismatch");
+        bytes[9] ^= 1;
+        bytes.truncate(100);
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(reason(MappedFile::open(&path, MAGIC, 1)).contains("truncated or extended"));
+        std::fs::write(&path, b"short").unwrap();
+        assert!(reason(MappedFile::open(&path, MAGIC, 1)).contains("shorter than the header"));
+    }
+}
