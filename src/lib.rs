@@ -12,5 +12,6 @@ pub mod operator;
 pub mod ops;
 pub mod record;
 pub mod replay;
+pub mod ring;
 pub mod state;
 pub mod time;

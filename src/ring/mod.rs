@@ -1,0 +1,355 @@
+//! A single-producer single-consumer ring of frames in a memory-mapped file.
+//!
+//! One ring carries rows (and control frames: watermark ticks, idleness, end of input) from one
+//! producer to one shard. It lives in a [`MappedFile`], so a crash loses nothing the producer had
+//! committed and a restart resumes from the consumer's position.
+//!
+//! Layout of the file's data region:
+//!
+//! ```text
+//! 0    tail: u64  bytes ever committed by the producer (written only by the producer)
+//! 64   head: u64  bytes ever released by the consumer (written only by the consumer)
+//! 128  capacity: u64
+//! 192  frames, `capacity` bytes
+//! ```
+//!
+//! `tail` and `head` sit on their own cache lines so producer and consumer do not bounce one
+//! line between cores. Both only grow; a frame's position in the frame area is its offset modulo
+//! `capacity`. Invariant: `head ≤ tail ≤ head + capacity`.
+//!
+//! A frame is a 16-byte header — payload length u32, kind u32, crc32c u32 (of kind, length and
+//! payload), reserved u32 — then the payload, padded to 16 bytes, so every frame and payload
+//! starts 16-byte aligned (what rkyv's archived rows need). A frame never wraps: when it does not
+//! fit before the end of the area, the producer writes a `WRAP` header there (the rest of the
+//! area is skipped) and puts the frame at the start. A frame that exactly fills the end needs no
+//! wrap.
+//!
+//! Publication: the producer writes frames, then stores `tail` with Release ordering (once per
+//! batch); the consumer loads `tail` with Acquire, reads every frame up to it, and stores `head`
+//! with Release once it is done with the batch, which is when the producer may overwrite those
+//! bytes (it loads `head` with Acquire). A full ring is backpressure: [`Producer::push`] returns
+//! [`PushError::Full`] and the caller waits — nothing is dropped.
+//!
+//! Recovery ([`Ring::open`]): frames between `head` and `tail` are checked against their crc; a
+//! torn frame (a crash in the middle of a batch cannot leave one, as `tail` moves after the
+//! bytes, but a damaged disk can) ends the ring there: `tail` is cut back to the last good frame.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use thiserror::Error;
+
+use crate::mapped_file::{MappedFile, MappedFileError};
+
+const MAGIC: [u8; 8] = *b"braidrng";
+const VERSION: u32 = 1;
+const TAIL_AT: usize = 0;
+const HEAD_AT: usize = 64;
+const CAPACITY_AT: usize = 128;
+const FRAMES_AT: usize = 192;
+/// Frame header bytes; also the alignment of frames and payloads.
+pub const FRAME_HEADER: usize = 16;
+const WRAP: u32 = u32::MAX;
+
+/// What a frame carries. Values are stored in the file: never renumber.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameKind {
+    Row = 1,
+    /// A watermark tick (payload: the tick's processing time and the watermarks it carries).
+    Tick = 2,
+    /// Idleness changed.
+    Idle = 3,
+    EndOfInput = 4,
+}
+
+impl FrameKind {
+    fn from_u32(v: u32) -> Option<FrameKind> {
+        Some(match v {
+            1 => FrameKind::Row,
+            2 => FrameKind::Tick,
+            3 => FrameKind::Idle,
+            4 => FrameKind::EndOfInput,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum RingError {
+    #[error(transparent)]
+    File(#[from] MappedFileError),
+    #[error("ring capacity {0} must be a positive multiple of {FRAME_HEADER}")]
+    BadCapacity(usize),
+    #[error("ring {path}: damaged ({reason})")]
+    Damaged { path: String, reason: String },
+}
+
+/// Why a frame was not appended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PushError {
+    /// No room now: retry once the consumer has released some (backpressure, nothing dropped).
+    Full,
+    /// Larger than [`Producer::max_payload`]: it will never fit this ring.
+    TooLarge,
+}
+
+/// The shared mapping; the producer and the consumer each hold one.
+pub struct Ring {
+    file: MappedFile,
+    capacity: u64,
+}
+
+// SAFETY: `Ring` is a mapping plus a length. The only bytes written through it from two threads
+// are the frame area and the two counters, and the protocol in the module doc keeps them apart:
+// the producer writes only frame bytes in [tail, head + capacity) and `tail`; the consumer reads
+// only frame bytes in [head, tail) and writes only `head`; the counters are atomics.
+unsafe impl Send for Ring {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Ring {}
+
+impl Ring {
+    /// Creates a new ring file with room for `capacity` bytes of frames.
+    pub fn create(path: &Path, capacity: usize) -> Result<(Producer, Consumer), RingError> {
+        if capacity == 0 || !capacity.is_multiple_of(FRAME_HEADER) {
+            return Err(RingError::BadCapacity(capacity));
+        }
+        let file = MappedFile::create(path, MAGIC, VERSION, FRAMES_AT + capacity)?;
+        let ring = Ring { file, capacity: capacity as u64 };
+        ring.counter(CAPACITY_AT).store(capacity as u64, Ordering::Relaxed);
+        ring.file.flush_data(0, FRAMES_AT)?;
+        Ok(ring.split())
+    }
+
+    /// Opens a ring after a restart: checks its frames and resumes from the consumer's position.
+    pub fn open(path: &Path) -> Result<(Producer, Consumer), RingError> {
+        let file = MappedFile::open(path, MAGIC, VERSION)?;
+        let damaged = |reason: String| RingError::Damaged { path: path.display().to_string(), reason };
+        if file.data_len() < FRAMES_AT {
+            return Err(damaged("shorter than its header".into()));
+        }
+        let mut ring = Ring { file, capacity: 0 };
+        let capacity = ring.counter(CAPACITY_AT).load(Ordering::Relaxed);
+        if capacity == 0
+            || capacity as usize != ring.file.data_len() - FRAMES_AT
+            || !capacity.is_multiple_of(FRAME_HEADER as u64)
+        {
+            return Err(damaged(format!("capacity {capacity} does not match the file")));
+        }
+        ring.capacity = capacity;
+        let (head, tail) =
+            (ring.counter(HEAD_AT).load(Ordering::Relaxed), ring.counter(TAIL_AT).load(Ordering::Relaxed));
+        if head > tail
+            || tail - head > capacity
+            || !head.is_multiple_of(FRAME_HEADER as u64)
+            || !tail.is_multiple_of(FRAME_HEADER as u64)
+        {
+            return Err(damaged(format!("head {head} and tail {tail} are inconsistent")));
+        }
+        let good = ring.last_good_frame_end(head, tail);
+        ring.counter(TAIL_AT).store(good, Ordering::Relaxed);
+        Ok(ring.split())
+    }
+
+    fn split(self) -> (Producer, Consumer) {
+        let ring = Arc::new(self);
+        let tail = ring.counter(TAIL_AT).load(Ordering::Relaxed);
+        let head = ring.counter(HEAD_AT).load(Ordering::Relaxed);
+        (
+            Producer { ring: ring.clone(), tail, head_seen: head, committed: tail },
+            Consumer { ring, head, tail_seen: head },
+        )
+    }
+
+    fn counter(&self, at: usize) -> &AtomicU64 {
+        // SAFETY: `at` is one of TAIL_AT, HEAD_AT, CAPACITY_AT: 8-byte slots inside the first
+        // FRAMES_AT bytes of the data region, which is 16-byte aligned (mapped_file::data_ptr)
+        // and lives as long as `self`. Every access to these bytes goes through this atomic.
+        unsafe { AtomicU64::from_ptr(self.file.data_ptr().add(at).cast::<u64>()) }
+    }
+
+    /// Pointer to the frame area at ring position `pos` (taken modulo the capacity).
+    fn at(&self, pos: u64) -> *mut u8 {
+        // SAFETY: `pos % capacity` < capacity, and the frame area is `capacity` bytes from
+        // FRAMES_AT inside the mapping.
+        unsafe { self.file.data_ptr().add(FRAMES_AT + (pos % self.capacity) as usize) }
+    }
+
+    /// Bytes from `pos` to the end of the frame area.
+    fn room_to_end(&self, pos: u64) -> u64 {
+        self.capacity - pos % self.capacity
+    }
+
+    fn read_header(&self, pos: u64) -> [u32; 4] {
+        let mut header = [0u8; FRAME_HEADER];
+        // SAFETY: positions are multiples of 16 and the area is a multiple of 16, so a header at
+        // `pos` lies wholly before the end; the caller owns [pos, pos + 16) by the protocol.
+        unsafe { std::ptr::copy_nonoverlapping(self.at(pos), header.as_mut_ptr(), FRAME_HEADER) };
+        let word = |i: usize| u32::from_le_bytes([header[i], header[i + 1], header[i + 2], header[i + 3]]);
+        [word(0), word(4), word(8), word(12)]
+    }
+
+    /// Walks the frames in [head, tail) checking crcs; the end of the last good one.
+    fn last_good_frame_end(&self, head: u64, tail: u64) -> u64 {
+        let mut pos = head;
+        while pos < tail {
+            let [len, kind, crc, _] = self.read_header(pos);
+            if kind == WRAP {
+                pos += self.room_to_end(pos);
+                continue;
+            }
+            let size = frame_size(len as usize) as u64;
+            if FrameKind::from_u32(kind).is_none() || size > self.room_to_end(pos) || pos + size > tail {
+                return pos;
+            }
+            // SAFETY: the payload lies within [pos + 16, pos + size), inside the area (checked
+            // against room_to_end), and nothing else runs during recovery.
+            let payload = unsafe { std::slice::from_raw_parts(self.at(pos + FRAME_HEADER as u64), len as usize) };
+            if frame_crc(kind, len, payload) != crc {
+                return pos;
+            }
+            pos += size;
+        }
+        pos
+    }
+}
+
+fn frame_size(payload: usize) -> usize {
+    FRAME_HEADER + payload.next_multiple_of(FRAME_HEADER)
+}
+
+fn frame_crc(kind: u32, len: u32, payload: &[u8]) -> u32 {
+    let mut header = [0u8; 8];
+    header[..4].copy_from_slice(&len.to_le_bytes());
+    header[4..].copy_from_slice(&kind.to_le_bytes());
+    crc32c::crc32c_append(crc32c::crc32c(&header), payload)
+}
+
+/// The writing end. Frames become visible to the consumer at [`commit`](Producer::commit).
+pub struct Producer {
+    ring: Arc<Ring>,
+    /// Where the next frame goes.
+    tail: u64,
+    /// The consumer's head as last loaded (a lower bound of the real one).
+    head_seen: u64,
+    /// The tail the consumer has been shown.
+    committed: u64,
+}
+
+impl Producer {
+    /// The largest payload a frame can carry in this ring: a frame of at most half the capacity
+    /// always fits an empty ring, wrap included (if it does not fit before the end, more than
+    /// half the area lies before its position).
+    pub fn max_payload(&self) -> usize {
+        (self.ring.capacity as usize / 2 / FRAME_HEADER * FRAME_HEADER).saturating_sub(FRAME_HEADER)
+    }
+
+    /// Appends a frame; it is published at the next [`commit`](Self::commit).
+    pub fn push(&mut self, kind: FrameKind, payload: &[u8]) -> Result<(), PushError> {
+        if payload.len() > self.max_payload() {
+            return Err(PushError::TooLarge);
+        }
+        let size = frame_size(payload.len()) as u64;
+        let wrap = self.ring.room_to_end(self.tail);
+        let need = if size > wrap { size + wrap } else { size };
+        if self.tail + need - self.head_seen > self.ring.capacity {
+            self.head_seen = self.ring.counter(HEAD_AT).load(Ordering::Acquire);
+            if self.tail + need - self.head_seen > self.ring.capacity {
+                return Err(PushError::Full);
+            }
+        }
+        if size > wrap {
+            self.write_header(WRAP, 0, 0);
+            self.tail += wrap;
+        }
+        let len = payload.len() as u32;
+        let crc = frame_crc(kind as u32, len, payload);
+        self.write_header(kind as u32, len, crc);
+        // SAFETY: [tail + 16, tail + size) is inside the area (size ≤ room to the end, ensured
+        // by the wrap above) and free: tail + size ≤ head + capacity, checked above, so the
+        // consumer has released these bytes and will not read them before the next commit.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                payload.as_ptr(),
+                self.ring.at(self.tail + FRAME_HEADER as u64),
+                payload.len(),
+            )
+        };
+        self.tail += size;
+        Ok(())
+    }
+
+    fn write_header(&self, kind: u32, len: u32, crc: u32) {
+        let mut header = [0u8; FRAME_HEADER];
+        header[..4].copy_from_slice(&len.to_le_bytes());
+        header[4..8].copy_from_slice(&kind.to_le_bytes());
+        header[8..12].copy_from_slice(&crc.to_le_bytes());
+        // SAFETY: [tail, tail + 16) is inside the area (positions and the area are multiples of
+        // 16) and free, as argued in `push`.
+        unsafe { std::ptr::copy_nonoverlapping(header.as_ptr(), self.ring.at(self.tail), FRAME_HEADER) };
+    }
+
+    /// Publishes every frame pushed so far.
+    pub fn commit(&mut self) {
+        if self.tail != self.committed {
+            self.ring.counter(TAIL_AT).store(self.tail, Ordering::Release);
+            self.committed = self.tail;
+        }
+    }
+
+    /// Bytes committed and not yet released by the consumer.
+    pub fn used_bytes(&self) -> u64 {
+        self.committed - self.ring.counter(HEAD_AT).load(Ordering::Acquire)
+    }
+}
+
+/// The reading end.
+pub struct Consumer {
+    ring: Arc<Ring>,
+    /// Where the next unread frame starts.
+    head: u64,
+    /// The producer's tail as last loaded.
+    tail_seen: u64,
+}
+
+/// One frame read from the ring; its payload borrows the ring until the batch is released.
+pub struct Frame<'a> {
+    pub kind: FrameKind,
+    pub payload: &'a [u8],
+}
+
+impl Consumer {
+    /// Reads every committed frame not read yet, in order, then releases their space to the
+    /// producer. `visit` sees each payload in place (zero copy). Returns the number of frames.
+    pub fn read_batch(&mut self, mut visit: impl FnMut(Frame<'_>)) -> usize {
+        self.tail_seen = self.ring.counter(TAIL_AT).load(Ordering::Acquire);
+        let mut frames = 0;
+        while self.head < self.tail_seen {
+            let [len, kind, _crc, _] = self.ring.read_header(self.head);
+            if kind == WRAP {
+                self.head += self.ring.room_to_end(self.head);
+                continue;
+            }
+            // Frames this process committed are trusted (STYLE.md 8); `open` checked the rest.
+            let Some(kind) = FrameKind::from_u32(kind) else { break };
+            // SAFETY: [head + 16, head + 16 + len) lies inside the area (frames never wrap) and
+            // below the Acquire-loaded tail, so the producer finished writing it and will not
+            // touch it before `head` moves past it (the Release store below).
+            let payload =
+                unsafe { std::slice::from_raw_parts(self.ring.at(self.head + FRAME_HEADER as u64), len as usize) };
+            visit(Frame { kind, payload });
+            self.head += frame_size(len as usize) as u64;
+            frames += 1;
+        }
+        self.ring.counter(HEAD_AT).store(self.head, Ordering::Release);
+        frames
+    }
+
+    /// Whether committed frames are waiting.
+    pub fn has_frames(&self) -> bool {
+        self.ring.counter(TAIL_AT).load(Ordering::Acquire) > self.head
+    }
+}
+
+#[cfg(test)]
+mod tests;

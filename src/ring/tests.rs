@@ -1,0 +1,148 @@
+use super::*;
+
+fn ring(capacity: usize) -> (tempfile::TempDir, Producer, Consumer) {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, c) = Ring::create(&dir.path().join("r"), capacity).unwrap();
+    (dir, p, c)
+}
+
+fn drain(c: &mut Consumer) -> Vec<(FrameKind, Vec<u8>)> {
+    let mut out = Vec::new();
+    c.read_batch(|f| out.push((f.kind, f.payload.to_vec())));
+    out
+}
+
+#[test]
+fn frames_are_read_in_order_only_after_commit() {
+    let (_dir, mut p, mut c) = ring(256);
+    p.push(FrameKind::Row, b"hello").unwrap();
+    p.push(FrameKind::Tick, &[]).unwrap();
+    assert!(drain(&mut c).is_empty(), "nothing before commit");
+    p.commit();
+    assert_eq!(drain(&mut c), [(FrameKind::Row, b"hello".to_vec()), (FrameKind::Tick, vec![])]);
+    assert_eq!(p.used_bytes(), 0);
+}
+
+#[test]
+fn a_full_ring_refuses_until_the_consumer_releases() {
+    let (_dir, mut p, mut c) = ring(128);
+    let payload = [7u8; 40]; // 16 + 48 = 64 bytes per frame
+    p.push(FrameKind::Row, &payload).unwrap();
+    p.push(FrameKind::Row, &payload).unwrap();
+    assert_eq!(p.push(FrameKind::Row, &payload), Err(PushError::Full));
+    assert_eq!(p.push(FrameKind::Row, &[0; 49]), Err(PushError::TooLarge));
+    p.commit();
+    assert_eq!(drain(&mut c).len(), 2);
+    p.push(FrameKind::Row, &payload).unwrap();
+}
+
+#[test]
+fn a_frame_that_does_not_fit_before_the_end_wraps() {
+    let (_dir, mut p, mut c) = ring(128);
+    p.push(FrameKind::Row, &[1; 16]).unwrap(); // 32 bytes: [0, 32)
+    p.push(FrameKind::Row, &[2; 48]).unwrap(); // 64 bytes: [32, 96)
+    p.commit();
+    assert_eq!(drain(&mut c).len(), 2);
+    // 48 bytes: only 32 remain before the end, so a wrap marker fills them.
+    p.push(FrameKind::Row, &[3; 32]).unwrap();
+    p.commit();
+    assert_eq!(drain(&mut c), [(FrameKind::Row, vec![3; 32])]);
+    assert_eq!(p.tail, 128 + 48);
+}
+
+#[test]
+fn a_frame_exactly_filling_the_end_needs_no_wrap() {
+    let (_dir, mut p, mut c) = ring(128);
+    p.push(FrameKind::Row, &[1; 48]).unwrap(); // [0, 64)
+    p.commit();
+    drain(&mut c);
+    p.push(FrameKind::Row, &[2; 48]).unwrap(); // [64, 128): exactly to the end
+    p.push(FrameKind::Row, &[3; 48]).unwrap(); // [128, 192) = [0, 64) again
+    p.commit();
+    assert_eq!(drain(&mut c), [(FrameKind::Row, vec![2; 48]), (FrameKind::Row, vec![3; 48])]);
+    assert_eq!(p.tail, 192, "no bytes skipped");
+}
+
+#[test]
+fn reopening_resumes_after_what_was_consumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r");
+    {
+        let (mut p, mut c) = Ring::create(&path, 256).unwrap();
+        p.push(FrameKind::Row, b"one").unwrap();
+        p.push(FrameKind::Row, b"two").unwrap();
+        p.commit();
+        c.read_batch(|_| {});
+        p.push(FrameKind::Row, b"three").unwrap();
+        p.push(FrameKind::EndOfInput, b"").unwrap();
+        p.commit();
+        p.push(FrameKind::Row, b"never committed").unwrap();
+    }
+    let (_p, mut c) = Ring::open(&path).unwrap();
+    assert_eq!(drain(&mut c), [(FrameKind::Row, b"three".to_vec()), (FrameKind::EndOfInput, vec![])]);
+}
+
+#[test]
+fn a_torn_frame_ends_the_ring_on_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r");
+    {
+        let (mut p, _c) = Ring::create(&path, 256).unwrap();
+        p.push(FrameKind::Row, b"good").unwrap();
+        p.push(FrameKind::Row, b"torn").unwrap();
+        p.push(FrameKind::Row, b"after").unwrap();
+        p.commit();
+    }
+    let mut bytes = std::fs::read(&path).unwrap();
+    let second_payload = crate::mapped_file::HEADER_LEN + FRAMES_AT + 32 + FRAME_HEADER;
+    assert_eq!(&bytes[second_payload..second_payload + 4], b"torn");
+    bytes[second_payload] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    let (mut p, mut c) = Ring::open(&path).unwrap();
+    assert_eq!(drain(&mut c), [(FrameKind::Row, b"good".to_vec())]);
+    p.push(FrameKind::Row, b"new").unwrap();
+    p.commit();
+    assert_eq!(drain(&mut c), [(FrameKind::Row, b"new".to_vec())], "the producer resumes at the cut");
+}
+
+#[test]
+fn bad_capacities_and_foreign_files_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(matches!(Ring::create(&dir.path().join("a"), 100), Err(RingError::BadCapacity(100))));
+    std::fs::write(dir.path().join("b"), [0u8; 300]).unwrap();
+    assert!(Ring::open(&dir.path().join("b")).is_err());
+}
+
+#[test]
+fn producer_and_consumer_on_two_threads_lose_and_reorder_nothing() {
+    let (_dir, mut p, mut c) = ring(4096);
+    const FRAMES: u64 = 50_000;
+    let producer = std::thread::spawn(move || {
+        let mut seed = 1u64;
+        for i in 0..FRAMES {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let len = 8 + (seed >> 58) as usize * 3;
+            let mut payload = vec![(i % 251) as u8; len];
+            payload[..8].copy_from_slice(&i.to_le_bytes());
+            while p.push(FrameKind::Row, &payload).is_err() {
+                p.commit();
+                std::thread::yield_now();
+            }
+            if i % 7 == 0 {
+                p.commit();
+            }
+        }
+        p.commit();
+    });
+    let mut next = 0u64;
+    while next < FRAMES {
+        c.read_batch(|f| {
+            let i = u64::from_le_bytes(f.payload[..8].try_into().unwrap());
+            assert_eq!(i, next, "frames arrive in order, none lost");
+            assert!(f.payload[8..].iter().all(|&b| b == (i % 251) as u8), "payload intact");
+            next += 1;
+        });
+        std::thread::yield_now();
+    }
+    producer.join().unwrap();
+}
