@@ -660,7 +660,6 @@ select = ["left.v", "right.nope"]
         (20, 1, "operators.g.kind", "not available in this build"),
         (27, 1, "operators.u.kind", "not available in this build"),
         (31, 1, "operators.t.kind", "not available in this build"),
-        (37, 1, "operators.c.kind", "not available in this build"),
         (46, 1, "operators.ab.kind", "not available in this build"),
         (56, 1, "operators.j.select", "has no field"),
     ]);

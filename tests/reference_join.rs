@@ -98,10 +98,19 @@ fn assert_coverage(stats: &[CaseStats]) {
         ("workloads with int keys", count(&|s| s.int_keys)),
         ("workloads with dead letters", count(&|s| s.dead_letters > 0)),
         ("workloads with an empty stream", count(&|s| s.empty_stream)),
+        ("workloads with a redelivered row", count(&|s| s.redelivered)),
+        ("workloads with a row from the future", count(&|s| s.from_future)),
+        ("workloads with a pause above 30 s", count(&|s| s.long_pause)),
         ("matches", sum(&|s| s.matches)),
         ("outer results", sum(&|s| s.outer)),
     ];
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    for r in stats.iter().flat_map(|s| s.dead_reasons.iter()) {
+        *reasons.entry(r.clone()).or_insert(0) += 1;
+    }
     eprintln!("coverage over {} workloads: joins {by_join:?}", stats.len());
+    eprintln!("  dead-letter reasons (workloads): {reasons:?}");
+    assert!(reasons.len() >= 6, "the generator no longer makes every kind of dead letter: {reasons:?}");
     for (what, n) in figures {
         eprintln!("  {what}: {n}");
     }
@@ -147,8 +156,9 @@ fn dump_reference_workloads() {
                 let d = write(&w, format!("seed-{seed}"));
                 let e = expected(&w);
                 let results: Vec<serde_json::Value> =
-                    e.results.keys().map(|(k, l, r)| serde_json::json!([k, l, r])).collect();
-                let late: Vec<serde_json::Value> = e.late.keys().map(|(s, q)| serde_json::json!([s, q])).collect();
+                    e.results.iter().flat_map(|((k, l, r), &n)| vec![serde_json::json!([k, l, r]); n]).collect();
+                let late: Vec<serde_json::Value> =
+                    e.late.iter().flat_map(|((s, q), &n)| vec![serde_json::json!([s, q]); n]).collect();
                 let j = &w.ops[0];
                 let aliases = serde_json::json!({ "lseq": j.alias_of(0, "seq"), "rseq": j.alias_of(1, "seq") });
                 let doc = serde_json::json!({"results": results, "late": late, "aliases": aliases, "notes": w.notes});

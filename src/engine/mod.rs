@@ -19,6 +19,14 @@
 //! upstream results emitted in one go would meet a downstream watermark that stepping would have
 //! moved, and which of them are late downstream would change.
 //!
+//! Processing-time timers (connect's `CoProcess`): a timer due at `p` fires when processing time
+//! reaches `p` — between ticks, or at the tick `p` itself before that tick runs — and the next
+//! tick after a firing always runs (the timer may have changed what an operator holds, hence
+//! output watermarks). Skipping never passes a due timer: a no-op stretch ends at it, and a jump
+//! stops at the last tick at or before it, so the timer sees the watermark stepping would give.
+//! At the end of input every pending processing timer fires, upstream first, before the
+//! operator's watermark goes to +∞.
+//!
 //! Shards: each operator runs one instance per shard; a row goes to the instance of its key's
 //! shard (`key_hash % shards`), a broadcast row to all. Watermarks are the operator's, the same
 //! for every instance, and an operator's output watermark is the minimum over its instances, so
@@ -27,6 +35,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::config::{NodeRef, Plan};
+use crate::operator::connect::END_OF_INPUT;
 use crate::operator::{Operator, Output, ResultKind};
 use crate::record::{Key, Row};
 use crate::time::clock::InputTime;
@@ -86,6 +95,10 @@ pub struct Engine {
     queue: VecDeque<(NodeRef, Row)>,
     /// Run every tick, skipping none (the reference the skipping is tested against).
     step_every_tick: bool,
+    /// Operators that can have processing-time timers (connect).
+    clocked: Vec<usize>,
+    /// A processing-time timer fired since the last tick.
+    timers_fired: bool,
 }
 
 impl Engine {
@@ -130,15 +143,27 @@ impl Engine {
             }
         }
         let idle_advance = plan.runtime.idle_advance;
+        let clocked: Vec<usize> = (0..operators.len())
+            .filter(|&op| matches!(operators[op].instances.first(), Some(Operator::Connect(_))))
+            .collect();
+        let mut scratch = Output::default();
+        for &op in &clocked {
+            for instance in &mut operators[op].instances {
+                // Processing time starts at `start`; no timer exists yet, nothing can fire.
+                instance.on_processing_time(start, &mut scratch);
+            }
+        }
         Engine {
             streams,
             operators,
             idle_advance,
             chained,
             now: start,
-            scratch: Output::default(),
+            scratch,
             queue: VecDeque::new(),
             step_every_tick: false,
+            clocked,
+            timers_fired: false,
         }
     }
 
@@ -151,22 +176,70 @@ impl Engine {
     /// Runs every tick in (now, to] that can change anything.
     pub fn advance_to(&mut self, to: i128, emit: &mut impl Emit) {
         loop {
-            let mut t = next_tick(self.now);
+            let next = next_tick(self.now);
+            let timer = self.next_processing_timer().filter(|&p| p <= to);
+            if let Some(p) = timer.filter(|&p| p < next) {
+                self.processing_time(p.max(self.now), emit);
+                continue;
+            }
+            let mut t = next;
             if t > to {
                 break;
             }
-            let new_rows = self.step_every_tick || self.streams.iter().any(|s| s.clock.has_new_rows());
+            let new_rows =
+                self.step_every_tick || self.timers_fired || self.streams.iter().any(|s| s.clock.has_new_rows());
             if !new_rows && !self.advancing() {
-                match self.next_idle_transition(t) {
-                    Some(due) if due <= to => t = due,
-                    _ => break,
+                // Ticks change nothing before the next idleness transition; a timer due earlier
+                // fires at its time (one due at the transition's tick fires in that tick).
+                let idle = self.next_idle_transition(t).filter(|&due| due <= to);
+                match (idle, timer) {
+                    // A timer due at a tick fires in it, and that tick then runs.
+                    (idle, Some(p)) if idle.is_none_or(|due| p < due) && tick_at_or_before(p) == p => t = p,
+                    (idle, Some(p)) if idle.is_none_or(|due| p < due) => {
+                        self.processing_time(p, emit);
+                        continue;
+                    }
+                    (Some(due), _) => t = due,
+                    (None, _) => break,
                 }
             } else if !new_rows && (!self.chained || self.quiescent()) {
                 t = self.next_idle_transition(t).unwrap_or(i128::MAX).min(tick_at_or_before(to));
+                if let Some(p) = timer {
+                    t = t.min(tick_at_or_before(p));
+                }
             }
             self.tick(t, emit);
         }
-        self.now = self.now.max(to);
+        if to > self.now {
+            self.processing_time(to, emit);
+        }
+    }
+
+    /// The earliest processing time at which some operator's timer is due.
+    fn next_processing_timer(&self) -> Option<i128> {
+        self.clocked
+            .iter()
+            .flat_map(|&op| self.operators[op].instances.iter())
+            .filter_map(Operator::next_processing_timer)
+            .min()
+    }
+
+    /// Processing time moves to `now`: the clocked operators learn it, upstream first, and
+    /// fire the timers due by then.
+    fn processing_time(&mut self, now: i128, emit: &mut impl Emit) {
+        self.now = self.now.max(now);
+        for i in 0..self.clocked.len() {
+            let op = self.clocked[i];
+            for shard in 0..self.operators[op].instances.len() {
+                let instance = &mut self.operators[op].instances[shard];
+                self.timers_fired |= instance.next_processing_timer().is_some_and(|p| p <= now);
+                let mut out = std::mem::take(&mut self.scratch);
+                instance.on_processing_time(now, &mut out);
+                self.drain(op, &mut out, emit);
+                self.scratch = out;
+                self.deliver_queued(emit);
+            }
+        }
     }
 
     /// No operator holds anything that a moving watermark could emit.
@@ -183,7 +256,8 @@ impl Engine {
     }
 
     fn tick(&mut self, t: i128, emit: &mut impl Emit) {
-        self.now = t;
+        self.processing_time(t, emit);
+        self.timers_fired = false;
         for stream in &mut self.streams {
             stream.clock.tick(t);
         }
@@ -252,8 +326,14 @@ impl Engine {
         node.counters.rows_in[input] += 1;
         let shards = node.instances.len();
         if row.key == Key::Broadcast {
-            for instance in &mut node.instances {
+            // Every instance judges lateness against the same operator watermark, so they agree:
+            // a late broadcast row is reported once, not once per shard.
+            for (shard, instance) in node.instances.iter_mut().enumerate() {
+                let late = out.late.len();
                 instance.on_row(input, row.clone(), &mut out);
+                if shard > 0 {
+                    out.late.truncate(late);
+                }
             }
         } else {
             node.instances[(row.key_hash % shards as u64) as usize].on_row(input, row, &mut out);
@@ -282,6 +362,15 @@ impl Engine {
     /// End of input: every operator, upstream first, goes to +∞ (rule 6).
     pub fn finish(&mut self, emit: &mut impl Emit) {
         for op in 0..self.operators.len() {
+            if self.clocked.contains(&op) {
+                for shard in 0..self.operators[op].instances.len() {
+                    let mut out = std::mem::take(&mut self.scratch);
+                    self.operators[op].instances[shard].on_processing_time(END_OF_INPUT, &mut out);
+                    self.drain(op, &mut out, emit);
+                    self.scratch = out;
+                    self.deliver_queued(emit);
+                }
+            }
             if let Some(watermark) = self.operators[op].clock.advance_to(Time::POS_INF) {
                 self.watermark_to(op, watermark, emit);
             }

@@ -1,42 +1,105 @@
-//! cogroup: both groups per key per window (either may be empty), aggregated per side.
+//! cogroup: both groups per key per window (either may be empty), aggregated per side
+//! (DESIGN.md "Operators", CONTRACT.md rules 5, 7–11). Windows, lateness, firing and eviction
+//! are [`super::window`]'s.
+//!
+//! - `join` decides which key-windows produce a result: inner (both groups non-empty), left (the
+//!   left one), right (the right one), full (either). `_kind` is `match`, `left_only` or
+//!   `right_only` by which groups are non-empty.
+//! - Aggregates per side: `count(side)` counts rows; `count(side.f)`, `sum`, `min`, `max`,
+//!   `first`, `last` skip null values (an upstream outer join's missing side) and are null over
+//!   no values. first/last order a group by (ts, arrival at this operator) (rule 11).
+//! - Incremental: a window holds one accumulator per aggregate, never rows — count and sum are
+//!   counters, min/max the best value, first/last the best (ts, arrival, value). An int sum is
+//!   kept in i128 and saturates to int64 when written; a float sum is exact (Shewchuk's
+//!   partials, as Python's `math.fsum`): the correctly rounded sum of the group whatever the
+//!   order rows came in or sessions merged.
+//! - `_id` = H(operator, "group", key, start, end): a re-fire within allowed lateness repeats it
+//!   with `_version` + 1. A merged session is a new result (`_version` 1) whose `_supersedes`
+//!   lists, sorted, the `_id`s emitted for its parts and those they superseded.
+
+use std::cmp::Ordering;
 
 use crate::config::RESERVED_FIELDS;
 use crate::config::operators::{Builder, Built, Input, is_identifier, join_type, output_schema};
 use crate::config::walk::{Errors, Table};
-use crate::operator::interval_join::{LEFT, RIGHT};
-use crate::record::FieldType;
+use crate::operator::interval_join::{JoinType, LEFT, RIGHT};
+use crate::record::id::IdHasher;
 use crate::record::schema::Field;
-
-use super::Output;
-use crate::record::Row;
+use crate::record::{FieldType, Key, Row, Value};
 use crate::time::Time;
 
+use super::window::{Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, check_spec, result_key};
+use super::{OperatorSpec, Output, ResultKind};
+
 /// Checks `[operators.NAME]` of this kind.
-pub(crate) fn check(b: &mut Builder<'_, '_, '_>, _name: &str, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
+pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
     let inputs = b.two_inputs(t, false, errors);
-    super::window::check_spec(t, errors);
-    let _ = t.duration_or("allowed_lateness", 0, errors);
+    let window = check_spec(t, errors);
     let join = join_type(t, &["inner", "left", "right", "full"], errors)?;
-    let mut fields =
-        aggregates(t, inputs.as_ref()?, [join.keeps_unmatched(RIGHT), join.keeps_unmatched(LEFT)], errors)?;
+    let inputs = inputs?;
+    let can_be_empty = [join.keeps_unmatched(RIGHT), join.keeps_unmatched(LEFT)];
+    let (aggregates, mut fields) = aggregates(t, &inputs, can_be_empty, errors)?;
     let meta = [("_window_start", FieldType::Int), ("_window_end", FieldType::Int), ("_version", FieldType::Int)];
     fields.extend(meta.map(|(name, ty)| Field { name: name.into(), ty, nullable: false }));
-    let (output, _) = output_schema(t, fields, errors)?;
-    Some(Built { inputs: inputs?.map(|i| i.node).to_vec(), output, spec: None })
+    // A bad window is reported already (the plan will not run); the output stays referable.
+    let window = window.unwrap_or(WindowSpec::UNUSED);
+    if window.is_session() {
+        fields.push(Field { name: "_supersedes".into(), ty: FieldType::IdList, nullable: false });
+    }
+    let (output, rekey) = output_schema(t, fields, errors)?;
+    let spec = CoGroupSpec { name: name.to_owned(), window, join, aggregates, rekey };
+    Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: Some(OperatorSpec::CoGroup(spec)) })
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Function {
+    Count,
+    Sum,
+    Min,
+    Max,
+    First,
+    Last,
+}
+
+impl Function {
+    fn parse(name: &str) -> Option<Function> {
+        Some(match name {
+            "count" => Function::Count,
+            "sum" => Function::Sum,
+            "min" => Function::Min,
+            "max" => Function::Max,
+            "first" => Function::First,
+            "last" => Function::Last,
+            _ => return None,
+        })
+    }
+}
+
+/// One item of `aggregate`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Aggregate {
+    pub function: Function,
+    pub input: usize,
+    /// The field's position in its input; `None` for `count(side)`.
+    pub pos: Option<usize>,
+    /// The field's type (the type of sum, min, max, first and last).
+    pub ty: FieldType,
 }
 
 /// `aggregate`: `fn(left|right[.field]) [AS alias]` with fn in count, sum, min, max, first, last.
+/// Returns the aggregates and the output fields: the left key, one per aggregate, `_kind`.
 pub fn aggregates(
     t: Table<'_, '_>,
     inputs: &[Input; 2],
     can_be_empty: [bool; 2],
     errors: &mut Errors,
-) -> Option<Vec<Field>> {
+) -> Option<(Vec<Aggregate>, Vec<Field>)> {
     let path = t.child_path("aggregate");
     let what = "a list like [\"count(left) AS n\", \"sum(right.x) AS total\"]";
     let items = t.required_list("aggregate", errors, what)?;
     let key = inputs[LEFT].key_field()?.clone();
     let mut fields = vec![Field { nullable: false, ..key }];
+    let mut aggregates = Vec::new();
     let before = errors.count();
     for (item, span) in items {
         let Some((function, input, field, alias)) = parse_aggregate(item) else {
@@ -51,14 +114,14 @@ pub fn aggregates(
                 continue;
             }
             Some(f) => match schema.position(f) {
-                Some(pos) => Some(&schema.fields[pos]),
+                Some(pos) => Some((pos, &schema.fields[pos])),
                 None => {
                     errors.at(&span, &path, format!("{item:?}: {} has no field {f:?}", inputs[input].name));
                     continue;
                 }
             },
         };
-        if function == "sum" && source.is_some_and(|f| !matches!(f.ty, FieldType::Int | FieldType::Float)) {
+        if function == "sum" && source.is_some_and(|(_, f)| !matches!(f.ty, FieldType::Int | FieldType::Float)) {
             errors.at(&span, &path, format!("{item:?}: sum() needs an int or float field"));
             continue;
         }
@@ -74,12 +137,14 @@ pub fn aggregates(
         let (ty, nullable) = match source {
             None => (FieldType::Int, false),
             Some(_) if function == "count" => (FieldType::Int, false),
-            Some(f) => (f.ty, can_be_empty[input] || f.nullable),
+            Some((_, f)) => (f.ty, can_be_empty[input] || f.nullable),
         };
+        let Some(function) = Function::parse(function) else { continue };
+        aggregates.push(Aggregate { function, input, pos: source.map(|(pos, _)| pos), ty });
         fields.push(Field { name: alias, ty, nullable });
     }
     fields.push(Field { name: "_kind".into(), ty: FieldType::String, nullable: false });
-    (errors.count() == before).then_some(fields)
+    (errors.count() == before).then_some((aggregates, fields))
 }
 
 fn parse_aggregate(item: &str) -> Option<(&str, usize, Option<&str>, Option<&str>)> {
@@ -96,9 +161,7 @@ fn parse_aggregate(item: &str) -> Option<(&str, usize, Option<&str>, Option<&str
     };
     let (function, argument) = call.split_once('(')?;
     let function = function.trim();
-    if !["count", "sum", "min", "max", "first", "last"].contains(&function) {
-        return None;
-    }
+    Function::parse(function)?;
     let argument = argument.trim();
     let (side, field) = match argument.split_once('.') {
         Some((side, field)) if is_identifier(field) => (side, Some(field)),
@@ -113,41 +176,339 @@ fn parse_aggregate(item: &str) -> Option<(&str, usize, Option<&str>, Option<&str
     Some((function, input, field, alias))
 }
 
-/// Its runtime: not in this build yet (`check` returns no spec, so nothing builds one).
 #[derive(Clone, Debug)]
-pub struct CoGroupSpec;
+pub struct CoGroupSpec {
+    pub name: String,
+    pub window: WindowSpec,
+    pub join: JoinType,
+    pub aggregates: Vec<Aggregate>,
+    /// `key = "FIELD"`: the output position whose value keys the result.
+    pub rekey: Option<usize>,
+}
 
-pub struct CoGroup;
+impl CoGroupSpec {
+    /// Whether a key-window with these group sizes produces a result.
+    fn emits(&self, counts: [u64; 2]) -> bool {
+        let [left, right] = counts.map(|n| n > 0);
+        match self.join {
+            JoinType::Inner => left && right,
+            JoinType::Left => left,
+            JoinType::Right => right,
+            JoinType::Full => left || right,
+        }
+    }
+}
 
-impl CoGroup {
-    pub fn new(_spec: CoGroupSpec) -> CoGroup {
-        CoGroup
+/// The exact sum of floats: non-overlapping partials whose sum is the exact sum of what was
+/// added (Shewchuk; Python's `math.fsum`), so the result does not depend on the order of the
+/// additions. A sum that overflows, or takes an infinity, is the plain running sum instead.
+#[derive(Clone, Debug, Default)]
+struct ExactSum {
+    partials: Vec<f64>,
+    plain: f64,
+}
+
+impl ExactSum {
+    fn add(&mut self, mut x: f64) {
+        self.plain += x;
+        let mut kept = 0;
+        for j in 0..self.partials.len() {
+            let mut y = self.partials[j];
+            if x.abs() < y.abs() {
+                std::mem::swap(&mut x, &mut y);
+            }
+            let hi = x + y;
+            let lo = y - (hi - x);
+            if lo != 0.0 {
+                self.partials[kept] = lo;
+                kept += 1;
+            }
+            x = hi;
+        }
+        self.partials.truncate(kept);
+        self.partials.push(x);
     }
 
-    pub fn on_row(&mut self, _input: usize, _row: Row, _out: &mut Output) {}
+    fn absorb(&mut self, other: ExactSum) {
+        let plain = self.plain + other.plain;
+        for x in other.partials {
+            self.add(x);
+        }
+        self.plain = plain;
+    }
 
-    pub fn on_watermark(&mut self, _watermark: Time, _out: &mut Output) {}
+    /// The correctly rounded sum (round half to even), as `math.fsum` computes it.
+    fn value(&self) -> f64 {
+        if !self.plain.is_finite() || self.partials.iter().any(|p| !p.is_finite()) {
+            return self.plain;
+        }
+        let p = &self.partials;
+        let Some(&last) = p.last() else { return 0.0 };
+        let (mut hi, mut lo, mut n) = (last, 0.0, p.len() - 1);
+        while n > 0 {
+            let x = hi;
+            n -= 1;
+            let y = p[n];
+            hi = x + y;
+            lo = y - (hi - x);
+            if lo != 0.0 {
+                break;
+            }
+        }
+        if n > 0 && ((lo < 0.0 && p[n - 1] < 0.0) || (lo > 0.0 && p[n - 1] > 0.0)) {
+            let y = lo * 2.0;
+            let x = hi + y;
+            if y == x - hi {
+                hi = x;
+            }
+        }
+        hi
+    }
+}
+
+/// Values of one field compared as min/max do: numbers by value, strings by code point, false
+/// before true. Values of different types (never in one field) are equal.
+fn compare(a: &Value, b: &Value) -> Ordering {
+    match (a, b) {
+        (Value::Int(a), Value::Int(b)) => a.cmp(b),
+        (Value::Float(a), Value::Float(b)) => a.partial_cmp(b).unwrap_or(Ordering::Equal),
+        (Value::Str(a), Value::Str(b)) => a.cmp(b),
+        (Value::Bool(a), Value::Bool(b)) => a.cmp(b),
+        _ => Ordering::Equal,
+    }
+}
+
+/// The running state of one aggregate over one group.
+#[derive(Clone, Debug)]
+enum Acc {
+    Count(i64),
+    SumInt(Option<i128>),
+    SumFloat(Option<ExactSum>),
+    Min(Option<Value>),
+    Max(Option<Value>),
+    /// (ts, arrival, value) of the best row so far.
+    First(Option<(i64, u64, Value)>),
+    Last(Option<(i64, u64, Value)>),
+}
+
+impl Acc {
+    fn new(a: &Aggregate) -> Acc {
+        match a.function {
+            Function::Count => Acc::Count(0),
+            Function::Sum if a.ty == FieldType::Float => Acc::SumFloat(None),
+            Function::Sum => Acc::SumInt(None),
+            Function::Min => Acc::Min(None),
+            Function::Max => Acc::Max(None),
+            Function::First => Acc::First(None),
+            Function::Last => Acc::Last(None),
+        }
+    }
+
+    /// Adds one non-null value (`count(side)`: any value) of a row at `ts` that arrived `seq`th.
+    fn add(&mut self, value: &Value, ts: i64, seq: u64) {
+        let better = |best: &Option<(i64, u64, Value)>, first: bool| {
+            best.as_ref().is_none_or(|(t, s, _)| if first { (ts, seq) < (*t, *s) } else { (ts, seq) > (*t, *s) })
+        };
+        match self {
+            Acc::Count(n) => *n += 1,
+            Acc::SumInt(sum) => *sum = Some(sum.unwrap_or(0) + i128::from(int(value))),
+            Acc::SumFloat(sum) => sum.get_or_insert_default().add(float(value)),
+            Acc::Min(best) if best.as_ref().is_none_or(|b| compare(value, b) == Ordering::Less) => {
+                *best = Some(value.clone())
+            }
+            Acc::Max(best) if best.as_ref().is_none_or(|b| compare(value, b) == Ordering::Greater) => {
+                *best = Some(value.clone())
+            }
+            Acc::First(best) if better(best, true) => *best = Some((ts, seq, value.clone())),
+            Acc::Last(best) if better(best, false) => *best = Some((ts, seq, value.clone())),
+            _ => {}
+        }
+    }
+
+    fn absorb(&mut self, other: Acc) {
+        match (self, other) {
+            (Acc::Count(a), Acc::Count(b)) => *a += b,
+            (Acc::SumInt(a), Acc::SumInt(Some(b))) => *a = Some(a.unwrap_or(0) + b),
+            (Acc::SumFloat(a), Acc::SumFloat(Some(b))) => a.get_or_insert_default().absorb(b),
+            (me @ (Acc::Min(_) | Acc::Max(_)), Acc::Min(Some(v)) | Acc::Max(Some(v))) => me.add(&v, 0, 0),
+            (me @ (Acc::First(_) | Acc::Last(_)), Acc::First(Some((ts, seq, v))) | Acc::Last(Some((ts, seq, v)))) => {
+                me.add(&v, ts, seq)
+            }
+            _ => {}
+        }
+    }
+
+    fn value(&self) -> Value {
+        match self {
+            Acc::Count(n) => Value::Int(*n),
+            Acc::SumInt(sum) => {
+                sum.map_or(Value::Null, |s| Value::Int(s.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64))
+            }
+            Acc::SumFloat(sum) => sum.as_ref().map_or(Value::Null, |s| Value::Float(s.value())),
+            Acc::Min(v) | Acc::Max(v) => v.clone().unwrap_or(Value::Null),
+            Acc::First(v) | Acc::Last(v) => v.as_ref().map_or(Value::Null, |(_, _, v)| v.clone()),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Acc::SumFloat(Some(sum)) => sum.partials.len() * std::mem::size_of::<f64>(),
+            Acc::Min(Some(v)) | Acc::Max(Some(v)) | Acc::First(Some((_, _, v))) | Acc::Last(Some((_, _, v))) => {
+                v.heap_bytes()
+            }
+            _ => 0,
+        }
+    }
+}
+
+fn int(value: &Value) -> i64 {
+    match value {
+        Value::Int(i) => *i,
+        _ => 0,
+    }
+}
+
+fn float(value: &Value) -> f64 {
+    match value {
+        Value::Float(f) => *f,
+        Value::Int(i) => *i as f64,
+        _ => 0.0,
+    }
+}
+
+/// The groups of one key-window: how many rows each side has, and the aggregates.
+#[derive(Clone, Debug)]
+pub struct Groups {
+    counts: [u64; 2],
+    /// (input, field position or None for `count(side)`, state), one per aggregate.
+    accs: Vec<(usize, Option<usize>, Acc)>,
+}
+
+impl Groups {
+    fn new(aggregates: &[Aggregate]) -> Groups {
+        Groups { counts: [0; 2], accs: aggregates.iter().map(|a| (a.input, a.pos, Acc::new(a))).collect() }
+    }
+}
+
+impl Contents for Groups {
+    type Item = Row;
+
+    fn add(&mut self, input: usize, row: &Row, seq: u64) {
+        self.counts[input] += 1;
+        for (acc_input, pos, acc) in &mut self.accs {
+            if *acc_input != input {
+                continue;
+            }
+            match pos.map(|p| &row.values[p]) {
+                None => acc.add(&Value::Null, row.ts, seq),
+                Some(Value::Null) => {}
+                Some(value) => acc.add(value, row.ts, seq),
+            }
+        }
+    }
+
+    fn absorb(&mut self, other: Groups) {
+        self.counts[LEFT] += other.counts[LEFT];
+        self.counts[RIGHT] += other.counts[RIGHT];
+        for ((_, _, mine), (_, _, theirs)) in self.accs.iter_mut().zip(other.accs) {
+            mine.absorb(theirs);
+        }
+    }
+
+    /// A window holds no rows, only its accumulators.
+    fn rows(&self) -> usize {
+        0
+    }
+
+    fn bytes(&self) -> usize {
+        self.accs.len() * std::mem::size_of::<(usize, Option<usize>, Acc)>()
+            + self.accs.iter().map(|(_, _, acc)| acc.bytes()).sum::<usize>()
+    }
+}
+
+/// Emits the result of a firing key-window.
+struct Results {
+    spec: CoGroupSpec,
+    ids: IdHasher,
+}
+
+impl Fire<Groups> for Results {
+    fn fire(&mut self, w: &Window<Groups>, out: &mut Output) -> Option<u64> {
+        let Results { spec, ids } = self;
+        let counts = w.contents.counts;
+        if !spec.emits(counts) {
+            return None;
+        }
+        let kind = match counts.map(|n| n > 0) {
+            [true, true] => ResultKind::Match,
+            [true, false] => ResultKind::LeftOnly,
+            _ => ResultKind::RightOnly,
+        };
+        let id = ids.begin().str(&spec.name).str("group");
+        match &w.key {
+            Key::Int(i) => id.value(&Value::Int(*i)),
+            Key::Str(s) => id.str(s),
+            Key::Broadcast => id.value(&Value::Null),
+        };
+        let id = id.u64(w.start as u64).u64(w.end as u64).finish();
+        let mut values = Vec::with_capacity(w.contents.accs.len() + 6);
+        values.push(w.key.to_value());
+        values.extend(w.contents.accs.iter().map(|(_, _, acc)| acc.value()));
+        values.push(Value::Str(kind.as_str().into()));
+        values.extend(w.meta());
+        if spec.window.is_session() {
+            values.push(Value::IdList(w.supersedes.as_slice().into()));
+        }
+        let (key, key_hash) = result_key(&w.key, w.key_hash, &values, spec.rekey);
+        out.results.push((kind, Row { ts: w.end - 1, key, key_hash, id, values: values.into() }));
+        Some(id)
+    }
+}
+
+pub struct CoGroup {
+    windows: Windows<Groups>,
+    results: Results,
+}
+
+impl CoGroup {
+    pub fn new(spec: CoGroupSpec) -> CoGroup {
+        let windows = Windows::new(spec.window, OnMerge::Supersede, Groups::new(&spec.aggregates));
+        CoGroup { windows, results: Results { spec, ids: IdHasher::default() } }
+    }
+
+    pub fn on_row(&mut self, input: usize, row: Row, out: &mut Output) {
+        let at = RowRef { input, ts: row.ts, key: &row.key, key_hash: row.key_hash };
+        if !self.windows.on_row(at, &row, &mut self.results, out) {
+            out.late.push((input, row));
+        }
+    }
+
+    pub fn on_watermark(&mut self, watermark: Time, out: &mut Output) {
+        self.windows.on_watermark(watermark, &mut self.results, out);
+    }
 
     pub fn output_watermark(&self) -> Time {
-        Time::NEG_INF
+        self.windows.output_watermark()
     }
 
     pub fn is_quiescent(&self) -> bool {
-        true
+        self.windows.is_quiescent()
     }
 
+    /// Key-windows held (each one set of accumulators; no rows are kept).
     pub fn state_rows(&self) -> usize {
-        0
+        self.windows.windows()
     }
 
     pub fn state_bytes(&self) -> usize {
-        0
+        self.windows.state_bytes()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::operator::window::WindowKind;
 
     #[test]
     fn aggregate_items() {
@@ -155,5 +516,148 @@ mod tests {
         assert_eq!(parse_aggregate("sum(right.amount)"), Some(("sum", RIGHT, Some("amount"), None)));
         assert_eq!(parse_aggregate("avg(right.amount)"), None);
         assert_eq!(parse_aggregate("count(up)"), None);
+    }
+
+    #[test]
+    fn output_schema_and_aggregates() {
+        let text = |window: &str| {
+            format!(
+                "[streams.a]\nkey = \"k\"\nfields = {{ k = \"int\", x = \"float\", s = \"string\" }}\n\
+                 [operators.g]\nkind = \"cogroup\"\nleft = \"a\"\nright = \"a\"\njoin = \"right\"\n\
+                 window = {window}\naggregate = [\"count(left)\", \"sum(left.x) AS total\", \"last(right.s)\"]\n"
+            )
+        };
+        let plan = crate::config::parse("g.toml", &text("{ kind = \"session\", gap = \"1s\" }")).unwrap();
+        let fields: Vec<(&str, FieldType, bool)> =
+            plan.operators[0].output.fields.iter().map(|f| (f.name.as_str(), f.ty, f.nullable)).collect();
+        let want = [
+            ("k", FieldType::Int, false),
+            ("count_left", FieldType::Int, false),
+            ("total", FieldType::Float, true),
+            ("last_right_s", FieldType::String, false),
+            ("_kind", FieldType::String, false),
+            ("_window_start", FieldType::Int, false),
+            ("_window_end", FieldType::Int, false),
+            ("_version", FieldType::Int, false),
+            ("_supersedes", FieldType::IdList, false),
+        ];
+        assert_eq!(fields, want);
+        let plan = crate::config::parse("g.toml", &text("{ kind = \"tumbling\", size = \"1s\" }")).unwrap();
+        assert_eq!(plan.operators[0].output.fields.len(), want.len() - 1, "no _supersedes without sessions");
+        let OperatorSpec::CoGroup(spec) = &plan.operators[0].spec else { panic!("not a cogroup") };
+        assert_eq!(spec.join, JoinType::Right);
+        assert_eq!(
+            spec.aggregates[1],
+            Aggregate { function: Function::Sum, input: LEFT, pos: Some(1), ty: FieldType::Float }
+        );
+    }
+
+    #[test]
+    fn exact_float_sums_do_not_depend_on_order() {
+        let values = [1e16, 1.0, -1e16, 0.1, 0.2, 3.0e-5, 1e100, -1e100];
+        let mut forward = ExactSum::default();
+        values.iter().for_each(|&v| forward.add(v));
+        let mut backward = ExactSum::default();
+        values.iter().rev().for_each(|&v| backward.add(v));
+        let (mut a, mut b) = (ExactSum::default(), ExactSum::default());
+        values[..3].iter().for_each(|&v| a.add(v));
+        values[3..].iter().for_each(|&v| b.add(v));
+        a.absorb(b);
+        // 1 + 0.1 + 0.2 + 3e-5 correctly rounded (naive left-to-right gives 1.30003 + error).
+        let exact = 1.30003;
+        assert_eq!((forward.value(), backward.value(), a.value()), (exact, exact, exact));
+        let mut big = ExactSum::default();
+        big.add(f64::MAX);
+        big.add(f64::MAX);
+        assert_eq!(big.value(), f64::INFINITY);
+    }
+
+    fn cogroup(join: JoinType, kind: WindowKind, allowed_lateness: i64) -> CoGroup {
+        let agg = |function, input, pos: Option<usize>, ty| Aggregate { function, input, pos, ty };
+        let aggregates = vec![
+            agg(Function::Count, LEFT, None, FieldType::Int),
+            agg(Function::Sum, RIGHT, Some(0), FieldType::Int),
+            agg(Function::Min, LEFT, Some(0), FieldType::Int),
+            agg(Function::Max, LEFT, Some(0), FieldType::Int),
+            agg(Function::First, LEFT, Some(0), FieldType::Int),
+            agg(Function::Last, LEFT, Some(0), FieldType::Int),
+            agg(Function::Count, RIGHT, Some(0), FieldType::Int),
+        ];
+        let window = WindowSpec { kind, allowed_lateness };
+        CoGroup::new(CoGroupSpec { name: "g".into(), window, join, aggregates, rekey: None })
+    }
+
+    fn row(ts: i64, v: Value) -> Row {
+        Row { ts, key: Key::Int(7), key_hash: 3, id: ts as u64, values: Box::new([v]) }
+    }
+
+    fn values(out: &mut Output) -> Vec<Vec<Value>> {
+        out.results.drain(..).map(|(_, r)| r.values.to_vec()).collect()
+    }
+
+    #[test]
+    fn aggregates_and_join_types() {
+        let tumbling = WindowKind::Fixed { size: 10, slide: 10, offset: 0 };
+        for join in [JoinType::Inner, JoinType::Left, JoinType::Right, JoinType::Full] {
+            let mut g = cogroup(join, tumbling, 0);
+            let mut out = Output::default();
+            g.on_row(LEFT, row(5, Value::Int(3)), &mut out);
+            g.on_row(LEFT, row(1, Value::Int(9)), &mut out);
+            g.on_row(LEFT, row(5, Value::Int(4)), &mut out);
+            g.on_row(RIGHT, row(2, Value::Int(10)), &mut out);
+            g.on_row(RIGHT, row(3, Value::Null), &mut out);
+            g.on_row(RIGHT, row(15, Value::Int(1)), &mut out); // [10, 20): right only
+            g.on_watermark(Time::POS_INF, &mut out);
+            let kinds: Vec<ResultKind> = out.results.iter().map(|(k, _)| *k).collect();
+            let got = values(&mut out);
+            let i = Value::Int;
+            let matched =
+                vec![i(7), i(3), i(10), i(3), i(9), i(9), i(4), i(1), Value::Str("match".into()), i(0), i(10), i(1)];
+            let right_only = vec![
+                i(7),
+                i(0),
+                i(1),
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                i(1),
+                Value::Str("right_only".into()),
+                i(10),
+                i(20),
+                i(1),
+            ];
+            let (want, want_kinds) = match join {
+                JoinType::Inner | JoinType::Left => (vec![matched], vec![ResultKind::Match]),
+                _ => (vec![matched, right_only], vec![ResultKind::Match, ResultKind::RightOnly]),
+            };
+            assert_eq!((got, kinds), (want, want_kinds), "{join:?}");
+            assert_eq!((g.state_rows(), g.state_bytes()), (0, 0));
+        }
+    }
+
+    #[test]
+    fn merged_sessions_supersede_only_what_was_emitted() {
+        let mut g = cogroup(JoinType::Inner, WindowKind::Session { gap: 10 }, 100);
+        let mut out = Output::default();
+        g.on_row(LEFT, row(0, Value::Int(1)), &mut out);
+        g.on_row(RIGHT, row(1, Value::Int(1)), &mut out); // [0, 11): match
+        g.on_row(LEFT, row(30, Value::Int(1)), &mut out); // [30, 40): left only, inner: nothing
+        g.on_watermark(Time::ms(50), &mut out);
+        let first: Vec<u64> = out.results.iter().map(|(_, r)| r.id).collect();
+        assert_eq!(first.len(), 1);
+        out.results.clear();
+        g.on_row(LEFT, row(20, Value::Int(1)), &mut out); // [20, 30) merges with [30, 40) only
+        assert!(out.results.is_empty(), "inner, and still no right rows");
+        g.on_row(RIGHT, row(11, Value::Int(1)), &mut out); // [11, 21) touches [0, 11) and [20, 40)
+        let (_, merged) = &out.results[0];
+        assert_eq!(merged.values[9..12], [Value::Int(0), Value::Int(40), Value::Int(1)]);
+        assert_eq!(
+            merged.values[12],
+            Value::IdList(first.as_slice().into()),
+            "the never-emitted parts supersede nothing"
+        );
+        assert_ne!(merged.id, first[0]);
+        assert_eq!(g.state_rows(), 1);
     }
 }

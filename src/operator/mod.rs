@@ -11,6 +11,7 @@
 pub mod absence;
 pub mod cogroup;
 pub mod connect;
+pub mod expr;
 pub mod interval_join;
 pub mod projection;
 pub mod temporal_join;
@@ -153,6 +154,22 @@ impl Operator {
     /// Nothing is pending that a moving watermark could emit (no timers).
     pub fn is_quiescent(&self) -> bool {
         dispatch!(self, op => op.is_quiescent())
+    }
+
+    /// Processing time reached `now` (`connect::END_OF_INPUT` at the end of input): timers due
+    /// by then fire. Only connect has processing-time timers.
+    pub fn on_processing_time(&mut self, now: i128, out: &mut Output) {
+        if let Operator::Connect(op) = self {
+            op.on_processing_time(now, out);
+        }
+    }
+
+    /// The earliest processing time at which a timer of this instance is due.
+    pub fn next_processing_timer(&self) -> Option<i128> {
+        match self {
+            Operator::Connect(op) => op.next_processing_timer(),
+            _ => None,
+        }
     }
 
     pub fn state_rows(&self) -> usize {

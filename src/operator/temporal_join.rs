@@ -1,51 +1,348 @@
 //! Temporal join: for each left row, the right row with the same key and the greatest ts ≤
-//! left.ts (Flink SQL `FOR SYSTEM_TIME AS OF`); emitted once the watermark passes left.ts.
+//! left.ts (Flink SQL `FOR SYSTEM_TIME AS OF`); emitted once the watermark passes left.ts
+//! (DESIGN.md "Operators", CONTRACT.md rules 5, 7–11).
+//!
+//! - A row of either input is late when `ts < watermark` (the operator's, as of the last tick);
+//!   late rows go to the late side output and nowhere else.
+//! - A left row waits until `watermark > l.ts` (rule 8): from then on no on-time right row can
+//!   have `ts ≤ l.ts`, so its version is decided. It then meets the right row of its key (any
+//!   row of a broadcast right stream) with the greatest `ts ≤ l.ts`, ties going to the later
+//!   arrival (rule 11): `match`, `_id` = H(operator, "match", l.id, r.id); with none, a left join
+//!   emits `left_only`, `_id` = H(operator, "left_only", l.id), and an inner join nothing.
+//!   `_ts` = l.ts. The left rows a watermark releases are emitted in (ts, arrival) order.
+//! - Versions (eviction): once a version's ts is below the watermark, every older version of
+//!   its key is dead — pending left rows and on-time left rows to come all have ts ≥ the
+//!   watermark, and the newer version is at least as good for them. So each key keeps the latest
+//!   version below the watermark plus the versions at or above it; at +∞ nothing is kept.
+//!   Eviction runs after the left rows of the same watermark are emitted.
+//! - Output watermark: `min(watermark, smallest pending l.ts)` (rule 5): a result's `_ts` is its
+//!   left row's ts.
+//!
+//! Arrival order is the order this instance received rows: store handles are handed out in
+//! insertion order, so they double as arrival sequence numbers within each input.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
 use crate::config::operators::{Builder, Built, join_type, output_schema, select};
 use crate::config::walk::{Errors, Table};
-use crate::operator::interval_join::JoinType;
-
-use super::Output;
-use crate::record::Row;
+use crate::operator::interval_join::{JoinType, LEFT, RIGHT};
+use crate::record::id::IdHasher;
+use crate::record::{Key, Row};
+use crate::state::{KeyedStore, MemoryStore, RowHandle};
 use crate::time::Time;
 
+use super::{OperatorSpec, Output, Projection, ResultKind};
+
 /// Checks `[operators.NAME]` of this kind.
-pub(crate) fn check(b: &mut Builder<'_, '_, '_>, _name: &str, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
+pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
     let inputs = b.two_inputs(t, true, errors);
     let join = join_type(t, &["inner", "left"], errors)?;
-    let (_, fields) = select(t, inputs.as_ref()?, [false, join == JoinType::Left], errors)?;
-    let (output, _) = output_schema(t, fields, errors)?;
-    Some(Built { inputs: inputs?.map(|i| i.node).to_vec(), output, spec: None })
+    let (columns, fields) = select(t, inputs.as_ref()?, [false, join == JoinType::Left], errors)?;
+    let (output, rekey) = output_schema(t, fields, errors)?;
+    let inputs = inputs?;
+    let spec = TemporalJoinSpec {
+        name: name.to_owned(),
+        left_join: join == JoinType::Left,
+        broadcast_right: inputs[RIGHT].key_field().is_none(),
+        projection: Projection { columns, rekey },
+    };
+    Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: Some(OperatorSpec::TemporalJoin(spec)) })
 }
 
-/// Its runtime: not in this build yet (`check` returns no spec, so nothing builds one).
 #[derive(Clone, Debug)]
-pub struct TemporalJoinSpec;
+pub struct TemporalJoinSpec {
+    pub name: String,
+    /// `join = "left"`: a left row without a version is emitted as `left_only`.
+    pub left_join: bool,
+    /// The right input is a broadcast stream (key `"*"`): its versions apply to every key.
+    pub broadcast_right: bool,
+    pub projection: Projection,
+}
 
-pub struct TemporalJoin;
+/// A stored row in (ts, arrival) order.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Waiting {
+    ts: i64,
+    handle: RowHandle,
+    key_hash: u64,
+}
+
+/// A right version that is not yet below the watermark.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Version {
+    ts: i64,
+    handle: RowHandle,
+    key: Key,
+    key_hash: u64,
+}
+
+pub struct TemporalJoin {
+    spec: TemporalJoinSpec,
+    watermark: Time,
+    /// Left rows waiting for the watermark to pass them.
+    left: MemoryStore,
+    pending: BinaryHeap<Reverse<Waiting>>,
+    /// Right versions, with those not yet below the watermark in `fresh`, and per key the
+    /// latest version below it in `floor`.
+    right: MemoryStore,
+    fresh: BinaryHeap<Reverse<Version>>,
+    floor: HashMap<Key, RowHandle>,
+    ids: IdHasher,
+}
 
 impl TemporalJoin {
-    pub fn new(_spec: TemporalJoinSpec) -> TemporalJoin {
-        TemporalJoin
+    pub fn new(spec: TemporalJoinSpec) -> TemporalJoin {
+        TemporalJoin {
+            spec,
+            watermark: Time::NEG_INF,
+            left: MemoryStore::default(),
+            pending: BinaryHeap::new(),
+            right: MemoryStore::default(),
+            fresh: BinaryHeap::new(),
+            floor: HashMap::new(),
+            ids: IdHasher::default(),
+        }
     }
 
-    pub fn on_row(&mut self, _input: usize, _row: Row, _out: &mut Output) {}
+    pub fn on_row(&mut self, input: usize, row: Row, out: &mut Output) {
+        if self.watermark.is_past(row.ts) {
+            out.late.push((input, row));
+            return;
+        }
+        let (ts, key_hash) = (row.ts, row.key_hash);
+        if input == LEFT {
+            let handle = self.left.insert(row, false);
+            self.pending.push(Reverse(Waiting { ts, handle, key_hash }));
+        } else {
+            let key = row.key.clone();
+            let handle = self.right.insert(row, false);
+            self.fresh.push(Reverse(Version { ts, handle, key, key_hash }));
+        }
+    }
 
-    pub fn on_watermark(&mut self, _watermark: Time, _out: &mut Output) {}
+    pub fn on_watermark(&mut self, watermark: Time, out: &mut Output) {
+        self.watermark = watermark;
+        while self.pending.peek().is_some_and(|Reverse(w)| watermark.is_past(w.ts)) {
+            let Some(Reverse(waiting)) = self.pending.pop() else { break };
+            if let Some(removed) = self.left.remove(waiting.key_hash, waiting.handle) {
+                self.emit(&removed.row, out);
+            }
+        }
+        if watermark == Time::POS_INF {
+            // Nothing can arrive any more: every version is dead.
+            self.right = MemoryStore::default();
+            self.fresh.clear();
+            self.floor.clear();
+            return;
+        }
+        // Popped in (ts, arrival) order: each version is newer than the floor it replaces.
+        while self.fresh.peek().is_some_and(|Reverse(v)| watermark.is_past(v.ts)) {
+            let Some(Reverse(version)) = self.fresh.pop() else { break };
+            if let Some(older) = self.floor.insert(version.key, version.handle) {
+                self.right.remove(version.key_hash, older);
+            }
+        }
+    }
+
+    /// Emits left row `l` with its version, or alone (left join).
+    fn emit(&mut self, l: &Row, out: &mut Output) {
+        let TemporalJoin { spec, right, ids, .. } = self;
+        let (key, key_hash) = if spec.broadcast_right { (&Key::Broadcast, 0) } else { (&l.key, l.key_hash) };
+        // The scan visits versions in arrival order: `>=` lets a later arrival win a tie in ts.
+        let (mut best, mut best_ts, mut at) = (None, i64::MIN, 0usize);
+        right.scan(key, key_hash, &mut |r: &Row| {
+            if r.ts <= l.ts && (best.is_none() || r.ts >= best_ts) {
+                (best, best_ts) = (Some(at), r.ts);
+            }
+            at += 1;
+            false
+        });
+        match best {
+            Some(best) => {
+                let mut at = 0usize;
+                right.scan(key, key_hash, &mut |r: &Row| {
+                    if at == best {
+                        let id = ids.begin().str(&spec.name).str("match").u64(l.id).u64(r.id).finish();
+                        let (key, key_hash, values) =
+                            spec.projection.project(&l.key, l.key_hash, [Some(l), Some(r)], ResultKind::Match);
+                        out.results.push((ResultKind::Match, Row { ts: l.ts, key, key_hash, id, values }));
+                    }
+                    at += 1;
+                    false
+                });
+            }
+            None if spec.left_join => {
+                let id = ids.begin().str(&spec.name).str("left_only").u64(l.id).finish();
+                let (key, key_hash, values) =
+                    spec.projection.project(&l.key, l.key_hash, [Some(l), None], ResultKind::LeftOnly);
+                out.results.push((ResultKind::LeftOnly, Row { ts: l.ts, key, key_hash, id, values }));
+            }
+            None => {}
+        }
+    }
 
     pub fn output_watermark(&self) -> Time {
-        Time::NEG_INF
+        match self.pending.peek() {
+            Some(Reverse(w)) => self.watermark.min(Time::ms(w.ts)),
+            None => self.watermark,
+        }
     }
 
     pub fn is_quiescent(&self) -> bool {
-        true
+        self.pending.is_empty()
     }
 
     pub fn state_rows(&self) -> usize {
-        0
+        self.left.rows() + self.right.rows()
     }
 
     pub fn state_bytes(&self) -> usize {
-        0
+        self.left.bytes() + self.right.bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operator::projection::Column;
+    use crate::record::Value;
+
+    fn join(left_join: bool, broadcast_right: bool) -> TemporalJoin {
+        let columns = vec![
+            Column::Key,
+            Column::Field { input: LEFT, pos: 0 },
+            Column::Field { input: RIGHT, pos: 0 },
+            Column::Kind,
+        ];
+        let projection = Projection { columns, rekey: None };
+        TemporalJoin::new(TemporalJoinSpec { name: "t".into(), left_join, broadcast_right, projection })
+    }
+
+    fn keyed(key: &str, ts: i64, tag: i64) -> Row {
+        Row {
+            ts,
+            key: Key::Str(key.into()),
+            key_hash: key.len() as u64,
+            id: tag as u64,
+            values: Box::new([Value::Int(tag)]),
+        }
+    }
+
+    fn row(ts: i64, tag: i64) -> Row {
+        keyed("d", ts, tag)
+    }
+
+    /// (kind, _ts, left tag, right tag or null)
+    fn results(out: &Output) -> Vec<(ResultKind, i64, Value, Value)> {
+        out.results.iter().map(|(k, r)| (*k, r.ts, r.values[1].clone(), r.values[2].clone())).collect()
+    }
+
+    fn m(ts: i64, l: i64, r: i64) -> (ResultKind, i64, Value, Value) {
+        (ResultKind::Match, ts, Value::Int(l), Value::Int(r))
+    }
+
+    #[test]
+    fn picks_the_greatest_version_at_or_before_the_left_row() {
+        let mut j = join(false, false);
+        let mut out = Output::default();
+        j.on_row(RIGHT, row(900, 1), &mut out);
+        j.on_row(RIGHT, row(1000, 2), &mut out);
+        j.on_row(RIGHT, row(1001, 3), &mut out);
+        j.on_row(LEFT, row(1000, 10), &mut out);
+        j.on_row(LEFT, keyed("other", 1000, 11), &mut out);
+        assert!(out.is_empty(), "nothing is emitted before the watermark passes the left row");
+        j.on_watermark(Time::ms(1000), &mut out);
+        assert!(out.is_empty(), "watermark == l.ts: a version at l.ts may still come");
+        j.on_watermark(Time::ms(1001), &mut out);
+        assert_eq!(results(&out), [m(1000, 10, 2)]);
+    }
+
+    #[test]
+    fn ties_in_ts_go_to_the_later_arrival() {
+        let mut j = join(false, false);
+        let mut out = Output::default();
+        j.on_row(RIGHT, row(500, 1), &mut out);
+        j.on_row(RIGHT, row(500, 2), &mut out);
+        j.on_row(LEFT, row(600, 10), &mut out);
+        j.on_watermark(Time::POS_INF, &mut out);
+        assert_eq!(results(&out), [m(600, 10, 2)]);
+        assert_eq!((j.state_rows(), j.state_bytes()), (0, 0));
+    }
+
+    #[test]
+    fn a_version_arriving_after_the_left_row_is_used() {
+        let mut j = join(true, false);
+        let mut out = Output::default();
+        j.on_row(LEFT, row(1000, 10), &mut out);
+        j.on_row(RIGHT, row(1000, 1), &mut out);
+        j.on_row(LEFT, row(700, 11), &mut out);
+        j.on_watermark(Time::ms(2000), &mut out);
+        assert_eq!(results(&out), [(ResultKind::LeftOnly, 700, Value::Int(11), Value::Null), m(1000, 10, 1)]);
+        assert_eq!(out.results[0].1.values[0], Value::Str("d".into()), "the key is on outer rows too");
+    }
+
+    #[test]
+    fn older_versions_are_freed_below_the_watermark() {
+        let mut j = join(false, false);
+        let mut out = Output::default();
+        for (ts, tag) in [(100, 1), (200, 2), (300, 3), (400, 4)] {
+            j.on_row(RIGHT, row(ts, tag), &mut out);
+        }
+        j.on_watermark(Time::ms(301), &mut out);
+        assert_eq!(j.state_rows(), 2, "the latest version below the watermark (300) and 400");
+        j.on_row(LEFT, row(350, 10), &mut out);
+        j.on_row(LEFT, row(301, 11), &mut out);
+        j.on_row(LEFT, row(300, 12), &mut out);
+        assert_eq!(out.late.len(), 1);
+        assert_eq!(j.output_watermark(), Time::ms(301));
+        j.on_watermark(Time::ms(1000), &mut out);
+        assert_eq!(results(&out), [m(301, 11, 3), m(350, 10, 3)]);
+        assert_eq!(j.state_rows(), 1);
+        assert!(j.is_quiescent());
+    }
+
+    #[test]
+    fn output_watermark_waits_for_pending_left_rows() {
+        let mut j = join(false, false);
+        let mut out = Output::default();
+        j.on_watermark(Time::ms(100), &mut out);
+        j.on_row(LEFT, row(150, 1), &mut out);
+        j.on_watermark(Time::ms(140), &mut out);
+        j.on_watermark(Time::ms(150), &mut out);
+        assert_eq!(j.output_watermark(), Time::ms(150));
+        assert!(!j.is_quiescent());
+        j.on_watermark(Time::ms(151), &mut out);
+        assert!(out.is_empty(), "inner join, no version");
+        assert_eq!(j.output_watermark(), Time::ms(151));
+        assert_eq!(j.state_rows(), 0);
+    }
+
+    #[test]
+    fn broadcast_versions_apply_to_every_key() {
+        let mut j = join(false, true);
+        let mut out = Output::default();
+        let version =
+            |ts, tag| Row { ts, key: Key::Broadcast, key_hash: 0, id: tag as u64, values: Box::new([Value::Int(tag)]) };
+        j.on_row(RIGHT, version(100, 1), &mut out);
+        j.on_row(LEFT, keyed("a", 150, 10), &mut out);
+        j.on_row(LEFT, keyed("bb", 250, 11), &mut out);
+        j.on_row(RIGHT, version(200, 2), &mut out);
+        j.on_watermark(Time::POS_INF, &mut out);
+        assert_eq!(results(&out), [m(150, 10, 1), m(250, 11, 2)]);
+        assert_eq!(out.results[1].1.key, Key::Str("bb".into()), "a result keeps its left row's key");
+    }
+
+    #[test]
+    fn ids_name_the_kind_and_the_rows() {
+        let mut j = join(true, false);
+        let mut out = Output::default();
+        j.on_row(LEFT, row(10, 1), &mut out);
+        j.on_row(RIGHT, row(20, 2), &mut out);
+        j.on_row(LEFT, row(30, 3), &mut out);
+        j.on_watermark(Time::POS_INF, &mut out);
+        let mut ids = IdHasher::default();
+        assert_eq!(out.results[0].1.id, ids.begin().str("t").str("left_only").u64(1).finish());
+        assert_eq!(out.results[1].1.id, ids.begin().str("t").str("match").u64(3).u64(2).finish());
     }
 }

@@ -1,39 +1,657 @@
 //! Windows shared by window_join and cogroup: tumbling, sliding and session windows over event
-//! time, `[start, end)`, epoch-aligned with an optional offset (DESIGN.md "Operators").
+//! time, `[start, end)`, epoch-aligned with an optional offset (DESIGN.md "Operators", CONTRACT.md
+//! rules 5, 7, 8, 10).
+//!
+//! - Assignment: a fixed window (tumbling: `slide = size`) starts at every `offset + k·slide` and
+//!   holds the rows with `start ≤ ts < start + size`; a row belongs to every window that contains
+//!   it (none when `slide > size` leaves a gap there). A session row opens `[ts, ts + gap)`, and
+//!   sessions of one key that overlap *or touch* (`end == start`) merge, over both inputs together.
+//! - Firing: a window fires once the operator's watermark reaches `end − 1` (Flink), with `_ts =
+//!   end − 1` and `_version` = how often it fired. Within one watermark advance windows fire in
+//!   `(end, start, creation)` order; a merged session keeps the earliest creation of its parts.
+//! - Lateness (rule 7): a row is late when every window of the row has `end − 1 +
+//!   allowed_lateness ≤ watermark` — for a session, the window it would merge into. A row that is
+//!   not late joins its windows that are not late; a window that already fired fires again at once
+//!   with the updated contents (same `_id`, `_version` + 1).
+//! - Eviction: a window is freed once `end − 1 + allowed_lateness ≤ watermark`; no row that is
+//!   not late can reach it any more. Every live window therefore has `end − 1 + allowed_lateness >
+//!   watermark`, so results still to come have `_ts > watermark − allowed_lateness`: that is the
+//!   output watermark (rule 5).
+//! - Session merges: window_join continues the highest `_version` of the parts (its pairs keep
+//!   their `_id`s); cogroup results carry the window bounds in their `_id`, so a merged session is
+//!   a new result that lists in `_supersedes` the `_id`s emitted for its parts and those they
+//!   superseded (rule 10).
+//!
+//! One [`Windows`] instance runs per shard and holds the windows of that shard's keys; all shards
+//! get the same watermark, so what fires, and when, does not depend on the shard count.
+
+use std::collections::{BTreeSet, HashMap};
 
 use crate::config::walk::{Errors, Table};
+use crate::operator::Output;
+use crate::record::{Key, Value, id};
+use crate::time::Time;
 
-/// Checks a `window = { kind = ..., ... }` table.
-pub fn check_spec(t: Table<'_, '_>, errors: &mut Errors) {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowKind {
+    /// Windows of `size` starting every `slide` at `offset` modulo `slide` (tumbling: slide = size).
+    Fixed {
+        size: i64,
+        slide: i64,
+        offset: i64,
+    },
+    Session {
+        gap: i64,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowSpec {
+    pub kind: WindowKind,
+    /// ms (≥ 0) a fired window stays open for rows behind the watermark.
+    pub allowed_lateness: i64,
+}
+
+/// Checks a `window = { kind = ..., ... }` table and `allowed_lateness`.
+pub fn check_spec(t: Table<'_, '_>, errors: &mut Errors) -> Option<WindowSpec> {
+    let before = errors.count();
+    let allowed_lateness = t.duration_or("allowed_lateness", 0, errors);
     let Some((span, table)) = t.table("window", errors) else {
         if t.get("window").is_none() {
             t.missing("window", errors, "e.g. { kind = \"tumbling\", size = \"5m\" }");
         }
-        return;
+        return None;
     };
     let path = t.child_path("window");
     let w = Table { path: &path, span: &span, table };
     w.check_keys(&["kind", "size", "slide", "gap", "offset"], errors);
-    let needs: &[&str] = match w.required_str("kind", errors, "tumbling, sliding or session") {
-        Some(("tumbling", _)) => &["size"],
-        Some(("sliding", _)) => &["size", "slide"],
-        Some(("session", _)) => &["gap"],
+    let (kind, needs): (&str, &[&str]) = match w.required_str("kind", errors, "tumbling, sliding or session") {
+        Some(("tumbling", _)) => ("tumbling", &["size"]),
+        Some(("sliding", _)) => ("sliding", &["size", "slide"]),
+        Some(("session", _)) => ("session", &["gap"]),
         Some((_, span)) => {
             errors.at(&span, &w.child_path("kind"), "must be tumbling, sliding or session");
-            return;
+            return None;
         }
-        None => return,
+        None => return None,
     };
-    for key in ["size", "slide", "gap", "offset"] {
-        let wanted = needs.contains(&key) || (key == "offset" && !needs.contains(&"gap"));
+    let mut value = |key: &str| -> Option<i64> {
+        let wanted = needs.contains(&key) || (key == "offset" && kind != "session");
         match (wanted, w.get(key).is_some()) {
-            (true, false) if key != "offset" => w.missing(key, errors, "a positive duration"),
-            (false, true) => w.error(key, errors, format!("this window kind takes {}", needs.join(", "))),
+            (true, false) if key != "offset" => {
+                w.missing(key, errors, "a positive duration");
+                None
+            }
+            (false, true) => {
+                w.error(key, errors, format!("this window kind takes {}", needs.join(", ")));
+                None
+            }
             (true, true) => match w.duration(key, errors) {
-                Some(ms) if ms <= 0 && key != "offset" => w.error(key, errors, "must be positive"),
-                _ => {}
+                Some(ms) if ms <= 0 && key != "offset" => {
+                    w.error(key, errors, "must be positive");
+                    None
+                }
+                ms => ms,
             },
-            _ => {}
+            _ => None,
         }
+    };
+    let [size, slide, gap, offset] = ["size", "slide", "gap", "offset"].map(&mut value);
+    let kind = match kind {
+        "session" => WindowKind::Session { gap: gap? },
+        "sliding" => WindowKind::Fixed { size: size?, slide: slide?, offset: offset.unwrap_or(0) },
+        _ => WindowKind::Fixed { size: size?, slide: size?, offset: offset.unwrap_or(0) },
+    };
+    (errors.count() == before).then_some(WindowSpec { kind, allowed_lateness })
+}
+
+impl WindowSpec {
+    /// Stands in for a window whose configuration has errors: the plan is refused anyway, and
+    /// the operator's output schema stays known so the operators reading it are checked too.
+    pub const UNUSED: WindowSpec =
+        WindowSpec { kind: WindowKind::Fixed { size: 1, slide: 1, offset: 0 }, allowed_lateness: 0 };
+
+    pub fn is_session(&self) -> bool {
+        matches!(self.kind, WindowKind::Session { .. })
+    }
+
+    /// The fixed windows holding `ts`, latest first (empty for sessions or in a gap between
+    /// sliding windows).
+    pub fn assign(&self, ts: i64) -> impl Iterator<Item = (i64, i64)> + use<> {
+        let (size, slide, offset) = match self.kind {
+            WindowKind::Fixed { size, slide, offset } => (i128::from(size), i128::from(slide), i128::from(offset)),
+            WindowKind::Session { .. } => (0, 1, 0),
+        };
+        let ts = i128::from(ts);
+        let last = ts - (ts - offset).rem_euclid(slide);
+        let mut start = last;
+        std::iter::from_fn(move || {
+            (start > ts - size).then(|| {
+                let window = (saturate(start), saturate(start + size));
+                start -= slide;
+                window
+            })
+        })
+    }
+
+    /// A window with this end takes no more rows: `end − 1 + allowed_lateness ≤ watermark`.
+    fn closed(&self, end: i64, watermark: Time) -> bool {
+        Time::ms(end).plus(i128::from(self.allowed_lateness) - 1) <= watermark
+    }
+}
+
+/// Window bounds live in int64 like event times; a window past its ends is cut there.
+fn saturate(ms: i128) -> i64 {
+    ms.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+/// Whether a window with this end has fired by `watermark`: `end − 1 ≤ watermark`.
+fn due(end: i64, watermark: Time) -> bool {
+    Time::ms(end).plus(-1) <= watermark
+}
+
+/// What a window holds: the rows of a window join, the aggregates of a cogroup.
+pub trait Contents: Clone {
+    /// What a row is stored as (shared between the windows of a sliding row).
+    type Item;
+    /// `seq`: the row's arrival order at this operator instance (first/last break ts ties by it).
+    fn add(&mut self, input: usize, item: &Self::Item, seq: u64);
+    /// Takes in the contents of a session merged into this one.
+    fn absorb(&mut self, other: Self);
+    fn rows(&self) -> usize;
+    fn bytes(&self) -> usize;
+}
+
+/// Turns a firing window into results.
+pub trait Fire<C> {
+    /// Emits the results of `w` at `w.version`; returns the `_id` it emitted under, if it
+    /// emitted a result that a merged session would supersede (cogroup).
+    fn fire(&mut self, w: &Window<C>, out: &mut Output) -> Option<u64>;
+}
+
+/// What happens to earlier results when sessions merge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnMerge {
+    /// window_join: results keep their `_id`s; the merged session continues the highest version.
+    ContinueVersions,
+    /// cogroup: the merged session is a new result that supersedes the parts' results.
+    Supersede,
+}
+
+pub struct Window<C> {
+    pub key: Key,
+    pub key_hash: u64,
+    pub start: i64,
+    pub end: i64,
+    /// How often it fired: the `_version` of the last firing.
+    pub version: i64,
+    /// cogroup sessions: `_id`s emitted for the sessions merged into this one (and those they
+    /// superseded), sorted.
+    pub supersedes: Vec<u64>,
+    pub contents: C,
+    /// Creation order (firing ties); a merged session keeps its parts' earliest.
+    created: u64,
+    /// The `_id` it emitted under, if it ever emitted (cogroup).
+    emitted: Option<u64>,
+}
+
+impl<C> Window<C> {
+    /// `_window_start`, `_window_end`, `_version`: the values every window result ends with.
+    pub fn meta(&self) -> [Value; 3] {
+        [Value::Int(self.start), Value::Int(self.end), Value::Int(self.version)]
+    }
+}
+
+/// The key of a result: the window's, or with `key = "FIELD"` the value at output position
+/// `rekey` (CONTRACT.md "Configuration": an operator's output is keyed by its input's key).
+pub fn result_key(window_key: &Key, window_key_hash: u64, values: &[Value], rekey: Option<usize>) -> (Key, u64) {
+    match rekey.and_then(|pos| values.get(pos)).and_then(Key::from_value) {
+        Some(key) => {
+            let hash = id::key_hash(&key);
+            (key, hash)
+        }
+        None => (window_key.clone(), window_key_hash),
+    }
+}
+
+/// What the windows need to know of a row besides what is stored (`Contents::Item`).
+#[derive(Clone, Copy, Debug)]
+pub struct RowRef<'a> {
+    /// The index of the input it came on.
+    pub input: usize,
+    pub ts: i64,
+    pub key: &'a Key,
+    pub key_hash: u64,
+}
+
+type Handle = u64;
+
+/// The windows of one operator instance.
+pub struct Windows<C> {
+    spec: WindowSpec,
+    on_merge: OnMerge,
+    /// What a new window starts with.
+    empty: C,
+    watermark: Time,
+    windows: HashMap<Handle, Window<C>>,
+    /// Fixed windows by (key hash, start); keys are compared by value.
+    fixed: HashMap<(u64, i64), Vec<Handle>>,
+    /// Sessions by key hash; keys are compared by value.
+    sessions: HashMap<u64, Vec<Handle>>,
+    /// Windows not fired at their current contents and bounds, in firing order.
+    pending: BTreeSet<(i64, i64, u64, Handle)>,
+    /// Every window by end, for eviction.
+    expiry: BTreeSet<(i64, Handle)>,
+    next_handle: Handle,
+    next_created: u64,
+    seq: u64,
+    rows: usize,
+    bytes: usize,
+    parts: Vec<Handle>,
+}
+
+impl<C: Contents> Windows<C> {
+    pub fn new(spec: WindowSpec, on_merge: OnMerge, empty: C) -> Windows<C> {
+        Windows {
+            spec,
+            on_merge,
+            empty,
+            watermark: Time::NEG_INF,
+            windows: HashMap::new(),
+            fixed: HashMap::new(),
+            sessions: HashMap::new(),
+            pending: BTreeSet::new(),
+            expiry: BTreeSet::new(),
+            next_handle: 0,
+            next_created: 0,
+            seq: 0,
+            rows: 0,
+            bytes: 0,
+            parts: Vec::new(),
+        }
+    }
+
+    /// A row reached the operator. Returns false, changing nothing, when the row is late (the
+    /// caller sends it to the late output).
+    pub fn on_row(&mut self, row: RowRef<'_>, item: &C::Item, fire: &mut impl Fire<C>, out: &mut Output) -> bool {
+        self.seq += 1;
+        match self.spec.kind {
+            WindowKind::Fixed { .. } => self.fixed_row(row, item, fire, out),
+            WindowKind::Session { gap } => self.session_row(row, gap, item, fire, out),
+        }
+    }
+
+    fn fixed_row(&mut self, row: RowRef<'_>, item: &C::Item, fire: &mut impl Fire<C>, out: &mut Output) -> bool {
+        let RowRef { input, ts, key, key_hash } = row;
+        // The latest window closes last: if it is closed, all are.
+        match self.spec.assign(ts).next() {
+            Some((_, end)) if !self.spec.closed(end, self.watermark) => {}
+            _ => return false,
+        }
+        for (start, end) in self.spec.assign(ts) {
+            if self.spec.closed(end, self.watermark) {
+                break;
+            }
+            let found = self
+                .fixed
+                .get(&(key_hash, start))
+                .and_then(|slot| slot.iter().copied().find(|h| self.windows.get(h).is_some_and(|w| w.key == *key)));
+            let handle = match found {
+                Some(h) => h,
+                None => {
+                    let h = self.next_handle;
+                    self.fixed.entry((key_hash, start)).or_default().push(h);
+                    self.create(h, key, key_hash, start, end, None);
+                    h
+                }
+            };
+            self.add(handle, input, item);
+            self.settle(handle, fire, out);
+        }
+        true
+    }
+
+    fn session_row(
+        &mut self,
+        row: RowRef<'_>,
+        gap: i64,
+        item: &C::Item,
+        fire: &mut impl Fire<C>,
+        out: &mut Output,
+    ) -> bool {
+        let RowRef { input, ts, key, key_hash } = row;
+        let (mut start, mut end) = (ts, saturate(i128::from(ts) + i128::from(gap)));
+        self.parts.clear();
+        if let Some(list) = self.sessions.get(&key_hash) {
+            // Sessions of a key never overlap or touch, so one pass finds every part; loop anyway
+            // until nothing more joins.
+            loop {
+                let before = self.parts.len();
+                for h in list {
+                    let Some(w) = self.windows.get(h) else { continue };
+                    if w.key == *key && !self.parts.contains(h) && w.start <= end && w.end >= start {
+                        self.parts.push(*h);
+                        (start, end) = (start.min(w.start), end.max(w.end));
+                    }
+                }
+                if self.parts.len() == before {
+                    break;
+                }
+            }
+        }
+        if self.spec.closed(end, self.watermark) {
+            return false;
+        }
+        let handle = match self.parts.as_slice() {
+            [h] if self.windows.get(h).is_some_and(|w| (w.start, w.end) == (start, end)) => *h,
+            _ => self.merge(key, key_hash, start, end),
+        };
+        self.add(handle, input, item);
+        if let Some(w) = self.windows.get(&handle)
+            && due(w.end, self.watermark)
+        {
+            // A session always changed; one not yet due is pending already.
+            self.fire_now(handle, fire, out);
+        }
+        true
+    }
+
+    /// Replaces the sessions in `self.parts` (maybe none) by one new session `[start, end)`.
+    fn merge(&mut self, key: &Key, key_hash: u64, start: i64, end: i64) -> Handle {
+        let handle = self.next_handle;
+        let created = self.parts.iter().filter_map(|h| self.windows.get(h)).map(|w| w.created).min();
+        self.create(handle, key, key_hash, start, end, created);
+        let list = self.sessions.entry(key_hash).or_default();
+        list.retain(|h| !self.parts.contains(h));
+        list.push(handle);
+        for i in 0..self.parts.len() {
+            let Some(part) = self.remove(self.parts[i]) else { continue };
+            let Some(merged) = self.windows.get_mut(&handle) else { continue };
+            let (rows, bytes) = (merged.contents.rows(), merged.contents.bytes());
+            merged.contents.absorb(part.contents);
+            match self.on_merge {
+                OnMerge::ContinueVersions => merged.version = merged.version.max(part.version),
+                OnMerge::Supersede => {
+                    merged.supersedes.extend(part.supersedes);
+                    merged.supersedes.extend(part.emitted);
+                    merged.supersedes.sort_unstable();
+                    merged.supersedes.dedup();
+                }
+            }
+            self.rows = self.rows + merged.contents.rows() - rows;
+            self.bytes = self.bytes + merged.contents.bytes() - bytes;
+        }
+        handle
+    }
+
+    fn create(&mut self, handle: Handle, key: &Key, key_hash: u64, start: i64, end: i64, created: Option<u64>) {
+        self.next_handle += 1;
+        self.next_created += 1;
+        let created = created.unwrap_or(self.next_created);
+        let window = Window {
+            key: key.clone(),
+            key_hash,
+            start,
+            end,
+            version: 0,
+            supersedes: Vec::new(),
+            contents: self.empty.clone(),
+            created,
+            emitted: None,
+        };
+        self.rows += window.contents.rows();
+        self.bytes += window.contents.bytes();
+        self.windows.insert(handle, window);
+        self.pending.insert((end, start, created, handle));
+        self.expiry.insert((end, handle));
+    }
+
+    fn add(&mut self, handle: Handle, input: usize, item: &C::Item) {
+        let Some(w) = self.windows.get_mut(&handle) else { return };
+        let (rows, bytes) = (w.contents.rows(), w.contents.bytes());
+        w.contents.add(input, item, self.seq);
+        self.rows = self.rows + w.contents.rows() - rows;
+        self.bytes = self.bytes + w.contents.bytes() - bytes;
+    }
+
+    /// After a fixed window took a row: fire it again at once if it already fired.
+    fn settle(&mut self, handle: Handle, fire: &mut impl Fire<C>, out: &mut Output) {
+        if self.windows.get(&handle).is_some_and(|w| due(w.end, self.watermark)) {
+            self.fire_now(handle, fire, out);
+        }
+    }
+
+    fn fire_now(&mut self, handle: Handle, fire: &mut impl Fire<C>, out: &mut Output) {
+        let Some(w) = self.windows.get_mut(&handle) else { return };
+        self.pending.remove(&(w.end, w.start, w.created, handle));
+        w.version += 1;
+        if let Some(id) = fire.fire(w, out) {
+            w.emitted = Some(id);
+        }
+    }
+
+    /// Takes a window out of every index.
+    fn remove(&mut self, handle: Handle) -> Option<Window<C>> {
+        let w = self.windows.remove(&handle)?;
+        self.pending.remove(&(w.end, w.start, w.created, handle));
+        self.expiry.remove(&(w.end, handle));
+        let (map_key, list) = match self.spec.kind {
+            WindowKind::Fixed { .. } => ((w.key_hash, w.start), self.fixed.get_mut(&(w.key_hash, w.start))),
+            WindowKind::Session { .. } => ((w.key_hash, 0), self.sessions.get_mut(&w.key_hash)),
+        };
+        if let Some(list) = list {
+            list.retain(|&h| h != handle);
+            if list.is_empty() {
+                match self.spec.kind {
+                    WindowKind::Fixed { .. } => self.fixed.remove(&map_key),
+                    WindowKind::Session { .. } => self.sessions.remove(&map_key.0),
+                };
+            }
+        }
+        self.rows -= w.contents.rows();
+        self.bytes -= w.contents.bytes();
+        Some(w)
+    }
+
+    /// The operator's watermark moved to `watermark`: fire what is due, free what is closed.
+    pub fn on_watermark(&mut self, watermark: Time, fire: &mut impl Fire<C>, out: &mut Output) {
+        self.watermark = watermark;
+        while let Some(&(end, _, _, handle)) = self.pending.first()
+            && due(end, watermark)
+        {
+            self.fire_now(handle, fire, out);
+        }
+        while let Some(&(end, handle)) = self.expiry.first()
+            && self.spec.closed(end, watermark)
+        {
+            self.remove(handle);
+        }
+    }
+
+    /// A lower bound on the `_ts` of every result still to come: watermark − allowed_lateness.
+    pub fn output_watermark(&self) -> Time {
+        self.watermark.plus(-i128::from(self.spec.allowed_lateness))
+    }
+
+    /// No window waits to fire (windows kept for allowed lateness emit only when a row comes).
+    pub fn is_quiescent(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    pub fn windows(&self) -> usize {
+        self.windows.len()
+    }
+
+    pub fn state_rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn state_bytes(&self) -> usize {
+        self.bytes + self.windows.len() * std::mem::size_of::<Window<C>>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Row;
+
+    fn fixed(size: i64, slide: i64, offset: i64) -> WindowSpec {
+        WindowSpec { kind: WindowKind::Fixed { size, slide, offset }, allowed_lateness: 0 }
+    }
+
+    /// The window spec of `[operators.w]` (a window_join), or the configuration errors.
+    fn configured(window: &str, extra: &str) -> Result<WindowSpec, String> {
+        let text = format!(
+            "[streams.a]\nkey = \"k\"\nfields = {{ k = \"string\", v = \"int\" }}\n\
+             [operators.w]\nkind = \"window_join\"\nleft = \"a\"\nright = \"a\"\nselect = [\"left.v\"]\n\
+             window = {window}\n{extra}"
+        );
+        match crate::config::parse("w.toml", &text) {
+            Ok(plan) => match &plan.operators[0].spec {
+                crate::operator::OperatorSpec::WindowJoin(spec) => Ok(spec.window),
+                _ => Err("not a window join".into()),
+            },
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    #[test]
+    fn window_configuration() {
+        let tumbling = configured("{ kind = \"tumbling\", size = \"5m\", offset = \"-1m\" }", "");
+        let kind = WindowKind::Fixed { size: 300_000, slide: 300_000, offset: -60_000 };
+        assert_eq!(tumbling, Ok(WindowSpec { kind, allowed_lateness: 0 }));
+        let sliding = configured("{ kind = \"sliding\", size = \"10s\", slide = \"2s\" }", "allowed_lateness = \"1s\"");
+        let kind = WindowKind::Fixed { size: 10_000, slide: 2_000, offset: 0 };
+        assert_eq!(sliding, Ok(WindowSpec { kind, allowed_lateness: 1_000 }));
+        let session = configured("{ kind = \"session\", gap = \"30s\" }", "");
+        assert_eq!(session.map(|s| s.kind), Ok(WindowKind::Session { gap: 30_000 }));
+        let refused = [
+            ("{ kind = \"sliding\", size = \"10s\" }", "", "operators.w.window.slide: required"),
+            ("{ kind = \"session\", gap = \"1s\", offset = \"1s\" }", "", "this window kind takes gap"),
+            ("{ kind = \"tumbling\", size = \"0s\" }", "", "operators.w.window.size: must be positive"),
+            ("{ kind = \"hopping\", size = \"1s\" }", "", "must be tumbling, sliding or session"),
+            ("{ kind = \"tumbling\", size = \"1s\" }", "allowed_lateness = \"-1s\"", "must not be negative"),
+        ];
+        for (window, extra, message) in refused {
+            let err = configured(window, extra).unwrap_err();
+            assert!(err.contains(message), "{window} {extra}: {err}");
+            assert!(!err.contains("not available"), "{err}");
+        }
+    }
+
+    #[test]
+    fn assignment_is_epoch_aligned_with_offset() {
+        assert_eq!(fixed(10, 10, 0).assign(10).collect::<Vec<_>>(), [(10, 20)]);
+        assert_eq!(fixed(10, 10, 0).assign(9).collect::<Vec<_>>(), [(0, 10)]);
+        assert_eq!(fixed(10, 10, 0).assign(-1).collect::<Vec<_>>(), [(-10, 0)]);
+        assert_eq!(fixed(10, 10, 3).assign(12).collect::<Vec<_>>(), [(3, 13)]);
+        assert_eq!(fixed(10, 10, -3).assign(7).collect::<Vec<_>>(), [(7, 17)]);
+        assert_eq!(fixed(10, 5, 0).assign(12).collect::<Vec<_>>(), [(10, 20), (5, 15)]);
+        assert_eq!(fixed(10, 4, 0).assign(12).collect::<Vec<_>>(), [(12, 22), (8, 18), (4, 14)]);
+        // A gap between hopping windows: the row belongs to none.
+        assert_eq!(fixed(5, 10, 0).assign(17).count(), 0);
+        assert_eq!(fixed(5, 10, 0).assign(14).collect::<Vec<_>>(), [(10, 15)]);
+    }
+
+    /// Counts rows; emits (start, end, version, count) as the result's values.
+    #[derive(Clone, Default)]
+    struct Count(usize);
+
+    impl Contents for Count {
+        type Item = ();
+        fn add(&mut self, _: usize, _: &(), _: u64) {
+            self.0 += 1;
+        }
+        fn absorb(&mut self, other: Self) {
+            self.0 += other.0;
+        }
+        fn rows(&self) -> usize {
+            self.0
+        }
+        fn bytes(&self) -> usize {
+            0
+        }
+    }
+
+    struct Emit;
+
+    impl Fire<Count> for Emit {
+        fn fire(&mut self, w: &Window<Count>, out: &mut Output) -> Option<u64> {
+            let mut values = w.meta().to_vec();
+            values.push(Value::Int(w.contents.0 as i64));
+            values.extend(w.supersedes.iter().map(|&id| Value::Int(id as i64)));
+            let id = (w.start as u64) << 32 | w.end as u64;
+            let row = Row { ts: w.end - 1, key: w.key.clone(), key_hash: 0, id, values: values.into() };
+            out.results.push((crate::operator::ResultKind::Match, row));
+            Some(id)
+        }
+    }
+
+    fn results(out: &mut Output) -> Vec<Vec<i64>> {
+        let int = |v: &Value| if let Value::Int(i) = v { *i } else { -1 };
+        out.results.drain(..).map(|(_, r)| r.values.iter().map(int).collect()).collect()
+    }
+
+    fn row(w: &mut Windows<Count>, ts: i64, out: &mut Output) -> bool {
+        w.on_row(RowRef { input: 0, ts, key: &Key::Int(1), key_hash: 1 }, &(), &mut Emit, out)
+    }
+
+    #[test]
+    fn fires_at_end_minus_one_and_refires_within_allowed_lateness() {
+        let spec = WindowSpec { allowed_lateness: 5, ..fixed(10, 10, 0) };
+        let mut w = Windows::new(spec, OnMerge::ContinueVersions, Count(0));
+        let mut out = Output::default();
+        assert!(row(&mut w, 9, &mut out));
+        assert!(row(&mut w, 10, &mut out));
+        w.on_watermark(Time::ms(8), &mut Emit, &mut out);
+        assert!(out.results.is_empty());
+        assert_eq!(w.output_watermark(), Time::ms(3));
+        w.on_watermark(Time::ms(9), &mut Emit, &mut out);
+        assert_eq!(results(&mut out), [[0, 10, 1, 1]]);
+        assert!(row(&mut w, 0, &mut out), "9 + 5 > 9: within allowed lateness");
+        assert_eq!(results(&mut out), [[0, 10, 2, 2]]);
+        w.on_watermark(Time::ms(14), &mut Emit, &mut out);
+        assert!(!row(&mut w, 3, &mut out), "9 + 5 ≤ 14: late");
+        assert_eq!((w.windows(), w.state_rows()), (1, 1), "[0, 10) freed, [10, 20) kept");
+        assert!(!w.is_quiescent());
+        w.on_watermark(Time::POS_INF, &mut Emit, &mut out);
+        assert_eq!(results(&mut out), [[10, 20, 1, 1]]);
+        assert_eq!((w.windows(), w.state_rows(), w.state_bytes()), (0, 0, 0));
+        assert!(w.is_quiescent());
+    }
+
+    #[test]
+    fn sessions_merge_when_they_touch_and_supersede_what_they_replace() {
+        let spec = WindowSpec { kind: WindowKind::Session { gap: 10 }, allowed_lateness: 100 };
+        let mut w = Windows::new(spec, OnMerge::Supersede, Count(0));
+        let mut out = Output::default();
+        row(&mut w, 0, &mut out); // [0, 10)
+        row(&mut w, 20, &mut out); // [20, 30)
+        w.on_watermark(Time::ms(40), &mut Emit, &mut out);
+        let first = results(&mut out);
+        assert_eq!(first, [vec![0, 10, 1, 1], vec![20, 30, 1, 1]]);
+        // [10, 20) touches both: one session [0, 30), new result superseding both.
+        row(&mut w, 10, &mut out);
+        let id = |s: i64, e: i64| ((s as u64) << 32 | e as u64) as i64;
+        let mut want = vec![0, 30, 1, 3, id(0, 10), id(20, 30)];
+        want[4..].sort_unstable_by_key(|&i| i as u64);
+        assert_eq!(results(&mut out), [want]);
+        assert_eq!(w.windows(), 1);
+    }
+
+    #[test]
+    fn merged_sessions_continue_versions_and_firing_order() {
+        let spec = WindowSpec { kind: WindowKind::Session { gap: 10 }, allowed_lateness: 100 };
+        let mut w = Windows::new(spec, OnMerge::ContinueVersions, Count(0));
+        let mut out = Output::default();
+        row(&mut w, 0, &mut out);
+        w.on_watermark(Time::ms(9), &mut Emit, &mut out);
+        row(&mut w, 0, &mut out); // same bounds: re-fire of [0, 10), version 2
+        row(&mut w, 30, &mut out);
+        row(&mut w, 25, &mut out); // [25, 40)
+        row(&mut w, 8, &mut out); // [0, 18): extended, not due: pending, version continues
+        w.on_watermark(Time::ms(50), &mut Emit, &mut out);
+        assert_eq!(results(&mut out), [vec![0, 10, 1, 1], vec![0, 10, 2, 2], vec![0, 18, 3, 3], vec![25, 40, 1, 2]]);
     }
 }

@@ -1,57 +1,295 @@
-//! window_join: every pair per key per window, inner; an optional `where` condition.
+//! window_join: every pair per key per window, inner; an optional `where` condition on a pair
+//! (DESIGN.md "Operators", CONTRACT.md rules 5, 7–10). Windows, lateness, firing and eviction
+//! are [`super::window`]'s.
+//!
+//! - A window keeps its rows of both inputs; when it fires, every (left, right) pair of it
+//!   (passing `where`) is a `match` with `_ts = end − 1`, the window bounds and `_version`.
+//! - `_id` = H(operator, "match", left id, right id, start, end) for fixed windows, so a pair in
+//!   two sliding windows has two ids; for sessions the bounds are left out, so a pair keeps its
+//!   `_id` when sessions merge, and the merged session continues the highest `_version` of its
+//!   parts (rule 10). A re-fire within allowed lateness re-emits every pair of the window with
+//!   the same `_id`s and `_version` + 1: a consumer upserts by `_id`.
+//! - A row is stored once (shared by the windows of a sliding row) and freed with its last window.
+
+use std::sync::Arc;
 
 use crate::config::operators::{Builder, Built, output_schema, select};
 use crate::config::walk::{Errors, Table, type_name};
-use crate::record::FieldType;
+use crate::record::id::IdHasher;
 use crate::record::schema::Field;
-
-use super::Output;
-use crate::record::Row;
+use crate::record::{FieldType, Row, Value};
 use crate::time::Time;
 
+use super::expr::Expr;
+use super::interval_join::{LEFT, RIGHT};
+use super::projection::Column;
+use super::window::{Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, check_spec, result_key};
+use super::{OperatorSpec, Output, Projection, ResultKind};
+
 /// Checks `[operators.NAME]` of this kind.
-pub(crate) fn check(b: &mut Builder<'_, '_, '_>, _name: &str, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
+pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
     let inputs = b.two_inputs(t, false, errors);
-    super::window::check_spec(t, errors);
-    let _ = t.duration_or("allowed_lateness", 0, errors);
-    if let Some(v) = t.get("where").filter(|v| !v.get_ref().is_str()) {
-        t.error("where", errors, format!("expected a condition string, found {}", type_name(v.get_ref())));
-    }
-    let mut fields = select(t, inputs.as_ref()?, [false, false], errors)?.1;
+    let window = check_spec(t, errors);
+    let inputs = inputs?;
+    let condition = match t.get("where").map(|v| v.get_ref().as_str()) {
+        None => None,
+        Some(None) => {
+            let found = t.get("where").map_or("nothing", |v| type_name(v.get_ref()));
+            t.error("where", errors, format!("expected a condition string, found {found}"));
+            None
+        }
+        Some(Some(text)) => match Expr::parse(text, &inputs[LEFT].schema, &inputs[RIGHT].schema) {
+            Ok(expr) => Some(expr),
+            Err(e) => {
+                t.error("where", errors, format!("bad condition {text:?}: {e}"));
+                None
+            }
+        },
+    };
+    let (columns, mut fields) = select(t, &inputs, [false, false], errors)?;
     let meta = [("_window_start", FieldType::Int), ("_window_end", FieldType::Int), ("_version", FieldType::Int)];
     fields.extend(meta.map(|(name, ty)| Field { name: name.into(), ty, nullable: false }));
-    let (output, _) = output_schema(t, fields, errors)?;
-    Some(Built { inputs: inputs?.map(|i| i.node).to_vec(), output, spec: None })
+    let (output, rekey) = output_schema(t, fields, errors)?;
+    // A bad window is reported already (the plan will not run); the output stays referable.
+    let window = window.unwrap_or(WindowSpec::UNUSED);
+    let projection = Projection { columns, rekey };
+    let spec = WindowJoinSpec { name: name.to_owned(), window, condition, projection };
+    Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: Some(OperatorSpec::WindowJoin(spec)) })
 }
 
-/// Its runtime: not in this build yet (`check` returns no spec, so nothing builds one).
 #[derive(Clone, Debug)]
-pub struct WindowJoinSpec;
+pub struct WindowJoinSpec {
+    pub name: String,
+    pub window: WindowSpec,
+    /// `where`: a pair is emitted only when it holds.
+    pub condition: Option<Expr>,
+    /// The key, the selected fields and `_kind`; the window bounds and `_version` follow.
+    pub projection: Projection,
+}
 
-pub struct WindowJoin;
+/// The rows of one window, per input, in arrival order.
+#[derive(Clone, Default)]
+pub struct Rows {
+    sides: [Vec<(u64, Arc<Row>)>; 2],
+    bytes: usize,
+}
 
-impl WindowJoin {
-    pub fn new(_spec: WindowJoinSpec) -> WindowJoin {
-        WindowJoin
+impl Contents for Rows {
+    type Item = Arc<Row>;
+
+    fn add(&mut self, input: usize, row: &Arc<Row>, seq: u64) {
+        self.bytes += row.size_bytes();
+        self.sides[input].push((seq, Arc::clone(row)));
     }
 
-    pub fn on_row(&mut self, _input: usize, _row: Row, _out: &mut Output) {}
+    fn absorb(&mut self, other: Rows) {
+        self.bytes += other.bytes;
+        for (mine, theirs) in self.sides.iter_mut().zip(other.sides) {
+            mine.extend(theirs);
+            mine.sort_by_key(|(seq, _)| *seq);
+        }
+    }
 
-    pub fn on_watermark(&mut self, _watermark: Time, _out: &mut Output) {}
+    fn rows(&self) -> usize {
+        self.sides[LEFT].len() + self.sides[RIGHT].len()
+    }
+
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// Emits the pairs of a firing window.
+struct Pairs {
+    spec: WindowJoinSpec,
+    ids: IdHasher,
+}
+
+impl Fire<Rows> for Pairs {
+    fn fire(&mut self, w: &Window<Rows>, out: &mut Output) -> Option<u64> {
+        let Pairs { spec, ids } = self;
+        let session = spec.window.is_session();
+        for (_, left) in &w.contents.sides[LEFT] {
+            for (_, right) in &w.contents.sides[RIGHT] {
+                if spec.condition.as_ref().is_some_and(|c| !c.eval(left, right)) {
+                    continue;
+                }
+                let id = ids.begin().str(&spec.name).str("match").u64(left.id).u64(right.id);
+                if !session {
+                    id.u64(w.start as u64).u64(w.end as u64);
+                }
+                let id = id.finish();
+                let rows = [left, right];
+                let columns = &spec.projection.columns;
+                let mut values = Vec::with_capacity(columns.len() + 3);
+                values.extend(columns.iter().map(|column| match column {
+                    Column::Key => w.key.to_value(),
+                    Column::Field { input, pos } => rows[*input].values[*pos].clone(),
+                    Column::Kind => Value::Str(ResultKind::Match.as_str().into()),
+                }));
+                values.extend(w.meta());
+                let (key, key_hash) = result_key(&w.key, w.key_hash, &values, spec.projection.rekey);
+                let row = Row { ts: w.end - 1, key, key_hash, id, values: values.into() };
+                out.results.push((ResultKind::Match, row));
+            }
+        }
+        None
+    }
+}
+
+pub struct WindowJoin {
+    windows: Windows<Rows>,
+    pairs: Pairs,
+}
+
+impl WindowJoin {
+    pub fn new(spec: WindowJoinSpec) -> WindowJoin {
+        let windows = Windows::new(spec.window, OnMerge::ContinueVersions, Rows::default());
+        WindowJoin { windows, pairs: Pairs { spec, ids: IdHasher::default() } }
+    }
+
+    pub fn on_row(&mut self, input: usize, row: Row, out: &mut Output) {
+        let row = Arc::new(row);
+        let at = RowRef { input, ts: row.ts, key: &row.key, key_hash: row.key_hash };
+        if !self.windows.on_row(at, &row, &mut self.pairs, out) {
+            // Not stored anywhere: the only reference.
+            out.late.push((input, Arc::unwrap_or_clone(row)));
+        }
+    }
+
+    pub fn on_watermark(&mut self, watermark: Time, out: &mut Output) {
+        self.windows.on_watermark(watermark, &mut self.pairs, out);
+    }
 
     pub fn output_watermark(&self) -> Time {
-        Time::NEG_INF
+        self.windows.output_watermark()
     }
 
     pub fn is_quiescent(&self) -> bool {
-        true
+        self.windows.is_quiescent()
     }
 
+    /// Rows held, counted once per window that holds them.
     pub fn state_rows(&self) -> usize {
-        0
+        self.windows.state_rows()
     }
 
     pub fn state_bytes(&self) -> usize {
-        0
+        self.windows.state_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operator::window::WindowKind;
+    use crate::record::Key;
+
+    fn join(kind: WindowKind, allowed_lateness: i64) -> WindowJoin {
+        let columns = vec![
+            Column::Key,
+            Column::Field { input: LEFT, pos: 0 },
+            Column::Field { input: RIGHT, pos: 0 },
+            Column::Kind,
+        ];
+        let window = WindowSpec { kind, allowed_lateness };
+        let projection = Projection { columns, rekey: None };
+        WindowJoin::new(WindowJoinSpec { name: "w".into(), window, condition: None, projection })
+    }
+
+    fn row(ts: i64, tag: i64) -> Row {
+        Row { ts, key: Key::Str("d".into()), key_hash: 1, id: tag as u64, values: Box::new([Value::Int(tag)]) }
+    }
+
+    /// (left tag, right tag, start, end, version, _ts, id) of each result.
+    fn pairs(out: &mut Output) -> Vec<(i64, i64, i64, i64, i64, i64, u64)> {
+        let int = |v: &Value| if let Value::Int(i) = v { *i } else { -1 };
+        let results = out.results.drain(..);
+        results
+            .map(|(_, r)| {
+                (
+                    int(&r.values[1]),
+                    int(&r.values[2]),
+                    int(&r.values[4]),
+                    int(&r.values[5]),
+                    int(&r.values[6]),
+                    r.ts,
+                    r.id,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tumbling_pairs_fire_at_end_minus_one() {
+        let mut j = join(WindowKind::Fixed { size: 10, slide: 10, offset: 0 }, 0);
+        let mut out = Output::default();
+        j.on_row(LEFT, row(9, 1), &mut out);
+        j.on_row(RIGHT, row(0, 2), &mut out);
+        j.on_row(RIGHT, row(10, 3), &mut out);
+        j.on_watermark(Time::ms(8), &mut out);
+        assert!(out.is_empty());
+        j.on_watermark(Time::ms(9), &mut out);
+        let got = pairs(&mut out);
+        assert_eq!(got.iter().map(|p| (p.0, p.1, p.2, p.3, p.4, p.5)).collect::<Vec<_>>(), [(1, 2, 0, 10, 1, 9)]);
+        j.on_row(LEFT, row(5, 4), &mut out);
+        assert_eq!(out.late.len(), 1, "its only window fired and is gone");
+        assert_eq!(j.state_rows(), 1);
+        assert_eq!(j.output_watermark(), Time::ms(9));
+    }
+
+    #[test]
+    fn where_filters_pairs_and_a_bad_condition_is_a_config_error() {
+        let field =
+            |name: &str| crate::record::schema::Field { name: name.into(), ty: FieldType::Int, nullable: false };
+        let schema = crate::record::Schema::new(vec![field("v")], None, crate::record::TimeSpec::Ingest);
+        let mut j = join(WindowKind::Fixed { size: 10, slide: 10, offset: 0 }, 0);
+        j.pairs.spec.condition = Some(Expr::parse("left.v < right.v", &schema, &schema).unwrap());
+        let mut out = Output::default();
+        j.on_row(LEFT, row(1, 5), &mut out);
+        j.on_row(RIGHT, row(2, 4), &mut out);
+        j.on_row(RIGHT, row(3, 6), &mut out);
+        j.on_watermark(Time::POS_INF, &mut out);
+        assert_eq!(pairs(&mut out).iter().map(|p| (p.0, p.1)).collect::<Vec<_>>(), [(5, 6)]);
+
+        let text = "[streams.a]\nkey = \"k\"\nfields = { k = \"string\", v = \"int\" }\n\
+                    [operators.w]\nkind = \"window_join\"\nleft = \"a\"\nright = \"a\"\nselect = [\"left.v\"]\n\
+                    window = { kind = \"tumbling\", size = \"1s\" }\nwhere = \"left.nope > 1\"\n";
+        let err = crate::config::parse("w.toml", text).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("w.toml:10:1: operators.w.where: bad condition"), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+
+    #[test]
+    fn sliding_pair_has_one_id_per_window() {
+        let mut j = join(WindowKind::Fixed { size: 10, slide: 5, offset: 0 }, 0);
+        let mut out = Output::default();
+        j.on_row(LEFT, row(6, 1), &mut out);
+        j.on_row(RIGHT, row(8, 2), &mut out);
+        j.on_watermark(Time::POS_INF, &mut out);
+        let got = pairs(&mut out);
+        assert_eq!(got.iter().map(|p| (p.2, p.3)).collect::<Vec<_>>(), [(0, 10), (5, 15)]);
+        assert_ne!(got[0].6, got[1].6);
+        assert_eq!((j.state_rows(), j.state_bytes()), (0, 0));
+    }
+
+    #[test]
+    fn late_rows_refire_with_the_same_ids_and_merged_sessions_keep_them() {
+        let mut j = join(WindowKind::Session { gap: 10 }, 100);
+        let mut out = Output::default();
+        j.on_row(LEFT, row(0, 1), &mut out);
+        j.on_row(RIGHT, row(5, 2), &mut out);
+        j.on_watermark(Time::ms(20), &mut out);
+        let first = pairs(&mut out);
+        assert_eq!(first.iter().map(|p| (p.2, p.3, p.4)).collect::<Vec<_>>(), [(0, 15, 1)]);
+        // Within allowed lateness: [12, 22) overlaps [0, 15) → [0, 22), not due yet (21 > 20).
+        j.on_row(RIGHT, row(12, 3), &mut out);
+        assert!(out.results.is_empty());
+        j.on_watermark(Time::ms(21), &mut out);
+        let second = pairs(&mut out);
+        assert_eq!(second.iter().map(|p| (p.1, p.2, p.3, p.4)).collect::<Vec<_>>(), [(2, 0, 22, 2), (3, 0, 22, 2)]);
+        assert_eq!(second[0].6, first[0].6, "the pair keeps its id");
+        assert_eq!(j.output_watermark(), Time::ms(-79));
+        assert!(j.is_quiescent());
     }
 }

@@ -49,6 +49,13 @@ impl IdHasher {
             Value::Str(s) => {
                 self.str(s);
             }
+            Value::IdList(ids) => {
+                self.buf.push(b'l');
+                self.buf.extend_from_slice(&(ids.len() as u64).to_le_bytes());
+                for id in ids {
+                    self.buf.extend_from_slice(&id.to_le_bytes());
+                }
+            }
         }
         self
     }

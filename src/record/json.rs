@@ -7,15 +7,15 @@
 use super::id::hex;
 use super::{Row, Schema, Value};
 
-/// Appends `{"f1":v1,...` (no closing brace) with the schema's field names.
+/// Appends `{"f1":v1,...` (no closing brace) with the schema's field names. An empty id list
+/// (`_supersedes`) is left out: it is present only when not empty.
 fn open_object(out: &mut Vec<u8>, schema: &Schema, row: &Row) {
     out.push(b'{');
-    for (i, (field, value)) in schema.fields.iter().zip(row.values.iter()).enumerate() {
-        if i > 0 {
-            out.push(b',');
+    for (field, value) in schema.fields.iter().zip(row.values.iter()) {
+        if matches!(value, Value::IdList(ids) if ids.is_empty()) {
+            continue;
         }
-        write_str(out, &field.name);
-        out.push(b':');
+        member(out, &field.name);
         write_value(out, value);
     }
 }
@@ -83,6 +83,16 @@ fn write_value(out: &mut Vec<u8>, value: &Value) {
         Value::Int(i) => write_int(out, *i),
         Value::Float(f) => write_json(out, f),
         Value::Str(s) => write_str(out, s),
+        Value::IdList(ids) => {
+            out.push(b'[');
+            for (i, &id) in ids.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_str(out, &hex(id));
+            }
+            out.push(b']');
+        }
     }
 }
 
@@ -130,5 +140,29 @@ mod tests {
         assert_eq!(lines[0], serde_json::json!({"device": "d\"1", "t": 20.0, "_stream": "status", "_ts": 5}));
         assert_eq!(lines[1]["_id"], "00000000000000ab");
         assert_eq!(lines[2]["_reason"], "invalid_utf8");
+    }
+
+    #[test]
+    fn id_lists_are_hex_strings_and_left_out_when_empty() {
+        let field = |name: &str, ty| Field { name: name.into(), ty, nullable: false };
+        let schema = Schema::new(
+            vec![field("n", FieldType::Int), field("_supersedes", FieldType::IdList), field("m", FieldType::Int)],
+            Some(0),
+            TimeSpec::Ingest,
+        );
+        let row = |ids: &[u64]| Row {
+            ts: 5,
+            key: Key::Int(1),
+            key_hash: 0,
+            id: 1,
+            values: vec![Value::Int(1), Value::IdList(ids.into()), Value::Int(2)].into(),
+        };
+        let mut out = Vec::new();
+        write_result(&mut out, &schema, &row(&[]));
+        write_result(&mut out, &schema, &row(&[0xab, 0x1_0000_0000]));
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines[0], serde_json::json!({"n": 1, "m": 2, "_ts": 5, "_id": "0000000000000001"}));
+        assert_eq!(lines[1]["_supersedes"], serde_json::json!(["00000000000000ab", "0000000100000000"]));
     }
 }

@@ -20,6 +20,9 @@ pub enum Value {
     Int(i64),
     Float(f64),
     Str(Box<str>),
+    /// Result ids (`_supersedes` of a merged cogroup session): a JSON array of `_id` strings,
+    /// left out of the JSON object when empty.
+    IdList(Box<[u64]>),
 }
 
 impl Value {
@@ -27,6 +30,7 @@ impl Value {
     pub fn heap_bytes(&self) -> usize {
         match self {
             Value::Str(s) => s.len(),
+            Value::IdList(ids) => ids.len() * std::mem::size_of::<u64>(),
             _ => 0,
         }
     }

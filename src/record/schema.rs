@@ -10,6 +10,8 @@ pub enum FieldType {
     Bool,
     /// A canonical standard base64 string (with padding), kept as that string.
     Bytes,
+    /// A list of result ids (`_supersedes`); written by braid, never declared.
+    IdList,
 }
 
 impl FieldType {
@@ -38,6 +40,7 @@ impl fmt::Display for FieldType {
             FieldType::Float => "float",
             FieldType::Bool => "bool",
             FieldType::Bytes => "bytes",
+            FieldType::IdList => "id list",
         })
     }
 }

@@ -29,6 +29,9 @@ pub trait KeyedStore {
     /// that row matched.
     fn scan(&mut self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(&Row) -> bool);
     fn remove(&mut self, key_hash: u64, handle: RowHandle) -> Option<Removed>;
+    /// Visits the rows stored under `key` in insertion order with their handles, until `visit`
+    /// returns false; for callers that pick one row to remove (connect's keyed state).
+    fn scan_handles(&self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(RowHandle, &Row) -> bool);
     fn rows(&self) -> usize;
     fn bytes(&self) -> usize;
 }
@@ -79,6 +82,15 @@ impl KeyedStore for MemoryStore {
         Some(Removed { row, matched })
     }
 
+    fn scan_handles(&self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(RowHandle, &Row) -> bool) {
+        let Some(entries) = self.by_hash.get(&key_hash) else { return };
+        for entry in entries.iter().filter(|e| e.row.key == *key) {
+            if !visit(entry.handle, &entry.row) {
+                return;
+            }
+        }
+    }
+
     fn rows(&self) -> usize {
         self.rows
     }
@@ -115,5 +127,26 @@ mod tests {
         assert!(store.remove(7, b).is_none());
         let a_bytes = row("a", 7, 1).size_bytes();
         assert_eq!(store.bytes(), a_bytes);
+    }
+
+    #[test]
+    fn scan_handles_names_rows_in_insertion_order_and_stops() {
+        let mut store = MemoryStore::default();
+        let first = store.insert(row("a", 7, 1), false);
+        store.insert(row("b", 7, 2), false);
+        let third = store.insert(row("a", 7, 3), false);
+        let mut seen = Vec::new();
+        store.scan_handles(&Key::Str("a".into()), 7, &mut |handle, r| {
+            seen.push((handle, r.ts));
+            true
+        });
+        assert_eq!(seen, [(first, 1), (third, 3)]);
+        seen.clear();
+        store.scan_handles(&Key::Str("a".into()), 7, &mut |handle, r| {
+            seen.push((handle, r.ts));
+            false
+        });
+        assert_eq!(seen, [(first, 1)]);
+        assert_eq!(store.remove(7, third).map(|r| r.row.ts), Some(3));
     }
 }

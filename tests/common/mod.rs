@@ -145,18 +145,21 @@ pub struct Row {
 #[derive(Clone, Debug)]
 pub enum Line {
     Row(Row),
-    /// A line that goes to `dead_letter` (a wrong-typed field), with its explicit arrival.
+    /// A line that goes to `dead_letter` with `reason`. `arrival`: the arrival CONTRACT rule 1
+    /// gives it when it can be read from the line (its `"arrival"`, else its event time); None:
+    /// it inherits the arrival of the nearest earlier line of its file (else the nearest later).
     Bad {
-        arrival: i64,
+        arrival: Option<i64>,
         text: String,
         reason: String,
     },
 }
 
 impl Line {
-    pub fn arrival(&self) -> i64 {
+    /// The arrival readable from the line itself (None: inherited, see `Stream::arrivals`).
+    pub fn own_arrival(&self) -> Option<i64> {
         match self {
-            Line::Row(r) => r.arrival,
+            Line::Row(r) => Some(r.arrival),
             Line::Bad { arrival, .. } => *arrival,
         }
     }
@@ -215,6 +218,26 @@ impl Stream {
         m.insert("seq".into(), json!(r.seq));
         m.insert(self.extra_field.clone(), r.extra.clone());
         m
+    }
+
+    /// The arrival of every line (CONTRACT rule 1): its own, else the nearest earlier line's of
+    /// this file, else the nearest later line's, else 0.
+    pub fn arrivals(&self) -> Vec<i64> {
+        let own: Vec<Option<i64>> = self.lines.iter().map(Line::own_arrival).collect();
+        let mut out = vec![None; own.len()];
+        let mut prev = None;
+        for (i, a) in own.iter().enumerate() {
+            prev = a.or(prev);
+            out[i] = prev;
+        }
+        let mut next = None;
+        for i in (0..own.len()).rev() {
+            next = own[i].or(next);
+            if out[i].is_none() {
+                out[i] = next;
+            }
+        }
+        out.into_iter().map(|a| a.unwrap_or(0)).collect()
     }
 
     pub fn file_text(&self) -> String {
@@ -425,6 +448,12 @@ impl Workload {
         dir
     }
 
+    /// Every file that has lines has one with an arrival of its own (else rule 1 gives arrival 0
+    /// and the replay would span from 1970: the generator never does that, the shrinker must not).
+    pub fn is_sane(&self) -> bool {
+        self.streams.iter().all(|s| s.lines.is_empty() || s.lines.iter().any(|l| l.own_arrival().is_some()))
+    }
+
     /// The same workload without line `li` of stream `si` (for shrinking).
     pub fn without_line(&self, si: usize, li: usize) -> Workload {
         let mut w = self.clone();
@@ -471,7 +500,9 @@ impl GenOpts {
     }
 }
 
-const OOO_CHOICES: [i64; 11] = [0, 99, 100, 199, 200, 249, 250, 499, 500, 999, 1000];
+/// Values ≡ −1 (mod grid) put watermarks on the grid (rows exactly on the watermark), ≡ −2 one
+/// ms above it (rows late by exactly 1 ms).
+const OOO_CHOICES: [i64; 13] = [0, 98, 99, 100, 199, 200, 248, 249, 250, 499, 500, 999, 1000];
 const STRING_KEYS: [&str; 6] = ["d0", "d1", "gw-ü2", "d3", "sensor-17", "x"];
 const INT_KEYS: [i64; 6] = [0, 7, -3, 1 << 40, 42, i64::MAX];
 
@@ -491,6 +522,11 @@ struct Layout {
     delay_gran: i64,
     late_share: f64,
     neg_share: f64,
+    /// Share of rows whose ts is moved 1 ms off the grid.
+    jitter: f64,
+    /// Every row with ts ≥ at gets ts + len: a pause of the whole input (longer than the
+    /// default idle_timeout of 30 s when set).
+    pause: Option<(i64, i64)>,
 }
 
 /// A silent stretch of event time [from, to) for one stream.
@@ -509,12 +545,20 @@ fn gen_rows(rng: &mut Rng, lay: &Layout, n: usize, ooo: i64, silence: Silence, s
                 break;
             }
         }
-        let Some(ts) = ts else { continue };
+        let Some(mut ts) = ts else { continue };
         let mut key = rng.pick(&lay.keys);
         if let Some(until) = lay.idle_key_until {
             if key == lay.keys[0] && ts >= until && lay.keys.len() > 1 {
                 key = lay.keys[1 + rng.below(lay.keys.len() as u64 - 1) as usize].clone();
             }
+        }
+        if let Some((at, len)) = lay.pause {
+            if ts >= at {
+                ts += len;
+            }
+        }
+        if rng.chance(lay.jitter) {
+            ts += rng.pick(&[-1, 1]);
         }
         let delay = if rng.chance(lay.late_share) {
             let d = ooo + rng.range(1, 3000);
@@ -548,20 +592,56 @@ fn silence_for(rng: &mut Rng, lay: &Layout, idle: i64) -> Silence {
 /// broken by line number, CONTRACT rule 1).
 fn order_lines(rng: &mut Rng, lines: &mut [Line]) {
     match rng.below(3) {
-        0 => lines.sort_by_key(Line::arrival),
+        0 => lines.sort_by_key(|l| l.own_arrival().unwrap_or(0)),
         1 => lines.sort_by_key(|l| l.row().map_or(0, |r| r.ts)),
         _ => rng.shuffle(lines),
     }
 }
 
-fn bad_line(st: &Stream, key: &Key, ts: i64, arrival: i64) -> Line {
+/// A line that goes to dead_letter, arriving at `a` when its kind lets it have an arrival of its
+/// own: an explicit `"arrival"`, or (bad `"arrival"`, or no `"arrival"`) its event time `a`.
+fn bad_line(rng: &mut Rng, st: &Stream, key: &Key, grid: i64, a: i64) -> Line {
     let mut m = serde_json::Map::new();
     m.insert("device".into(), key.to_json());
-    m.insert("ts".into(), json!(ts));
-    m.insert("seq".into(), json!("not-an-int"));
+    m.insert("ts".into(), json!(a - a.rem_euclid(grid)));
+    m.insert("seq".into(), json!(0));
     m.insert(st.extra_field.clone(), if st.extra_type == "float" { json!(1.5) } else { json!("x") });
-    m.insert("arrival".into(), json!(arrival));
-    Line::Bad { arrival, text: Value::Object(m).to_string(), reason: "wrong_type:seq".into() }
+    m.insert("arrival".into(), json!(a));
+    let (arrival, reason) = match rng.below(7) {
+        0 => {
+            m.insert("seq".into(), json!("not-an-int"));
+            (Some(a), "wrong_type:seq")
+        }
+        1 => {
+            m.insert("seq".into(), json!(1.5));
+            m.insert("ts".into(), json!(a));
+            m.remove("arrival");
+            (Some(a), "wrong_type:seq")
+        }
+        2 => {
+            m.insert("ts".into(), json!(a));
+            m.insert("arrival".into(), json!("soon"));
+            (Some(a), "bad_arrival")
+        }
+        3 => {
+            m.insert("ts".into(), json!(a + 11 * 60_000)); // beyond max_skew (10 min)
+            (Some(a), "time_out_of_range")
+        }
+        4 => {
+            m.remove("seq");
+            (Some(a), "missing_field:seq")
+        }
+        5 => {
+            let text = Value::Object(m).to_string();
+            return Line::Bad {
+                arrival: None,
+                text: text[..text.len() / 2].to_string(),
+                reason: "invalid_json".into(),
+            };
+        }
+        _ => return Line::Bad { arrival: None, text: "[1,2,3]".into(), reason: "not_an_object".into() },
+    };
+    Line::Bad { arrival, text: Value::Object(m).to_string(), reason: reason.into() }
 }
 
 fn new_stream(rng: &mut Rng, name: &str, extra_field: &str, extra_type: &str, ooo: i64, idle: i64) -> Stream {
@@ -663,12 +743,17 @@ fn gen_layout(rng: &mut Rng, o: &GenOpts, int_keys: bool, notes: &mut Vec<String
     let late_share = if o.late { rng.pick(&[0.0, 0.05, 0.15, 0.3]) } else { 0.0 };
     let neg_share = if o.negative_delays && rng.chance(0.3) { 0.05 } else { 0.0 };
     let delay_gran = rng.pick(&[1, 50, 100]);
+    let jitter = if rng.chance(0.3) { 0.15 } else { 0.0 };
+    let pause = (o.idle && rng.chance(0.1))
+        .then(|| (BASE_TS + grid * rng.range(1, span / grid), grid * rng.range(30_000 / grid, 600_000 / grid)));
     notes.push(format!(
-        "grid {grid} ms, span {span} ms, {n_keys} keys{}, late share {late_share}, delays /{delay_gran}{}",
+        "grid {grid} ms, span {span} ms, {n_keys} keys{}, late share {late_share}, delays /{delay_gran}{}{}{}",
         if idle_key_until.is_some() { " (one idle device)" } else { "" },
-        if neg_share > 0.0 { ", some negative" } else { "" }
+        if neg_share > 0.0 { ", some negative" } else { "" },
+        if jitter > 0.0 { ", ts ±1 ms" } else { "" },
+        pause.map_or(String::new(), |(at, len)| format!(", pause of {len} ms at +{}", at - BASE_TS)),
     ));
-    Layout { grid, span, keys, idle_key_until, delay_gran, late_share, neg_share }
+    Layout { grid, span, keys, idle_key_until, delay_gran, late_share, neg_share, jitter, pause }
 }
 
 /// A random two-stream interval-join workload (`command` ⋈ `status` → `effect`).
@@ -689,7 +774,7 @@ pub fn gen_workload(seed: u64, o: &GenOpts) -> Workload {
             (a, if rng.chance(0.5) { a } else { rng.pick(&OOO_CHOICES) })
         }
     };
-    let idle_choices: &[i64] = if o.idle { &[0, 400, 1000, 1500, 2000, 3000, 30_000] } else { &[0, 30_000] };
+    let idle_choices: &[i64] = if o.idle { &[0, 400, 450, 700, 1000, 1500, 2000, 3000, 30_000] } else { &[0, 30_000] };
     let (idle_l, idle_r) = (rng.pick(idle_choices), rng.pick(idle_choices));
     let mut streams = vec![
         new_stream(&mut rng, "command", "cmd", "string", ooo_l, idle_l),
@@ -719,23 +804,53 @@ pub fn gen_workload(seed: u64, o: &GenOpts) -> Workload {
         st.lines = rows.into_iter().map(Line::Row).collect();
         fill_extra(&mut rng, st);
     }
+    if o.negative_delays && rng.chance(0.08) {
+        // a row from far in the future (within max_skew): its stream's watermark jumps
+        let i = rng.below(2) as usize;
+        let n = streams[i].lines.len();
+        if n > 0 {
+            let r = streams[i].lines[rng.below(n as u64) as usize].row_mut().unwrap();
+            r.ts = r.arrival + lay.grid * rng.range(1, 300_000 / lay.grid);
+            r.write_arrival = true;
+            let seq = r.seq;
+            notes.push(format!("{} #{seq} from the future", streams[i].name));
+        }
+    }
+    if o.late && rng.chance(0.2) {
+        // redeliveries: the same line again, later (same fields, so the same row id; rule 10)
+        for _ in 0..rng.range(1, 3) {
+            let i = rng.below(2) as usize;
+            let n = streams[i].lines.len();
+            if n > 0 {
+                let mut r = streams[i].lines[rng.below(n as u64) as usize].row().unwrap().clone();
+                r.arrival += rng.range(0, 2000);
+                r.write_arrival = true;
+                notes.push(format!("{} #{} redelivered", streams[i].name, r.seq));
+                streams[i].lines.push(Line::Row(r));
+            }
+        }
+    }
     if o.dead_letters && rng.chance(0.3) {
-        let first = streams.iter().flat_map(|s| s.lines.iter().map(Line::arrival)).min().unwrap_or(BASE_TS);
-        for _ in 0..rng.range(1, 2) {
+        let first = streams.iter().flat_map(|s| s.lines.iter().filter_map(Line::own_arrival)).min();
+        let first = first.unwrap_or(BASE_TS);
+        for _ in 0..rng.range(1, 3) {
             let i = rng.below(2) as usize;
             let arrival = if rng.chance(0.5) {
-                first - rng.range(1, 3000) // the replay starts with a dead-lettered line
+                first - rng.range(1, 3000) // the replay may start with a dead-lettered line
             } else {
                 BASE_TS + rng.range(0, lay.span)
             };
             let key = rng.pick(&lay.keys);
-            let line = bad_line(&streams[i], &key, arrival - arrival.rem_euclid(lay.grid), arrival);
+            let line = bad_line(&mut rng, &streams[i], &key, lay.grid, arrival);
             streams[i].lines.push(line);
         }
         notes.push("dead letters".into());
     }
     for st in &mut streams {
         order_lines(&mut rng, &mut st.lines);
+        if !st.lines.iter().any(|l| l.own_arrival().is_some()) {
+            st.lines.clear(); // only lines that inherit an arrival: rule 1 would give them 0
+        }
     }
 
     let mut join = gen_join(&mut rng, "effect", "command", "status", lay.grid, &mut notes);
@@ -772,6 +887,8 @@ pub fn gen_chain(seed: u64, max_rows: usize) -> Workload {
         delay_gran: rng.pick(&[1, 50, 100]),
         late_share: rng.pick(&[0.0, 0.1]),
         neg_share: 0.0,
+        jitter: 0.1,
+        pause: None,
     };
     let ooo = rng.pick(&OOO_CHOICES);
     let idle = rng.pick(&[0, 1000, 30_000]);
@@ -974,7 +1091,9 @@ pub fn multiset_diff(a_name: &str, a: &BTreeMap<String, usize>, b_name: &str, b:
 /// What the simulation of rules 1–8 found for one operator over two input streams.
 #[derive(Debug, Default, Clone)]
 pub struct Sim {
-    /// (stream index, seq) of every late row.
+    /// (stream index, line index) of every late row.
+    pub late_lines: BTreeSet<(usize, usize)>,
+    /// (stream index, seq) of every late row (a redelivered row: of a late copy).
     pub late: BTreeSet<(usize, i64)>,
     /// Rows whose ts was exactly the operator's watermark when processed (on time, rule 7).
     pub on_watermark: usize,
@@ -1013,8 +1132,8 @@ pub fn simulate(w: &Workload, op: usize) -> Sim {
     // rule 1: merge by (arrival, position of the --input flag, line number)
     let mut lines: Vec<(i64, usize, usize, usize)> = vec![];
     for (flag, &si) in w.flag_order.iter().enumerate() {
-        for (ln, l) in w.streams[si].lines.iter().enumerate() {
-            lines.push((l.arrival(), flag, ln, si));
+        for (ln, a) in w.streams[si].arrivals().into_iter().enumerate() {
+            lines.push((a, flag, ln, si));
         }
     }
     lines.sort();
@@ -1084,6 +1203,7 @@ pub fn simulate(w: &Workload, op: usize) -> Sim {
             sim.judged.insert(r.seq, (op_wm > NEG_INF / 2).then(|| op_wm as i64));
             if ts < op_wm {
                 sim.late.insert((si, r.seq));
+                sim.late_lines.insert((si, ln));
                 if ts == op_wm - 1 {
                     sim.just_late += 1;
                 }
@@ -1116,8 +1236,10 @@ pub fn expected(w: &Workload) -> Expected {
     let (li, ri) = (w.stream_index(&j.left).unwrap(), w.stream_index(&j.right).unwrap());
     let sim = simulate(w, 0);
     let mut e = Expected::default();
-    let on_time =
-        |si: usize| -> Vec<&Row> { w.streams[si].rows().filter(|r| !sim.late.contains(&(si, r.seq))).collect() };
+    let on_time = |si: usize| -> Vec<&Row> {
+        let lines = w.streams[si].lines.iter().enumerate();
+        lines.filter(|(ln, _)| !sim.late_lines.contains(&(si, *ln))).filter_map(|(_, l)| l.row()).collect()
+    };
     let (ls, rs) = (on_time(li), on_time(ri));
     let mut matched: BTreeSet<i64> = BTreeSet::new();
     for l in &ls {
@@ -1148,7 +1270,8 @@ pub fn expected(w: &Workload) -> Expected {
             *e.results.entry(("right_only".into(), None, Some(r.seq))).or_insert(0) += 1;
         }
     }
-    for &(si, seq) in &sim.late {
+    for &(si, ln) in &sim.late_lines {
+        let seq = w.streams[si].lines[ln].row().unwrap().seq;
         *e.late.entry((w.streams[si].name.clone(), seq)).or_insert(0) += 1;
     }
     e.sim = sim;
@@ -1358,6 +1481,14 @@ pub struct CaseStats {
     pub int_keys: bool,
     pub dead_letters: usize,
     pub empty_stream: bool,
+    /// Dead-letter reasons of the workload's bad lines.
+    pub dead_reasons: BTreeSet<String>,
+    /// Some row is in the input twice (a redelivery).
+    pub redelivered: bool,
+    /// Some row arrives more than a minute before its event time.
+    pub from_future: bool,
+    /// Processing time has a gap above 30 s (the default idle_timeout).
+    pub long_pause: bool,
 }
 
 /// Runs braid on `w` and compares operator 0's output and late output with the brute-force
@@ -1393,7 +1524,7 @@ pub fn check_reference(w: &Workload, shards: Option<u32>) -> Result<CaseStats, S
         .iter()
         .flat_map(|s| {
             s.lines.iter().filter_map(move |l| match l {
-                Line::Bad { reason, .. } => Some(format!("{}:{reason}", s.name)),
+                Line::Bad { reason, text, .. } => Some(format!("{}:{reason}:{text}", s.name)),
                 Line::Row(_) => None,
             })
         })
@@ -1403,9 +1534,10 @@ pub fn check_reference(w: &Workload, shards: Option<u32>) -> Result<CaseStats, S
         });
     let got_dl = dl.iter().fold(BTreeMap::new(), |mut m, v| {
         let k = format!(
-            "{}:{}",
+            "{}:{}:{}",
             v.get("_stream").and_then(Value::as_str).unwrap_or("?"),
-            v.get("_reason").and_then(Value::as_str).unwrap_or("?")
+            v.get("_reason").and_then(Value::as_str).unwrap_or("?"),
+            v.get("raw").and_then(Value::as_str).unwrap_or("?")
         );
         *m.entry(k).or_insert(0) += 1;
         m
@@ -1423,7 +1555,7 @@ pub fn check_reference(w: &Workload, shards: Option<u32>) -> Result<CaseStats, S
         rows: w.n_rows(),
         matches: e.results.keys().filter(|t| t.0 == "match").count(),
         outer: e.results.keys().filter(|t| t.0 != "match").count(),
-        late: s.late.len(),
+        late: s.late_lines.len(),
         on_watermark: s.on_watermark,
         just_late: s.just_late,
         on_bound: e.on_bound,
@@ -1439,6 +1571,25 @@ pub fn check_reference(w: &Workload, shards: Option<u32>) -> Result<CaseStats, S
         int_keys: w.int_keys,
         dead_letters: w.n_bad(),
         empty_stream: w.streams.iter().any(|s| s.rows().next().is_none()),
+        dead_reasons: w
+            .streams
+            .iter()
+            .flat_map(|s| s.lines.iter())
+            .filter_map(|l| match l {
+                Line::Bad { reason, .. } => Some(reason.clone()),
+                Line::Row(_) => None,
+            })
+            .collect(),
+        redelivered: w
+            .streams
+            .iter()
+            .any(|s| s.rows().count() > s.rows().map(|r| r.seq).collect::<BTreeSet<_>>().len()),
+        from_future: w.streams.iter().flat_map(Stream::rows).any(|r| r.ts - r.arrival > 60_000),
+        long_pause: {
+            let mut a: Vec<i64> = w.streams.iter().flat_map(Stream::arrivals).collect();
+            a.sort();
+            a.windows(2).any(|p| p[1] - p[0] > 30_000)
+        },
     })
 }
 
@@ -1470,6 +1621,10 @@ pub fn shrink(
                 let mut cand = best.0.clone();
                 let end = (start + chunk).min(cand.streams[si].lines.len());
                 cand.streams[si].lines.drain(start..end);
+                if !cand.is_sane() {
+                    start += chunk;
+                    continue;
+                }
                 calls += 1;
                 if let Some(m) = fails(&cand) {
                     best = (cand, m);

@@ -1,0 +1,130 @@
+//! `function = "threshold"`: a left row whose `value` exceeds the most recently processed `limit`
+//! of its key (of any key when the right stream is broadcast) is emitted at once (CONTRACT.md
+//! rule 11; DESIGN.md "Operators").
+//!
+//! - State: one limit row per key (slot [`LIMITS`]); a broadcast limit is stored under
+//!   [`Key::Broadcast`], and the engine hands a broadcast row to every shard, so every shard holds
+//!   the same latest limit. "Most recently processed" is processing order, not event time: a
+//!   limit with an older ts that arrives later still replaces the stored one.
+//! - A left row before any limit of its key produces nothing; nothing waits, so the output
+//!   watermark is the watermark and no timer is set.
+//! - `_kind` "match", `_ts` the left row's ts, `_id` H(operator, "match", left id, limit id).
+//! - "Exceeds" is `>` as in the model: numbers (int, float, bool as 0/1) compare exactly by
+//!   value, strings by code point; a null or a string against a number never exceeds.
+
+use std::cmp::Ordering;
+
+use crate::operator::ResultKind;
+use crate::record::id::key_hash;
+use crate::record::{Key, Row, Value};
+
+use super::coprocess::{CoProcess, Context};
+
+/// The keyed-state slot of the limits.
+pub const LIMITS: usize = 0;
+
+#[derive(Clone, Copy, Debug)]
+pub struct ThresholdSpec {
+    /// Position of `value` in the left rows.
+    pub value: usize,
+    /// Position of `limit` in the right rows.
+    pub limit: usize,
+    /// The right stream is broadcast (key `"*"`).
+    pub broadcast: bool,
+}
+
+pub struct Threshold {
+    spec: ThresholdSpec,
+    broadcast_hash: u64,
+}
+
+impl Threshold {
+    pub fn new(spec: ThresholdSpec) -> Threshold {
+        Threshold { spec, broadcast_hash: key_hash(&Key::Broadcast) }
+    }
+}
+
+impl CoProcess for Threshold {
+    fn on_left(&mut self, row: Row, ctx: &mut Context<'_>) {
+        let (key, hash) =
+            if self.spec.broadcast { (&Key::Broadcast, self.broadcast_hash) } else { (&row.key, row.key_hash) };
+        let Context { state, out, .. } = ctx;
+        state.scan(LIMITS, key, hash, |_, limit| {
+            if exceeds(&row.values[self.spec.value], &limit.values[self.spec.limit]) {
+                out.emit(ResultKind::Match, row.ts, &row.key, row.key_hash, Some(&row), Some(limit));
+            }
+            false
+        });
+    }
+
+    fn on_right(&mut self, row: Row, ctx: &mut Context<'_>) {
+        let mut previous = None;
+        ctx.state.scan(LIMITS, &row.key, row.key_hash, |handle, _| {
+            previous = Some(handle);
+            false
+        });
+        let key_hash = row.key_hash;
+        // Insert first, then drop the old limit: the key's entry is never emptied and refilled.
+        ctx.state.insert(LIMITS, row);
+        if let Some(handle) = previous {
+            ctx.state.remove(LIMITS, key_hash, handle);
+        }
+    }
+}
+
+/// `value > limit`, as the model (Python) compares: numbers exactly, strings by code point.
+pub fn exceeds(value: &Value, limit: &Value) -> bool {
+    compare(value, limit) == Some(Ordering::Greater)
+}
+
+fn compare(a: &Value, b: &Value) -> Option<Ordering> {
+    use Value::{Bool, Float, Int, Str};
+    match (a, b) {
+        (Str(a), Str(b)) => Some(a.cmp(b)),
+        (Float(a), Float(b)) => a.partial_cmp(b),
+        (Int(a), Int(b)) => Some(a.cmp(b)),
+        (Bool(a), _) => compare(&Int(i64::from(*a)), b),
+        (_, Bool(b)) => compare(a, &Int(i64::from(*b))),
+        (Int(a), Float(b)) => int_vs_float(*a, *b),
+        (Float(a), Int(b)) => int_vs_float(*b, *a).map(Ordering::reverse),
+        _ => None,
+    }
+}
+
+/// Exact comparison of an int with a double (no rounding of the int to a double).
+fn int_vs_float(i: i64, f: f64) -> Option<Ordering> {
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    if f.is_nan() {
+        return None;
+    }
+    if f >= TWO_63 {
+        return Some(Ordering::Less);
+    }
+    if f < -TWO_63 {
+        return Some(Ordering::Greater);
+    }
+    let whole = f.trunc();
+    // In range and integral: exact.
+    let w = whole as i64;
+    Some(i.cmp(&w).then_with(|| 0.0_f64.partial_cmp(&(f - whole)).unwrap_or(Ordering::Equal)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exceeds_compares_like_the_model() {
+        let (i, f, s) = (Value::Int, Value::Float, |x: &str| Value::Str(x.into()));
+        assert!(exceeds(&f(30.5), &i(30)));
+        assert!(!exceeds(&i(30), &f(30.0)));
+        assert!(exceeds(&i(31), &f(30.9)));
+        assert!(!exceeds(&i(-31), &f(-30.9)));
+        assert!(exceeds(&i(-30), &f(-30.5)));
+        assert!(exceeds(&i(i64::MAX), &f(9.223_372_036_854_775e18)), "no rounding of the int");
+        assert!(!exceeds(&i(i64::MAX), &f(9_223_372_036_854_775_808.0)));
+        assert!(exceeds(&s("b"), &s("a")) && !exceeds(&s("B"), &s("a")));
+        assert!(exceeds(&Value::Bool(true), &f(0.5)));
+        assert!(!exceeds(&s("9"), &i(1)) && !exceeds(&i(1), &Value::Null) && !exceeds(&Value::Null, &i(1)));
+    }
+}

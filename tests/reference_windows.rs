@@ -1,0 +1,984 @@
+#![allow(clippy::unwrap_used)]
+//! window_join and cogroup against a brute-force reference written in Rust.
+//!
+//! Each seeded workload has two input streams (`l` keyed by `k`, `r` keyed by `rk`; ≤ 60 rows
+//! each, 1–3 keys, event times on a 50 ms grid with ±1 ms so rows land on window starts and on
+//! `end − 1`), disorder within and beyond `max_out_of_orderness`, silent stretches that make a
+//! stream (or both) idle, `idle_advance` on or off, a random window (tumbling, sliding — some
+//! with gaps between windows —, session; offsets), allowed lateness, and two operators over the
+//! same inputs and window: a `window_join` `j` (sometimes with a `where`) and a `cogroup` `g`
+//! with a random join type and every aggregate function. The real binary replays it, and every
+//! output must equal, as a multiset, what the reference computes:
+//!
+//! - ticks, stream watermarks, idleness and the operators' watermark by simulating CONTRACT.md
+//!   rules 1–5 here, never from braid's late output;
+//! - windows enumerated naively (every start in `(ts − size, ts]` tested against the slide),
+//!   sessions recomputed from scratch at each row as the connected components of the live rows'
+//!   `[ts, ts + gap)` intervals (touching ones connect), groups and aggregates built by scanning
+//!   the rows of a window when it fires;
+//! - every firing, immediate re-firing and merge as rules 7, 8 and 10 say, so each emitted row —
+//!   `_version`, window bounds, `_supersedes` (translated to the window bounds of the ids it
+//!   names) included — is predicted; `_id`s must be a function of (left row, right row, bounds
+//!   unless session) for pairs and of (key, bounds) for groups, and distinct otherwise; the
+//!   versions of each `_id` increase in emission order;
+//! - late rows: `j.late` and `g.late` hold exactly the rows the simulation finds late.
+//!
+//! The shard-independence property runs some workloads with 1, 2 and 4 shards: the four outputs
+//! must be identical multisets, `_id`s included.
+//!
+//! Knobs: `BRAID_REF_CASES` (default 240), `BRAID_REF_SEED` (first seed, default 0). A failing
+//! workload is saved under `CARGO_TARGET_TMPDIR/reference_windows-SEED/`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+const BASE: i64 = 1_767_225_600_000;
+const TICK: i64 = 200;
+const GRID: i64 = 50;
+const NEG_INF: i128 = i128::MIN / 4;
+const POS_INF: i128 = i128::MAX / 4;
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+// ------------------------------------------------------------------------------ generation ---
+
+/// splitmix64.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x5DEE_CE66_D1CE_4E5B)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + self.below((hi - lo + 1) as u64) as i64
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len() as u64) as usize]
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Win {
+    Fixed { size: i64, slide: i64, offset: i64, tumbling: bool },
+    Session { gap: i64 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Join {
+    Inner,
+    Left,
+    Right,
+    Full,
+}
+
+impl Join {
+    fn name(self) -> &'static str {
+        match self {
+            Join::Inner => "inner",
+            Join::Left => "left",
+            Join::Right => "right",
+            Join::Full => "full",
+        }
+    }
+
+    fn emits(self, nl: usize, nr: usize) -> bool {
+        match self {
+            Join::Inner => nl > 0 && nr > 0,
+            Join::Left => nl > 0,
+            Join::Right => nr > 0,
+            Join::Full => nl > 0 || nr > 0,
+        }
+    }
+}
+
+/// A `where` condition and its meaning.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Cond {
+    VLe,
+    FOrS,
+    SumGt,
+}
+
+impl Cond {
+    fn text(self) -> &'static str {
+        match self {
+            Cond::VLe => "left.v <= right.v",
+            Cond::FOrS => "right.f > 0.5 or left.s == 'a'",
+            Cond::SumGt => "left.v + right.v > 8",
+        }
+    }
+
+    fn holds(self, l: &Row, r: &Row) -> bool {
+        match self {
+            Cond::VLe => l.v <= r.v,
+            Cond::FOrS => r.f > 0.5 || l.s == "a",
+            Cond::SumGt => l.v + r.v > 8,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Row {
+    /// 0 = `l`, 1 = `r`.
+    side: usize,
+    seq: i64,
+    key: u8,
+    ts: i64,
+    v: i64,
+    f: f64,
+    s: &'static str,
+    arrival: i64,
+}
+
+#[derive(Clone, Debug)]
+struct Workload {
+    seed: u64,
+    win: Win,
+    allowed_lateness: i64,
+    join: Join,
+    cond: Option<Cond>,
+    idle_advance: bool,
+    int_keys: bool,
+    /// (max_out_of_orderness, idle_timeout) per stream.
+    streams: [(i64, i64); 2],
+    rows: Vec<Row>,
+    /// Row indices of each file, in line order.
+    files: [Vec<usize>; 2],
+    /// The `--input` flag order (stream indices).
+    flags: [usize; 2],
+}
+
+const STREAMS: [&str; 2] = ["l", "r"];
+const KEY_FIELDS: [&str; 2] = ["k", "rk"];
+
+fn gen_workload(seed: u64) -> Workload {
+    let mut g = Rng::new(seed);
+    let win = match seed % 3 {
+        0 => {
+            let size = g.pick(&[100, 200, 300, 500]);
+            Win::Fixed { size, slide: size, offset: g.pick(&[0, 0, 50, -100, 30]), tumbling: true }
+        }
+        1 => {
+            let size = g.pick(&[200, 300, 400, 600]);
+            let slide = if g.chance(15) { size + g.pick(&[50, 100]) } else { g.pick(&[100, 150, 200]).min(size) };
+            Win::Fixed { size, slide, offset: g.pick(&[0, 0, 50, -20]), tumbling: false }
+        }
+        _ => Win::Session { gap: g.pick(&[50, 100, 150, 250]) },
+    };
+    // Sessions merge with fired sessions (re-firing, superseding) only within allowed lateness.
+    let allowed_lateness = match win {
+        Win::Session { .. } => g.pick(&[0, 100, 250, 600, 1000]),
+        Win::Fixed { .. } => g.pick(&[0, 0, 0, 100, 250, 600]),
+    };
+    let join = g.pick(&[Join::Inner, Join::Left, Join::Right, Join::Full]);
+    let cond = if g.chance(30) { Some(g.pick(&[Cond::VLe, Cond::FOrS, Cond::SumGt])) } else { None };
+    let idle_advance = g.chance(50);
+    let int_keys = g.chance(25);
+    // Sessions extend past a fired session mostly with rows near the watermark: disorder.
+    let disorder: &[i64] = if matches!(win, Win::Session { .. }) { &[0, 100, 250, 400] } else { &[0, 0, 100, 250] };
+    let streams = [0, 1].map(|_| (g.pick(disorder), g.pick(&[0, 300, 500, 1000])));
+    let keys = g.range(1, 3) as u8;
+    let span = g.pick(&[1500, 3000, 5000]);
+    let mut rows = Vec::new();
+    for (side, &(ooo, _)) in streams.iter().enumerate() {
+        let n = if g.chance(5) { 0 } else { g.range(1, 60) };
+        // A silent stretch of nominal time in which this stream sends nothing.
+        let silent = g.chance(35).then(|| {
+            let from = g.range(0, span);
+            (from, from + g.pick(&[700, 1200, 2000]))
+        });
+        for _ in 0..n {
+            let mut nominal = g.range(0, span / GRID) * GRID;
+            if let Some((from, to)) = silent
+                && (from..to).contains(&nominal)
+            {
+                nominal = to + (nominal - from);
+            }
+            let jitter = match g.below(20) {
+                0..=3 => -1,
+                4 => 1,
+                _ => 0,
+            };
+            let ts = BASE + nominal + jitter;
+            let delay = match g.below(10) {
+                0..=5 => g.range(0, ooo),
+                6 | 7 => g.range(0, 60),
+                _ => g.range(ooo, ooo + 900),
+            };
+            let arrival = ts + delay - if g.chance(5) { g.range(1, 80) } else { 0 };
+            rows.push(Row {
+                side,
+                seq: 0,
+                key: g.range(1, keys as i64) as u8,
+                ts,
+                v: g.range(-3, 12),
+                f: g.range(-20, 20) as f64 * 0.25,
+                s: g.pick(&["a", "b", "c", "bb", ""]),
+                arrival,
+            });
+        }
+    }
+    for (i, r) in rows.iter_mut().enumerate() {
+        r.seq = i as i64 + 1;
+    }
+    let mut files = [Vec::new(), Vec::new()];
+    for (i, r) in rows.iter().enumerate() {
+        files[r.side].push(i);
+    }
+    for file in &mut files {
+        file.sort_by_key(|&i| rows[i].arrival);
+        // Some neighbours swapped: the merge orders by arrival, ties by line number.
+        for j in 1..file.len() {
+            if g.chance(10) {
+                file.swap(j - 1, j);
+            }
+        }
+    }
+    let flags = if g.chance(50) { [0, 1] } else { [1, 0] };
+    Workload { seed, win, allowed_lateness, join, cond, idle_advance, int_keys, streams, rows, files, flags }
+}
+
+impl Workload {
+    fn key_json(&self, key: u8) -> Value {
+        if self.int_keys { json!(key) } else { json!(format!("d{key}")) }
+    }
+
+    fn window_toml(&self) -> String {
+        match self.win {
+            Win::Fixed { size, offset, tumbling: true, .. } => {
+                format!("{{ kind = \"tumbling\", size = \"{size}ms\", offset = \"{offset}ms\" }}")
+            }
+            Win::Fixed { size, slide, offset, .. } => {
+                format!("{{ kind = \"sliding\", size = \"{size}ms\", slide = \"{slide}ms\", offset = \"{offset}ms\" }}")
+            }
+            Win::Session { gap } => format!("{{ kind = \"session\", gap = \"{gap}ms\" }}"),
+        }
+    }
+
+    fn config(&self) -> String {
+        let key_type = if self.int_keys { "int" } else { "string" };
+        let mut c = format!("[runtime]\nidle_advance = {}\n", self.idle_advance);
+        for (i, name) in STREAMS.iter().enumerate() {
+            let (ooo, idle) = self.streams[i];
+            let _ = write!(
+                c,
+                "\n[streams.{name}]\nkey = \"{key}\"\ntime = {{ field = \"ts\", unit = \"ms\" }}\n\
+                 max_out_of_orderness = \"{ooo}ms\"\nidle_timeout = \"{idle}ms\"\n\
+                 fields = {{ {key} = \"{key_type}\", ts = \"int\", seq = \"int\", v = \"int\", f = \"float\", s = \"string\" }}\n",
+                key = KEY_FIELDS[i]
+            );
+        }
+        let (window, al) = (self.window_toml(), self.allowed_lateness);
+        let _ = write!(
+            c,
+            "\n[operators.j]\nkind = \"window_join\"\nleft = \"l\"\nright = \"r\"\nwindow = {window}\n\
+             allowed_lateness = \"{al}ms\"\n\
+             select = [\"left.seq AS lseq\", \"right.seq AS rseq\", \"left.v\", \"right.s AS rs\", \"right.rk\"]\n"
+        );
+        if let Some(cond) = self.cond {
+            let _ = writeln!(c, "where = \"{}\"", cond.text());
+        }
+        let _ = write!(
+            c,
+            "\n[operators.g]\nkind = \"cogroup\"\nleft = \"l\"\nright = \"r\"\nwindow = {window}\n\
+             allowed_lateness = \"{al}ms\"\njoin = \"{}\"\naggregate = [\"count(left) AS nl\", \"count(right) AS nr\",\n  \
+             \"sum(left.v) AS sv\", \"sum(right.f) AS sf\", \"min(left.s) AS mins\", \"max(right.v) AS maxv\",\n  \
+             \"min(right.f) AS minf\", \"max(left.ts) AS maxts\", \"first(left.seq) AS fl\", \"last(left.seq) AS ll\",\n  \
+             \"first(right.seq) AS fr\", \"last(right.seq) AS lr\", \"count(right.s) AS nrs\"]\n",
+            self.join.name()
+        );
+        c
+    }
+
+    fn line(&self, i: usize) -> String {
+        let r = &self.rows[i];
+        let mut obj = serde_json::Map::new();
+        obj.insert(KEY_FIELDS[r.side].into(), self.key_json(r.key));
+        obj.insert("ts".into(), json!(r.ts));
+        obj.insert("seq".into(), json!(r.seq));
+        obj.insert("v".into(), json!(r.v));
+        obj.insert("f".into(), json!(r.f));
+        obj.insert("s".into(), json!(r.s));
+        obj.insert("arrival".into(), json!(r.arrival));
+        Value::Object(obj).to_string()
+    }
+
+    /// Writes config.toml, l.jsonl and r.jsonl into `dir`.
+    fn write_to(&self, dir: &Path) {
+        std::fs::write(dir.join("config.toml"), self.config()).unwrap();
+        for (side, name) in STREAMS.iter().enumerate() {
+            let text: String = self.files[side].iter().map(|&i| self.line(i) + "\n").collect();
+            std::fs::write(dir.join(format!("{name}.jsonl")), text).unwrap();
+        }
+    }
+
+    fn dump(&self) -> String {
+        let mut s = format!("seed {}\n--- config.toml\n{}", self.seed, self.config());
+        for (side, name) in STREAMS.iter().enumerate() {
+            let _ = writeln!(s, "--- {name}.jsonl");
+            for &i in &self.files[side] {
+                let _ = writeln!(s, "{}", self.line(i));
+            }
+        }
+        s
+    }
+}
+
+// ------------------------------------------------------------------------------- replaying ---
+
+const OUTPUTS: [&str; 4] = ["j", "j.late", "g", "g.late"];
+
+/// Runs `braid replay`; the rows of each of [`OUTPUTS`], in file order.
+fn replay(w: &Workload, shards: Option<u32>) -> Result<BTreeMap<&'static str, Vec<Value>>, String> {
+    let dir = tempfile::tempdir().unwrap();
+    w.write_to(dir.path());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_braid"));
+    cmd.arg("replay").arg("--config").arg(dir.path().join("config.toml"));
+    if let Some(n) = shards {
+        cmd.arg("--shards").arg(n.to_string());
+    }
+    for &side in &w.flags {
+        let name = STREAMS[side];
+        cmd.arg("--input").arg(format!("{name}={}", dir.path().join(format!("{name}.jsonl")).display()));
+    }
+    for name in OUTPUTS {
+        cmd.arg("--output").arg(format!("{name}={}", dir.path().join(format!("out-{name}")).display()));
+    }
+    let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr).spawn().unwrap();
+    let mut waited = Duration::ZERO;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if waited > RUN_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("braid replay did not finish within {RUN_TIMEOUT:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+        waited += Duration::from_millis(2);
+    };
+    if !status.success() {
+        let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap_or_default();
+        return Err(format!("braid replay exited with {status}:\n{stderr}"));
+    }
+    let mut out = BTreeMap::new();
+    for name in OUTPUTS {
+        let text = std::fs::read_to_string(dir.path().join(format!("out-{name}"))).unwrap();
+        let rows = text.lines().map(|l| serde_json::from_str(l).map_err(|e| format!("{name}: {e}: {l}")));
+        out.insert(name, rows.collect::<Result<Vec<Value>, String>>()?);
+    }
+    Ok(out)
+}
+
+/// A JSON value as text, object keys sorted, numbers as f64 (`2` and `2.0` are one number).
+fn canonical(v: &Value) -> String {
+    match v {
+        Value::Number(n) => format!("{:?}", n.as_f64().unwrap()),
+        Value::Array(items) => format!("[{}]", items.iter().map(canonical).collect::<Vec<_>>().join(",")),
+        Value::Object(m) => {
+            let sorted: BTreeMap<&String, &Value> = m.iter().collect();
+            let items: Vec<String> = sorted.iter().map(|(k, v)| format!("{k:?}:{}", canonical(v))).collect();
+            format!("{{{}}}", items.join(","))
+        }
+        other => other.to_string(),
+    }
+}
+
+fn multiset<'a>(rows: impl IntoIterator<Item = &'a Value>) -> BTreeMap<String, i64> {
+    let mut m = BTreeMap::new();
+    for r in rows {
+        *m.entry(canonical(r)).or_insert(0) += 1;
+    }
+    m
+}
+
+/// "" when equal, else the rows only one side has.
+fn diff(what: &str, expected: &BTreeMap<String, i64>, actual: &BTreeMap<String, i64>) -> String {
+    let mut out = String::new();
+    for (label, a, b) in [("missing", expected, actual), ("unexpected", actual, expected)] {
+        let rows: Vec<String> = a
+            .iter()
+            .filter_map(|(row, n)| {
+                let extra = n - b.get(row).copied().unwrap_or(0);
+                (extra > 0).then(|| format!("    {extra}x {row}"))
+            })
+            .collect();
+        if !rows.is_empty() {
+            let _ = writeln!(out, "  {what}: {} {label}:\n{}", rows.len(), rows.join("\n"));
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------- the reference itself ---
+
+/// A window of the reference: its rows by index, in processing order.
+#[derive(Clone, Debug)]
+struct RWin {
+    key: u8,
+    start: i64,
+    end: i64,
+    rows: Vec<usize>,
+    version: i64,
+    done: bool,
+    emitted: bool,
+    /// cogroup sessions: bounds of the emitted results this one replaces.
+    supersedes: BTreeSet<(i64, i64)>,
+}
+
+/// One operator's windows; `cogroup` decides what merges do and what firing emits.
+struct RefOp {
+    cogroup: bool,
+    wins: Vec<RWin>,
+    emitted: Vec<Value>,
+}
+
+#[derive(Default)]
+struct Stats {
+    late: usize,
+    refires: usize,
+    supersedes: usize,
+    /// Merges of a session that already superseded others (its list is carried on).
+    carried: usize,
+    merges: usize,
+    one_sided: usize,
+    at_end_minus_one: usize,
+    at_start: usize,
+    some_idle: bool,
+    all_idle_advanced: bool,
+    pairs: usize,
+    groups: usize,
+}
+
+struct Reference<'w> {
+    w: &'w Workload,
+    /// Processing position of each row (first/last break ts ties by it).
+    order: Vec<usize>,
+    ops: [RefOp; 2],
+    late: Vec<usize>,
+    stats: Stats,
+}
+
+impl<'w> Reference<'w> {
+    fn closed(&self, end: i64, wm: i128) -> bool {
+        i128::from(end) - 1 + i128::from(self.w.allowed_lateness) <= wm
+    }
+
+    /// The windows holding `ts`, by testing every start in (ts − size, ts].
+    fn windows_of(&self, ts: i64) -> Vec<(i64, i64)> {
+        let Win::Fixed { size, slide, offset, .. } = self.w.win else { unreachable!() };
+        (ts - size + 1..=ts).filter(|s| (s - offset).rem_euclid(slide) == 0).map(|s| (s, s + size)).collect()
+    }
+
+    fn on_row(&mut self, i: usize, wm: i128) {
+        let row = &self.w.rows[i];
+        match self.w.win {
+            Win::Fixed { .. } => {
+                let all = self.windows_of(row.ts);
+                for &(s, e) in &all {
+                    self.stats.at_end_minus_one += usize::from(row.ts == e - 1);
+                    self.stats.at_start += usize::from(row.ts == s);
+                }
+                let live: Vec<(i64, i64)> = all.into_iter().filter(|&(_, e)| !self.closed(e, wm)).collect();
+                if live.is_empty() {
+                    self.late.push(i);
+                    return;
+                }
+                for op in 0..2 {
+                    for &(s, e) in &live {
+                        let found = self.ops[op].wins.iter().position(|x| (x.key, x.start, x.end) == (row.key, s, e));
+                        let at = found.unwrap_or_else(|| {
+                            let wins = &mut self.ops[op].wins;
+                            wins.push(RWin {
+                                key: row.key,
+                                start: s,
+                                end: e,
+                                rows: vec![],
+                                version: 0,
+                                done: false,
+                                emitted: false,
+                                supersedes: BTreeSet::new(),
+                            });
+                            wins.len() - 1
+                        });
+                        self.ops[op].wins[at].rows.push(i);
+                        self.ops[op].wins[at].done = false;
+                        if i128::from(e) - 1 <= wm {
+                            self.fire(op, at);
+                        }
+                    }
+                }
+            }
+            Win::Session { gap } => {
+                for op in 0..2 {
+                    // The live rows of this key plus the new one, as connected components of
+                    // their [ts, ts + gap) intervals (touching intervals connect).
+                    let mut rows: Vec<usize> = self.ops[op]
+                        .wins
+                        .iter()
+                        .filter(|x| x.key == row.key)
+                        .flat_map(|x| x.rows.iter().copied())
+                        .collect();
+                    rows.push(i);
+                    rows.sort_by_key(|&r| self.w.rows[r].ts);
+                    let mut component: Option<(i64, i64, Vec<usize>)> = None;
+                    let mut current: (i64, i64, Vec<usize>) = (0, i64::MIN, vec![]);
+                    for &r in &rows {
+                        let ts = self.w.rows[r].ts;
+                        if ts > current.1 {
+                            if current.2.contains(&i) {
+                                component = Some(current.clone());
+                            }
+                            current = (ts, ts + gap, vec![]);
+                        }
+                        current.1 = current.1.max(ts + gap);
+                        current.2.push(r);
+                    }
+                    if current.2.contains(&i) {
+                        component = Some(current);
+                    }
+                    let (start, end, members) = component.unwrap();
+                    if self.closed(end, wm) {
+                        if op == 0 {
+                            self.late.push(i);
+                        }
+                        continue;
+                    }
+                    let cogroup = self.ops[op].cogroup;
+                    let wins = &mut self.ops[op].wins;
+                    let parts: Vec<usize> = (0..wins.len())
+                        .filter(|&x| wins[x].key == row.key && wins[x].rows.iter().all(|r| members.contains(r)))
+                        .collect();
+                    let at = if parts.len() == 1 && (wins[parts[0]].start, wins[parts[0]].end) == (start, end) {
+                        parts[0]
+                    } else {
+                        if !parts.is_empty() && op == 1 {
+                            self.stats.merges += 1;
+                        }
+                        let mut merged = RWin {
+                            key: row.key,
+                            start,
+                            end,
+                            rows: vec![],
+                            version: 0,
+                            done: false,
+                            emitted: false,
+                            supersedes: BTreeSet::new(),
+                        };
+                        for &p in &parts {
+                            let part = &wins[p];
+                            merged.rows.extend(&part.rows);
+                            if cogroup {
+                                self.stats.carried += usize::from(!part.supersedes.is_empty());
+                                merged.supersedes.extend(&part.supersedes);
+                                if part.emitted {
+                                    merged.supersedes.insert((part.start, part.end));
+                                }
+                            } else {
+                                merged.version = merged.version.max(part.version);
+                            }
+                        }
+                        let mut x = 0;
+                        wins.retain(|_| {
+                            x += 1;
+                            !parts.contains(&(x - 1))
+                        });
+                        merged.rows.sort_by_key(|&r| self.order[r]);
+                        wins.push(merged);
+                        wins.len() - 1
+                    };
+                    wins[at].rows.push(i);
+                    wins[at].done = false;
+                    if i128::from(end) - 1 <= wm {
+                        self.fire(op, at);
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_watermark(&mut self, wm: i128) {
+        for op in 0..2 {
+            for at in 0..self.ops[op].wins.len() {
+                let x = &self.ops[op].wins[at];
+                if !x.done && i128::from(x.end) - 1 <= wm {
+                    self.fire(op, at);
+                }
+            }
+            let al = i128::from(self.w.allowed_lateness);
+            self.ops[op].wins.retain(|x| i128::from(x.end) - 1 + al > wm);
+        }
+    }
+
+    fn fire(&mut self, op: usize, at: usize) {
+        let w = self.w;
+        let RefOp { cogroup, wins, emitted } = &mut self.ops[op];
+        let win = &mut wins[at];
+        win.version += 1;
+        win.done = true;
+        if win.version > 1 {
+            self.stats.refires += 1;
+        }
+        let key = w.key_json(win.key);
+        let meta = |obj: &mut serde_json::Map<String, Value>| {
+            obj.insert("_window_start".into(), json!(win.start));
+            obj.insert("_window_end".into(), json!(win.end));
+            obj.insert("_version".into(), json!(win.version));
+            obj.insert("_ts".into(), json!(win.end - 1));
+        };
+        let side = |s: usize| -> Vec<&Row> { win.rows.iter().map(|&r| &w.rows[r]).filter(|r| r.side == s).collect() };
+        let (left, right) = (side(0), side(1));
+        if !*cogroup {
+            for l in &left {
+                for r in &right {
+                    if w.cond.is_some_and(|c| !c.holds(l, r)) {
+                        continue;
+                    }
+                    let mut obj = serde_json::Map::new();
+                    obj.insert("k".into(), key.clone());
+                    obj.insert("rk".into(), key.clone());
+                    obj.insert("lseq".into(), json!(l.seq));
+                    obj.insert("rseq".into(), json!(r.seq));
+                    obj.insert("v".into(), json!(l.v));
+                    obj.insert("rs".into(), json!(r.s));
+                    obj.insert("_kind".into(), json!("match"));
+                    meta(&mut obj);
+                    self.stats.pairs += 1;
+                    emitted.push(Value::Object(obj));
+                }
+            }
+            return;
+        }
+        if !w.join.emits(left.len(), right.len()) {
+            return;
+        }
+        let by_order = |rows: &[&Row]| -> Vec<i64> {
+            let mut sorted: Vec<&&Row> = rows.iter().collect();
+            sorted.sort_by_key(|r| (r.ts, self.order[r.seq as usize - 1]));
+            sorted.iter().map(|r| r.seq).collect()
+        };
+        let (lo, ro) = (by_order(&left), by_order(&right));
+        let opt = |v: Option<Value>| v.unwrap_or(Value::Null);
+        let mut obj = serde_json::Map::new();
+        obj.insert("k".into(), key);
+        obj.insert("nl".into(), json!(left.len()));
+        obj.insert("nr".into(), json!(right.len()));
+        obj.insert("sv".into(), opt((!left.is_empty()).then(|| json!(left.iter().map(|r| r.v).sum::<i64>()))));
+        obj.insert("sf".into(), opt((!right.is_empty()).then(|| json!(right.iter().map(|r| r.f).sum::<f64>()))));
+        obj.insert("mins".into(), opt(left.iter().map(|r| r.s).min().map(|s| json!(s))));
+        obj.insert("maxv".into(), opt(right.iter().map(|r| r.v).max().map(|v| json!(v))));
+        obj.insert("minf".into(), opt(right.iter().map(|r| r.f).min_by(f64::total_cmp).map(|v| json!(v))));
+        obj.insert("maxts".into(), opt(left.iter().map(|r| r.ts).max().map(|v| json!(v))));
+        obj.insert("fl".into(), opt(lo.first().map(|v| json!(v))));
+        obj.insert("ll".into(), opt(lo.last().map(|v| json!(v))));
+        obj.insert("fr".into(), opt(ro.first().map(|v| json!(v))));
+        obj.insert("lr".into(), opt(ro.last().map(|v| json!(v))));
+        obj.insert("nrs".into(), json!(right.len()));
+        let kind = match (left.is_empty(), right.is_empty()) {
+            (false, false) => "match",
+            (false, true) => "left_only",
+            _ => "right_only",
+        };
+        if kind != "match" {
+            self.stats.one_sided += 1;
+        }
+        obj.insert("_kind".into(), json!(kind));
+        meta(&mut obj);
+        if !win.supersedes.is_empty() {
+            self.stats.supersedes += 1;
+            let bounds: Vec<Value> = win.supersedes.iter().map(|&(s, e)| json!([s, e])).collect();
+            obj.insert("_supersedes".into(), Value::Array(bounds));
+        }
+        win.emitted = true;
+        self.stats.groups += 1;
+        emitted.push(Value::Object(obj));
+    }
+}
+
+/// Simulates CONTRACT.md rules 1–5 and the window rules over the merged input.
+fn reference(w: &Workload) -> Reference<'_> {
+    let mut lines: Vec<(i64, usize, usize, usize)> = vec![];
+    for (flag, &side) in w.flags.iter().enumerate() {
+        for (n, &i) in w.files[side].iter().enumerate() {
+            lines.push((w.rows[i].arrival, flag, n, i));
+        }
+    }
+    lines.sort();
+    let mut order = vec![0; w.rows.len()];
+    for (pos, &(.., i)) in lines.iter().enumerate() {
+        order[i] = pos;
+    }
+    let op = |cogroup| RefOp { cogroup, wins: vec![], emitted: vec![] };
+    let mut r = Reference { w, order, ops: [op(false), op(true)], late: vec![], stats: Stats::default() };
+    let Some(&(start, ..)) = lines.first() else { return r };
+    // Per stream: (max ts, watermark, idle, last arrival, rows since the last tick).
+    let mut st: Vec<(Option<i64>, i128, bool, i64, bool)> = vec![(None, NEG_INF, false, start, false); 2];
+    let mut wm = NEG_INF;
+    let mut all_idle_since: Option<(i64, i128)> = None;
+    let mut now = start;
+    for &(a, .., i) in &lines {
+        let mut t = (now.div_euclid(TICK) + 1) * TICK;
+        while t <= a {
+            for (s, state) in st.iter_mut().enumerate() {
+                let (ooo, idle_timeout) = w.streams[s];
+                if state.4 {
+                    state.2 = false;
+                    state.4 = false;
+                } else if idle_timeout > 0 && t - state.3 >= idle_timeout {
+                    state.2 = true;
+                }
+                if let Some(m) = state.0 {
+                    state.1 = i128::from(m) - i128::from(ooo) - 1;
+                }
+            }
+            r.stats.some_idle |= st.iter().any(|s| s.2);
+            let before = wm;
+            match st.iter().filter(|s| !s.2).map(|s| s.1).min() {
+                Some(m) => {
+                    all_idle_since = None;
+                    wm = wm.max(m);
+                }
+                None if w.idle_advance => {
+                    let (t0, base) = *all_idle_since.get_or_insert((t, wm));
+                    if base > NEG_INF {
+                        wm = wm.max(base + i128::from(t - t0));
+                        r.stats.all_idle_advanced |= wm > before;
+                    }
+                }
+                None => {}
+            }
+            if wm > before {
+                r.on_watermark(wm);
+            }
+            t += TICK;
+        }
+        now = now.max(a);
+        let row = &w.rows[i];
+        let s = &mut st[row.side];
+        s.4 = true;
+        s.3 = a;
+        s.0 = Some(s.0.map_or(row.ts, |m| m.max(row.ts)));
+        r.on_row(i, wm);
+    }
+    r.on_watermark(POS_INF);
+    r.stats.late = r.late.len();
+    r
+}
+
+// ---------------------------------------------------------------------------------- checks ---
+
+/// Compares one replay with the reference; Err describes every difference.
+fn check(w: &Workload, shards: Option<u32>) -> Result<Stats, String> {
+    let out = replay(w, shards)?;
+    let r = reference(w);
+    let mut errs = String::new();
+
+    // Late rows: exactly the simulation's, each with its declared fields, `_stream` and `_ts`.
+    let expected_late: Vec<Value> = r
+        .late
+        .iter()
+        .map(|&i| {
+            let row = &w.rows[i];
+            let mut v: Value = serde_json::from_str(&w.line(i)).unwrap();
+            let obj = v.as_object_mut().unwrap();
+            obj.remove("arrival");
+            obj.insert("_stream".into(), json!(STREAMS[row.side]));
+            obj.insert("_ts".into(), json!(row.ts));
+            v
+        })
+        .collect();
+    for name in ["j.late", "g.late"] {
+        errs += &diff(name, &multiset(&expected_late), &multiset(&out[name]));
+    }
+
+    // Results: every emission predicted; `_id` checked for structure, `_supersedes` translated.
+    for (op, name) in [(0, "j"), (1, "g")] {
+        let rows = &out[name];
+        let mut by_id: BTreeMap<String, Value> = BTreeMap::new();
+        let mut last_version: BTreeMap<String, i64> = BTreeMap::new();
+        let mut actual = vec![];
+        for row in rows {
+            let Some(id) = row.get("_id").and_then(Value::as_str).map(str::to_owned) else {
+                errs += &format!("  {name}: no _id: {row}\n");
+                continue;
+            };
+            if id.len() != 16 || !id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+                errs += &format!("  {name}: bad _id {id}\n");
+            }
+            let identity = match (op, w.win) {
+                (0, Win::Session { .. }) => json!([row["lseq"], row["rseq"]]),
+                (0, _) => json!([row["lseq"], row["rseq"], row["_window_start"], row["_window_end"]]),
+                _ => json!([row["k"], row["_window_start"], row["_window_end"]]),
+            };
+            if let Some(seen) = by_id.insert(id.clone(), identity.clone())
+                && seen != identity
+            {
+                errs += &format!("  {name}: _id {id} names both {seen} and {identity}\n");
+            }
+            let version = row["_version"].as_i64().unwrap_or(0);
+            if let Some(&before) = last_version.get(&id)
+                && version <= before
+            {
+                errs += &format!("  {name}: _id {id}: _version {version} after {before}\n");
+            }
+            last_version.insert(id, version);
+            actual.push(row.clone());
+        }
+        let identities: BTreeSet<String> = by_id.values().map(canonical).collect();
+        if identities.len() != by_id.len() {
+            errs += &format!("  {name}: two _ids name one result\n");
+        }
+        for row in &mut actual {
+            let obj = row.as_object_mut().unwrap();
+            obj.remove("_id");
+            if let Some(Value::Array(ids)) = obj.get("_supersedes") {
+                let mut bounds = vec![];
+                for id in ids {
+                    match id.as_str().and_then(|id| by_id.get(id)) {
+                        Some(identity) if identity[0] == obj["k"] => bounds.push(json!([identity[1], identity[2]])),
+                        _ => errs += &format!("  {name}: _supersedes names {id}, no earlier result of this key\n"),
+                    }
+                }
+                bounds.sort_by_key(|b| (b[0].as_i64(), b[1].as_i64()));
+                obj.insert("_supersedes".into(), Value::Array(bounds));
+            }
+        }
+        errs += &diff(name, &multiset(&r.ops[op].emitted), &multiset(&actual));
+    }
+    if errs.is_empty() { Ok(r.stats) } else { Err(errs) }
+}
+
+fn save(w: &Workload) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("reference_windows-{}", w.seed));
+    std::fs::create_dir_all(&dir).unwrap();
+    w.write_to(&dir);
+    dir
+}
+
+#[test]
+fn windows_equal_brute_force_reference() {
+    let cases = env_u64("BRAID_REF_CASES", 240);
+    let first = env_u64("BRAID_REF_SEED", 0);
+    let mut failures = vec![];
+    let mut stats = vec![];
+    for seed in first..first + cases {
+        let w = gen_workload(seed);
+        let shards = [None, Some(1), Some(2), Some(3)][(seed / 3 % 4) as usize];
+        match check(&w, shards) {
+            Ok(s) => stats.push((w, s)),
+            Err(e) => failures.push((w, shards, e)),
+        }
+    }
+    if let Some((w, shards, e)) = failures.first() {
+        let seeds: Vec<String> = failures.iter().map(|(w, ..)| w.seed.to_string()).collect();
+        let dir = save(w);
+        panic!(
+            "{} of {cases} workloads differ from the reference (seeds {}).\nSeed {} (shards {shards:?}, saved in {}):\n{e}\n{}",
+            failures.len(),
+            seeds.join(" "),
+            w.seed,
+            dir.display(),
+            w.dump()
+        );
+    }
+    if cases < 200 {
+        return;
+    }
+    // The generator must reach the corners this test is about.
+    let count = |f: &dyn Fn(&Workload, &Stats) -> bool| stats.iter().filter(|(w, s)| f(w, s)).count();
+    let sum = |f: &dyn Fn(&Stats) -> usize| stats.iter().map(|(_, s)| f(s)).sum::<usize>();
+    let figures = [
+        ("tumbling workloads", count(&|w, _| matches!(w.win, Win::Fixed { tumbling: true, .. }))),
+        ("sliding workloads", count(&|w, _| matches!(w.win, Win::Fixed { tumbling: false, .. }))),
+        ("sliding workloads with gaps", count(&|w, _| matches!(w.win, Win::Fixed { size, slide, .. } if slide > size))),
+        ("session workloads", count(&|w, _| matches!(w.win, Win::Session { .. }))),
+        ("inner cogroups", count(&|w, _| w.join == Join::Inner)),
+        ("left cogroups", count(&|w, _| w.join == Join::Left)),
+        ("right cogroups", count(&|w, _| w.join == Join::Right)),
+        ("full cogroups", count(&|w, _| w.join == Join::Full)),
+        ("workloads with `where`", count(&|w, _| w.cond.is_some())),
+        ("workloads with late rows", count(&|_, s| s.late > 0)),
+        ("workloads with allowed lateness re-firing", count(&|w, s| w.allowed_lateness > 0 && s.refires > 0)),
+        ("workloads with an idle input", count(&|_, s| s.some_idle)),
+        ("workloads where idle_advance moved the watermark", count(&|_, s| s.all_idle_advanced)),
+        ("workloads with an empty stream", count(&|w, _| w.files.iter().any(Vec::is_empty))),
+        ("session merges", sum(&|s| s.merges)),
+        ("results with _supersedes", sum(&|s| s.supersedes)),
+        ("merges carrying a _supersedes list on", sum(&|s| s.carried)),
+        ("one-sided groups", sum(&|s| s.one_sided)),
+        ("rows at a window's end − 1", sum(&|s| s.at_end_minus_one)),
+        ("rows at a window's start", sum(&|s| s.at_start)),
+        ("pairs", sum(&|s| s.pairs)),
+        ("groups", sum(&|s| s.groups)),
+    ];
+    eprintln!("coverage over {} workloads:", stats.len());
+    for (what, n) in figures {
+        eprintln!("  {what}: {n}");
+    }
+    for (what, n) in figures {
+        assert!(n >= 3, "the generator no longer covers: {what} ({n})");
+    }
+}
+
+#[test]
+fn results_do_not_depend_on_the_shard_count() {
+    let cases = env_u64("BRAID_REF_CASES", 240) / 6;
+    let first = env_u64("BRAID_REF_SEED", 0);
+    for seed in first..first + cases {
+        let w = gen_workload(seed * 7 + 1);
+        let runs: Vec<BTreeMap<&str, Vec<Value>>> = [1, 2, 4].iter().map(|&n| replay(&w, Some(n)).unwrap()).collect();
+        for name in OUTPUTS {
+            let one = multiset(&runs[0][name]);
+            for (run, shards) in runs[1..].iter().zip([2, 4]) {
+                let d = diff(name, &one, &multiset(&run[name]));
+                assert!(d.is_empty(), "seed {}: 1 shard vs {shards}:\n{d}\n{}", w.seed, w.dump());
+            }
+        }
+    }
+}
+
+/// Not a check: with `BRAID_REF_DUMP_DIR` set, writes the workloads (config.toml, l.jsonl,
+/// r.jsonl, args: the `--input` flags in order) one folder per seed, to compare the reference's
+/// subject with another implementation of CONTRACT.md. Does nothing without the variable.
+#[test]
+fn dump_workloads() {
+    let Ok(dir) = std::env::var("BRAID_REF_DUMP_DIR") else { return };
+    let cases = env_u64("BRAID_REF_CASES", 240);
+    let first = env_u64("BRAID_REF_SEED", 0);
+    for seed in first..first + cases {
+        let w = gen_workload(seed);
+        let d = Path::new(&dir).join(format!("seed-{seed}"));
+        std::fs::create_dir_all(&d).unwrap();
+        w.write_to(&d);
+        let flags: Vec<String> = w.flags.iter().map(|&s| format!("--input {0}={0}.jsonl", STREAMS[s])).collect();
+        std::fs::write(d.join("args"), flags.join("\n") + "\n").unwrap();
+    }
+}
