@@ -140,6 +140,16 @@ impl WindowSpec {
     }
 }
 
+/// Drops `handle` from the list at `at`, and the list once empty.
+fn unlink<K: std::hash::Hash + Eq>(index: &mut HashMap<K, Vec<Handle>>, at: K, handle: Handle) {
+    if let Some(list) = index.get_mut(&at) {
+        list.retain(|&h| h != handle);
+        if list.is_empty() {
+            index.remove(&at);
+        }
+    }
+}
+
 /// Window bounds live in int64 like event times; a window past its ends is cut there.
 fn saturate(ms: i128) -> i64 {
     ms.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
@@ -435,18 +445,9 @@ impl<C: Contents> Windows<C> {
         let w = self.windows.remove(&handle)?;
         self.pending.remove(&(w.end, w.start, w.created, handle));
         self.expiry.remove(&(w.end, handle));
-        let (map_key, list) = match self.spec.kind {
-            WindowKind::Fixed { .. } => ((w.key_hash, w.start), self.fixed.get_mut(&(w.key_hash, w.start))),
-            WindowKind::Session { .. } => ((w.key_hash, 0), self.sessions.get_mut(&w.key_hash)),
-        };
-        if let Some(list) = list {
-            list.retain(|&h| h != handle);
-            if list.is_empty() {
-                match self.spec.kind {
-                    WindowKind::Fixed { .. } => self.fixed.remove(&map_key),
-                    WindowKind::Session { .. } => self.sessions.remove(&map_key.0),
-                };
-            }
+        match self.spec.kind {
+            WindowKind::Fixed { .. } => unlink(&mut self.fixed, (w.key_hash, w.start), handle),
+            WindowKind::Session { .. } => unlink(&mut self.sessions, w.key_hash, handle),
         }
         self.rows -= w.contents.rows();
         self.bytes -= w.contents.bytes();
@@ -459,11 +460,13 @@ impl<C: Contents> Windows<C> {
         while let Some(&(end, _, _, handle)) = self.pending.first()
             && due(end, watermark)
         {
+            self.pending.pop_first();
             self.fire_now(handle, fire, out);
         }
         while let Some(&(end, handle)) = self.expiry.first()
             && self.spec.closed(end, watermark)
         {
+            self.expiry.pop_first();
             self.remove(handle);
         }
     }
