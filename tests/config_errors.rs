@@ -593,10 +593,10 @@ select = ["left.v"]
     ]);
 }
 
-// ----------------------------------------------------------------- kinds not in this build ---
+// -------------------------------------------------------------------- every kind is checked ---
 
 #[test]
-fn kinds_not_in_this_build_and_the_other_errors_too() {
+fn every_kind_is_checked_alongside_the_others() {
     let text = r#"[streams.a]
 key = "k"
 time = { field = "ts", unit = "ms" }
@@ -655,28 +655,9 @@ upper = "1s"
 select = ["left.v", "right.nope"]
 "#;
     validate("kinds.toml", text).assert_errors(&[
-        (12, 1, "operators.w.kind", "not available in this build"),
         (16, 1, "operators.w.allowed_lateness", "bad duration"),
-        (20, 1, "operators.g.kind", "not available in this build"),
-        (27, 1, "operators.u.kind", "not available in this build"),
-        (31, 1, "operators.t.kind", "not available in this build"),
-        (46, 1, "operators.ab.kind", "not available in this build"),
         (56, 1, "operators.j.select", "has no field"),
     ]);
-}
-
-#[test]
-fn one_unavailable_kind_alone_is_exit_78() {
-    let text = r#"[streams.a]
-key = "k"
-fields = { k = "string", v = "int" }
-
-[operators.silent]
-kind = "absence"
-input = "a"
-timeout = "30s"
-"#;
-    validate("absence.toml", text).assert_errors(&[(6, 1, "operators.silent.kind", "not available in this build")]);
 }
 
 // ---------------------------------------------------------------------------------- re-keying ---

@@ -1,6 +1,6 @@
 //! `[operators.NAME]`: every kind is parsed and checked, inputs resolved (upstream first, cycles
-//! refused) and output schemas derived, so chains validate end to end. Kinds this build cannot
-//! run are refused with "not available in this build" after all their other checks.
+//! refused) and output schemas derived, so chains validate end to end. Each kind's own checks
+//! live beside its runtime, in `src/operator/<kind>.rs`.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -63,7 +63,7 @@ struct Checked {
     name: String,
     inputs: Vec<NodeRef>,
     output: Schema,
-    spec: Option<OperatorSpec>,
+    spec: OperatorSpec,
 }
 
 /// Resolves operator inputs (checking upstream operators first) while each kind checks its table.
@@ -101,7 +101,7 @@ pub fn operators(section: Table<'_, '_>, streams: &Streams, errors: &mut Errors)
     let operators = builder
         .checked
         .into_iter()
-        .filter_map(|c| Some(OperatorDef { spec: c.spec?, name: c.name, inputs: c.inputs, output: c.output }))
+        .map(|c| OperatorDef { spec: c.spec, name: c.name, inputs: c.inputs, output: c.output })
         .collect();
     Graph { operators, outputs }
 }
@@ -192,9 +192,6 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
             "union" => operator::union::check(self, name, t, errors),
             _ => operator::absence::check(self, name, t, errors),
         };
-        if built.as_ref().is_some_and(|b| b.spec.is_none()) {
-            errors.at(&kind_span, &t.child_path("kind"), format!("kind {kind:?} is not available in this build"));
-        }
         built.map(|b| Checked { name: name.to_owned(), inputs: b.inputs, output: b.output, spec: b.spec })
     }
 
@@ -231,8 +228,8 @@ pub struct Built {
     pub inputs: Vec<NodeRef>,
     /// The schema of its results.
     pub output: Schema,
-    /// What the engine runs; `None` for a kind this build does not run yet.
-    pub spec: Option<OperatorSpec>,
+    /// What the engine runs.
+    pub spec: OperatorSpec,
 }
 
 pub fn broadcast_refused(name: &str) -> String {

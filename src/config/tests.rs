@@ -61,9 +61,6 @@ fn errors_point_at_keys_and_headers() {
     let got =
         errors(&format!("{VALID}\n[operators.status]\nkind = \"absence\"\ninput = \"status\"\ntimeout = \"1s\"\n"));
     assert_eq!(got, ["t.toml:22:1: operators.status: name \"status\" is already used by a stream"]);
-    let got = errors(&format!("{VALID}\n[operators.dark]\nkind = \"absence\"\ninput = \"status\"\ntimeout = \"1s\"\n"));
-    assert_eq!(got.len(), 1, "{got:?}");
-    assert!(got[0].starts_with("t.toml:23:1: operators.dark.kind: kind \"absence\" is not available in this build"));
 }
 
 #[test]

@@ -52,7 +52,7 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     // also reported as unavailable.
     let timeout = i128::from(timeout.unwrap_or(1).max(1));
     let spec = AbsenceSpec { name: name.to_owned(), timeout, rekey };
-    Some(Built { inputs: vec![input.node], output, spec: Some(OperatorSpec::Absence(spec)) })
+    Some(Built { inputs: vec![input.node], output, spec: OperatorSpec::Absence(spec) })
 }
 
 #[derive(Clone, Debug)]

@@ -48,7 +48,7 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     }
     let (output, rekey) = output_schema(t, fields, errors)?;
     let spec = CoGroupSpec { name: name.to_owned(), window, join, aggregates, rekey };
-    Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: Some(OperatorSpec::CoGroup(spec)) })
+    Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: OperatorSpec::CoGroup(spec) })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -116,7 +116,7 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     let (output, rekey) = output_schema(t, fields, errors)?;
     let projection = Projection { columns, rekey };
     let spec = IntervalJoinSpec { name: name.to_owned(), lower, upper, join, projection };
-    Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: Some(OperatorSpec::IntervalJoin(spec)) })
+    Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: OperatorSpec::IntervalJoin(spec) })
 }
 
 /// A stored row's eviction time.

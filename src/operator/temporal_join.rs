@@ -47,7 +47,7 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
         broadcast_right: inputs[RIGHT].key_field().is_none(),
         projection: Projection { columns, rekey },
     };
-    Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: Some(OperatorSpec::TemporalJoin(spec)) })
+    Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: OperatorSpec::TemporalJoin(spec) })
 }
 
 #[derive(Clone, Debug)]

@@ -58,7 +58,7 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     };
     let spec =
         UnionSpec { name: name.to_owned(), inputs: inputs.iter().map(|i| i.name.clone()).collect(), keep, rekey };
-    Some(Built { inputs: inputs.iter().map(|i| i.node).collect(), output, spec: Some(OperatorSpec::Union(spec)) })
+    Some(Built { inputs: inputs.iter().map(|i| i.node).collect(), output, spec: OperatorSpec::Union(spec) })
 }
 
 /// How `input`'s schema differs from `first`'s (fields by name and type, the key field by name);

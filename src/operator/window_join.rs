@@ -54,7 +54,7 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     let window = window.unwrap_or(WindowSpec::UNUSED);
     let projection = Projection { columns, rekey };
     let spec = WindowJoinSpec { name: name.to_owned(), window, condition, projection };
-    Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: Some(OperatorSpec::WindowJoin(spec)) })
+    Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: OperatorSpec::WindowJoin(spec) })
 }
 
 #[derive(Clone, Debug)]

@@ -84,7 +84,7 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     let (output, rekey) = output_schema(t, fields, errors)?;
     let projection = Projection { columns, rekey };
     let spec = OperatorSpec::Connect(ConnectSpec { name: name.to_owned(), projection, function });
-    Some(Built { inputs: inputs?.map(|i| i.node).to_vec(), output, spec: Some(spec) })
+    Some(Built { inputs: inputs?.map(|i| i.node).to_vec(), output, spec })
 }
 
 /// A checked `connect` operator.
