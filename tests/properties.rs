@@ -16,6 +16,8 @@
 //! `PROPTEST_CASES` overrides the number of cases (48 by default). Failures are not persisted
 //! to a regressions file: print-out + seed is the record.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -169,14 +171,17 @@ fn silent_loss(w: &Workload) -> Option<String> {
     let (left, right) = (&w.streams[0], &w.streams[1]);
     for l in left.rows() {
         for r in right.rows() {
-            if l.key == r.key && j.cond(l.ts, r.ts) && !matches.contains(&(l.seq, r.seq)) {
-                if !late.contains(&l.seq) && !late.contains(&r.seq) {
-                    problems.push(format!(
-                        "pair lost: command#{} ts {} arrival {} × status#{} ts {} arrival {} (key {:?}): \
-                         not emitted, neither row in effect.late",
-                        l.seq, l.ts, l.arrival, r.seq, r.ts, r.arrival, l.key
-                    ));
-                }
+            let lost = l.key == r.key
+                && j.cond(l.ts, r.ts)
+                && !matches.contains(&(l.seq, r.seq))
+                && !late.contains(&l.seq)
+                && !late.contains(&r.seq);
+            if lost {
+                problems.push(format!(
+                    "pair lost: command#{} ts {} arrival {} × status#{} ts {} arrival {} (key {:?}): \
+                     not emitted, neither row in effect.late",
+                    l.seq, l.ts, l.arrival, r.seq, r.ts, r.arrival, l.key
+                ));
             }
         }
     }

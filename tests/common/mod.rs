@@ -547,15 +547,17 @@ fn gen_rows(rng: &mut Rng, lay: &Layout, n: usize, ooo: i64, silence: Silence, s
         }
         let Some(mut ts) = ts else { continue };
         let mut key = rng.pick(&lay.keys);
-        if let Some(until) = lay.idle_key_until {
-            if key == lay.keys[0] && ts >= until && lay.keys.len() > 1 {
-                key = lay.keys[1 + rng.below(lay.keys.len() as u64 - 1) as usize].clone();
-            }
+        if let Some(until) = lay.idle_key_until
+            && key == lay.keys[0]
+            && ts >= until
+            && lay.keys.len() > 1
+        {
+            key = lay.keys[1 + rng.below(lay.keys.len() as u64 - 1) as usize].clone();
         }
-        if let Some((at, len)) = lay.pause {
-            if ts >= at {
-                ts += len;
-            }
+        if let Some((at, len)) = lay.pause
+            && ts >= at
+        {
+            ts += len;
         }
         if rng.chance(lay.jitter) {
             ts += rng.pick(&[-1, 1]);
@@ -987,6 +989,7 @@ pub fn run_replay(w: &Workload, shards: Option<u32>, outputs: &[&str]) -> Result
     let err_file = std::fs::File::create(&err_path).map_err(|e| e.to_string())?;
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(err_file);
     let mut child = cmd.spawn().map_err(|e| format!("cannot start braid: {e}"))?;
+    #[allow(clippy::disallowed_methods)] // a test's watchdog on a child process, not engine time
     let t0 = Instant::now();
     let status = loop {
         if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
@@ -1200,7 +1203,7 @@ pub fn simulate(w: &Workload, op: usize) -> Sim {
         if si == li || si == ri {
             // rule 7: late iff ts < the operator's watermark as of the last tick
             let ts = i128::from(r.ts);
-            sim.judged.insert(r.seq, (op_wm > NEG_INF / 2).then(|| op_wm as i64));
+            sim.judged.insert(r.seq, (op_wm > NEG_INF / 2).then_some(op_wm as i64));
             if ts < op_wm {
                 sim.late.insert((si, r.seq));
                 sim.late_lines.insert((si, ln));
@@ -1340,10 +1343,10 @@ pub fn result_triples(w: &Workload, rows: &[Value], errs: &mut Vec<String>) -> B
         }
         let (l, r) = (lrow.map(|x| x.1), rrow.map(|x| x.1));
         let key = l.or(r).unwrap().key.clone();
-        if let (Some(l), Some(r)) = (l, r) {
-            if l.key != r.key {
-                err(format!("match of different keys {:?} and {:?}", l.key, r.key));
-            }
+        if let (Some(l), Some(r)) = (l, r)
+            && l.key != r.key
+        {
+            err(format!("match of different keys {:?} and {:?}", l.key, r.key));
         }
         // rule 9: the key under the left input's key field name, on every result
         if obj.get("device") != Some(&key.to_json()) {
@@ -1376,15 +1379,15 @@ pub fn result_triples(w: &Workload, rows: &[Value], errs: &mut Vec<String>) -> B
         match obj.get("_id") {
             Some(id) if is_hex16(id) => {
                 let id = id.as_str().unwrap().to_string();
-                if let Some(t) = ids.insert(id.clone(), triple.clone()) {
-                    if t != triple {
-                        err(format!("_id {id} shared by {t:?} and {triple:?}"));
-                    }
+                if let Some(t) = ids.insert(id.clone(), triple.clone())
+                    && t != triple
+                {
+                    err(format!("_id {id} shared by {t:?} and {triple:?}"));
                 }
-                if let Some(old) = triple_ids.insert(triple.clone(), id.clone()) {
-                    if old != id {
-                        err(format!("{triple:?} has two _ids {old} and {id}"));
-                    }
+                if let Some(old) = triple_ids.insert(triple.clone(), id.clone())
+                    && old != id
+                {
+                    err(format!("{triple:?} has two _ids {old} and {id}"));
                 }
             }
             other => err(format!("_id {other:?} is not 16 lowercase hex digits")),
