@@ -641,9 +641,9 @@ fn diff(what: &str, expected: &BTreeMap<String, usize>, got: &BTreeMap<String, u
 
 fn check(w: &Workload, shards: usize, stats: &mut RefStats) -> Result<(), String> {
     let (seen, _) = simulate(w);
-    let mut expected = reference(w, &seen, stats);
+    let expected = reference(w, &seen, stats);
     let (results, late) = run(w, shards)?;
-    let mut got = describe(w, &results, &late)?;
+    let got = describe(w, &results, &late)?;
     let d = diff("result", &expected.results, &got.results) + &diff("late", &expected.late, &got.late);
     if d.is_empty() { Ok(()) } else { Err(format!("shards {shards}:\n{d}")) }
 }
