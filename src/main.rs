@@ -75,6 +75,9 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    for warning in &plan.warnings {
+        eprintln!("{warning}");
+    }
     let outcome = match cli.command {
         Command::Validate { .. } => {
             eprintln!("{}: valid", config_path.display());

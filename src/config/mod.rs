@@ -140,6 +140,8 @@ pub struct Plan {
     /// Upstream first.
     pub operators: Vec<OperatorDef>,
     pub sinks: Vec<SinkDef>,
+    /// Valid settings that make matches unlikely, as `FILE:LINE:COL: warning: PATH: message`.
+    pub warnings: Vec<String>,
 }
 
 impl Plan {
@@ -203,7 +205,18 @@ pub fn parse(file: &str, text: &str) -> Result<Plan, ConfigErrors> {
     let root = Table { path: "", span: &(0..0), table: document.get_ref() };
     let plan = check(root, &mut errors);
     match plan {
-        Some(plan) if errors.list.is_empty() => Ok(plan),
+        Some(mut plan) if errors.list.is_empty() => {
+            let located = ConfigErrors { file: file.to_owned(), text: text.to_owned(), errors: errors.warnings };
+            plan.warnings = located
+                .errors
+                .iter()
+                .map(|w| {
+                    let (line, col) = located.line_col(w.offset);
+                    format!("{file}:{line}:{col}: warning: {}: {}", w.path, w.message)
+                })
+                .collect();
+            Ok(plan)
+        }
         _ => {
             let mut list = errors.list;
             list.sort_by_key(|e| e.offset);
@@ -226,7 +239,15 @@ fn check(root: Table<'_, '_>, errors: &mut Errors) -> Option<Plan> {
     let streams = streams::streams(streams_t, &sources, errors);
     let graph = operators::operators(operators_t, &streams, errors);
     let sinks = io::sinks(sinks_t, &streams, &graph, errors);
-    Some(Plan { runtime, ops_listen, sources, streams: streams.defs, operators: graph.operators, sinks })
+    Some(Plan {
+        runtime,
+        ops_listen,
+        sources,
+        streams: streams.defs,
+        operators: graph.operators,
+        sinks,
+        warnings: Vec::new(),
+    })
 }
 
 fn runtime(t: Table<'_, '_>, errors: &mut Errors) -> Runtime {

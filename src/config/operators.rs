@@ -171,6 +171,14 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
         Some(Input { node: NodeRef::Operator(i), name: name.to_owned(), schema })
     }
 
+    /// The `max_out_of_orderness` of an input stream (`None` for an operator's output).
+    pub fn out_of_orderness(&self, node: NodeRef) -> Option<i64> {
+        match node {
+            NodeRef::Stream(i) => self.streams.defs.get(i).map(|s| s.max_out_of_orderness),
+            NodeRef::Operator(_) => None,
+        }
+    }
+
     pub fn named_input(&mut self, t: Table<'_, '_>, key: &str, errors: &mut Errors) -> Option<Input> {
         let (name, span) = t.required_str(key, errors, "the name of a stream or operator")?;
         self.input(t, key, name, &span, errors)

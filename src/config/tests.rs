@@ -90,3 +90,17 @@ fn line_col_counts_characters() {
     assert_eq!(e.line_col(5), (1, 5));
     assert_eq!(e.line_col(10), (2, 3), "a key inside a header is reported at its [");
 }
+
+#[test]
+fn disorder_far_above_the_join_span_is_a_warning_not_an_error() {
+    let text = VALID.replace("lower = \"-3s\"\nupper = \"5s\"", "lower = \"0ms\"\nupper = \"10ms\"").replace(
+        "time = { field = \"ts\", unit = \"ms\" }\nfields = { device = \"string\", ts = \"int\", seq",
+        "time = { field = \"ts\", unit = \"ms\" }\nmax_out_of_orderness = \"5s\"\nfields = { device = \"string\", ts = \"int\", seq",
+    );
+    let plan = parse("t.toml", &text).unwrap();
+    assert_eq!(plan.warnings.len(), 1, "{:?}", plan.warnings);
+    assert!(
+        plan.warnings[0].starts_with("t.toml:13:1: warning: operators.effect: status may be out of order by 5000 ms")
+    );
+    assert!(parse("t.toml", VALID).unwrap().warnings.is_empty());
+}

@@ -12,13 +12,19 @@ use toml::de::{DeTable, DeValue};
 
 use super::ConfigError;
 
-/// Every error found so far.
+/// Every error found so far, and the warnings: settings that are valid but make matches unlikely
+/// (they do not change `validate`'s exit status).
 #[derive(Default)]
 pub struct Errors {
     pub list: Vec<ConfigError>,
+    pub warnings: Vec<ConfigError>,
 }
 
 impl Errors {
+    pub fn warn(&mut self, span: &Range<usize>, path: &str, message: impl Into<String>) {
+        self.warnings.push(ConfigError { offset: span.start, path: path.to_owned(), message: message.into() });
+    }
+
     pub fn at(&mut self, span: &Range<usize>, path: &str, message: impl Into<String>) {
         self.list.push(ConfigError { offset: span.start, path: path.to_owned(), message: message.into() });
     }

@@ -19,7 +19,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::config::operators::{Builder, Built, join_type, output_schema, select};
+use crate::config::operators::{Builder, Built, Input, join_type, output_schema, select};
 use crate::config::walk::{Errors, Table};
 use crate::record::Row;
 use crate::record::id::IdHasher;
@@ -110,6 +110,7 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
         t.error("lower", errors, message);
     }
     let inputs = inputs?;
+    warn_about_disorder(b, t, &inputs, upper - lower, errors);
     let join = join?;
     let missing = [join.keeps_unmatched(RIGHT), join.keeps_unmatched(LEFT)];
     let (columns, fields) = select(t, &inputs, missing, errors)?;
@@ -117,6 +118,26 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     let projection = Projection { columns, rekey };
     let spec = IntervalJoinSpec { name: name.to_owned(), lower, upper, join, projection };
     Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: OperatorSpec::IntervalJoin(spec) })
+}
+
+/// How far above the join span an input's out-of-orderness may be before matches get unlikely.
+const DISORDER_PER_SPAN: i64 = 10;
+
+/// Warns when an input's rows may be out of order by far more than the join span: event times
+/// that jitter by seconds rarely land within a span of milliseconds (DESIGN.md "Beyond Flink").
+fn warn_about_disorder(b: &Builder<'_, '_, '_>, t: Table<'_, '_>, inputs: &[Input; 2], span: i64, errors: &mut Errors) {
+    for input in inputs {
+        if let Some(ooo) = b.out_of_orderness(input.node)
+            && ooo > DISORDER_PER_SPAN * span.max(1)
+        {
+            let message = format!(
+                "{} may be out of order by {ooo} ms, far more than the join span of {span} ms: rows this far apart \
+                 in event time rarely fall within the bounds (widen the bounds or check the devices' clocks)",
+                input.name
+            );
+            errors.warn(t.span, t.path, message);
+        }
+    }
 }
 
 /// A stored row's eviction time.
