@@ -310,12 +310,17 @@ impl Engine {
                 NodeRef::Stream(s) => self.streams[s].subscribers.len(),
                 NodeRef::Operator(o) => self.operators[o].subscribers.len(),
             };
+            let mut row = Some(row);
             for i in 0..count {
                 let (op, input) = match source {
                     NodeRef::Stream(s) => self.streams[s].subscribers[i],
                     NodeRef::Operator(o) => self.operators[o].subscribers[i],
                 };
-                self.operator_row(op, input, row.clone(), emit);
+                // The last reader takes the row itself; earlier ones get copies.
+                let delivered = if i + 1 == count { row.take() } else { row.clone() };
+                if let Some(delivered) = delivered {
+                    self.operator_row(op, input, delivered, emit);
+                }
             }
         }
     }

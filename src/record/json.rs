@@ -4,7 +4,6 @@
 //! per output file, none per row. Strings and floats go through serde_json's own formatters, so
 //! escaping and number formatting are serde_json's.
 
-use super::id::hex;
 use super::{Row, Schema, Value};
 
 /// Appends `{"f1":v1,...` (no closing brace) with the schema's field names. An empty id list
@@ -44,7 +43,7 @@ pub fn write_result(out: &mut Vec<u8>, schema: &Schema, row: &Row) {
     member(out, "_ts");
     write_int(out, row.ts);
     member(out, "_id");
-    write_str(out, &hex(row.id));
+    write_id(out, row.id);
     out.extend_from_slice(b"}\n");
 }
 
@@ -54,7 +53,7 @@ pub fn write_late(out: &mut Vec<u8>, schema: &Schema, from_operator: bool, input
     open_object(out, schema, row);
     if from_operator {
         member(out, "_id");
-        write_str(out, &hex(row.id));
+        write_id(out, row.id);
     }
     member(out, "_stream");
     write_str(out, input);
@@ -89,11 +88,18 @@ fn write_value(out: &mut Vec<u8>, value: &Value) {
                 if i > 0 {
                     out.push(b',');
                 }
-                write_str(out, &hex(id));
+                write_id(out, id);
             }
             out.push(b']');
         }
     }
+}
+
+/// An id as a JSON string of 16 lowercase hex digits, written in place.
+fn write_id(out: &mut Vec<u8>, id: u64) {
+    use std::io::Write;
+    // Writing into a Vec cannot fail.
+    let _ = write!(out, "\"{id:016x}\"");
 }
 
 fn write_int(out: &mut Vec<u8>, i: i64) {
