@@ -1,5 +1,7 @@
 //! The `braid` command line (CONTRACT.md "Command line").
 
+mod bench;
+
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,6 +50,8 @@ enum Command {
         #[arg(long)]
         every_tick: bool,
     },
+    /// Synthetic load through the engine, in process; prints figures (rows/s, latency, memory).
+    Bench(bench::BenchFlags),
 }
 
 fn name_and_path(arg: &str) -> Result<(String, PathBuf), String> {
@@ -64,10 +68,14 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = Cli::parse();
-    let config_path = match &cli.command {
-        Command::Validate { config } | Command::Replay { config, .. } => config,
+    let loaded = match &cli.command {
+        Command::Validate { config } | Command::Replay { config, .. } => config::load(config),
+        Command::Bench(flags) => match &flags.config {
+            Some(config) => config::load(config),
+            None => config::parse(bench::GATEWAY_CONFIG_NAME, bench::GATEWAY_CONFIG),
+        },
     };
-    let plan = match config::load(config_path) {
+    let plan = match loaded {
         Ok(plan) => plan,
         Err(errors) => {
             eprint!("{errors}");
@@ -79,14 +87,15 @@ fn main() -> ExitCode {
         eprintln!("{warning}");
     }
     let outcome = match cli.command {
-        Command::Validate { .. } => {
-            eprintln!("{}: valid", config_path.display());
+        Command::Validate { config } => {
+            eprintln!("{}: valid", config.display());
             Ok(())
         }
         Command::Replay { shards, inputs, outputs, metrics, every_tick, .. } => {
             let shards = shards.map(usize::from).or(plan.runtime.shards).unwrap_or_else(default_shards);
             replay(&plan, ReplayArgs { shards, every_tick, inputs: &inputs, outputs: &outputs }, metrics)
         }
+        Command::Bench(flags) => run_bench(&plan, &flags.into_args()),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -100,6 +109,12 @@ fn main() -> ExitCode {
 /// `shards = "auto"`: one per core.
 fn default_shards() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+fn run_bench(plan: &Plan, args: &bench::BenchArgs) -> anyhow::Result<()> {
+    let report = bench::run(plan, args);
+    report.write_table(&mut std::io::stderr().lock()).context("writing the table")?;
+    report.write_figures(&mut std::io::stdout().lock()).context("writing the figures")
 }
 
 fn replay(plan: &Plan, args: ReplayArgs<'_>, metrics: Option<PathBuf>) -> anyhow::Result<()> {

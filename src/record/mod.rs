@@ -6,6 +6,7 @@
 //! a stable id (CONTRACT.md rule 10). Operators compare key values, never only hashes.
 
 pub mod decode;
+pub mod frame;
 pub mod id;
 pub mod json;
 pub mod schema;
@@ -13,7 +14,7 @@ pub mod schema;
 pub use schema::{FieldType, Schema, TimeSpec, TimeUnit};
 
 /// One field value. `bytes` fields keep their canonical base64 text, as they are written back out.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub enum Value {
     Null,
     Bool(bool),
@@ -38,7 +39,7 @@ impl Value {
 
 /// A key value: join partners must have equal keys (string and int keys never meet; config
 /// validation refuses joins whose sides disagree on the key type).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub enum Key {
     /// The stream is broadcast (`key = "*"`): the row goes to every shard.
     Broadcast,
@@ -66,7 +67,7 @@ impl Key {
 }
 
 /// A row of an input stream or an operator's result.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct Row {
     /// Event time, ms since the epoch.
     pub ts: i64,

@@ -33,14 +33,22 @@
 //! Recovery ([`Ring::open`]): frames between `head` and `tail` are checked against their crc; a
 //! torn frame (a crash in the middle of a batch cannot leave one, as `tail` moves after the
 //! bytes, but a damaged disk can) ends the ring there: `tail` is cut back to the last good frame.
+//!
+//! Model checking: every counter and frame byte is reached through [`sync`]'s `Region`, which is
+//! the mapping in real builds and loom atomics plus tracked heap bytes in a loom test build;
+//! `loom_tests.rs` runs a producer and a consumer through wraps and a full ring under loom
+//! (`RUSTFLAGS="--cfg braid_loom" cargo test --release --lib ring::loom`, README.md
+//! "Development"), which reports any access to frame bytes that the Release/Acquire pairs above do
+//! not order.
 
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use thiserror::Error;
 
 use crate::mapped_file::{MappedFile, MappedFileError};
+use sync::{Arc, AtomicU64, Ordering, Region};
+
+mod sync;
 
 const MAGIC: [u8; 8] = *b"braidrng";
 const VERSION: u32 = 1;
@@ -96,7 +104,7 @@ pub enum PushError {
 
 /// The shared mapping; the producer and the consumer each hold one.
 pub struct Ring {
-    file: MappedFile,
+    region: Region,
     capacity: u64,
 }
 
@@ -109,15 +117,24 @@ unsafe impl Send for Ring {}
 unsafe impl Sync for Ring {}
 
 impl Ring {
+    /// A ring in a heap buffer with loom's atomics, for the model-checking tests.
+    #[cfg(all(test, braid_loom))]
+    fn in_memory(capacity: usize) -> (Producer, Consumer) {
+        assert!(capacity > 0 && capacity.is_multiple_of(FRAME_HEADER));
+        let ring = Ring { region: Region::heap(capacity), capacity: capacity as u64 };
+        ring.counter(CAPACITY_AT).store(capacity as u64, Ordering::Relaxed);
+        ring.split()
+    }
+
     /// Creates a new ring file with room for `capacity` bytes of frames.
     pub fn create(path: &Path, capacity: usize) -> Result<(Producer, Consumer), RingError> {
         if capacity == 0 || !capacity.is_multiple_of(FRAME_HEADER) {
             return Err(RingError::BadCapacity(capacity));
         }
         let file = MappedFile::create(path, MAGIC, VERSION, FRAMES_AT + capacity)?;
-        let ring = Ring { file, capacity: capacity as u64 };
+        let ring = Ring { region: Region::new(file), capacity: capacity as u64 };
         ring.counter(CAPACITY_AT).store(capacity as u64, Ordering::Relaxed);
-        ring.file.flush_data(0, FRAMES_AT)?;
+        ring.region.file().flush_data(0, FRAMES_AT)?;
         Ok(ring.split())
     }
 
@@ -128,10 +145,10 @@ impl Ring {
         if file.data_len() < FRAMES_AT {
             return Err(damaged("shorter than its header".into()));
         }
-        let mut ring = Ring { file, capacity: 0 };
+        let mut ring = Ring { region: Region::new(file), capacity: 0 };
         let capacity = ring.counter(CAPACITY_AT).load(Ordering::Relaxed);
         if capacity == 0
-            || capacity as usize != ring.file.data_len() - FRAMES_AT
+            || capacity as usize != ring.region.file().data_len() - FRAMES_AT
             || !capacity.is_multiple_of(FRAME_HEADER as u64)
         {
             return Err(damaged(format!("capacity {capacity} does not match the file")));
@@ -161,18 +178,15 @@ impl Ring {
         )
     }
 
+    #[inline]
     fn counter(&self, at: usize) -> &AtomicU64 {
-        // SAFETY: `at` is one of TAIL_AT, HEAD_AT, CAPACITY_AT: 8-byte slots inside the first
-        // FRAMES_AT bytes of the data region, which is 16-byte aligned (mapped_file::data_ptr)
-        // and lives as long as `self`. Every access to these bytes goes through this atomic.
-        unsafe { AtomicU64::from_ptr(self.file.data_ptr().add(at).cast::<u64>()) }
+        self.region.counter(at)
     }
 
-    /// Pointer to the frame area at ring position `pos` (taken modulo the capacity).
-    fn at(&self, pos: u64) -> *mut u8 {
-        // SAFETY: `pos % capacity` < capacity, and the frame area is `capacity` bytes from
-        // FRAMES_AT inside the mapping.
-        unsafe { self.file.data_ptr().add(FRAMES_AT + (pos % self.capacity) as usize) }
+    /// Offset in the frame area of ring position `pos` (taken modulo the capacity).
+    #[inline]
+    fn at(&self, pos: u64) -> usize {
+        (pos % self.capacity) as usize
     }
 
     /// Bytes from `pos` to the end of the frame area.
@@ -184,7 +198,7 @@ impl Ring {
         let mut header = [0u8; FRAME_HEADER];
         // SAFETY: positions are multiples of 16 and the area is a multiple of 16, so a header at
         // `pos` lies wholly before the end; the caller owns [pos, pos + 16) by the protocol.
-        unsafe { std::ptr::copy_nonoverlapping(self.at(pos), header.as_mut_ptr(), FRAME_HEADER) };
+        unsafe { self.region.read(self.at(pos), &mut header) };
         let word = |i: usize| u32::from_le_bytes([header[i], header[i + 1], header[i + 2], header[i + 3]]);
         [word(0), word(4), word(8), word(12)]
     }
@@ -204,8 +218,12 @@ impl Ring {
             }
             // SAFETY: the payload lies within [pos + 16, pos + size), inside the area (checked
             // against room_to_end), and nothing else runs during recovery.
-            let payload = unsafe { std::slice::from_raw_parts(self.at(pos + FRAME_HEADER as u64), len as usize) };
-            if frame_crc(kind, len, payload) != crc {
+            let good = unsafe {
+                self.region.with_slice(self.at(pos + FRAME_HEADER as u64), len as usize, |payload| {
+                    frame_crc(kind, len, payload) == crc
+                })
+            };
+            if !good {
                 return pos;
             }
             pos += size;
@@ -268,13 +286,7 @@ impl Producer {
         // SAFETY: [tail + 16, tail + size) is inside the area (size ≤ room to the end, ensured
         // by the wrap above) and free: tail + size ≤ head + capacity, checked above, so the
         // consumer has released these bytes and will not read them before the next commit.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                payload.as_ptr(),
-                self.ring.at(self.tail + FRAME_HEADER as u64),
-                payload.len(),
-            )
-        };
+        unsafe { self.ring.region.write(self.ring.at(self.tail + FRAME_HEADER as u64), payload) };
         self.tail += size;
         Ok(())
     }
@@ -286,7 +298,7 @@ impl Producer {
         header[8..12].copy_from_slice(&crc.to_le_bytes());
         // SAFETY: [tail, tail + 16) is inside the area (positions and the area are multiples of
         // 16) and free, as argued in `push`.
-        unsafe { std::ptr::copy_nonoverlapping(header.as_ptr(), self.ring.at(self.tail), FRAME_HEADER) };
+        unsafe { self.ring.region.write(self.ring.at(self.tail), &header) };
     }
 
     /// Publishes every frame pushed so far.
@@ -335,9 +347,11 @@ impl Consumer {
             // SAFETY: [head + 16, head + 16 + len) lies inside the area (frames never wrap) and
             // below the Acquire-loaded tail, so the producer finished writing it and will not
             // touch it before `head` moves past it (the Release store below).
-            let payload =
-                unsafe { std::slice::from_raw_parts(self.ring.at(self.head + FRAME_HEADER as u64), len as usize) };
-            visit(Frame { kind, payload });
+            unsafe {
+                self.ring.region.with_slice(self.ring.at(self.head + FRAME_HEADER as u64), len as usize, |payload| {
+                    visit(Frame { kind, payload })
+                })
+            };
             self.head += frame_size(len as usize) as u64;
             frames += 1;
         }
@@ -351,5 +365,7 @@ impl Consumer {
     }
 }
 
+#[cfg(all(test, braid_loom))]
+mod loom_tests;
 #[cfg(test)]
 mod tests;

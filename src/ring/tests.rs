@@ -1,3 +1,6 @@
+// File-backed rings cannot run in a loom build (sync.rs); `loom_tests.rs` runs there instead.
+#![cfg(not(braid_loom))]
+
 use super::*;
 
 fn ring(capacity: usize) -> (tempfile::TempDir, Producer, Consumer) {

@@ -1,0 +1,353 @@
+//! The interval join over rkyv row frames read from a pre-filled ring, one thread.
+//!
+//! Workload: the gateway join of benches/interval_join.rs (the generator below is a trimmed copy
+//! of it; BENCHMARKS.md "interval_join"): `command` ⋈ `status` on `device`, [−3 s, +5 s], inner,
+//! rows in event-time order, a watermark `tick − 501 ms` at every 200 ms event-time tick.
+//!
+//! Setup (not timed) archives every row ([`frame::RowEncoder`]) once; before each iteration it
+//! pushes those payloads into an empty ring in a tempdir and commits them, so the ring holds the
+//! whole workload. The ring carries no stream tag yet, so which input a frame belongs to comes
+//! from a side vector of one byte per frame, read in step with the frames.
+//!
+//! - `ring_join`: `read_batch` over the ring; per frame `access_unchecked`, the tick check on the
+//!   archived `ts`, `to_row`, `IntervalJoin::on_row`; output counted and cleared as in
+//!   benches/interval_join.rs.
+//! - `vec_join` (baseline i): the same operator over pre-built `Row`s from a `Vec` — what
+//!   benches/interval_join.rs `inner` measures.
+//! - `ring_read_access` (baseline ii): `read_batch` + `access_unchecked`, reading `ts`,
+//!   `key_hash` and the number of values of each frame; no operator.
+//! - `ring_read_access_checked`: the same with validating `access` (the recovery path).
+//! - `ring_read_to_row`: `read_batch` + `access_unchecked` + `to_row` (rows dropped): the price of
+//!   handing operators heap rows.
+//! - `encode`: `Row` → frame bytes (`RowEncoder::encode`) only.
+//! - `encode_push`: `Row` → frame bytes → `Producer::push`, `commit` every 256 frames (the ring
+//!   is drained, untimed, before each iteration).
+
+#![allow(clippy::unwrap_used)]
+
+use std::hint::black_box;
+use std::ops::Range;
+use std::time::Duration;
+
+use braid::operator::interval_join::{JoinType, LEFT, RIGHT};
+use braid::operator::projection::Column;
+use braid::operator::{IntervalJoin, IntervalJoinSpec, Output, Projection};
+use braid::record::frame::{self, RowEncoder};
+use braid::record::id::{IdHasher, key_hash};
+use braid::record::{Key, Row, Value};
+use braid::ring::{Consumer, FRAME_HEADER, FrameKind, Producer, Ring};
+use braid::time::{TICK_MS, Time};
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+
+const LOWER_MS: i64 = -3_000;
+const UPPER_MS: i64 = 5_000;
+const MAX_OUT_OF_ORDERNESS_MS: i64 = 500;
+const EPOCH_MS: i64 = 1_700_000_000_000;
+const SEED: u64 = 0x5eed_b4a1_d000_0001;
+/// Frames pushed between two commits in `encode_push`.
+const COMMIT_EVERY: usize = 256;
+
+/// splitmix64, as in benches/interval_join.rs.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (self.next() % (hi - lo) as u64) as i64
+    }
+}
+
+fn row(stream: &str, ts: i64, device: &str, values: Vec<Value>, ids: &mut IdHasher) -> Row {
+    let key = Key::Str(device.into());
+    ids.begin().str(stream);
+    for v in &values {
+        ids.value(v);
+    }
+    Row { ts, key_hash: key_hash(&key), key, id: ids.finish(), values: values.into() }
+}
+
+/// benches/interval_join.rs `workload`: the same rows, in the same order.
+fn workload(devices: usize, seconds: i64) -> Vec<(usize, Row)> {
+    let mut rng = Rng(SEED ^ devices as u64);
+    let mut ids = IdHasher::default();
+    let end = EPOCH_MS + seconds * 1000;
+    let mut rows = Vec::new();
+    for d in 0..devices {
+        let device = format!("dev-{d:06}");
+        if d % 10 != 9 {
+            let (phase, mut seq) = (rng.range(0, 4_000), 0i64);
+            loop {
+                let ts = (EPOCH_MS + phase + seq * 4_000 + rng.range(-500, 500)).max(EPOCH_MS);
+                if ts >= end {
+                    break;
+                }
+                let temp = 20.0 + rng.range(0, 1500) as f64 / 100.0;
+                let state = ["ok", "busy", "rebooting"][rng.range(0, 3) as usize];
+                let values = vec![
+                    Value::Str(device.as_str().into()),
+                    Value::Int(ts),
+                    Value::Float(temp),
+                    Value::Str(state.into()),
+                    Value::Int(seq),
+                ];
+                rows.push((RIGHT, row("status", ts, &device, values, &mut ids)));
+                seq += 1;
+            }
+        }
+        let mut ts = EPOCH_MS + rng.range(0, 9_000);
+        while ts < end {
+            let cmd = ["reboot", "set_mode", "ping", "update_fw"][rng.range(0, 4) as usize];
+            let values = vec![
+                Value::Str(device.as_str().into()),
+                Value::Int(ts),
+                Value::Str(cmd.into()),
+                Value::Str(format!("v={}", rng.range(0, 100)).into()),
+                Value::Str(format!("c-{:016x}", rng.next()).into()),
+            ];
+            rows.push((LEFT, row("command", ts, &device, values, &mut ids)));
+            ts += rng.range(1_000, 9_000);
+        }
+    }
+    rows.sort_by_key(|(input, row)| (row.ts, *input));
+    rows
+}
+
+fn gateway_join() -> IntervalJoin {
+    let columns = vec![
+        Column::Key,
+        Column::Field { input: LEFT, pos: 4 },
+        Column::Field { input: RIGHT, pos: 4 },
+        Column::Field { input: RIGHT, pos: 1 },
+        Column::Kind,
+    ];
+    let projection = Projection { columns, rekey: None };
+    let spec =
+        IntervalJoinSpec { name: "effect".into(), lower: LOWER_MS, upper: UPPER_MS, join: JoinType::Inner, projection };
+    IntervalJoin::new(spec)
+}
+
+/// The join driver of benches/interval_join.rs: a watermark at every 200 ms event-time tick,
+/// results counted and cleared after every call.
+struct Driver {
+    op: IntervalJoin,
+    out: Output,
+    next_tick: Option<i64>,
+    results: u64,
+}
+
+impl Driver {
+    fn new() -> Driver {
+        Driver { op: gateway_join(), out: Output::default(), next_tick: None, results: 0 }
+    }
+
+    /// Gives the watermarks of the ticks up to `ts`; call before a row's `on_row`.
+    fn before(&mut self, ts: i64) {
+        let tick = TICK_MS as i64;
+        let mut next_tick = *self.next_tick.get_or_insert((ts / tick + 1) * tick);
+        while ts >= next_tick {
+            self.op.on_watermark(Time::ms(next_tick - MAX_OUT_OF_ORDERNESS_MS - 1), &mut self.out);
+            next_tick += tick;
+            self.take();
+        }
+        self.next_tick = Some(next_tick);
+    }
+
+    fn on_row(&mut self, input: usize, row: Row) {
+        self.op.on_row(input, row, &mut self.out);
+        self.take();
+    }
+
+    fn take(&mut self) {
+        self.results += self.out.results.len() as u64 + self.out.late.len() as u64;
+        self.out.results.clear();
+        self.out.late.clear();
+    }
+
+    fn finish(mut self) -> u64 {
+        self.op.on_watermark(Time::POS_INF, &mut self.out);
+        self.take();
+        self.results
+    }
+}
+
+/// The workload archived once: payloads back to back, their spans, and each frame's input.
+struct Frames {
+    bytes: Vec<u8>,
+    spans: Vec<Range<usize>>,
+    inputs: Vec<u8>,
+}
+
+impl Frames {
+    fn new(rows: &[(usize, Row)]) -> Frames {
+        let mut enc = RowEncoder::new();
+        let mut frames = Frames { bytes: Vec::new(), spans: Vec::new(), inputs: Vec::new() };
+        for (input, row) in rows {
+            let payload = enc.encode(row).unwrap();
+            let start = frames.bytes.len();
+            frames.bytes.extend_from_slice(payload);
+            frames.spans.push(start..frames.bytes.len());
+            frames.inputs.push(*input as u8);
+        }
+        frames
+    }
+
+    /// Ring bytes the frames take (header + payload padded to 16).
+    fn ring_bytes(&self) -> usize {
+        self.spans.iter().map(|s| FRAME_HEADER + s.len().next_multiple_of(FRAME_HEADER)).sum()
+    }
+
+    /// Pushes every frame into `producer`'s (empty) ring and commits.
+    fn fill(&self, producer: &mut Producer) {
+        for span in &self.spans {
+            producer.push(FrameKind::Row, &self.bytes[span.clone()]).unwrap();
+        }
+        producer.commit();
+    }
+}
+
+fn ring_join(consumer: &mut Consumer, inputs: &[u8]) -> u64 {
+    let mut driver = Driver::new();
+    let mut i = 0;
+    consumer.read_batch(|f| {
+        // SAFETY: every frame in this ring was pushed by this process from `RowEncoder::encode`.
+        let archived = unsafe { frame::access_unchecked(f.payload) };
+        driver.before(archived.ts.to_native());
+        driver.on_row(usize::from(inputs[i]), frame::to_row(archived));
+        i += 1;
+    });
+    driver.finish()
+}
+
+fn vec_join(rows: Vec<(usize, Row)>) -> u64 {
+    let mut driver = Driver::new();
+    for (input, row) in rows {
+        driver.before(row.ts);
+        driver.on_row(input, row);
+    }
+    driver.finish()
+}
+
+fn bench_keys(c: &mut Criterion, devices: usize, seconds: i64) {
+    let rows = workload(devices, seconds);
+    let frames = Frames::new(&rows);
+    let n = rows.len();
+    let capacity = (frames.ring_bytes() + 64 * 1024).next_multiple_of(FRAME_HEADER);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut producer, mut consumer) = Ring::create(&dir.path().join("ring"), capacity).unwrap();
+
+    // Check once that both paths see the same results.
+    let expected = vec_join(rows.clone());
+    frames.fill(&mut producer);
+    assert_eq!(ring_join(&mut consumer, &frames.inputs), expected);
+    eprintln!(
+        "workload {devices} keys, {seconds} s: {n} rows, {expected} results; payloads {} B ({:.0} B/row), ring {} B \
+         ({:.0} B/row)",
+        frames.bytes.len(),
+        frames.bytes.len() as f64 / n as f64,
+        frames.ring_bytes(),
+        frames.ring_bytes() as f64 / n as f64,
+    );
+
+    let mut group = c.benchmark_group(format!("interval_join_ring/{}k_keys", devices / 1000));
+    group.throughput(Throughput::Elements(n as u64));
+    group.sample_size(10);
+    group.bench_function("ring_join", |b| {
+        b.iter_batched(
+            || frames.fill(&mut producer),
+            |()| black_box(ring_join(&mut consumer, &frames.inputs)),
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("vec_join", |b| {
+        b.iter_batched(|| rows.clone(), |rows| black_box(vec_join(rows)), BatchSize::LargeInput)
+    });
+    group.bench_function("ring_read_access", |b| {
+        b.iter_batched(
+            || frames.fill(&mut producer),
+            |()| {
+                let mut sum = 0u64;
+                consumer.read_batch(|f| {
+                    // SAFETY: every frame in this ring was pushed by this process from `RowEncoder::encode`.
+                    let a = unsafe { frame::access_unchecked(f.payload) };
+                    sum = sum.wrapping_add(a.ts.to_native() as u64 ^ a.key_hash.to_native()) + a.values.len() as u64;
+                });
+                black_box(sum)
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("ring_read_access_checked", |b| {
+        b.iter_batched(
+            || frames.fill(&mut producer),
+            |()| {
+                let mut sum = 0u64;
+                consumer.read_batch(|f| {
+                    let a = frame::access(f.payload).unwrap();
+                    sum = sum.wrapping_add(a.ts.to_native() as u64 ^ a.key_hash.to_native()) + a.values.len() as u64;
+                });
+                black_box(sum)
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("ring_read_to_row", |b| {
+        b.iter_batched(
+            || frames.fill(&mut producer),
+            |()| {
+                let mut sum = 0u64;
+                consumer.read_batch(|f| {
+                    // SAFETY: every frame in this ring was pushed by this process from `RowEncoder::encode`.
+                    let row = frame::to_row(unsafe { frame::access_unchecked(f.payload) });
+                    sum = sum.wrapping_add(row.id);
+                });
+                black_box(sum)
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    let mut enc = RowEncoder::new();
+    group.bench_function("encode", |b| {
+        b.iter(|| {
+            let mut bytes = 0usize;
+            for (_, row) in &rows {
+                bytes += enc.encode(row).unwrap().len();
+            }
+            black_box(bytes)
+        })
+    });
+    group.bench_function("encode_push", |b| {
+        b.iter_batched(
+            || consumer.read_batch(|_| ()),
+            |_| {
+                for (i, (_, row)) in rows.iter().enumerate() {
+                    producer.push(FrameKind::Row, enc.encode(row).unwrap()).unwrap();
+                    if i % COMMIT_EVERY == COMMIT_EVERY - 1 {
+                        producer.commit();
+                    }
+                }
+                producer.commit();
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+}
+
+fn interval_join_ring(c: &mut Criterion) {
+    bench_keys(c, 1_000, 300);
+    bench_keys(c, 10_000, 90);
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+    targets = interval_join_ring
+}
+criterion_main!(benches);

@@ -1,0 +1,580 @@
+//! `braid bench`: synthetic load through the real engine, in process (CONTRACT.md "Command
+//! line"; README.md "braid bench" documents the flags and every output figure).
+//!
+//! Design:
+//! - **Load.** Every input stream of the config gets rows from `--devices` devices (one key value
+//!   each: `dev-000042` for a string key, 42 for an int key; a broadcast stream is one source).
+//!   A device sends rows in event time with uniform gaps in [0.2, 1.8] × its mean gap and a
+//!   random phase. The left input of each join runs at `--rate-per-device` rows/s; its right
+//!   input at `--match-fanout / span`, where span is the event time a left row pairs over
+//!   (interval join: upper − lower; window join: the window size or session gap), so a left row
+//!   meets about `--match-fanout` right rows. Every other stream runs at `--rate-per-device`.
+//!   The gateway config with the defaults is the workload of `benches/interval_join.rs`: a
+//!   command every 5 s and a status every 4 s per device.
+//! - **Arrival** (processing time) = event time + a uniform jitter in [0, max_out_of_orderness],
+//!   so no row is late, except the `--late-share` whose event time is set back by
+//!   max_out_of_orderness + 2 s (late whenever the stream is busy enough to hold its watermark
+//!   up; the late count printed is the engine's). Rows are fed in arrival order.
+//! - **Values**: the key; the time field in its unit (ms, s, RFC 3339); string fields whose name
+//!   ends in `id` unique per row (17 B), other strings from a small pool; ints count up per
+//!   device; floats uniform in [0, 200) (so about half of `where`/threshold comparisons hold);
+//!   bools random; bytes a constant. Row ids are computed as replay computes them.
+//! - **What is measured.** Rows are generated in batches of `--batch-rows` before the clock
+//!   starts for the batch: generation is not measured, and a batch's rows (about 250 B each)
+//!   count in the RSS figures. Per row, the measured part is what replay does with a decoded row:
+//!   `Engine::advance_to(arrival)` (the ticks), then `Engine::ingest`. `Engine::finish` is
+//!   measured too. Results are counted, never written anywhere.
+//! - **Latency** of a result: from the wall-clock instant the row that triggered it was handed to
+//!   `ingest` to the instant `Emit::result` sees it (two clock reads per row with a result; about
+//!   20–40 ns each, inside the measured time). Only results emitted while a row is ingested have
+//!   a latency; those emitted at watermark ticks (outer rows, windows) and at finish are counted
+//!   apart.
+//! - **Memory**: peak RSS is `getrusage(RUSAGE_SELF).ru_maxrss`; anonymous RSS is `RssAnon` of
+//!   /proc/self/status, read after every batch (untimed), at the end of input (before finish)
+//!   and at the batch where the engine's state bytes peaked.
+//!
+//! This is the one place in braid that measures wall-clock time (clippy.toml disallows
+//! `Instant::now` elsewhere): see [`wall_clock`].
+
+mod load;
+
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+use braid::config::Plan;
+use braid::engine::{Emit, Engine};
+use braid::operator::{OperatorSpec, ResultKind};
+use braid::record::Row;
+
+use load::{Generator, Input};
+
+/// The default config of `braid bench`: the gateway join.
+pub const GATEWAY_CONFIG: &str = include_str!("../../configs/gateway.toml");
+/// How the bundled config is named in messages and in `config=`.
+pub const GATEWAY_CONFIG_NAME: &str = "configs/gateway.toml (bundled)";
+
+/// Latencies above this (ns) are recorded as this.
+const LATENCY_MAX_NS: u64 = 60_000_000_000;
+
+/// The flags of `braid bench`.
+#[derive(clap::Args)]
+pub struct BenchFlags {
+    /// The config to load [default: the bundled gateway config].
+    #[arg(long, env = "BRAID_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Keys (devices) per keyed input stream.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    devices: u32,
+    /// Total input rows [default: 2000000].
+    #[arg(long, conflicts_with = "seconds", value_parser = clap::value_parser!(u64).range(1..))]
+    rows: Option<u64>,
+    /// Instead of --rows: feed rows until this much wall-clock time has been measured.
+    #[arg(long, value_parser = positive)]
+    seconds: Option<f64>,
+    /// Rows per second of event time per device, for a join's left input and for every stream
+    /// no join reads on its right.
+    #[arg(long, default_value_t = 0.2, value_parser = positive)]
+    rate_per_device: f64,
+    /// About how many right rows a left row meets: sets each join's right input rate.
+    #[arg(long, default_value_t = 2.0, value_parser = non_negative)]
+    match_fanout: f64,
+    /// Share of rows sent late (event time set back behind the watermark), 0 to 1.
+    #[arg(long, default_value_t = 0.0, value_parser = share)]
+    late_share: f64,
+    /// Engine shards (instances within this one thread).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    shards: u16,
+    /// Rows generated ahead of each measured stretch (they count in the RSS figures).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
+    batch_rows: u32,
+}
+
+impl BenchFlags {
+    pub fn into_args(self) -> BenchArgs {
+        BenchArgs {
+            config_name: self.config.map_or_else(|| GATEWAY_CONFIG_NAME.to_owned(), |c| c.display().to_string()),
+            devices: self.devices as usize,
+            shards: usize::from(self.shards),
+            load: self.seconds.map_or(Load::Rows(self.rows.unwrap_or(2_000_000)), Load::Seconds),
+            rate_per_device: self.rate_per_device,
+            match_fanout: self.match_fanout,
+            late_share: self.late_share,
+            batch_rows: self.batch_rows as usize,
+        }
+    }
+}
+
+fn positive(arg: &str) -> Result<f64, String> {
+    arg.parse::<f64>().ok().filter(|v| v.is_finite() && *v > 0.0).ok_or_else(|| format!("{arg:?}: want a number > 0"))
+}
+
+fn non_negative(arg: &str) -> Result<f64, String> {
+    arg.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0).ok_or_else(|| format!("{arg:?}: want a number >= 0"))
+}
+
+fn share(arg: &str) -> Result<f64, String> {
+    arg.parse::<f64>()
+        .ok()
+        .filter(|v| (0.0..=1.0).contains(v))
+        .ok_or_else(|| format!("{arg:?}: want a share in [0, 1]"))
+}
+
+/// What `braid bench` was asked to do.
+#[derive(Clone, Debug)]
+pub struct BenchArgs {
+    /// Names the config in the output.
+    pub config_name: String,
+    pub devices: usize,
+    pub shards: usize,
+    pub load: Load,
+    /// Rows/s of event time per device of a join's left input (and of every stream no join
+    /// reads on its right).
+    pub rate_per_device: f64,
+    /// About how many right rows a left row meets (sets the right inputs' rate).
+    pub match_fanout: f64,
+    /// Share of rows, in [0, 1], sent late.
+    pub late_share: f64,
+    pub batch_rows: usize,
+}
+
+/// How much load: a number of input rows, or a measured (wall-clock) time.
+#[derive(Clone, Copy, Debug)]
+pub enum Load {
+    Rows(u64),
+    Seconds(f64),
+}
+
+/// Figures of one run (README.md "braid bench" names each).
+#[derive(Debug)]
+pub struct Report {
+    pub args: BenchArgs,
+    pub rows: u64,
+    pub event_seconds: f64,
+    /// Measured time: every batch's feeding plus finish.
+    pub wall: Duration,
+    /// CPU time of this thread over the same stretches (on a shared machine, the figure that
+    /// moves least with the load).
+    pub cpu: Duration,
+    pub finish: Duration,
+    pub results_at_ingest: u64,
+    pub results_at_tick: u64,
+    pub results_at_finish: u64,
+    pub late_rows: u64,
+    /// Matches per left row of the first join (interval, window or temporal).
+    pub match_fanout: Option<f64>,
+    /// p50, p99, max in ns; `None` when no result was emitted while ingesting.
+    pub latency_ns: Option<(u64, u64, u64)>,
+    pub peak_rss_kib: Option<u64>,
+    pub rss_end_kib: Option<u64>,
+    pub anon_rss_start_kib: Option<u64>,
+    pub anon_rss_end_kib: Option<u64>,
+    pub anon_rss_peak_kib: Option<u64>,
+    pub anon_rss_at_peak_state_kib: Option<u64>,
+    /// (rows, bytes) of all operators' state where the bytes peaked, and at the end of input.
+    pub state_peak: (usize, usize),
+    pub state_end: (usize, usize),
+    /// Per operator: name, counters line for the table.
+    pub operators: Vec<String>,
+}
+
+/// The bench's only clock: the bench is the one place in braid that measures wall-clock time
+/// (operators and the engine get processing time passed in, STYLE.md 4).
+#[allow(clippy::disallowed_methods)]
+fn wall_clock() -> Instant {
+    Instant::now()
+}
+
+/// Runs the load through the engine and measures it.
+pub fn run(plan: &Plan, args: &BenchArgs) -> Report {
+    let mut generator = Generator::new(plan, args);
+    let mut meter = Meter::new();
+    let mut batch: Vec<Input> = Vec::with_capacity(args.batch_rows);
+    let mut status = ProcStatus::new();
+    let anon_rss_start_kib = status.read().kib("RssAnon");
+    let mut engine: Option<Engine> = None;
+    let (mut rows, mut busy, mut cpu) = (0u64, Duration::ZERO, Duration::ZERO);
+    let (mut first_arrival, mut last_arrival) = (None, 0i64);
+    let (mut state_peak, mut anon_rss_peak_kib, mut anon_rss_at_peak_state_kib) = ((0, 0), None, None);
+    loop {
+        let want = match args.load {
+            Load::Rows(total) => usize::try_from(total - rows).unwrap_or(usize::MAX).min(args.batch_rows),
+            Load::Seconds(s) if busy.as_secs_f64() >= s => 0,
+            Load::Seconds(_) => args.batch_rows,
+        };
+        if want == 0 {
+            break;
+        }
+        generator.fill(&mut batch, want);
+        let Some(first) = batch.first() else { break };
+        let engine = engine.get_or_insert_with(|| Engine::new(plan, args.shards, i128::from(first.arrival)));
+        first_arrival.get_or_insert(first.arrival);
+        rows += batch.len() as u64;
+        last_arrival = batch.last().map_or(last_arrival, |i| i.arrival);
+        let (started, cpu_started) = (wall_clock(), thread_cpu_time());
+        for Input { arrival, stream, row } in batch.drain(..) {
+            engine.advance_to(i128::from(arrival), &mut meter);
+            meter.read_at = Some(wall_clock());
+            engine.ingest(stream, row, i128::from(arrival), &mut meter);
+            meter.read_at = None;
+        }
+        busy += wall_clock().saturating_duration_since(started);
+        cpu += thread_cpu_time().saturating_sub(cpu_started);
+        // Untimed: state and memory after the batch.
+        let state = state(plan, engine);
+        let anon = status.read().kib("RssAnon");
+        anon_rss_peak_kib = anon_rss_peak_kib.max(anon);
+        if state.1 > state_peak.1 {
+            state_peak = state;
+            anon_rss_at_peak_state_kib = anon;
+        }
+    }
+    let state_end = engine.as_ref().map_or((0, 0), |e| state(plan, e));
+    let (anon_rss_end_kib, rss_end_kib) = (status.read().kib("RssAnon"), status.kib("VmRSS"));
+    let (started, cpu_started) = (wall_clock(), thread_cpu_time());
+    meter.finishing = true;
+    if let Some(engine) = &mut engine {
+        engine.finish(&mut meter);
+    }
+    let finish = wall_clock().saturating_duration_since(started);
+    cpu += thread_cpu_time().saturating_sub(cpu_started);
+    let latency = &meter.latency;
+    let latency_ns =
+        (!latency.is_empty()).then(|| (latency.value_at_quantile(0.5), latency.value_at_quantile(0.99), latency.max()));
+    let (late_rows, match_fanout, operators) = match &engine {
+        Some(engine) => operator_figures(plan, engine),
+        None => (0, None, Vec::new()),
+    };
+    Report {
+        args: args.clone(),
+        rows,
+        event_seconds: first_arrival.map_or(0.0, |first| (last_arrival - first) as f64 / 1000.0),
+        wall: busy + finish,
+        cpu,
+        finish,
+        results_at_ingest: meter.at_ingest,
+        results_at_tick: meter.at_tick,
+        results_at_finish: meter.at_finish,
+        late_rows,
+        match_fanout,
+        latency_ns,
+        peak_rss_kib: peak_rss_kib(),
+        rss_end_kib,
+        anon_rss_start_kib,
+        anon_rss_end_kib,
+        anon_rss_peak_kib,
+        anon_rss_at_peak_state_kib,
+        state_peak,
+        state_end,
+        operators,
+    }
+}
+
+/// (rows, bytes) of every operator's state, over all shards.
+fn state(plan: &Plan, engine: &Engine) -> (usize, usize) {
+    (0..plan.operators.len()).map(|op| engine.operator_state(op)).fold((0, 0), |a, s| (a.0 + s.0, a.1 + s.1))
+}
+
+/// Late rows over all operators, the fanout of the first join, one line per
+/// operator for the table.
+fn operator_figures(plan: &Plan, engine: &Engine) -> (u64, Option<f64>, Vec<String>) {
+    let mut late = 0;
+    let mut fanout = None;
+    let mut lines = Vec::new();
+    for (op, def) in plan.operators.iter().enumerate() {
+        let c = engine.operator_counters(op);
+        late += c.late.iter().sum::<u64>();
+        let matches = c.results[ResultKind::Match as usize];
+        let pairs = matches!(
+            def.spec,
+            OperatorSpec::IntervalJoin(_) | OperatorSpec::WindowJoin(_) | OperatorSpec::TemporalJoin(_)
+        );
+        if pairs && fanout.is_none() && c.rows_in[0] > 0 {
+            fanout = Some(matches as f64 / c.rows_in[0] as f64);
+        }
+        let results: Vec<String> = ResultKind::ALL
+            .iter()
+            .filter(|&&k| c.results[k as usize] > 0)
+            .map(|&k| format!("{} {}", k.as_str(), c.results[k as usize]))
+            .collect();
+        let rows_in: Vec<String> = c.rows_in.iter().map(u64::to_string).collect();
+        lines.push(format!(
+            "{}: rows in {}; results {}; late {}",
+            def.name,
+            rows_in.join(" / "),
+            if results.is_empty() { "none".to_owned() } else { results.join(", ") },
+            c.late.iter().sum::<u64>()
+        ));
+    }
+    (late, fanout, lines)
+}
+
+// ------------------------------------------------------------------------------ measuring ---
+
+/// Counts results and times those emitted while a row is ingested.
+struct Meter {
+    /// Set while `Engine::ingest` runs: when its row was handed over.
+    read_at: Option<Instant>,
+    finishing: bool,
+    latency: Histogram<u64>,
+    at_ingest: u64,
+    at_tick: u64,
+    at_finish: u64,
+}
+
+impl Meter {
+    fn new() -> Meter {
+        let latency = match Histogram::new_with_bounds(1, LATENCY_MAX_NS, 3) {
+            Ok(h) => h,
+            Err(e) => unreachable!("constant histogram bounds are valid: {e:?}"),
+        };
+        Meter { read_at: None, finishing: false, latency, at_ingest: 0, at_tick: 0, at_finish: 0 }
+    }
+}
+
+impl Emit for Meter {
+    fn result(&mut self, _operator: usize, _row: &Row) {
+        if let Some(read_at) = self.read_at {
+            let ns = wall_clock().saturating_duration_since(read_at).as_nanos();
+            self.latency.saturating_record(u64::try_from(ns).unwrap_or(u64::MAX).max(1));
+            self.at_ingest += 1;
+        } else if self.finishing {
+            self.at_finish += 1;
+        } else {
+            self.at_tick += 1;
+        }
+    }
+
+    fn late(&mut self, _operator: usize, _input: usize, _row: &Row) {}
+}
+
+/// CPU time (user + system) this thread has used; zero where it cannot be read.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable `timespec` for the duration of the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    match (rc, u64::try_from(ts.tv_sec), u32::try_from(ts.tv_nsec)) {
+        (0, Ok(secs), Ok(nanos)) => Duration::new(secs, nanos),
+        _ => Duration::ZERO,
+    }
+}
+
+/// `ru_maxrss` (KiB on Linux): the resident set's high-water mark of this process.
+fn peak_rss_kib() -> Option<u64> {
+    // SAFETY: `rusage` is a C struct of integers and timevals: all zeroes is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable `rusage` for the duration of the call.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    if rc == 0 { u64::try_from(usage.ru_maxrss).ok() } else { None }
+}
+
+/// /proc/self/status, read into a buffer kept across reads: sampling after every batch must not
+/// allocate (a growing read buffer made glibc consolidate its whole heap each time).
+struct ProcStatus {
+    text: String,
+}
+
+impl ProcStatus {
+    fn new() -> ProcStatus {
+        ProcStatus { text: String::with_capacity(16 * 1024) }
+    }
+
+    /// Reads the file again; empty where there is none.
+    fn read(&mut self) -> &Self {
+        self.text.clear();
+        let read = std::fs::File::open("/proc/self/status").and_then(|mut f| f.read_to_string(&mut self.text));
+        if read.is_err() {
+            self.text.clear();
+        }
+        self
+    }
+
+    /// A `kB` field (`RssAnon`, `VmRSS`) of the last read, `None` where there is none.
+    fn kib(&self, field: &str) -> Option<u64> {
+        self.text.lines().find_map(|line| {
+            let rest = line.strip_prefix(field)?.strip_prefix(':')?;
+            rest.trim().strip_suffix("kB")?.trim().parse().ok()
+        })
+    }
+}
+
+// ------------------------------------------------------------------------------- printing ---
+
+impl Report {
+    /// The `key=value` lines (stdout): one figure each, `na` where it is not available.
+    pub fn write_figures(&self, out: &mut impl Write) -> io::Result<()> {
+        let kib = |v: Option<u64>| v.map_or("na".to_owned(), |v| v.to_string());
+        let us = |pick: fn((u64, u64, u64)) -> u64| {
+            self.latency_ns.map_or("na".to_owned(), |l| format!("{:.2}", pick(l) as f64 / 1000.0))
+        };
+        let secs = self.wall.as_secs_f64();
+        let per_s = |n: u64| if secs > 0.0 { format!("{:.0}", n as f64 / secs) } else { "na".to_owned() };
+        let cpu = self.cpu.as_secs_f64();
+        let per_cpu_s = |n: u64| if cpu > 0.0 { format!("{:.0}", n as f64 / cpu) } else { "na".to_owned() };
+        let results = self.results();
+        let a = &self.args;
+        let figures = [
+            ("config", a.config_name.clone()),
+            ("devices", a.devices.to_string()),
+            ("shards", a.shards.to_string()),
+            ("rate_per_device", a.rate_per_device.to_string()),
+            ("match_fanout_asked", a.match_fanout.to_string()),
+            ("late_share", a.late_share.to_string()),
+            ("rows", self.rows.to_string()),
+            ("event_seconds", format!("{:.1}", self.event_seconds)),
+            ("wall_seconds", format!("{secs:.3}")),
+            ("finish_seconds", format!("{:.3}", self.finish.as_secs_f64())),
+            ("cpu_seconds", format!("{cpu:.3}")),
+            ("rows_per_s", per_s(self.rows)),
+            ("rows_per_cpu_s", per_cpu_s(self.rows)),
+            ("results", results.to_string()),
+            ("results_per_s", per_s(results)),
+            ("results_at_ingest", self.results_at_ingest.to_string()),
+            ("results_at_tick", self.results_at_tick.to_string()),
+            ("results_at_finish", self.results_at_finish.to_string()),
+            ("late_rows", self.late_rows.to_string()),
+            ("match_fanout", self.match_fanout.map_or("na".to_owned(), |f| format!("{f:.3}"))),
+            ("latency_p50_us", us(|l| l.0)),
+            ("latency_p99_us", us(|l| l.1)),
+            ("latency_max_us", us(|l| l.2)),
+            ("peak_rss_kib", kib(self.peak_rss_kib)),
+            ("rss_end_kib", kib(self.rss_end_kib)),
+            ("anon_rss_start_kib", kib(self.anon_rss_start_kib)),
+            ("anon_rss_end_kib", kib(self.anon_rss_end_kib)),
+            ("anon_rss_peak_kib", kib(self.anon_rss_peak_kib)),
+            ("anon_rss_at_peak_state_kib", kib(self.anon_rss_at_peak_state_kib)),
+            ("state_rows_peak", self.state_peak.0.to_string()),
+            ("state_bytes_peak", self.state_peak.1.to_string()),
+            ("state_rows_end", self.state_end.0.to_string()),
+            ("state_bytes_end", self.state_end.1.to_string()),
+        ];
+        for (key, value) in figures {
+            writeln!(out, "{key}={value}")?;
+        }
+        Ok(())
+    }
+
+    /// The human table (stderr).
+    pub fn write_table(&self, out: &mut impl Write) -> io::Result<()> {
+        let a = &self.args;
+        let secs = self.wall.as_secs_f64().max(f64::MIN_POSITIVE);
+        let mib = |v: Option<u64>| v.map_or("n/a".to_owned(), |v| format!("{:.1} MiB", v as f64 / 1024.0));
+        let latency = match self.latency_ns {
+            Some((p50, p99, max)) => format!(
+                "p50 {:.2} µs, p99 {:.2} µs, max {:.1} µs",
+                p50 as f64 / 1e3,
+                p99 as f64 / 1e3,
+                max as f64 / 1e3
+            ),
+            None => "no result while ingesting".to_owned(),
+        };
+        let rows = [
+            (
+                "load",
+                format!(
+                    "{}, {} devices, {} shard(s), {} rows over {:.1} s of event time",
+                    a.config_name, a.devices, a.shards, self.rows, self.event_seconds
+                ),
+            ),
+            (
+                "input",
+                format!(
+                    "{:.3} M rows/s ({} rows in {:.3} s measured; {:.3} M rows per CPU-second)",
+                    self.rows as f64 / secs / 1e6,
+                    self.rows,
+                    secs,
+                    self.rows as f64 / self.cpu.as_secs_f64().max(f64::MIN_POSITIVE) / 1e6
+                ),
+            ),
+            (
+                "results",
+                format!(
+                    "{:.3} M/s ({} while ingesting, {} at ticks, {} at finish; late rows {})",
+                    self.results() as f64 / secs / 1e6,
+                    self.results_at_ingest,
+                    self.results_at_tick,
+                    self.results_at_finish,
+                    self.late_rows
+                ),
+            ),
+            ("latency", format!("{latency}   (target: p99 <= 100 µs)")),
+            (
+                "state",
+                format!(
+                    "peak {} rows, {:.2} MB; at end of input {} rows, {:.2} MB",
+                    self.state_peak.0,
+                    self.state_peak.1 as f64 / 1e6,
+                    self.state_end.0,
+                    self.state_end.1 as f64 / 1e6
+                ),
+            ),
+            (
+                "memory",
+                format!(
+                    "peak RSS {}; anon RSS {} at end, {} at peak state, {} peak, {} before load   (target: anon <= 16 MB, RSS <= 32 MB at 10 k devices)",
+                    mib(self.peak_rss_kib),
+                    mib(self.anon_rss_end_kib),
+                    mib(self.anon_rss_at_peak_state_kib),
+                    mib(self.anon_rss_peak_kib),
+                    mib(self.anon_rss_start_kib)
+                ),
+            ),
+        ];
+        for (name, text) in rows {
+            writeln!(out, "{name:<9} {text}")?;
+        }
+        for line in &self.operators {
+            writeln!(out, "{:<9} {line}", "operator")?;
+        }
+        Ok(())
+    }
+
+    fn results(&self) -> u64 {
+        self.results_at_ingest + self.results_at_tick + self.results_at_finish
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(super) fn args(devices: usize, rows: u64, late_share: f64) -> BenchArgs {
+        BenchArgs {
+            config_name: GATEWAY_CONFIG_NAME.into(),
+            devices,
+            shards: 2,
+            load: Load::Rows(rows),
+            rate_per_device: 0.2,
+            match_fanout: 2.0,
+            late_share,
+            batch_rows: 500,
+        }
+    }
+
+    pub(super) fn gateway() -> Plan {
+        braid::config::parse("gateway.toml", GATEWAY_CONFIG).unwrap()
+    }
+
+    #[test]
+    fn a_run_joins_without_late_rows_and_counts_every_result() {
+        let report = run(&gateway(), &args(100, 20_000, 0.0));
+        assert_eq!(report.rows, 20_000);
+        assert_eq!(report.late_rows, 0);
+        let fanout = report.match_fanout.unwrap();
+        assert!((1.5..2.5).contains(&fanout), "fanout {fanout}");
+        assert!(report.results_at_ingest > 0 && report.latency_ns.is_some());
+        let mut text = Vec::new();
+        report.write_figures(&mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.lines().all(|l| l.split_once('=').is_some_and(|(k, v)| !k.is_empty() && !v.is_empty())));
+        assert!(text.contains("rows=20000\n"));
+    }
+
+    #[test]
+    fn a_late_share_makes_late_rows() {
+        let report = run(&gateway(), &args(100, 20_000, 0.1));
+        let share = report.late_rows as f64 / report.rows as f64;
+        assert!((0.07..0.13).contains(&share), "late share {share}");
+    }
+}

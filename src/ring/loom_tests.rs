@@ -1,0 +1,114 @@
+//! Loom model of the ring's publication protocol (module doc "Publication").
+//!
+//! Run with `RUSTFLAGS="--cfg braid_loom" CARGO_TARGET_DIR=target/loom cargo test --release --lib
+//! ring::loom`. Loom runs every interleaving of the producer's and the consumer's atomic
+//! operations, up to `LOOM_MAX_PREEMPTIONS` forced thread switches (2 unless the variable says
+//! otherwise; 3 still finishes but takes minutes), and lets each Acquire/Relaxed load return any
+//! value the memory model allows. The frame bytes are tracked per 16-byte block (`sync.rs`), so a
+//! frame read before its bytes are ordered after the producer's writes, or overwritten before the
+//! consumer's reads are ordered before the overwrite, fails the model with "Causality violation".
+
+use loom::thread;
+
+use super::*;
+
+/// 128 bytes: a 48-byte and a 64-byte frame, then a wrap marker, so the third and fourth frames
+/// land at the start again and must wait for the consumer to release the first two.
+const CAPACITY: usize = 128;
+
+/// Forced thread switches per execution unless `LOOM_MAX_PREEMPTIONS` says otherwise.
+const PREEMPTIONS: usize = 3;
+
+/// Kinds and payload lengths: frames of 48, 64, 32 (after a 16-byte wrap) and 64 bytes.
+const FRAMES: [(FrameKind, usize); 4] =
+    [(FrameKind::Row, 20), (FrameKind::Tick, 40), (FrameKind::Idle, 8), (FrameKind::EndOfInput, 33)];
+
+fn payload(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 64 + j) as u8).collect()
+}
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(PREEMPTIONS);
+    }
+    let executions = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = executions.clone();
+    builder.check(move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f()
+    });
+    eprintln!(
+        "loom: {} executions, preemption bound {:?}",
+        executions.load(std::sync::atomic::Ordering::Relaxed),
+        builder.preemption_bound
+    );
+}
+
+/// Pushes every frame, committing after the second and the last and whenever the ring is full.
+fn produce(mut p: Producer) {
+    for (i, &(kind, len)) in FRAMES.iter().enumerate() {
+        let bytes = payload(i, len);
+        loop {
+            match p.push(kind, &bytes) {
+                Ok(()) => break,
+                Err(PushError::Full) => {
+                    p.commit();
+                    thread::yield_now();
+                }
+                Err(PushError::TooLarge) => panic!("frame {i} cannot fit a {CAPACITY}-byte ring"),
+            }
+        }
+        if i == 1 {
+            p.commit();
+        }
+    }
+    p.commit();
+}
+
+#[test]
+fn frames_cross_threads_in_order_through_wraps_and_a_full_ring() {
+    model(|| {
+        let (p, mut c) = Ring::in_memory(CAPACITY);
+        let producer = thread::spawn(move || produce(p));
+        let mut got = Vec::new();
+        while got.len() < FRAMES.len() {
+            c.read_batch(|f| got.push((f.kind, f.payload.to_vec())));
+            if got.len() < FRAMES.len() {
+                thread::yield_now();
+            }
+        }
+        producer.join().unwrap();
+        let want: Vec<_> = FRAMES.iter().enumerate().map(|(i, &(kind, len))| (kind, payload(i, len))).collect();
+        assert_eq!(got, want);
+        assert!(!c.has_frames());
+    });
+}
+
+#[test]
+fn a_frame_exactly_filling_the_end_is_read_after_the_wrap() {
+    // 64 bytes: frames of 32, 32 (exactly to the end, no wrap marker), then 32 at position 0.
+    model(|| {
+        let (mut p, mut c) = Ring::in_memory(64);
+        let producer = thread::spawn(move || {
+            for i in 0..3 {
+                while p.push(FrameKind::Row, &payload(i, 16)).is_err() {
+                    p.commit();
+                    thread::yield_now();
+                }
+                p.commit();
+            }
+            p
+        });
+        let mut got = Vec::new();
+        while got.len() < 3 {
+            c.read_batch(|f| got.push(f.payload.to_vec()));
+            if got.len() < 3 {
+                thread::yield_now();
+            }
+        }
+        let p = producer.join().unwrap();
+        assert_eq!(got, (0..3).map(|i| payload(i, 16)).collect::<Vec<_>>());
+        assert_eq!(p.used_bytes(), 0);
+    });
+}

@@ -1,0 +1,112 @@
+//! `braid bench` with a tiny load: exit 0, the human table on stderr, and on stdout one
+//! `key=value` line per figure (README.md "braid bench"). Figures are checked for their form and
+//! their counts, never for timings.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+fn bench(args: &[&str]) -> (BTreeMap<String, String>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_braid"))
+        .arg("bench")
+        .args(args)
+        .env_remove("BRAID_CONFIG")
+        .output()
+        .expect("braid runs");
+    let stderr = String::from_utf8(out.stderr).expect("UTF-8 stderr");
+    assert!(out.status.success(), "exit {:?}\n{stderr}", out.status);
+    let stdout = String::from_utf8(out.stdout).expect("UTF-8 stdout");
+    let figures = stdout
+        .lines()
+        .map(|line| {
+            let (k, v) = line.split_once('=').unwrap_or_else(|| panic!("not key=value: {line:?}"));
+            assert!(!k.is_empty() && !v.is_empty() && !k.contains(' '), "{line:?}");
+            (k.to_owned(), v.to_owned())
+        })
+        .collect();
+    (figures, stderr)
+}
+
+const FIGURES: [&str; 33] = [
+    "config",
+    "devices",
+    "shards",
+    "rate_per_device",
+    "match_fanout_asked",
+    "late_share",
+    "rows",
+    "event_seconds",
+    "wall_seconds",
+    "finish_seconds",
+    "cpu_seconds",
+    "rows_per_s",
+    "rows_per_cpu_s",
+    "results",
+    "results_per_s",
+    "results_at_ingest",
+    "results_at_tick",
+    "results_at_finish",
+    "late_rows",
+    "match_fanout",
+    "latency_p50_us",
+    "latency_p99_us",
+    "latency_max_us",
+    "peak_rss_kib",
+    "rss_end_kib",
+    "anon_rss_start_kib",
+    "anon_rss_end_kib",
+    "anon_rss_peak_kib",
+    "anon_rss_at_peak_state_kib",
+    "state_rows_peak",
+    "state_bytes_peak",
+    "state_rows_end",
+    "state_bytes_end",
+];
+
+fn number(figures: &BTreeMap<String, String>, key: &str) -> f64 {
+    figures[key].parse().unwrap_or_else(|_| panic!("{key}={} is not a number", figures[key]))
+}
+
+#[test]
+fn bench_prints_every_figure_for_the_bundled_gateway_config() {
+    let (figures, stderr) = bench(&["--devices", "50", "--rows", "5000", "--shards", "2"]);
+    let keys: Vec<&str> = figures.keys().map(String::as_str).collect();
+    let mut expected = FIGURES.to_vec();
+    expected.sort_unstable();
+    assert_eq!(keys, expected);
+    assert_eq!(figures["config"], "configs/gateway.toml (bundled)");
+    assert_eq!(figures["rows"], "5000");
+    assert_eq!(figures["devices"], "50");
+    assert_eq!(figures["shards"], "2");
+    assert_eq!(figures["late_rows"], "0");
+    for key in FIGURES.iter().skip(6) {
+        number(&figures, key);
+    }
+    let results = number(&figures, "results");
+    let parts: f64 =
+        ["results_at_ingest", "results_at_tick", "results_at_finish"].iter().map(|k| number(&figures, k)).sum();
+    assert_eq!(results, parts);
+    assert!(number(&figures, "results_at_ingest") > 0.0);
+    assert!(number(&figures, "latency_p50_us") <= number(&figures, "latency_p99_us"));
+    assert!(number(&figures, "state_bytes_peak") > 0.0);
+    for name in ["load", "input", "results", "latency", "state", "memory", "operator"] {
+        assert!(stderr.lines().any(|l| l.starts_with(name)), "no {name:?} row in the table:\n{stderr}");
+    }
+}
+
+#[test]
+fn bench_takes_a_config_and_a_late_share() {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/configs/union.toml");
+    let (figures, _) = bench(&["--config", config, "--devices", "20", "--rows", "3000", "--late-share", "0.2"]);
+    assert_eq!(figures["config"], config);
+    assert_eq!(figures["rows"], "3000");
+    assert!(number(&figures, "late_rows") > 0.0);
+    assert_eq!(figures["match_fanout"], "na", "a union has no pairs");
+}
+
+#[test]
+fn bench_refuses_bad_flags() {
+    for args in [&["--devices", "0"][..], &["--late-share", "2"], &["--rows", "10", "--seconds", "1"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_braid")).arg("bench").args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+}
