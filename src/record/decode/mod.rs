@@ -1,0 +1,149 @@
+//! JSON payload → positional values (CONTRACT.md rule 12, rule 1 for `arrival`).
+//!
+//! Checks run in a fixed order and the first failure names the dead-letter reason:
+//! `invalid_utf8`, `invalid_json`, `not_an_object`, `bad_arrival`, then every declared field in
+//! declaration order (`missing_field:F` / `wrong_type:F`), then the event time (`bad_time:F`,
+//! `time_out_of_range` for a time outside int64). The window check against processing time
+//! (`max_age`, `max_skew`) needs the line's final arrival and is [`check_time_window`].
+//! The event time is read even from a line that fails another check: the merge order uses it as
+//! the line's arrival when the line has none of its own.
+
+mod scan;
+
+use super::{FieldType, Schema, TimeSpec, TimeUnit, Value};
+use scan::{Scalar, Scanned};
+
+/// Doubles that convert to an i64 exactly: [−2^63, 2^63) (both ends are exact doubles).
+const I64_AS_F64_RANGE: std::ops::Range<f64> = -9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0;
+
+/// Why a line could not be used; written as `_reason` in `dead_letter`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    InvalidUtf8,
+    InvalidJson,
+    NotAnObject,
+    BadArrival,
+    /// The declared field at this position is absent or null.
+    MissingField(usize),
+    WrongType(usize),
+    BadTime(usize),
+    TimeOutOfRange,
+    Oversized,
+}
+
+impl Reason {
+    /// The `_reason` text, e.g. `missing_field:ts`.
+    pub fn label(self, schema: &Schema) -> String {
+        let field = |pos: usize| schema.fields[pos].name.as_str();
+        match self {
+            Reason::InvalidUtf8 => "invalid_utf8".into(),
+            Reason::InvalidJson => "invalid_json".into(),
+            Reason::NotAnObject => "not_an_object".into(),
+            Reason::BadArrival => "bad_arrival".into(),
+            Reason::MissingField(p) => format!("missing_field:{}", field(p)),
+            Reason::WrongType(p) => format!("wrong_type:{}", field(p)),
+            Reason::BadTime(p) => format!("bad_time:{}", field(p)),
+            Reason::TimeOutOfRange => "time_out_of_range".into(),
+            Reason::Oversized => "oversized".into(),
+        }
+    }
+}
+
+/// What one line holds: its arrival when it can be read, and its values or why it is unusable.
+#[derive(Debug)]
+pub struct Decoded {
+    pub arrival: Option<i64>,
+    pub outcome: Result<Fields, Reason>,
+}
+
+#[derive(Debug)]
+pub struct Fields {
+    pub values: Vec<Value>,
+    /// The event time; `None` for an ingest-time stream (its arrival is its event time).
+    pub ts: Option<i64>,
+}
+
+/// Decodes one line (a trailing CR already removed) of a stream with `schema`.
+pub fn decode_line(schema: &Schema, line: &[u8], max_payload: u64) -> Decoded {
+    let unusable = |reason| Decoded { arrival: None, outcome: Err(reason) };
+    if line.len() as u64 > max_payload {
+        return unusable(Reason::Oversized);
+    }
+    let Ok(text) = std::str::from_utf8(line) else {
+        return unusable(Reason::InvalidUtf8);
+    };
+    match scan::scan_object(schema, text) {
+        Err(scan::NotAnObject::InvalidJson) => unusable(Reason::InvalidJson),
+        Err(scan::NotAnObject::OtherValue) => unusable(Reason::NotAnObject),
+        Ok(object) => decode_object(schema, object),
+    }
+}
+
+fn decode_object(schema: &Schema, object: Scanned) -> Decoded {
+    let time = event_time(schema, &object);
+    let readable_ts = time.ok().flatten();
+    let arrival = match &object.arrival {
+        None | Some(Scalar::Null) => None,
+        Some(a) => match a.as_integral_i64() {
+            Some(a) => Some(a),
+            None => return Decoded { arrival: readable_ts, outcome: Err(Reason::BadArrival) },
+        },
+    };
+    let arrival = arrival.or(readable_ts);
+    let outcome = decode_fields(schema, object).and_then(|values| Ok(Fields { values, ts: time? }));
+    Decoded { arrival, outcome }
+}
+
+fn decode_fields(schema: &Schema, object: Scanned) -> Result<Vec<Value>, Reason> {
+    let mut values = Vec::with_capacity(schema.fields.len());
+    for (pos, (field, scalar)) in schema.fields.iter().zip(object.fields).enumerate() {
+        let scalar = match scalar {
+            None | Some(Scalar::Null) => return Err(Reason::MissingField(pos)),
+            Some(v) => v,
+        };
+        values.push(scalar.into_typed(field.ty).ok_or(Reason::WrongType(pos))?);
+    }
+    Ok(values)
+}
+
+/// The event time of the line: `Ok(None)` for ingest time, `Err` when the field is unusable.
+fn event_time(schema: &Schema, object: &Scanned) -> Result<Option<i64>, Reason> {
+    let TimeSpec::Field { pos, unit } = schema.time else {
+        return Ok(None);
+    };
+    let scalar = match &object.fields[pos] {
+        None | Some(Scalar::Null) => return Err(Reason::MissingField(pos)),
+        Some(v) => v,
+    };
+    match (unit, scalar) {
+        (TimeUnit::Ms, _) => scalar.as_int().map(Some).ok_or(Reason::WrongType(pos)),
+        (TimeUnit::S, _) if schema.fields[pos].ty == FieldType::Int => {
+            scalar.as_int().ok_or(Reason::WrongType(pos))?.checked_mul(1000).map(Some).ok_or(Reason::TimeOutOfRange)
+        }
+        (TimeUnit::S, _) => {
+            seconds_to_ms(scalar.as_float().ok_or(Reason::WrongType(pos))?).map(Some).ok_or(Reason::TimeOutOfRange)
+        }
+        (TimeUnit::Rfc3339, Scalar::Str(s)) => crate::time::rfc3339::parse_ms(s).map(Some).ok_or(Reason::BadTime(pos)),
+        // Config validation ties each unit to its field types.
+        (TimeUnit::Rfc3339, _) => Err(Reason::WrongType(pos)),
+    }
+}
+
+/// Seconds as a double → ms: the double product rounded to the nearest ms, halves away from zero.
+fn seconds_to_ms(s: f64) -> Option<i64> {
+    let ms = (s * 1000.0).round();
+    I64_AS_F64_RANGE.contains(&ms).then_some(ms as i64)
+}
+
+/// Whether `ts` lies in [arrival − max_age, arrival + max_skew] (else `time_out_of_range`).
+pub fn check_time_window(ts: i64, arrival: i64, max_age: i64, max_skew: i64) -> Result<(), Reason> {
+    let (ts, arrival) = (i128::from(ts), i128::from(arrival));
+    if arrival - i128::from(max_age) <= ts && ts <= arrival + i128::from(max_skew) {
+        Ok(())
+    } else {
+        Err(Reason::TimeOutOfRange)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,321 @@
+//! One pass over a JSON line that keeps only what the schema declares.
+//!
+//! Parsing into `serde_json::Value` first built a map of owned keys and values for every line,
+//! then copied the declared ones again (44 % of replay's instructions, BENCHMARKS.md). Here the
+//! object is walked once with serde's visitor API: keys are compared in place with the declared
+//! field names (no allocation), declared values are kept as [`Scalar`]s, and every other value is
+//! still parsed — not skipped — so that what makes `serde_json::Value` refuse a line (a number
+//! beyond a double, a lone surrogate escape, bad syntax anywhere, trailing text) still makes the
+//! line `invalid_json`. Duplicate keys: the last one wins, as with `serde_json::Value`.
+
+use std::fmt;
+
+use base64::Engine as _;
+use serde::Deserializer as _;
+use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
+
+use super::I64_AS_F64_RANGE;
+use crate::record::{FieldType, Schema, Value};
+
+/// A declared field's JSON value, before it is checked against the field's type.
+#[derive(Debug, PartialEq)]
+pub enum Scalar {
+    Null,
+    Bool(bool),
+    Int(i64),
+    /// An integer above `i64::MAX` that fits a u64.
+    BigUint(u64),
+    Float(f64),
+    Str(Box<str>),
+    /// An array or an object: never of a declared type.
+    Compound,
+}
+
+impl Scalar {
+    /// As a field of type `ty`, or `None` when it is of another type.
+    pub fn into_typed(self, ty: FieldType) -> Option<Value> {
+        Some(match (ty, self) {
+            (FieldType::String, Scalar::Str(s)) => Value::Str(s),
+            (FieldType::Bytes, Scalar::Str(s)) if is_canonical_base64(&s) => Value::Str(s),
+            (FieldType::Int, scalar) => Value::Int(scalar.as_int()?),
+            (FieldType::Float, scalar) => Value::Float(scalar.as_float()?),
+            (FieldType::Bool, Scalar::Bool(b)) => Value::Bool(b),
+            _ => return None,
+        })
+    }
+
+    /// A JSON integer within int64. serde_json reads the integer `-0` as the double −0.0 (to keep
+    /// its sign), so a zero double counts as 0; the cost is that `0.0` and `-0.0` count as ints.
+    pub fn as_int(&self) -> Option<i64> {
+        match *self {
+            Scalar::Int(i) => Some(i),
+            Scalar::Float(f) if f == 0.0 => Some(0),
+            _ => None,
+        }
+    }
+
+    /// Any number, as a double.
+    pub fn as_float(&self) -> Option<f64> {
+        match *self {
+            Scalar::Int(i) => Some(i as f64),
+            Scalar::BigUint(u) => Some(u as f64),
+            Scalar::Float(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// `arrival`: an integral number within int64 (`5.0` counts, `5.5` and `true` do not).
+    pub fn as_integral_i64(&self) -> Option<i64> {
+        match *self {
+            Scalar::Int(i) => Some(i),
+            _ => self.as_float().filter(|f| f.fract() == 0.0 && I64_AS_F64_RANGE.contains(f)).map(|f| f as i64),
+        }
+    }
+}
+
+fn is_canonical_base64(s: &str) -> bool {
+    let engine = base64::engine::general_purpose::STANDARD;
+    engine.decode(s).is_ok_and(|bytes| engine.encode(bytes) == s)
+}
+
+/// The declared fields of one object (by schema position; `None`: absent) and its `arrival`.
+#[derive(Debug)]
+pub struct Scanned {
+    pub fields: Vec<Option<Scalar>>,
+    pub arrival: Option<Scalar>,
+}
+
+/// Why a line holds no object to decode.
+#[derive(Debug, PartialEq, Eq)]
+pub enum NotAnObject {
+    InvalidJson,
+    /// Valid JSON, but an array, a string, a number, …
+    OtherValue,
+}
+
+/// Scans `text`, which must be one JSON value and nothing else.
+pub fn scan_object(schema: &Schema, text: &str) -> Result<Scanned, NotAnObject> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let scanned = de.deserialize_any(TopLevel { schema }).map_err(|_| NotAnObject::InvalidJson)?;
+    de.end().map_err(|_| NotAnObject::InvalidJson)?;
+    scanned.ok_or(NotAnObject::OtherValue)
+}
+
+/// The line's value: `Some` for an object, `None` for any other (fully parsed) value.
+struct TopLevel<'s> {
+    schema: &'s Schema,
+}
+
+impl<'de> Visitor<'de> for TopLevel<'_> {
+    type Value = Option<Scanned>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut scanned = Scanned { fields: (0..self.schema.fields.len()).map(|_| None).collect(), arrival: None };
+        while let Some(key) = map.next_key_seed(KeySeed { schema: self.schema })? {
+            match key {
+                Key::Other => {
+                    map.next_value_seed(Validated)?;
+                }
+                Key::Field(pos) => scanned.fields[pos] = Some(map.next_value_seed(ScalarSeed)?),
+                Key::Arrival => scanned.arrival = Some(map.next_value_seed(ScalarSeed)?),
+                Key::FieldAndArrival(pos) => {
+                    let scalar = map.next_value_seed(ScalarSeed)?;
+                    scanned.arrival = Some(copy_scalar(&scalar));
+                    scanned.fields[pos] = Some(scalar);
+                }
+            }
+        }
+        Ok(Some(scanned))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element_seed(Validated)?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+/// A field both declared and named `arrival` feeds both; only scalars matter to `arrival`.
+fn copy_scalar(scalar: &Scalar) -> Scalar {
+    match scalar {
+        Scalar::Null => Scalar::Null,
+        Scalar::Bool(b) => Scalar::Bool(*b),
+        Scalar::Int(i) => Scalar::Int(*i),
+        Scalar::BigUint(u) => Scalar::BigUint(*u),
+        Scalar::Float(f) => Scalar::Float(*f),
+        Scalar::Str(s) => Scalar::Str(s.clone()),
+        Scalar::Compound => Scalar::Compound,
+    }
+}
+
+/// What an object key names.
+enum Key {
+    Field(usize),
+    Arrival,
+    FieldAndArrival(usize),
+    Other,
+}
+
+struct KeySeed<'s> {
+    schema: &'s Schema,
+}
+
+impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
+    type Value = Key;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<Key, D::Error> {
+        de.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed<'_> {
+    type Value = Key;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Key, E> {
+        let field = self.schema.fields.iter().position(|f| f.name == key);
+        Ok(match (field, key == "arrival") {
+            (Some(pos), false) => Key::Field(pos),
+            (Some(pos), true) => Key::FieldAndArrival(pos),
+            (None, true) => Key::Arrival,
+            (None, false) => Key::Other,
+        })
+    }
+}
+
+/// A declared value.
+struct ScalarSeed;
+
+impl<'de> DeserializeSeed<'de> for ScalarSeed {
+    type Value = Scalar;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<Scalar, D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ScalarSeed {
+    type Value = Scalar;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Scalar, E> {
+        Ok(Scalar::Null)
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Scalar, E> {
+        Ok(Scalar::Bool(b))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, i: i64) -> Result<Scalar, E> {
+        Ok(Scalar::Int(i))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, u: u64) -> Result<Scalar, E> {
+        Ok(i64::try_from(u).map_or(Scalar::BigUint(u), Scalar::Int))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, f: f64) -> Result<Scalar, E> {
+        if f.is_finite() { Ok(Scalar::Float(f)) } else { Err(E::custom("number out of range")) }
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Scalar, E> {
+        Ok(Scalar::Str(s.into()))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar, A::Error> {
+        while seq.next_element_seed(Validated)?.is_some() {}
+        Ok(Scalar::Compound)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scalar, A::Error> {
+        while map.next_entry_seed(Validated, Validated)?.is_some() {}
+        Ok(Scalar::Compound)
+    }
+}
+
+/// An undeclared value: parsed as strictly as `serde_json::Value` would, then dropped.
+/// (serde's `IgnoredAny` would skip numbers and strings without checking their range and escapes.)
+struct Validated;
+
+impl<'de> DeserializeSeed<'de> for Validated {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Validated {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, f: f64) -> Result<(), E> {
+        if f.is_finite() { Ok(()) } else { Err(E::custom("number out of range")) }
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(Validated)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_entry_seed(Validated, Validated)?.is_some() {}
+        Ok(())
+    }
+}
