@@ -94,7 +94,8 @@ pub fn access(payload: &[u8]) -> Result<&ArchivedRow, FrameError> {
 /// this format), unchanged since, starting at an address aligned to [`PAYLOAD_ALIGN`]: a `Row`
 /// frame this process pushed into a ring and reads back in the same run, or bytes [`access`] has
 /// already accepted. Anything else (a frame from a file opened after a restart, which only its crc
-/// vouches for) must go through [`access`].
+/// vouches for) must go through [`access`]. Debug builds validate anyway and panic on bytes that
+/// fail, so a broken caller shows up in tests.
 pub unsafe fn access_unchecked(payload: &[u8]) -> &ArchivedRow {
     debug_assert!(access(payload).is_ok(), "access_unchecked on bytes that are not a valid row frame");
     // SAFETY: the caller guarantees `payload` is a whole archive of a `Row` written by rkyv with

@@ -108,7 +108,7 @@ pub struct Ring {
     capacity: u64,
 }
 
-// SAFETY: `Ring` is a mapping plus a length. The only bytes written through it from two threads
+// SAFETY: `Ring` is a mapping (heap bytes in a loom build, sync.rs) plus a length. The only bytes written through it from two threads
 // are the frame area and the two counters, and the protocol in the module doc keeps them apart:
 // the producer writes only frame bytes in [tail, head + capacity) and `tail`; the consumer reads
 // only frame bytes in [head, tail) and writes only `head`; the counters are atomics.

@@ -49,7 +49,7 @@ impl Scalar {
     pub fn as_int(&self) -> Option<i64> {
         match *self {
             Scalar::Int(i) => Some(i),
-            Scalar::Float(f) if f == 0.0 => Some(0),
+            Scalar::Float(0.0) => Some(0), // matches -0.0 too (float patterns compare with ==)
             _ => None,
         }
     }

@@ -1,0 +1,149 @@
+use super::*;
+use crate::operator::window::WindowKind;
+
+#[test]
+fn aggregate_items() {
+    assert_eq!(parse_aggregate("count(left) AS views"), Some(("count", LEFT, None, Some("views"))));
+    assert_eq!(parse_aggregate("sum(right.amount)"), Some(("sum", RIGHT, Some("amount"), None)));
+    assert_eq!(parse_aggregate("avg(right.amount)"), None);
+    assert_eq!(parse_aggregate("count(up)"), None);
+}
+
+#[test]
+fn output_schema_and_aggregates() {
+    let text = |window: &str| {
+        format!(
+            "[streams.a]\nkey = \"k\"\nfields = {{ k = \"int\", x = \"float\", s = \"string\" }}\n\
+             [operators.g]\nkind = \"cogroup\"\nleft = \"a\"\nright = \"a\"\njoin = \"right\"\n\
+             window = {window}\naggregate = [\"count(left)\", \"sum(left.x) AS total\", \"last(right.s)\"]\n"
+        )
+    };
+    let plan = crate::config::parse("g.toml", &text("{ kind = \"session\", gap = \"1s\" }")).unwrap();
+    let fields: Vec<(&str, FieldType, bool)> =
+        plan.operators[0].output.fields.iter().map(|f| (f.name.as_str(), f.ty, f.nullable)).collect();
+    let want = [
+        ("k", FieldType::Int, false),
+        ("count_left", FieldType::Int, false),
+        ("total", FieldType::Float, true),
+        ("last_right_s", FieldType::String, false),
+        ("_kind", FieldType::String, false),
+        ("_window_start", FieldType::Int, false),
+        ("_window_end", FieldType::Int, false),
+        ("_version", FieldType::Int, false),
+        ("_supersedes", FieldType::IdList, false),
+    ];
+    assert_eq!(fields, want);
+    let plan = crate::config::parse("g.toml", &text("{ kind = \"tumbling\", size = \"1s\" }")).unwrap();
+    assert_eq!(plan.operators[0].output.fields.len(), want.len() - 1, "no _supersedes without sessions");
+    let OperatorSpec::CoGroup(spec) = &plan.operators[0].spec else { panic!("not a cogroup") };
+    assert_eq!(spec.join, JoinType::Right);
+    assert_eq!(
+        spec.aggregates[1],
+        Aggregate { function: Function::Sum, input: LEFT, pos: Some(1), ty: FieldType::Float }
+    );
+}
+
+#[test]
+fn exact_float_sums_do_not_depend_on_order() {
+    let values = [1e16, 1.0, -1e16, 0.1, 0.2, 3.0e-5, 1e100, -1e100];
+    let mut forward = ExactSum::default();
+    values.iter().for_each(|&v| forward.add(v));
+    let mut backward = ExactSum::default();
+    values.iter().rev().for_each(|&v| backward.add(v));
+    let (mut a, mut b) = (ExactSum::default(), ExactSum::default());
+    values[..3].iter().for_each(|&v| a.add(v));
+    values[3..].iter().for_each(|&v| b.add(v));
+    a.absorb(b);
+    // 1 + 0.1 + 0.2 + 3e-5 correctly rounded (naive left-to-right gives 1.30003 + error).
+    let exact = 1.30003;
+    assert_eq!((forward.value(), backward.value(), a.value()), (exact, exact, exact));
+    let mut big = ExactSum::default();
+    big.add(f64::MAX);
+    big.add(f64::MAX);
+    assert_eq!(big.value(), f64::INFINITY);
+}
+
+fn cogroup(join: JoinType, kind: WindowKind, allowed_lateness: i64) -> CoGroup {
+    let agg = |function, input, pos: Option<usize>, ty| Aggregate { function, input, pos, ty };
+    let aggregates = vec![
+        agg(Function::Count, LEFT, None, FieldType::Int),
+        agg(Function::Sum, RIGHT, Some(0), FieldType::Int),
+        agg(Function::Min, LEFT, Some(0), FieldType::Int),
+        agg(Function::Max, LEFT, Some(0), FieldType::Int),
+        agg(Function::First, LEFT, Some(0), FieldType::Int),
+        agg(Function::Last, LEFT, Some(0), FieldType::Int),
+        agg(Function::Count, RIGHT, Some(0), FieldType::Int),
+    ];
+    let window = WindowSpec { kind, allowed_lateness };
+    CoGroup::new(CoGroupSpec { name: "g".into(), window, join, aggregates, rekey: None })
+}
+
+fn row(ts: i64, v: Value) -> Row {
+    Row { ts, key: Key::Int(7), key_hash: 3, id: ts as u64, values: Box::new([v]) }
+}
+
+fn values(out: &mut Output) -> Vec<Vec<Value>> {
+    out.results.drain(..).map(|(_, r)| r.values.to_vec()).collect()
+}
+
+#[test]
+fn aggregates_and_join_types() {
+    let tumbling = WindowKind::Fixed { size: 10, slide: 10, offset: 0 };
+    for join in [JoinType::Inner, JoinType::Left, JoinType::Right, JoinType::Full] {
+        let mut g = cogroup(join, tumbling, 0);
+        let mut out = Output::default();
+        g.on_row(LEFT, row(5, Value::Int(3)), &mut out);
+        g.on_row(LEFT, row(1, Value::Int(9)), &mut out);
+        g.on_row(LEFT, row(5, Value::Int(4)), &mut out);
+        g.on_row(RIGHT, row(2, Value::Int(10)), &mut out);
+        g.on_row(RIGHT, row(3, Value::Null), &mut out);
+        g.on_row(RIGHT, row(15, Value::Int(1)), &mut out); // [10, 20): right only
+        g.on_watermark(Time::POS_INF, &mut out);
+        let kinds: Vec<ResultKind> = out.results.iter().map(|(k, _)| *k).collect();
+        let got = values(&mut out);
+        let i = Value::Int;
+        let matched =
+            vec![i(7), i(3), i(10), i(3), i(9), i(9), i(4), i(1), Value::Str("match".into()), i(0), i(10), i(1)];
+        let right_only = vec![
+            i(7),
+            i(0),
+            i(1),
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            i(1),
+            Value::Str("right_only".into()),
+            i(10),
+            i(20),
+            i(1),
+        ];
+        let (want, want_kinds) = match join {
+            JoinType::Inner | JoinType::Left => (vec![matched], vec![ResultKind::Match]),
+            _ => (vec![matched, right_only], vec![ResultKind::Match, ResultKind::RightOnly]),
+        };
+        assert_eq!((got, kinds), (want, want_kinds), "{join:?}");
+        assert_eq!((g.state_rows(), g.state_bytes()), (0, 0));
+    }
+}
+
+#[test]
+fn merged_sessions_supersede_only_what_was_emitted() {
+    let mut g = cogroup(JoinType::Inner, WindowKind::Session { gap: 10 }, 100);
+    let mut out = Output::default();
+    g.on_row(LEFT, row(0, Value::Int(1)), &mut out);
+    g.on_row(RIGHT, row(1, Value::Int(1)), &mut out); // [0, 11): match
+    g.on_row(LEFT, row(30, Value::Int(1)), &mut out); // [30, 40): left only, inner: nothing
+    g.on_watermark(Time::ms(50), &mut out);
+    let first: Vec<u64> = out.results.iter().map(|(_, r)| r.id).collect();
+    assert_eq!(first.len(), 1);
+    out.results.clear();
+    g.on_row(LEFT, row(20, Value::Int(1)), &mut out); // [20, 30) merges with [30, 40) only
+    assert!(out.results.is_empty(), "inner, and still no right rows");
+    g.on_row(RIGHT, row(11, Value::Int(1)), &mut out); // [11, 21) touches [0, 11) and [20, 40)
+    let (_, merged) = &out.results[0];
+    assert_eq!(merged.values[9..12], [Value::Int(0), Value::Int(40), Value::Int(1)]);
+    assert_eq!(merged.values[12], Value::IdList(first.as_slice().into()), "the never-emitted parts supersede nothing");
+    assert_ne!(merged.id, first[0]);
+    assert_eq!(g.state_rows(), 1);
+}

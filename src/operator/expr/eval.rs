@@ -1,0 +1,227 @@
+//! Evaluation of the compiled form: allocation-free, with Python's rules for numbers, strings,
+//! nulls and truthiness (listed in the module doc of [`super`]).
+
+use std::cmp::Ordering;
+
+use super::{Arith, Cmp, Expr, Node, Side};
+use crate::record::{Row, Value};
+
+impl Expr {
+    /// The value of node `at` on the pair; its strings borrow from the rows or the arena.
+    pub(super) fn value<'a>(&'a self, at: usize, left: &'a Row, right: &'a Row) -> Val<'a> {
+        let Some(node) = self.nodes.get(at) else { return Val::Null };
+        match node {
+            Node::Lit(v) => Val::of(v),
+            Node::Field(Side::Left, pos) => left.values.get(*pos).map_or(Val::Null, Val::of),
+            Node::Field(Side::Right, pos) => right.values.get(*pos).map_or(Val::Null, Val::of),
+            Node::Neg(a) => neg(self.value(*a, left, right)),
+            Node::Not(a) => Val::Bool(!self.value(*a, left, right).truthy()),
+            Node::And(a, b) => Val::Bool(self.value(*a, left, right).truthy() && self.value(*b, left, right).truthy()),
+            Node::Or(a, b) => Val::Bool(self.value(*a, left, right).truthy() || self.value(*b, left, right).truthy()),
+            Node::Arith(op, a, b) => arith(*op, self.value(*a, left, right), self.value(*b, left, right)),
+            Node::Cmp(op, a, b) => compare(*op, self.value(*a, left, right), self.value(*b, left, right)),
+        }
+    }
+}
+
+/// A value in flight: strings borrow from a row or from a literal.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Val<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(&'a str),
+}
+
+impl<'a> Val<'a> {
+    fn of(v: &'a Value) -> Val<'a> {
+        match v {
+            Value::Null => Val::Null,
+            Value::Bool(b) => Val::Bool(*b),
+            Value::Int(i) => Val::Int(*i),
+            Value::Float(f) => Val::Float(*f),
+            Value::Str(s) => Val::Str(s),
+            // Not a field a condition can name (refused at parse time).
+            Value::IdList(_) => Val::Null,
+        }
+    }
+
+    /// Python's `bool(x)`.
+    pub(super) fn truthy(self) -> bool {
+        match self {
+            Val::Null => false,
+            Val::Bool(b) => b,
+            Val::Int(i) => i != 0,
+            // NaN != 0.0: true, as in Python.
+            Val::Float(f) => f != 0.0,
+            Val::Str(s) => !s.is_empty(),
+        }
+    }
+
+    /// The value as a number, a bool as 0 or 1 (Python's `bool` is an `int`).
+    fn number(self) -> Option<Num> {
+        match self {
+            Val::Bool(b) => Some(Num::Int(i64::from(b))),
+            Val::Int(i) => Some(Num::Int(i)),
+            Val::Float(f) => Some(Num::Float(f)),
+            Val::Null | Val::Str(_) => None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Num {
+    Int(i64),
+    Float(f64),
+}
+
+impl Num {
+    fn to_f64(self) -> f64 {
+        match self {
+            // Rounds to nearest, ties to even: Python's float(int).
+            Num::Int(i) => i as f64,
+            Num::Float(f) => f,
+        }
+    }
+}
+
+fn neg(v: Val<'_>) -> Val<'_> {
+    match v.number() {
+        Some(Num::Int(i)) => i.checked_neg().map_or(Val::Null, Val::Int),
+        Some(Num::Float(f)) => Val::Float(-f),
+        None => Val::Null,
+    }
+}
+
+fn arith<'a>(op: Arith, a: Val<'a>, b: Val<'a>) -> Val<'a> {
+    // Null, or a string (refused at parse time; Python would concatenate, repeat or format).
+    let (Some(x), Some(y)) = (a.number(), b.number()) else { return Val::Null };
+    match (x, y) {
+        (Num::Int(x), Num::Int(y)) => int_arith(op, x, y),
+        _ => float_arith(op, x.to_f64(), y.to_f64()),
+    }
+}
+
+fn int_arith(op: Arith, x: i64, y: i64) -> Val<'static> {
+    let checked = match op {
+        Arith::Add => x.checked_add(y),
+        Arith::Sub => x.checked_sub(y),
+        Arith::Mul => x.checked_mul(y),
+        Arith::Div => return if y == 0 { Val::Null } else { Val::Float(int_true_div(x, y)) },
+        Arith::Rem => py_int_rem(x, y),
+    };
+    checked.map_or(Val::Null, Val::Int)
+}
+
+fn float_arith(op: Arith, x: f64, y: f64) -> Val<'static> {
+    Val::Float(match op {
+        Arith::Add => x + y,
+        Arith::Sub => x - y,
+        Arith::Mul => x * y,
+        Arith::Div if y == 0.0 => return Val::Null,
+        Arith::Div => x / y,
+        Arith::Rem if y == 0.0 => return Val::Null,
+        Arith::Rem => py_float_rem(x, y),
+    })
+}
+
+/// Python's `x % y` on ints: the sign of the divisor. `None` for `y == 0`.
+fn py_int_rem(x: i64, y: i64) -> Option<i64> {
+    if y == 0 {
+        return None;
+    }
+    // wrapping: i64::MIN % -1 is 0 (the only overflowing case of `%`).
+    let r = x.wrapping_rem(y);
+    // r and y have opposite signs here, so r + y cannot overflow.
+    Some(if r != 0 && (r < 0) != (y < 0) { r + y } else { r })
+}
+
+/// CPython's `float_rem` (`y != 0`).
+fn py_float_rem(x: f64, y: f64) -> f64 {
+    let m = x % y; // C's fmod
+    if m != 0.0 { if (y < 0.0) != (m < 0.0) { m + y } else { m } } else { 0.0f64.copysign(y) }
+}
+
+/// Python's `x / y` on ints (`y != 0`): the correctly rounded quotient, like `int.__truediv__`.
+pub(super) fn int_true_div(x: i64, y: i64) -> f64 {
+    const EXACT: u64 = 1 << 53;
+    let (n, d) = (x.unsigned_abs(), y.unsigned_abs());
+    if n <= EXACT && d <= EXACT {
+        // Both convert exactly; IEEE division then rounds once, correctly.
+        return x as f64 / y as f64;
+    }
+    // Scale n so the integer quotient has at least 56 significant bits, fold the remainder into
+    // a sticky low bit, and let the u128 → f64 conversion round (to nearest, ties to even).
+    let (n, d) = (u128::from(n), u128::from(d));
+    let bits = |v: u128| 128 - v.leading_zeros();
+    // bits(n) + shift = 56 + bits(d) <= 120: no overflow; shift <= 119.
+    let shift = (56 + bits(d)).saturating_sub(bits(n));
+    let scaled = n << shift;
+    let q = (scaled / d) | u128::from(scaled % d != 0);
+    // 2^-shift, exact; the result (>= 2^-64 in magnitude) is a normal double, so the product is exact.
+    let scale = f64::from_bits(u64::from(1023 - shift) << 52);
+    let magnitude = q as f64 * scale;
+    if (x < 0) != (y < 0) { -magnitude } else { magnitude }
+}
+
+fn compare<'a>(op: Cmp, a: Val<'a>, b: Val<'a>) -> Val<'a> {
+    let ord = match (a, b) {
+        (Val::Null, _) | (_, Val::Null) => return Val::Bool(false),
+        (Val::Str(x), Val::Str(y)) => Some(x.cmp(y)),
+        // Refused at parse time; Python: unequal, and ordering raises TypeError (the model: None).
+        (Val::Str(_), _) | (_, Val::Str(_)) => {
+            return match op {
+                Cmp::Eq => Val::Bool(false),
+                Cmp::Ne => Val::Bool(true),
+                _ => Val::Null,
+            };
+        }
+        _ => match (a.number(), b.number()) {
+            (Some(x), Some(y)) => num_cmp(x, y),
+            _ => return Val::Null,
+        },
+    };
+    Val::Bool(match ord {
+        // NaN: only `!=` holds.
+        None => op == Cmp::Ne,
+        Some(o) => match op {
+            Cmp::Eq => o.is_eq(),
+            Cmp::Ne => o.is_ne(),
+            Cmp::Lt => o.is_lt(),
+            Cmp::Le => o.is_le(),
+            Cmp::Gt => o.is_gt(),
+            Cmp::Ge => o.is_ge(),
+        },
+    })
+}
+
+fn num_cmp(x: Num, y: Num) -> Option<Ordering> {
+    match (x, y) {
+        (Num::Int(x), Num::Int(y)) => Some(x.cmp(&y)),
+        (Num::Float(x), Num::Float(y)) => x.partial_cmp(&y),
+        (Num::Int(x), Num::Float(y)) => int_float_cmp(x, y),
+        (Num::Float(x), Num::Int(y)) => int_float_cmp(y, x).map(Ordering::reverse),
+    }
+}
+
+/// Compares an int with a float exactly, as Python does (no rounding of the int). `None`: NaN.
+fn int_float_cmp(i: i64, f: f64) -> Option<Ordering> {
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    if f.is_nan() {
+        return None;
+    }
+    if f >= TWO_63 {
+        return Some(Ordering::Less);
+    }
+    if f < -TWO_63 {
+        return Some(Ordering::Greater);
+    }
+    let whole = f.trunc();
+    // In [-2^63, 2^63) and integral: the conversion is exact.
+    let t = whole as i64;
+    Some(match i.cmp(&t) {
+        Ordering::Equal => 0.0.partial_cmp(&(f - whole)).unwrap_or(Ordering::Equal),
+        o => o,
+    })
+}
