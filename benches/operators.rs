@@ -489,7 +489,7 @@ fn run_with(plan: &Plan, inputs: &mut Vec<Input>, mut probe: impl FnMut(&Engine)
 }
 
 /// The timed part. The engine and the state it still holds are dropped inside; the emptied input
-/// buffer is handed back, so that freeing it (12 MB, which makes glibc consolidate its free
+/// buffer is handed back, so that freeing it (12–15 MB, which makes glibc consolidate its free
 /// lists) is not timed: a runtime reads rows from a ring, not from one `Vec`.
 fn run(plan: &Plan, mut inputs: Vec<Input>) -> (Counts, Vec<Input>) {
     let counts = run_with(plan, &mut inputs, |_| {}).1;

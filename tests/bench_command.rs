@@ -2,16 +2,14 @@
 //! `key=value` line per figure (README.md "braid bench"). Figures are checked for their form and
 //! their counts, never for timings.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::process::Command;
+
+use common::run::braid;
 
 fn bench(args: &[&str]) -> (BTreeMap<String, String>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_braid"))
-        .arg("bench")
-        .args(args)
-        .env_remove("BRAID_CONFIG")
-        .output()
-        .expect("braid runs");
+    let out = braid().arg("bench").args(args).output().expect("braid runs");
     let stderr = String::from_utf8(out.stderr).expect("UTF-8 stderr");
     assert!(out.status.success(), "exit {:?}\n{stderr}", out.status);
     let stdout = String::from_utf8(out.stdout).expect("UTF-8 stdout");
@@ -106,7 +104,7 @@ fn bench_takes_a_config_and_a_late_share() {
 #[test]
 fn bench_refuses_bad_flags() {
     for args in [&["--devices", "0"][..], &["--late-share", "2"], &["--rows", "10", "--seconds", "1"]] {
-        let out = Command::new(env!("CARGO_BIN_EXE_braid")).arg("bench").args(args).output().unwrap();
+        let out = braid().arg("bench").args(args).output().expect("braid runs");
         assert_eq!(out.status.code(), Some(2), "{args:?}");
     }
 }

@@ -5,8 +5,11 @@
 //! operator, so an example that silently stopped joining fails here.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
+use common::run::{braid, read_jsonl, replay_command};
 
 fn examples() -> Vec<PathBuf> {
     let mut configs: Vec<PathBuf> = std::fs::read_dir("configs")
@@ -18,16 +21,12 @@ fn examples() -> Vec<PathBuf> {
     configs
 }
 
-fn braid(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_braid")).args(args).output().unwrap()
-}
-
 #[test]
 fn every_example_validates() {
     let configs = examples();
     assert!(!configs.is_empty(), "configs/ holds the examples");
     for config in configs {
-        let out = braid(&["validate", "--config", config.to_str().unwrap()]);
+        let out = braid().args(["validate", "--config", config.to_str().unwrap()]).output().unwrap();
         assert!(out.status.success(), "{}: {}", config.display(), String::from_utf8_lossy(&out.stderr));
     }
 }
@@ -40,22 +39,17 @@ fn every_example_replays_its_samples_with_results_from_every_operator() {
         assert!(samples.is_dir(), "{}: sample inputs belong in {}", config.display(), samples.display());
         let plan = braid::config::load(&config).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let mut args: Vec<String> = vec!["replay".into(), "--config".into(), config.display().to_string()];
-        let mut inputs: Vec<PathBuf> = std::fs::read_dir(&samples).unwrap().map(|e| e.unwrap().path()).collect();
-        inputs.sort();
-        for input in &inputs {
-            let stream = input.file_stem().unwrap().to_str().unwrap();
-            args.extend(["--input".into(), format!("{stream}={}", input.display())]);
-        }
-        for op in &plan.operators {
-            args.extend(["--output".into(), format!("{}={}", op.name, dir.path().join(&op.name).display())]);
-        }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = braid(&args);
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&samples).unwrap().map(|e| e.unwrap().path()).collect();
+        files.sort();
+        let inputs: Vec<(String, PathBuf)> =
+            files.into_iter().map(|input| (input.file_stem().unwrap().to_str().unwrap().to_owned(), input)).collect();
+        let outputs: Vec<(String, PathBuf)> =
+            plan.operators.iter().map(|op| (op.name.clone(), dir.path().join(&op.name))).collect();
+        let out = replay_command(&config, None, &inputs, &outputs).output().unwrap();
         assert!(out.status.success(), "{}: {}", config.display(), String::from_utf8_lossy(&out.stderr));
-        for op in &plan.operators {
-            let results = std::fs::read_to_string(dir.path().join(&op.name)).unwrap();
-            assert!(results.lines().count() > 0, "{}: operator {} produced nothing", config.display(), op.name);
+        for (op, path) in &outputs {
+            let results = read_jsonl(path).unwrap();
+            assert!(!results.is_empty(), "{}: operator {op} produced nothing", config.display());
         }
     }
 }

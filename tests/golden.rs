@@ -24,19 +24,22 @@
 //! Failures are collected over all cases and reported together at the end. Set
 //! `GOLDEN_CASE=substring` to run only the cases whose folder name contains it.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
+
+use common::multiset::is_id_value;
+use common::run::{replay_command, run_with_timeout};
 
 /// Shard counts every case runs with: output must not depend on them.
 const SHARDS: [u32; 2] = [1, 3];
 /// A replay of a golden case takes milliseconds; this only stops a hung engine hanging the suite.
 const TIMEOUT: Duration = Duration::from_secs(120);
-const POLL: Duration = Duration::from_millis(5);
 /// Rows printed per list in a failure report.
 const MAX_ROWS_SHOWN: usize = 25;
 
@@ -194,18 +197,14 @@ fn parse_args_file(dir: &Path) -> Result<(Flags, Flags), String> {
 
 fn run_case(spec: &CaseSpec, shards: u32) -> Result<(), String> {
     let tmp = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_braid"));
-    cmd.arg("replay").arg("--config").arg(spec.dir.join("config.toml")).arg("--shards").arg(shards.to_string());
-    for (stream, path) in &spec.inputs {
-        cmd.arg("--input").arg(format!("{stream}={}", path.display()));
-    }
-    let mut actual_paths = Vec::new();
-    for (i, (name, _)) in spec.outputs.iter().enumerate() {
-        let path = tmp.path().join(format!("out{i}.jsonl"));
-        cmd.arg("--output").arg(format!("{name}={}", path.display()));
-        actual_paths.push(path);
-    }
-    let (status, stderr) = run_with_timeout(cmd)?;
+    let actual_files: Vec<(String, PathBuf)> = spec
+        .outputs
+        .iter()
+        .enumerate()
+        .map(|(i, (name, _))| (name.clone(), tmp.path().join(format!("out{i}.jsonl"))))
+        .collect();
+    let mut cmd = replay_command(&spec.dir.join("config.toml"), Some(shards), &spec.inputs, &actual_files);
+    let (status, stderr) = run_with_timeout(&mut cmd, TIMEOUT)?;
     let code = status.code();
     if code != Some(spec.expect_exit) {
         return Err(format!(
@@ -221,7 +220,7 @@ fn run_case(spec: &CaseSpec, shards: u32) -> Result<(), String> {
 
     let mut problems = Vec::new();
     let mut compared = Vec::new();
-    for ((name, expected_path), actual_path) in spec.outputs.iter().zip(&actual_paths) {
+    for ((name, expected_path), (_, actual_path)) in spec.outputs.iter().zip(&actual_files) {
         let expected = match read_rows(expected_path) {
             Ok(rows) => rows,
             Err(e) => return Err(format!("expected output {name}: {e}")),
@@ -235,7 +234,7 @@ fn run_case(spec: &CaseSpec, shards: u32) -> Result<(), String> {
         };
         for row in &actual {
             if let Some(id) = row.get("_id")
-                && !is_hex16(id)
+                && !is_id_value(id)
             {
                 problems.push(format!("output {name}: `_id` is not 16 lowercase hex digits: {row}"));
             }
@@ -260,36 +259,6 @@ fn run_case(spec: &CaseSpec, shards: u32) -> Result<(), String> {
     }
 }
 
-fn run_with_timeout(mut cmd: Command) -> Result<(std::process::ExitStatus, String), String> {
-    let stderr_file = tempfile::NamedTempFile::new().map_err(|e| format!("tempfile: {e}"))?;
-    let stderr_out = stderr_file.reopen().map_err(|e| format!("tempfile: {e}"))?;
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr_out)
-        .spawn()
-        .map_err(|e| format!("cannot start braid: {e}"))?;
-    // Polls instead of reading the clock (clippy.toml bans Instant::now outside the runtime).
-    let mut waited = Duration::ZERO;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if waited > TIMEOUT => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("braid replay did not finish within {TIMEOUT:?}"));
-            }
-            Ok(None) => {
-                std::thread::sleep(POLL);
-                waited += POLL;
-            }
-            Err(e) => return Err(format!("waiting for braid: {e}")),
-        }
-    };
-    let stderr = fs::read(stderr_file.path()).unwrap_or_default();
-    Ok((status, String::from_utf8_lossy(&stderr).into_owned()))
-}
-
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
@@ -311,10 +280,6 @@ fn read_rows(path: &Path) -> Result<Vec<Value>, String> {
         rows.push(value);
     }
     Ok(rows)
-}
-
-fn is_hex16(id: &Value) -> bool {
-    id.as_str().is_some_and(|s| s.len() == 16 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
 }
 
 /// The comparison form of a row: keys sorted, numbers as f64, `_supersedes` dropped and the

@@ -23,7 +23,8 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::*;
+use common::join_workload::*;
+use common::multiset::{multiset, multiset_diff};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::Value;

@@ -20,48 +20,23 @@
 //!
 //! Knobs: `BRAID_REF_CASES` (workloads per kind, default 120), `BRAID_REF_SEED` (first seed).
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::{Map, Value, json};
 
-const TICK: i64 = 200;
-/// 2026-01-01T00:00:00Z in ms.
-const BASE: i64 = 1_767_225_600_000;
+use common::config_text::{kv_stream, select_item, stream_section_ms};
+use common::multiset::{canonical_by_value, count, is_id, multiset_diff};
+use common::rng::Rng;
+use common::run::{
+    Files, Outputs, RUN_TIMEOUT, output_files, replay, replay_in_process, skip_and_step, write_file, write_inputs,
+};
+use common::{BASE_TS as BASE, TICK, env_u64};
+
 const NEG: i128 = i128::MIN;
 const POS: i128 = i128::MAX;
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-// -------------------------------------------------------------------------------------- PRNG ---
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn pick<T: Clone>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize].clone()
-    }
-
-    fn chance(&mut self, one_in: u64) -> bool {
-        self.below(one_in) == 0
-    }
-}
 
 // ---------------------------------------------------------------------------------- workload ---
 
@@ -108,26 +83,11 @@ impl Workload {
     fn config(&self) -> String {
         let mut text = format!("[runtime]\nidle_advance = {}\n", self.idle_advance);
         for s in &self.streams {
-            let fields: Vec<String> = s.fields.iter().map(|(n, t)| format!("{n} = \"{t}\"")).collect();
-            text += &format!(
-                "\n[streams.{}]\nkey = \"{}\"\ntime = {{ field = \"ts\", unit = \"ms\" }}\n\
-                 max_out_of_orderness = \"{}ms\"\nidle_timeout = \"{}ms\"\nfields = {{ {} }}\n",
-                s.name,
-                s.key.unwrap_or("*"),
-                s.ooo,
-                s.idle_timeout,
-                fields.join(", ")
-            );
+            text += &stream_section_ms(s.name, s.key.unwrap_or("*"), s.ooo, s.idle_timeout, &s.fields);
         }
         for op in &self.ops {
-            let select: Vec<String> = op
-                .select
-                .iter()
-                .map(|(side, f, alias)| {
-                    let side = if *side == 0 { "left" } else { "right" };
-                    if f == alias { format!("\"{side}.{f}\"") } else { format!("\"{side}.{f} AS {alias}\"") }
-                })
-                .collect();
+            let select: Vec<String> =
+                op.select.iter().map(|&(side, f, alias)| format!("\"{}\"", select_item(side, f, alias))).collect();
             let function = match &op.function {
                 Function::Threshold { value, limit } => {
                     format!("function = \"threshold\"\nvalue = \"{value}\"\nlimit = \"{limit}\"")
@@ -145,22 +105,25 @@ impl Workload {
         text
     }
 
-    fn write(&self, dir: &Path) -> PathBuf {
-        let config = dir.join("braid.toml");
-        std::fs::write(&config, self.config()).unwrap();
-        for s in &self.streams {
-            let text: String = s
-                .lines
-                .iter()
-                .map(|(arrival, fields)| {
-                    let mut obj = fields.clone();
-                    obj.insert("arrival".into(), json!(arrival));
-                    Value::Object(obj).to_string() + "\n"
-                })
-                .collect();
-            std::fs::write(dir.join(format!("{}.jsonl", s.name)), text).unwrap();
-        }
-        config
+    /// Writes the config and the input files to `dir`: the config's path, the inputs.
+    fn write(&self, dir: &Path) -> (PathBuf, Files) {
+        let config = write_file(dir, "braid.toml", self.config());
+        let inputs = write_inputs(
+            dir,
+            self.streams.iter().map(|s| {
+                let text: String = s
+                    .lines
+                    .iter()
+                    .map(|(arrival, fields)| {
+                        let mut obj = fields.clone();
+                        obj.insert("arrival".into(), json!(arrival));
+                        Value::Object(obj).to_string() + "\n"
+                    })
+                    .collect();
+                (s.name, text)
+            }),
+        );
+        (config, inputs)
     }
 
     fn outputs(&self) -> Vec<String> {
@@ -188,9 +151,9 @@ fn timeline(rng: &mut Rng, n: usize, start: i64) -> Vec<(i64, i64)> {
     let mut rows = Vec::new();
     for _ in 0..n {
         t += rng.pick(&[0, 100, 100, 200, 300]);
-        if rng.chance(7) {
+        if rng.one_in(7) {
             let gap = rng.pick(&[600, 1000, 1600, 3000, 8000]);
-            if rng.chance(2) {
+            if rng.one_in(2) {
                 for _ in 0..rng.below(3) {
                     let ts = t + 100 * rng.below((gap / 100) as u64) as i64;
                     rows.push((ts, t + gap));
@@ -198,9 +161,9 @@ fn timeline(rng: &mut Rng, n: usize, start: i64) -> Vec<(i64, i64)> {
             }
             t += gap;
         }
-        let delay = if rng.chance(9) { rng.pick(&[400, 700, 1500, 4000]) } else { rng.pick(&[0, 0, 0, 100, 200, 300]) };
+        let delay = if rng.one_in(9) { rng.pick(&[400, 700, 1500, 4000]) } else { rng.pick(&[0, 0, 0, 100, 200, 300]) };
         // Watermarks are max ts − max_out_of_orderness − 1: some rows land exactly on one.
-        let ts = if rng.chance(2) { t - rng.pick(&[1, 2]) - rng.pick(&[0, 100, 300]) } else { t };
+        let ts = if rng.one_in(2) { t - rng.pick(&[1, 2]) - rng.pick(&[0, 100, 300]) } else { t };
         rows.push((ts, t + delay));
     }
     rows.sort_by_key(|&(_, arrival)| arrival);
@@ -229,10 +192,10 @@ fn stream(
 
 fn gen_threshold(seed: u64) -> Workload {
     let mut rng = Rng(seed);
-    let int_keys = rng.chance(3);
+    let int_keys = rng.one_in(3);
     let key_type = if int_keys { "int" } else { "string" };
-    let broadcast = rng.chance(2);
-    let float_temp = rng.chance(2);
+    let broadcast = rng.one_in(2);
+    let float_temp = rng.one_in(2);
     let keys = 1 + rng.below(4);
     let mut seq = 0;
     let mut telemetry = stream(
@@ -245,7 +208,7 @@ fn gen_threshold(seed: u64) -> Workload {
     let start = BASE + 100 * rng.below(10) as i64;
     for (ts, arrival) in timeline(&mut rng, n, start) {
         seq += 1;
-        let temp: f64 = rng.pick(&[20.0, 25.0, 30.0, 35.0, 40.0]) + if float_temp && rng.chance(3) { 0.5 } else { 0.0 };
+        let temp: f64 = rng.pick(&[20.0, 25.0, 30.0, 35.0, 40.0]) + if float_temp && rng.one_in(3) { 0.5 } else { 0.0 };
         let temp = if float_temp { json!(temp) } else { json!(temp as i64) };
         let fields = json!({"device": key_value(int_keys, rng.below(keys)), "ts": ts, "seq": seq, "temp": temp});
         telemetry.lines.push((arrival, fields.as_object().unwrap().clone()));
@@ -262,7 +225,7 @@ fn gen_threshold(seed: u64) -> Workload {
             ("max_temp", "float"),
         ],
     );
-    if rng.chance(4) {
+    if rng.one_in(4) {
         limits.idle_timeout = 0;
     }
     let n = 1 + rng.below(10) as usize;
@@ -285,7 +248,7 @@ fn gen_threshold(seed: u64) -> Workload {
         select,
     };
     let label = format!("threshold seed {seed} (broadcast {broadcast}, int keys {int_keys})");
-    Workload { label, idle_advance: !rng.chance(3), streams: vec![telemetry, limits], ops: vec![op] }
+    Workload { label, idle_advance: !rng.one_in(3), streams: vec![telemetry, limits], ops: vec![op] }
 }
 
 /// A row to be: (ts, arrival, key number).
@@ -307,7 +270,7 @@ fn paired_rows(rng: &mut Rng, events: usize, timeout: i64) -> (Vec<Planned>, Vec
         }
         if lone != 1 {
             let rts = ts + rng.pick(&offsets);
-            let jitter = if rng.chance(8) { rng.pick(&[500, 1500, 4000]) } else { rng.pick(&[0, 100, 300]) };
+            let jitter = if rng.one_in(8) { rng.pick(&[500, 1500, 4000]) } else { rng.pick(&[0, 100, 300]) };
             right.push((rts, rts + (arrival - ts) + jitter, key));
         }
     }
@@ -334,7 +297,7 @@ fn fill(
 
 fn gen_reconcile(seed: u64) -> Workload {
     let mut rng = Rng(seed ^ 0x5EED);
-    let int_keys = rng.chance(3);
+    let int_keys = rng.one_in(3);
     let key_type = if int_keys { "int" } else { "string" };
     let timeout = rng.pick(&[0, 200, 500, 1000, 2000]);
     let fields = vec![("order_id", key_type), ("ts", "int"), ("seq", "int"), ("amount", "int")];
@@ -357,21 +320,21 @@ fn gen_reconcile(seed: u64) -> Workload {
     ];
     let op = OpDef { name: "pay", function: Function::Reconcile { timeout }, left: "app", right: "psp", select };
     let label = format!("reconcile seed {seed} (timeout {timeout} ms, int keys {int_keys})");
-    Workload { label, idle_advance: !rng.chance(3), streams: vec![app, psp], ops: vec![op] }
+    Workload { label, idle_advance: !rng.one_in(3), streams: vec![app, psp], ops: vec![op] }
 }
 
 /// order ⋈ payment (reconcile `paid`), then paid ⋈ shipment (reconcile `shipped`). A third of the
 /// workloads never idle (idle_timeout 0 on every stream).
 fn gen_chain(seed: u64) -> Workload {
     let mut rng = Rng(seed ^ 0xC4A1);
-    let int_keys = rng.chance(3);
+    let int_keys = rng.one_in(3);
     let key_type = if int_keys { "int" } else { "string" };
     let (t1, t2) = (rng.pick(&[0, 300, 1000, 2000]), rng.pick(&[0, 500, 1000, 3000]));
     let fields = |extra: &'static str| vec![("order_id", key_type), ("ts", "int"), ("seq", "int"), (extra, "int")];
     let mut order = stream(&mut rng, "order", Some("order_id"), fields("total"));
     let mut payment = stream(&mut rng, "payment", Some("order_id"), fields("amount"));
     let mut shipment = stream(&mut rng, "shipment", Some("order_id"), fields("parcels"));
-    let never_idle = rng.chance(3);
+    let never_idle = rng.one_in(3);
     let events = 6 + rng.below(25) as usize;
     let (orders, payments) = paired_rows(&mut rng, events, t1);
     let (_, shipments) = paired_rows(&mut rng, events, t2);
@@ -412,7 +375,7 @@ fn gen_chain(seed: u64) -> Workload {
         ],
     };
     let label = format!("chain seed {seed} (timeouts {t1} / {t2} ms, never idle {never_idle})");
-    Workload { label, idle_advance: !rng.chance(3), streams, ops: vec![paid, shipped] }
+    Workload { label, idle_advance: !rng.one_in(3), streams, ops: vec![paid, shipped] }
 }
 
 // --------------------------------------------------------------------------------- reference ---
@@ -742,41 +705,12 @@ impl<'w> Sim<'w> {
 
 // ------------------------------------------------------------------------------------ braid ---
 
-/// Runs `braid replay` on `w` with `shards`; every output as parsed JSON objects.
-fn braid(w: &Workload, dir: &Path, shards: u32) -> Result<BTreeMap<String, Vec<Value>>, String> {
-    let config = w.write(dir);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_braid"));
-    cmd.arg("replay").arg("--config").arg(&config).arg("--shards").arg(shards.to_string());
-    for s in &w.streams {
-        cmd.arg("--input").arg(format!("{}={}", s.name, dir.join(format!("{}.jsonl", s.name)).display()));
-    }
-    for name in w.outputs() {
-        cmd.arg("--output").arg(format!("{name}={}", dir.join(format!("out-{shards}-{name}.jsonl")).display()));
-    }
-    let out = cmd.output().unwrap();
-    if !out.status.success() {
-        return Err(format!("braid exited {}: {}", out.status, String::from_utf8_lossy(&out.stderr)));
-    }
-    Ok(w.outputs()
-        .into_iter()
-        .map(|name| {
-            let text = std::fs::read_to_string(dir.join(format!("out-{shards}-{name}.jsonl"))).unwrap();
-            let rows = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-            (name, rows)
-        })
-        .collect())
-}
-
-/// Numbers as f64 (1 and 1.0 are one number), keys sorted: a canonical text.
-fn canonical(v: &Value) -> String {
-    fn norm(v: &Value) -> Value {
-        match v {
-            Value::Number(n) => json!(n.as_f64().unwrap()),
-            Value::Object(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), norm(v))).collect()),
-            other => other.clone(),
-        }
-    }
-    norm(v).to_string()
+/// Runs `braid replay` on `w` with `shards`, in `dir`; every output as parsed JSON objects.
+fn braid(w: &Workload, dir: &Path, shards: u32) -> Result<Outputs, String> {
+    let (config, inputs) = w.write(dir);
+    let names = w.outputs();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    replay(dir, &config, Some(shards), &inputs, &names, RUN_TIMEOUT)
 }
 
 fn without_id(v: &Value) -> Value {
@@ -785,53 +719,21 @@ fn without_id(v: &Value) -> Value {
     Value::Object(m)
 }
 
-fn multiset_diff(what: &str, expected: &[String], actual: &[String]) -> Option<String> {
-    let mut e = expected.to_vec();
-    let mut a = actual.to_vec();
-    e.sort();
-    a.sort();
-    if e == a {
-        return None;
-    }
-    let mut missing = Vec::new();
-    let mut extra = Vec::new();
-    fn count(v: &[String]) -> BTreeMap<&String, i64> {
-        let mut m = BTreeMap::new();
-        for x in v {
-            *m.entry(x).or_default() += 1;
-        }
-        m
-    }
-    let (ce, ca) = (count(&e), count(&a));
-    for (k, n) in &ce {
-        for _ in 0..(n - ca.get(k).copied().unwrap_or(0)).max(0) {
-            missing.push((*k).clone());
-        }
-    }
-    for (k, n) in &ca {
-        for _ in 0..(n - ce.get(k).copied().unwrap_or(0)).max(0) {
-            extra.push((*k).clone());
-        }
-    }
-    let show = |v: &[String]| v.iter().take(8).map(|s| format!("\n      {s}")).collect::<String>();
-    Some(format!(
-        "{what}: {} expected, {} produced\n    missing:{}\n    unexpected:{}",
-        e.len(),
-        a.len(),
-        show(&missing),
-        show(&extra)
-    ))
+/// The difference of the reference's rows and braid's, as multisets (None when equal).
+fn rows_diff(what: &str, expected: &[String], actual: &[String]) -> Option<String> {
+    let d = multiset_diff("expected", &count(expected.iter().cloned()), "braid", &count(actual.iter().cloned()));
+    (!d.is_empty()).then(|| format!("{what}: {} expected, {} produced\n{d}", expected.len(), actual.len()))
 }
 
 /// Compares braid's outputs with the reference; checks every `_id` too.
-fn check(w: &Workload, expected: &Expected, actual: &BTreeMap<String, Vec<Value>>) -> Result<(), String> {
+fn check(w: &Workload, expected: &Expected, actual: &Outputs) -> Result<(), String> {
     let mut problems = Vec::new();
     for (i, op) in w.ops.iter().enumerate() {
-        let results = &actual[op.name];
+        let results = actual.get(op.name);
         let mut ids: Vec<&str> = Vec::new();
         for r in results {
             match r.get("_id").and_then(Value::as_str) {
-                Some(id) if id.len() == 16 && id.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()) => {
+                Some(id) if is_id(id) => {
                     ids.push(id);
                 }
                 _ => problems.push(format!("{}: bad or missing _id in {r}", op.name)),
@@ -841,15 +743,16 @@ fn check(w: &Workload, expected: &Expected, actual: &BTreeMap<String, Vec<Value>
         if ids.windows(2).any(|p| p[0] == p[1]) {
             problems.push(format!("{}: two different results share an _id", op.name));
         }
-        let e: Vec<String> = expected.results[i].iter().map(canonical).collect();
-        let a: Vec<String> = results.iter().map(|r| canonical(&without_id(r))).collect();
-        problems.extend(multiset_diff(op.name, &e, &a));
+        let e: Vec<String> = expected.results[i].iter().map(canonical_by_value).collect();
+        let a: Vec<String> = results.iter().map(|r| canonical_by_value(&without_id(r))).collect();
+        problems.extend(rows_diff(op.name, &e, &a));
         let late_name = format!("{}.late", op.name);
-        let a: Vec<String> = actual[&late_name]
+        let a: Vec<String> = actual
+            .get(&late_name)
             .iter()
             .map(|r| late_identity(r["_stream"].as_str().unwrap(), r.as_object().unwrap()))
             .collect();
-        problems.extend(multiset_diff(&late_name, &expected.late[i], &a));
+        problems.extend(rows_diff(&late_name, &expected.late[i], &a));
     }
     if problems.is_empty() { Ok(()) } else { Err(problems.join("\n  ")) }
 }
@@ -983,9 +886,10 @@ fn shard_count_changes_no_output() {
                 .iter()
                 .map(|&shards| {
                     let out = braid(&w, dir.path(), shards).unwrap();
-                    out.into_iter()
+                    out.by_name
+                        .into_iter()
                         .map(|(name, rows)| {
-                            let mut rows: Vec<String> = rows.iter().map(canonical).collect();
+                            let mut rows: Vec<String> = rows.iter().map(canonical_by_value).collect();
                             rows.sort();
                             (name, rows)
                         })
@@ -1071,6 +975,19 @@ mod custom {
     }
 }
 
+/// Streams `a`, `b`, `c` (`k`, `ts`, `v`; 100 ms out of order) and two reconciles: `u` = a ⋈ b
+/// (its function replaced by a custom one), `x` = u ⋈ c.
+fn custom_config(idle_advance: bool, idle_timeout: &str) -> String {
+    let mut text = format!("[runtime]\nidle_advance = {idle_advance}\n");
+    for s in ["a", "b", "c"] {
+        text += &kv_stream(s, "100ms", idle_timeout);
+    }
+    text + "[operators.u]\nkind = \"connect\"\nfunction = \"reconcile\"\ntimeout = \"0ms\"\nleft = \"a\"\n\
+            right = \"b\"\nselect = [\"left.v\", \"right.v AS bv\"]\n\
+            [operators.x]\nkind = \"connect\"\nfunction = \"reconcile\"\ntimeout = \"500ms\"\nleft = \"u\"\n\
+            right = \"c\"\nselect = [\"left.v\", \"right.v AS cv\"]\n"
+}
+
 /// Processing-time timers and tick skipping: a custom CoProcess whose timers fire between ticks
 /// and on them, and release holds on its output watermark, feeding a downstream reconcile —
 /// skipping ticks must give the output of stepping through every one.
@@ -1080,22 +997,11 @@ fn processing_time_timers_skip_no_tick_that_matters() {
     let mut late_downstream = 0;
     for seed in 0..150u64 {
         let mut rng = Rng(seed ^ 0x71AE);
-        let mut text = format!("[runtime]\nidle_advance = {}\n", rng.chance(2));
-        let idle = rng.pick(&["200ms", "500ms", "1s", "0ms"]);
-        for s in ["a", "b", "c"] {
-            text += &format!(
-                "[streams.{s}]\nkey = \"k\"\ntime = {{ field = \"ts\", unit = \"ms\" }}\nmax_out_of_orderness = \"100ms\"\n\
-                 idle_timeout = \"{idle}\"\nfields = {{ k = \"string\", ts = \"int\", v = \"int\" }}\n"
-            );
-        }
-        text += "[operators.u]\nkind = \"connect\"\nfunction = \"reconcile\"\ntimeout = \"0ms\"\nleft = \"a\"\n\
-                 right = \"b\"\nselect = [\"left.v\", \"right.v AS bv\"]\n\
-                 [operators.x]\nkind = \"connect\"\nfunction = \"reconcile\"\ntimeout = \"500ms\"\nleft = \"u\"\n\
-                 right = \"c\"\nselect = [\"left.v\", \"right.v AS cv\"]\n";
+        let idle_advance = rng.one_in(2);
+        let text = custom_config(idle_advance, rng.pick(&["200ms", "500ms", "1s", "0ms"]));
         let dir = tempfile::tempdir().unwrap();
-        let mut inputs = Vec::new();
-        for (si, s) in ["a", "b", "c"].iter().enumerate() {
-            let n = [30, 6, 40][si];
+        let mut files = Vec::new();
+        for (s, n) in [("a", 30), ("b", 6), ("c", 40)] {
             let lines: String = timeline(&mut rng, n, BASE)
                 .into_iter()
                 .enumerate()
@@ -1104,36 +1010,18 @@ fn processing_time_timers_skip_no_tick_that_matters() {
                     format!("{{\"k\":\"k{}\",\"ts\":{ts},\"v\":{},\"arrival\":{arrival}}}\n", rng.below(3), i)
                 })
                 .collect();
-            let path = dir.path().join(format!("{s}.jsonl"));
-            std::fs::write(&path, lines).unwrap();
-            inputs.push((s.to_string(), path));
+            files.push((s, lines));
         }
+        let inputs = write_inputs(dir.path(), files);
         let mut plan = braid::config::parse("gen.toml", &text).unwrap();
         custom::install(&mut plan, || Box::new(custom::Delay));
-        let mut outputs_of = Vec::new();
-        for every_tick in [false, true] {
-            let outputs: Vec<(String, PathBuf)> = ["u", "u.late", "x", "x.late"]
-                .iter()
-                .map(|o| (o.to_string(), dir.path().join(format!("{every_tick}-{o}.jsonl"))))
-                .collect();
-            let args = braid::replay::ReplayArgs { shards: 2, every_tick, inputs: &inputs, outputs: &outputs };
-            braid::replay::run(&plan, &args).unwrap();
-            let texts: Vec<Vec<String>> = outputs
-                .iter()
-                .map(|(_, p)| {
-                    let mut lines: Vec<String> =
-                        std::fs::read_to_string(p).unwrap().lines().map(str::to_owned).collect();
-                    lines.sort();
-                    lines
-                })
-                .collect();
-            outputs_of.push(texts);
+        let outputs = ["u", "u.late", "x", "x.late"];
+        let (skipping, stepping) = skip_and_step(&plan, dir.path(), 2, &inputs, &outputs);
+        for (i, name) in outputs.iter().enumerate() {
+            assert_eq!(skipping[i], stepping[i], "seed {seed}: output {name} differs\n{text}");
         }
-        for (i, name) in ["u", "u.late", "x", "x.late"].iter().enumerate() {
-            assert_eq!(outputs_of[0][i], outputs_of[1][i], "seed {seed}: output {name} differs\n{text}");
-        }
-        results += outputs_of[0][0].len();
-        late_downstream += outputs_of[0][3].iter().filter(|l| l.contains("\"_stream\":\"u\"")).count();
+        results += skipping[0].len();
+        late_downstream += skipping[3].iter().filter(|l| l.contains("\"_stream\":\"u\"")).count();
     }
     eprintln!("custom CoProcess: {results} results of u, {late_downstream} of them late in x");
     assert!(results > 300, "the custom function should emit ({results})");
@@ -1151,17 +1039,7 @@ fn processing_time_timers_skip_no_tick_that_matters() {
 /// is late in x. Had tick 2200 been skipped, x would still be at 1000 and take it.
 #[test]
 fn a_timer_due_on_a_quiet_tick_runs_that_tick() {
-    let mut text = String::from("[runtime]\nidle_advance = false\n");
-    for s in ["a", "b", "c"] {
-        text += &format!(
-            "[streams.{s}]\nkey = \"k\"\ntime = {{ field = \"ts\", unit = \"ms\" }}\nmax_out_of_orderness = \"100ms\"\n\
-             idle_timeout = \"0ms\"\nfields = {{ k = \"string\", ts = \"int\", v = \"int\" }}\n"
-        );
-    }
-    text += "[operators.u]\nkind = \"connect\"\nfunction = \"reconcile\"\ntimeout = \"0ms\"\nleft = \"a\"\n\
-             right = \"b\"\nselect = [\"left.v\", \"right.v AS bv\"]\n\
-             [operators.x]\nkind = \"connect\"\nfunction = \"reconcile\"\ntimeout = \"500ms\"\nleft = \"u\"\n\
-             right = \"c\"\nselect = [\"left.v\", \"right.v AS cv\"]\n";
+    let text = custom_config(false, "0ms");
     let dir = tempfile::tempdir().unwrap();
     let files = [
         (
@@ -1177,28 +1055,13 @@ fn a_timer_due_on_a_quiet_tick_runs_that_tick() {
             "{\"k\":\"k7\",\"ts\":1900,\"v\":0,\"arrival\":1900}\n{\"k\":\"k5\",\"ts\":1500,\"v\":0,\"arrival\":2250}\n",
         ),
     ];
-    let inputs: Vec<(String, PathBuf)> = files
-        .iter()
-        .map(|(s, lines)| {
-            let path = dir.path().join(format!("{s}.jsonl"));
-            std::fs::write(&path, lines).unwrap();
-            (s.to_string(), path)
-        })
-        .collect();
+    let inputs = write_inputs(dir.path(), files);
     let mut plan = braid::config::parse("quiet_tick.toml", &text).unwrap();
     custom::install(&mut plan, || Box::new(custom::Delay));
-    for every_tick in [false, true] {
-        let outputs: Vec<(String, PathBuf)> =
-            ["u", "x.late"].iter().map(|o| (o.to_string(), dir.path().join(format!("{every_tick}-{o}")))).collect();
-        let args = braid::replay::ReplayArgs { shards: 1, every_tick, inputs: &inputs, outputs: &outputs };
-        braid::replay::run(&plan, &args).unwrap();
-        let read = |i: usize| std::fs::read_to_string(&outputs[i].1).unwrap();
-        assert!(
-            read(0).contains("\"k\":\"k0\",\"v\":3,\"bv\":null,\"_kind\":\"left_only\",\"_ts\":1000"),
-            "{}",
-            read(0)
-        );
-        let late = read(1);
+    let (skipping, stepping) = skip_and_step(&plan, dir.path(), 1, &inputs, &["u", "x.late"]);
+    for (every_tick, outputs) in [(false, skipping), (true, stepping)] {
+        let (u, late) = (outputs[0].join("\n"), outputs[1].join("\n"));
+        assert!(u.contains("\"k\":\"k0\",\"v\":3,\"bv\":null,\"_kind\":\"left_only\",\"_ts\":1000"), "{u}");
         assert!(
             late.contains("\"k\":\"k5\"") && late.contains("\"_stream\":\"c\""),
             "every_tick {every_tick}: {late:?}"
@@ -1221,12 +1084,8 @@ fn dump_connect_workloads() {
         {
             let d = Path::new(&dir).join(format!("{kind}-{seed}"));
             std::fs::create_dir_all(&d).unwrap();
-            w.write(&d);
-            let args: Vec<String> = w
-                .streams
-                .iter()
-                .map(|s| format!("--input {}={}", s.name, d.join(format!("{}.jsonl", s.name)).display()))
-                .collect();
+            let (_, inputs) = w.write(&d);
+            let args: Vec<String> = inputs.iter().map(|(s, path)| format!("--input {s}={}", path.display())).collect();
             let outputs: Vec<String> = w.outputs().iter().map(|o| format!("--output {o}=OUT/{o}.jsonl")).collect();
             std::fs::write(d.join("args.txt"), format!("{} {}", args.join(" "), outputs.join(" "))).unwrap();
         }
@@ -1245,21 +1104,12 @@ fn a_coprocess_sees_the_arrival_as_processing_time() {
     let dir = tempfile::tempdir().unwrap();
     let lines = "{\"k\":\"x\",\"ts\":1000,\"v\":0,\"arrival\":1234}\n{\"k\":\"x\",\"ts\":900,\"v\":0}\n\
                  {\"k\":\"y\",\"ts\":1100,\"v\":0,\"arrival\":5000}\n";
-    let path = dir.path().join("a.jsonl");
-    std::fs::write(&path, lines).unwrap();
+    let inputs = write_inputs(dir.path(), [("a", lines)]);
     let mut plan = braid::config::parse("stamp.toml", text).unwrap();
     custom::install(&mut plan, || Box::new(custom::Stamp));
-    let out = dir.path().join("u.jsonl");
-    let args = braid::replay::ReplayArgs {
-        shards: 2,
-        every_tick: false,
-        inputs: &[("a".to_string(), path)],
-        outputs: &[("u".to_string(), out.clone())],
-    };
-    braid::replay::run(&plan, &args).unwrap();
-    let seen: Vec<i64> = std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
+    let outputs = output_files(dir.path(), "out", &["u"]);
+    let seen: Vec<i64> = replay_in_process(&plan, 2, false, &inputs, &outputs)[0]
+        .iter()
         .map(|l| serde_json::from_str::<Value>(l).unwrap()["v"].as_i64().unwrap())
         .collect();
     // Merged by arrival: 900 (its ts), 1234, 5000.

@@ -20,11 +20,8 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::*;
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
+use common::env_u64;
+use common::join_workload::*;
 
 #[test]
 fn interval_join_equals_brute_force_reference() {

@@ -26,51 +26,20 @@
 //!
 //! `BRAID_REF_CASES` (default 200 per operator) and `BRAID_REF_SEED` (first seed) for debugging.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
-use std::path::Path;
-use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-/// 2026-01-01T00:00:00Z: realistic event times.
-const BASE: i64 = 1_767_225_600_000;
-const TICK: i64 = 200;
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
+use common::config_text::stream_section_ms;
+use common::multiset::{Multiset, add, is_id_value, multiset, multiset_diff};
+use common::rng::Rng;
+use common::run::{RUN_TIMEOUT, replay, write_file, write_inputs};
+use common::{BASE_TS as BASE, TICK, env_u64};
 
 // ------------------------------------------------------------------------------- generator ---
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + self.below((hi - lo + 1) as u64) as i64
-    }
-
-    fn chance(&mut self, p: f64) -> bool {
-        ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
-    }
-
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len() as u64) as usize]
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -137,30 +106,21 @@ impl Workload {
         let mut c = format!("[runtime]\nidle_advance = {}\n", self.idle_advance);
         let key_type = if self.int_keys { "int" } else { "string" };
         for (i, s) in self.streams.iter().enumerate() {
-            let mut fields = vec![format!("device = \"{key_type}\""), "ts = \"int\"".into(), "seq = \"int\"".into()];
+            let mut fields = vec![("device", key_type), ("ts", "int"), ("seq", "int")];
             if s.broadcast {
                 fields.remove(0);
             }
             match (self.kind, i) {
-                (Kind::Temporal, 1) => fields.push("level = \"string\"".into()),
+                (Kind::Temporal, 1) => fields.push(("level", "string")),
                 (Kind::Absence, _) => {}
-                _ => fields.push("temp = \"float\"".into()),
+                _ => fields.push(("temp", "float")),
             }
             // Union inputs of one schema may declare its fields in different orders.
             if self.kind == Kind::Union && (self.seed + i as u64).is_multiple_of(3) {
                 fields.reverse();
             }
             let key = if s.broadcast { "*" } else { "device" };
-            writeln!(
-                c,
-                "\n[streams.{}]\nkey = \"{key}\"\ntime = {{ field = \"ts\", unit = \"ms\" }}\n\
-                 max_out_of_orderness = \"{}ms\"\nidle_timeout = \"{}ms\"\nfields = {{ {} }}",
-                s.name,
-                s.ooo,
-                s.idle_timeout,
-                fields.join(", ")
-            )
-            .unwrap();
+            c += &stream_section_ms(&s.name, key, s.ooo, s.idle_timeout, &fields);
         }
         c.push_str("\n[operators.op]\n");
         match self.kind {
@@ -384,12 +344,8 @@ fn simulate(w: &Workload) -> (Vec<Seen>, SimStats) {
 /// What a workload must produce: results and late rows as multisets of descriptive tuples.
 #[derive(Debug, Default, PartialEq)]
 struct Expected {
-    results: BTreeMap<String, usize>,
-    late: BTreeMap<String, usize>,
-}
-
-fn add(m: &mut BTreeMap<String, usize>, k: String) {
-    *m.entry(k).or_insert(0) += 1;
+    results: Multiset,
+    late: Multiset,
 }
 
 #[derive(Default, Debug)]
@@ -480,49 +436,12 @@ fn reference(w: &Workload, seen: &[Seen], stats: &mut RefStats) -> Expected {
 // -------------------------------------------------------------------------- the runner ---
 
 /// Runs `braid replay` on the workload: (op results, op late rows), as parsed JSON.
-fn run(w: &Workload, shards: usize) -> Result<(Vec<Value>, Vec<Value>), String> {
+fn run(w: &Workload, shards: u32) -> Result<(Vec<Value>, Vec<Value>), String> {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.toml");
-    std::fs::write(&config, w.config()).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_braid"));
-    cmd.arg("replay").arg("--config").arg(&config).arg("--shards").arg(shards.to_string());
-    for (i, s) in w.streams.iter().enumerate() {
-        let p = dir.path().join(format!("{}.jsonl", s.name));
-        std::fs::write(&p, w.file_text(i)).unwrap();
-        cmd.arg("--input").arg(format!("{}={}", s.name, p.display()));
-    }
-    let out = |name: &str| dir.path().join(format!("out-{name}.jsonl"));
-    for name in ["op", "op.late"] {
-        cmd.arg("--output").arg(format!("{name}={}", out(name).display()));
-    }
-    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    // No clock in tests (clippy.toml): 15 000 polls of 2 ms is the time limit.
-    let mut polls = 0;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        polls += 1;
-        if polls > 15_000 {
-            child.kill().unwrap();
-            return Err("braid replay hung".into());
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    };
-    if !status.success() {
-        let mut stderr = String::new();
-        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-        return Err(format!("braid replay exited with {status}: {stderr}"));
-    }
-    let read = |p: &Path| -> Vec<Value> {
-        std::fs::read_to_string(p).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-    };
-    Ok((read(&out("op")), read(&out("op.late"))))
-}
-
-fn is_hex_id(v: &Value) -> bool {
-    v.as_str().is_some_and(|s| s.len() == 16 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+    let config = write_file(dir.path(), "config.toml", w.config());
+    let inputs = write_inputs(dir.path(), w.streams.iter().enumerate().map(|(i, s)| (&s.name, w.file_text(i))));
+    let mut out = replay(dir.path(), &config, Some(shards), &inputs, &["op", "op.late"], RUN_TIMEOUT)?;
+    Ok((out.take("op"), out.take("op.late")))
 }
 
 fn key_of(w: &Workload, v: &Value) -> Result<i64, String> {
@@ -535,6 +454,19 @@ fn int(row: &Value, field: &str) -> Result<i64, String> {
     row[field].as_i64().ok_or_else(|| format!("{field} is not an int in {row}"))
 }
 
+/// The input row that a union result or a late row names (by `_stream` and `seq`): its stream's
+/// name, its line, and the row as it must come out (its declared fields, `_stream`, `_ts`).
+fn named_row<'w>(w: &'w Workload, row: &Value) -> Result<(&'w str, &'w Line, Value), String> {
+    let stream = row["_stream"].as_str().ok_or("no _stream")?;
+    let s = w.streams.iter().position(|s| s.name == stream).ok_or("unknown _stream")?;
+    let seq = int(row, "seq")?;
+    let line = w.streams[s].lines.iter().find(|l| l.seq == seq).ok_or("unknown seq")?;
+    let mut expected = Value::Object(w.fields(s, line));
+    expected["_stream"] = json!(stream);
+    expected["_ts"] = json!(line.ts);
+    Ok((&w.streams[s].name, line, expected))
+}
+
 /// Checks each output row on its own and turns braid's outputs into the reference's terms.
 fn describe(w: &Workload, results: &[Value], late: &[Value]) -> Result<Expected, String> {
     let mut got = Expected::default();
@@ -543,24 +475,18 @@ fn describe(w: &Workload, results: &[Value], late: &[Value]) -> Result<Expected,
     let mut by_id: HashMap<String, String> = HashMap::new();
     for row in results {
         let obj = row.as_object().ok_or("a result is not an object")?;
-        if !is_hex_id(&row["_id"]) {
+        if !is_id_value(&row["_id"]) {
             return Err(format!("bad _id in {row}"));
         }
         let ts = int(row, "_ts")?;
         let (what, fields): (String, Vec<&str>) = match w.kind {
             Kind::Union => {
-                let stream = row["_stream"].as_str().ok_or("no _stream")?;
-                let s = w.streams.iter().position(|s| s.name == stream).ok_or("unknown _stream")?;
-                let seq = int(row, "seq")?;
-                let line = w.streams[s].lines.iter().find(|l| l.seq == seq).ok_or("unknown seq")?;
-                let mut expected = Value::Object(w.fields(s, line));
-                expected["_stream"] = json!(stream);
-                expected["_ts"] = json!(line.ts);
+                let (stream, line, mut expected) = named_row(w, row)?;
                 expected["_id"] = row["_id"].clone();
                 if *row != expected {
                     return Err(format!("union result {row}, expected {expected}"));
                 }
-                (format!("{stream} seq {seq} ts {ts}"), vec![])
+                (format!("{stream} seq {} ts {ts}", line.seq), vec![])
             }
             Kind::Temporal => {
                 let key = key_of(w, &row["device"])?;
@@ -613,38 +539,22 @@ fn describe(w: &Workload, results: &[Value], late: &[Value]) -> Result<Expected,
         add(&mut got.results, what);
     }
     for row in late {
-        let stream = row["_stream"].as_str().ok_or("late row without _stream")?;
-        let s = w.streams.iter().position(|s| s.name == stream).ok_or("unknown _stream")?;
-        let seq = int(row, "seq")?;
-        let line = w.streams[s].lines.iter().find(|l| l.seq == seq).ok_or("unknown late seq")?;
-        let mut expected = Value::Object(w.fields(s, line));
-        expected["_stream"] = json!(stream);
-        expected["_ts"] = json!(line.ts);
+        let (stream, line, expected) = named_row(w, row).map_err(|e| format!("late row {row}: {e}"))?;
         if *row != expected {
             return Err(format!("late row {row}, expected {expected}"));
         }
-        add(&mut got.late, format!("{stream} seq {seq}"));
+        add(&mut got.late, format!("{stream} seq {}", line.seq));
     }
     Ok(got)
 }
 
-fn diff(what: &str, expected: &BTreeMap<String, usize>, got: &BTreeMap<String, usize>) -> String {
-    let mut s = String::new();
-    for k in expected.keys().chain(got.keys()).collect::<BTreeSet<_>>() {
-        let (e, g) = (expected.get(k).copied().unwrap_or(0), got.get(k).copied().unwrap_or(0));
-        if e != g {
-            writeln!(s, "  {what} {k}: expected {e}, braid {g}").unwrap();
-        }
-    }
-    s
-}
-
-fn check(w: &Workload, shards: usize, stats: &mut RefStats) -> Result<(), String> {
+fn check(w: &Workload, shards: u32, stats: &mut RefStats) -> Result<(), String> {
     let (seen, _) = simulate(w);
     let expected = reference(w, &seen, stats);
     let (results, late) = run(w, shards)?;
     let got = describe(w, &results, &late)?;
-    let d = diff("result", &expected.results, &got.results) + &diff("late", &expected.late, &got.late);
+    let d = multiset_diff("expected result", &expected.results, "braid", &got.results)
+        + &multiset_diff("expected late", &expected.late, "braid", &got.late);
     if d.is_empty() { Ok(()) } else { Err(format!("shards {shards}:\n{d}")) }
 }
 
@@ -758,7 +668,7 @@ fn shard_counts_do_not_change_any_output() {
     for seed in first..first + cases {
         for kind in [Kind::Union, Kind::Temporal, Kind::Absence] {
             let w = gen_workload(seed + 1000, kind);
-            let runs: Vec<(BTreeMap<String, usize>, BTreeMap<String, usize>)> = [1, 2, 4]
+            let runs: Vec<(Multiset, Multiset)> = [1, 2, 4]
                 .iter()
                 .map(|&shards| {
                     let (results, late) = run(&w, shards).unwrap();
@@ -766,7 +676,9 @@ fn shard_counts_do_not_change_any_output() {
                 })
                 .collect();
             for (i, shards) in [2, 4].iter().enumerate() {
-                let d = diff("result", &runs[0].0, &runs[i + 1].0) + &diff("late", &runs[0].1, &runs[i + 1].1);
+                let other = format!("{shards} shards");
+                let d = multiset_diff("result, 1 shard", &runs[0].0, &other, &runs[i + 1].0)
+                    + &multiset_diff("late, 1 shard", &runs[0].1, &other, &runs[i + 1].1);
                 assert!(d.is_empty(), "1 vs {shards} shards (expected = 1 shard):\n{d}\n{}", w.dump());
             }
             assert!(
@@ -811,14 +723,4 @@ fn a_late_broadcast_row_is_reported_once() {
     };
     let (_, late) = run(&w, 4).unwrap();
     assert_eq!(late.len(), 1, "{late:?}");
-}
-
-/// Rows as a multiset of JSON texts with their keys sorted: equal rows, equal text.
-fn multiset(rows: &[Value]) -> BTreeMap<String, usize> {
-    let mut m = BTreeMap::new();
-    for r in rows {
-        let sorted: BTreeMap<&String, &Value> = r.as_object().unwrap().iter().collect();
-        add(&mut m, serde_json::to_string(&sorted).unwrap());
-    }
-    m
 }

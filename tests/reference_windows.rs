@@ -29,59 +29,27 @@
 //! Knobs: `BRAID_REF_CASES` (default 240), `BRAID_REF_SEED` (first seed, default 0). A failing
 //! workload is saved under `CARGO_TARGET_TMPDIR/reference_windows-SEED/`.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-const BASE: i64 = 1_767_225_600_000;
-const TICK: i64 = 200;
+use common::config_text::stream_section_ms;
+use common::multiset::{canonical_by_value, is_id, multiset_by_value as multiset, multiset_diff};
+use common::rng::Rng;
+use common::run::{Files, Outputs, replay as run_replay, repro_dir, write_file, write_inputs};
+use common::{BASE_TS as BASE, TICK, env_u64};
+
 const GRID: i64 = 50;
 const NEG_INF: i128 = i128::MIN / 4;
 const POS_INF: i128 = i128::MAX / 4;
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
 // ------------------------------------------------------------------------------ generation ---
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5DEE_CE66_D1CE_4E5B)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + self.below((hi - lo + 1) as u64) as i64
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len() as u64) as usize]
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Win {
@@ -178,7 +146,8 @@ const STREAMS: [&str; 2] = ["l", "r"];
 const KEY_FIELDS: [&str; 2] = ["k", "rk"];
 
 fn gen_workload(seed: u64) -> Workload {
-    let mut g = Rng::new(seed);
+    // The salt of `Rng::new`, without its first draw.
+    let mut g = Rng(seed ^ 0x5DEE_CE66_D1CE_4E5B);
     let win = match seed % 3 {
         0 => {
             let size = g.pick(&[100, 200, 300, 500]);
@@ -186,7 +155,7 @@ fn gen_workload(seed: u64) -> Workload {
         }
         1 => {
             let size = g.pick(&[200, 300, 400, 600]);
-            let slide = if g.chance(15) { size + g.pick(&[50, 100]) } else { g.pick(&[100, 150, 200]).min(size) };
+            let slide = if g.percent(15) { size + g.pick(&[50, 100]) } else { g.pick(&[100, 150, 200]).min(size) };
             Win::Fixed { size, slide, offset: g.pick(&[0, 0, 50, -20]), tumbling: false }
         }
         _ => Win::Session { gap: g.pick(&[50, 100, 150, 250]) },
@@ -197,9 +166,9 @@ fn gen_workload(seed: u64) -> Workload {
         Win::Fixed { .. } => g.pick(&[0, 0, 0, 100, 250, 600]),
     };
     let join = g.pick(&[Join::Inner, Join::Left, Join::Right, Join::Full]);
-    let cond = if g.chance(30) { Some(g.pick(&[Cond::VLe, Cond::FOrS, Cond::SumGt])) } else { None };
-    let idle_advance = g.chance(50);
-    let int_keys = g.chance(25);
+    let cond = if g.percent(30) { Some(g.pick(&[Cond::VLe, Cond::FOrS, Cond::SumGt])) } else { None };
+    let idle_advance = g.percent(50);
+    let int_keys = g.percent(25);
     // Sessions extend past a fired session mostly with rows near the watermark: disorder.
     let disorder: &[i64] = if matches!(win, Win::Session { .. }) { &[0, 100, 250, 400] } else { &[0, 0, 100, 250] };
     let streams = [0, 1].map(|_| (g.pick(disorder), g.pick(&[0, 300, 500, 1000])));
@@ -207,9 +176,9 @@ fn gen_workload(seed: u64) -> Workload {
     let span = g.pick(&[1500, 3000, 5000]);
     let mut rows = Vec::new();
     for (side, &(ooo, _)) in streams.iter().enumerate() {
-        let n = if g.chance(5) { 0 } else { g.range(1, 60) };
+        let n = if g.percent(5) { 0 } else { g.range(1, 60) };
         // A silent stretch of nominal time in which this stream sends nothing.
-        let silent = g.chance(35).then(|| {
+        let silent = g.percent(35).then(|| {
             let from = g.range(0, span);
             (from, from + g.pick(&[700, 1200, 2000]))
         });
@@ -231,7 +200,7 @@ fn gen_workload(seed: u64) -> Workload {
                 6 | 7 => g.range(0, 60),
                 _ => g.range(ooo, ooo + 900),
             };
-            let arrival = ts + delay - if g.chance(5) { g.range(1, 80) } else { 0 };
+            let arrival = ts + delay - if g.percent(5) { g.range(1, 80) } else { 0 };
             rows.push(Row {
                 side,
                 seq: 0,
@@ -255,12 +224,12 @@ fn gen_workload(seed: u64) -> Workload {
         file.sort_by_key(|&i| rows[i].arrival);
         // Some neighbours swapped: the merge orders by arrival, ties by line number.
         for j in 1..file.len() {
-            if g.chance(10) {
+            if g.percent(10) {
                 file.swap(j - 1, j);
             }
         }
     }
-    let flags = if g.chance(50) { [0, 1] } else { [1, 0] };
+    let flags = if g.percent(50) { [0, 1] } else { [1, 0] };
     Workload { seed, win, allowed_lateness, join, cond, idle_advance, int_keys, streams, rows, files, flags }
 }
 
@@ -286,13 +255,10 @@ impl Workload {
         let mut c = format!("[runtime]\nidle_advance = {}\n", self.idle_advance);
         for (i, name) in STREAMS.iter().enumerate() {
             let (ooo, idle) = self.streams[i];
-            let _ = write!(
-                c,
-                "\n[streams.{name}]\nkey = \"{key}\"\ntime = {{ field = \"ts\", unit = \"ms\" }}\n\
-                 max_out_of_orderness = \"{ooo}ms\"\nidle_timeout = \"{idle}ms\"\n\
-                 fields = {{ {key} = \"{key_type}\", ts = \"int\", seq = \"int\", v = \"int\", f = \"float\", s = \"string\" }}\n",
-                key = KEY_FIELDS[i]
-            );
+            let key = KEY_FIELDS[i];
+            let fields =
+                [(key, key_type), ("ts", "int"), ("seq", "int"), ("v", "int"), ("f", "float"), ("s", "string")];
+            c += &stream_section_ms(name, key, ooo, idle, &fields);
         }
         let (window, al) = (self.window_toml(), self.allowed_lateness);
         let _ = write!(
@@ -329,13 +295,17 @@ impl Workload {
         Value::Object(obj).to_string()
     }
 
-    /// Writes config.toml, l.jsonl and r.jsonl into `dir`.
-    fn write_to(&self, dir: &Path) {
-        std::fs::write(dir.join("config.toml"), self.config()).unwrap();
-        for (side, name) in STREAMS.iter().enumerate() {
-            let text: String = self.files[side].iter().map(|&i| self.line(i) + "\n").collect();
-            std::fs::write(dir.join(format!("{name}.jsonl")), text).unwrap();
-        }
+    /// Writes config.toml, l.jsonl and r.jsonl into `dir`: the config's path, and the inputs in
+    /// the order of the `--input` flags.
+    fn write_to(&self, dir: &Path) -> (PathBuf, Files) {
+        let config = write_file(dir, "config.toml", self.config());
+        let inputs = write_inputs(
+            dir,
+            self.flags.iter().map(|&side| {
+                (STREAMS[side], self.files[side].iter().map(|&i| self.line(i) + "\n").collect::<String>())
+            }),
+        );
+        (config, inputs)
     }
 
     fn dump(&self) -> String {
@@ -355,87 +325,10 @@ impl Workload {
 const OUTPUTS: [&str; 4] = ["j", "j.late", "g", "g.late"];
 
 /// Runs `braid replay`; the rows of each of [`OUTPUTS`], in file order.
-fn replay(w: &Workload, shards: Option<u32>) -> Result<BTreeMap<&'static str, Vec<Value>>, String> {
+fn replay(w: &Workload, shards: Option<u32>) -> Result<Outputs, String> {
     let dir = tempfile::tempdir().unwrap();
-    w.write_to(dir.path());
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_braid"));
-    cmd.arg("replay").arg("--config").arg(dir.path().join("config.toml"));
-    if let Some(n) = shards {
-        cmd.arg("--shards").arg(n.to_string());
-    }
-    for &side in &w.flags {
-        let name = STREAMS[side];
-        cmd.arg("--input").arg(format!("{name}={}", dir.path().join(format!("{name}.jsonl")).display()));
-    }
-    for name in OUTPUTS {
-        cmd.arg("--output").arg(format!("{name}={}", dir.path().join(format!("out-{name}")).display()));
-    }
-    let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
-    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr).spawn().unwrap();
-    let mut waited = Duration::ZERO;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if waited > RUN_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("braid replay did not finish within {RUN_TIMEOUT:?}"));
-        }
-        std::thread::sleep(Duration::from_millis(2));
-        waited += Duration::from_millis(2);
-    };
-    if !status.success() {
-        let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap_or_default();
-        return Err(format!("braid replay exited with {status}:\n{stderr}"));
-    }
-    let mut out = BTreeMap::new();
-    for name in OUTPUTS {
-        let text = std::fs::read_to_string(dir.path().join(format!("out-{name}"))).unwrap();
-        let rows = text.lines().map(|l| serde_json::from_str(l).map_err(|e| format!("{name}: {e}: {l}")));
-        out.insert(name, rows.collect::<Result<Vec<Value>, String>>()?);
-    }
-    Ok(out)
-}
-
-/// A JSON value as text, object keys sorted, numbers as f64 (`2` and `2.0` are one number).
-fn canonical(v: &Value) -> String {
-    match v {
-        Value::Number(n) => format!("{:?}", n.as_f64().unwrap()),
-        Value::Array(items) => format!("[{}]", items.iter().map(canonical).collect::<Vec<_>>().join(",")),
-        Value::Object(m) => {
-            let sorted: BTreeMap<&String, &Value> = m.iter().collect();
-            let items: Vec<String> = sorted.iter().map(|(k, v)| format!("{k:?}:{}", canonical(v))).collect();
-            format!("{{{}}}", items.join(","))
-        }
-        other => other.to_string(),
-    }
-}
-
-fn multiset<'a>(rows: impl IntoIterator<Item = &'a Value>) -> BTreeMap<String, i64> {
-    let mut m = BTreeMap::new();
-    for r in rows {
-        *m.entry(canonical(r)).or_insert(0) += 1;
-    }
-    m
-}
-
-/// "" when equal, else the rows only one side has.
-fn diff(what: &str, expected: &BTreeMap<String, i64>, actual: &BTreeMap<String, i64>) -> String {
-    let mut out = String::new();
-    for (label, a, b) in [("missing", expected, actual), ("unexpected", actual, expected)] {
-        let rows: Vec<String> = a
-            .iter()
-            .filter_map(|(row, n)| {
-                let extra = n - b.get(row).copied().unwrap_or(0);
-                (extra > 0).then(|| format!("    {extra}x {row}"))
-            })
-            .collect();
-        if !rows.is_empty() {
-            let _ = writeln!(out, "  {what}: {} {label}:\n{}", rows.len(), rows.join("\n"));
-        }
-    }
-    out
+    let (config, inputs) = w.write_to(dir.path());
+    run_replay(dir.path(), &config, shards, &inputs, &OUTPUTS, RUN_TIMEOUT)
 }
 
 // ---------------------------------------------------------------------- the reference itself ---
@@ -816,12 +709,13 @@ fn check(w: &Workload, shards: Option<u32>) -> Result<Stats, String> {
         })
         .collect();
     for name in ["j.late", "g.late"] {
-        errs += &diff(name, &multiset(&expected_late), &multiset(&out[name]));
+        errs +=
+            &multiset_diff(&format!("{name} expected"), &multiset(&expected_late), "braid", &multiset(out.get(name)));
     }
 
     // Results: every emission predicted; `_id` checked for structure, `_supersedes` translated.
     for (op, name) in [(0, "j"), (1, "g")] {
-        let rows = &out[name];
+        let rows = out.get(name);
         let mut by_id: BTreeMap<String, Value> = BTreeMap::new();
         let mut last_version: BTreeMap<String, i64> = BTreeMap::new();
         let mut actual = vec![];
@@ -830,7 +724,7 @@ fn check(w: &Workload, shards: Option<u32>) -> Result<Stats, String> {
                 errs += &format!("  {name}: no _id: {row}\n");
                 continue;
             };
-            if id.len() != 16 || !id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+            if !is_id(&id) {
                 errs += &format!("  {name}: bad _id {id}\n");
             }
             let identity = match (op, w.win) {
@@ -852,7 +746,7 @@ fn check(w: &Workload, shards: Option<u32>) -> Result<Stats, String> {
             last_version.insert(id, version);
             actual.push(row.clone());
         }
-        let identities: BTreeSet<String> = by_id.values().map(canonical).collect();
+        let identities: BTreeSet<String> = by_id.values().map(canonical_by_value).collect();
         if identities.len() != by_id.len() {
             errs += &format!("  {name}: two _ids name one result\n");
         }
@@ -871,14 +765,13 @@ fn check(w: &Workload, shards: Option<u32>) -> Result<Stats, String> {
                 obj.insert("_supersedes".into(), Value::Array(bounds));
             }
         }
-        errs += &diff(name, &multiset(&r.ops[op].emitted), &multiset(&actual));
+        errs += &multiset_diff(&format!("{name} expected"), &multiset(&r.ops[op].emitted), "braid", &multiset(&actual));
     }
     if errs.is_empty() { Ok(r.stats) } else { Err(errs) }
 }
 
 fn save(w: &Workload) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("reference_windows-{}", w.seed));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = repro_dir(&format!("reference_windows-{}", w.seed));
     w.write_to(&dir);
     dir
 }
@@ -954,11 +847,16 @@ fn results_do_not_depend_on_the_shard_count() {
     let first = env_u64("BRAID_REF_SEED", 0);
     for seed in first..first + cases {
         let w = gen_workload(seed * 7 + 1);
-        let runs: Vec<BTreeMap<&str, Vec<Value>>> = [1, 2, 4].iter().map(|&n| replay(&w, Some(n)).unwrap()).collect();
+        let runs: Vec<Outputs> = [1, 2, 4].iter().map(|&n| replay(&w, Some(n)).unwrap()).collect();
         for name in OUTPUTS {
-            let one = multiset(&runs[0][name]);
+            let one = multiset(runs[0].get(name));
             for (run, shards) in runs[1..].iter().zip([2, 4]) {
-                let d = diff(name, &one, &multiset(&run[name]));
+                let d = multiset_diff(
+                    &format!("{name}, 1 shard"),
+                    &one,
+                    &format!("{shards} shards"),
+                    &multiset(run.get(name)),
+                );
                 assert!(d.is_empty(), "seed {}: 1 shard vs {shards}:\n{d}\n{}", w.seed, w.dump());
             }
         }

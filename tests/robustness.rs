@@ -14,8 +14,7 @@
 //! Cases per property are kept small (≤ 64; the replay property spawns a process per case);
 //! `ROBUSTNESS_SCALE=N` runs N times as many.
 
-use std::fs;
-use std::process::Command;
+mod common;
 
 use base64::Engine as _;
 use proptest::prelude::*;
@@ -25,6 +24,8 @@ use serde_json::{Value as Json, json};
 use braid::record::decode::decode_line;
 use braid::record::schema::Field;
 use braid::record::{FieldType, Schema, TimeSpec, TimeUnit};
+use common::BASE_TS;
+use common::run::{RUN_TIMEOUT, read_jsonl, replay_command, run_with_timeout, write_file};
 
 /// `cases` per property; `ROBUSTNESS_SCALE=N` multiplies them for a longer hunt by hand.
 fn config(cases: u32) -> Config {
@@ -503,9 +504,6 @@ max_payload = "200B"
 fields = { k = "string", ts = "int", v = "float" }
 "#;
 
-/// 2026-01-01T00:00:00Z.
-const BASE_TS: i64 = 1_767_225_600_000;
-
 #[derive(Clone, Debug)]
 enum InputLine {
     /// Random bytes (no newline).
@@ -556,44 +554,25 @@ fn is_blank(line: &[u8]) -> bool {
     line.strip_suffix(b"\r").unwrap_or(line).iter().all(u8::is_ascii_whitespace)
 }
 
-fn json_lines(path: &std::path::Path) -> Vec<Json> {
-    fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: {e}: {l}", path.display())))
-        .collect()
-}
-
 proptest! {
     #![proptest_config(config(8))]
 
     #[test]
     fn replay_of_random_lines_loses_nothing(lines in prop::collection::vec(input_line(), 0..40), crlf in any::<bool>()) {
         let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("config.toml");
-        fs::write(&config, REPLAY_CONFIG).unwrap();
-        let input = dir.path().join("a.in");
+        let config = write_file(dir.path(), "config.toml", REPLAY_CONFIG);
         let separator: &[u8] = if crlf { b"\r\n" } else { b"\n" };
         let bytes = lines.iter().map(InputLine::bytes).collect::<Vec<_>>().join(separator);
-        fs::write(&input, &bytes).unwrap();
+        let input = write_file(dir.path(), "a.in", &bytes);
         let (out, dead) = (dir.path().join("a.jsonl"), dir.path().join("dead.jsonl"));
-        let status = Command::new(env!("CARGO_BIN_EXE_braid"))
-            .env("BRAID_LOG", "error")
-            .args(["replay", "--shards", "2", "--config"])
-            .arg(&config)
-            .arg("--input")
-            .arg(format!("a={}", input.display()))
-            .arg("--output")
-            .arg(format!("a={}", out.display()))
-            .arg("--output")
-            .arg(format!("dead_letter={}", dead.display()))
-            .output()
-            .unwrap();
-        prop_assert_eq!(status.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&status.stderr));
+        let outputs = [("a".to_owned(), out.clone()), ("dead_letter".to_owned(), dead.clone())];
+        let mut cmd = replay_command(&config, Some(2), &[("a".to_owned(), input)], &outputs);
+        let (status, stderr) = run_with_timeout(cmd.env("BRAID_LOG", "error"), RUN_TIMEOUT).unwrap();
+        prop_assert_eq!(status.code(), Some(0), "stderr: {}", stderr);
 
         let file_lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
         let non_blank: Vec<&[u8]> = file_lines.into_iter().filter(|l| !is_blank(l)).collect();
-        let (rows, dead_rows) = (json_lines(&out), json_lines(&dead));
+        let (rows, dead_rows) = (read_jsonl(&out).unwrap(), read_jsonl(&dead).unwrap());
         prop_assert_eq!(rows.len() + dead_rows.len(), non_blank.len(), "rows {:?}\ndead {:?}", rows, dead_rows);
 
         let valid = lines.iter().filter(|l| matches!(l, InputLine::Valid { .. })).count();

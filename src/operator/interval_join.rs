@@ -126,7 +126,9 @@ const DISORDER_PER_SPAN: i64 = 10;
 /// Warns when an input's rows may be out of order by far more than the join span: event times
 /// that jitter by seconds rarely land within a span of milliseconds (DESIGN.md "Beyond Flink").
 fn warn_about_disorder(b: &Builder<'_, '_, '_>, t: Table<'_, '_>, inputs: &[Input; 2], span: i64, errors: &mut Errors) {
-    for input in inputs {
+    // A self-join reads one stream twice: one warning.
+    let distinct = if inputs[0].node == inputs[1].node { &inputs[..1] } else { &inputs[..] };
+    for input in distinct {
         if let Some(ooo) = b.out_of_orderness(input.node)
             && ooo > DISORDER_PER_SPAN * span.max(1)
         {

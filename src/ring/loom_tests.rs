@@ -2,11 +2,14 @@
 //!
 //! Run with `RUSTFLAGS="--cfg braid_loom" CARGO_TARGET_DIR=target/loom cargo test --release --lib
 //! ring::loom`. Loom runs every interleaving of the producer's and the consumer's atomic
-//! operations, up to `LOOM_MAX_PREEMPTIONS` forced thread switches (2 unless the variable says
-//! otherwise; 3 still finishes but takes minutes), and lets each Acquire/Relaxed load return any
-//! value the memory model allows. The frame bytes are tracked per 16-byte block (`sync.rs`), so a
-//! frame read before its bytes are ordered after the producer's writes, or overwritten before the
-//! consumer's reads are ordered before the overwrite, fails the model with "Causality violation".
+//! operations, up to `LOOM_MAX_PREEMPTIONS` forced thread switches, and lets each Acquire or
+//! Relaxed load return any value the memory model allows. The bound is [`PREEMPTIONS`] (3)
+//! unless the variable says otherwise: 1 300 + 3 537 executions in 0.3 s on the 2-vCPU machine;
+//! `LOOM_MAX_PREEMPTIONS=100` (no bound in effect) explores all 38 524 + 245 546 in about 20 s.
+//! The frame bytes are tracked per 16-byte block (`sync.rs`), so a frame read before its bytes
+//! are ordered after the producer's writes, or overwritten before the consumer's reads are
+//! ordered before the overwrite, fails the model with "Causality violation". Weakening the tail
+//! store in `commit` or the head load in `push` to Relaxed makes both tests fail that way.
 
 use loom::thread;
 
