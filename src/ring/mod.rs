@@ -335,6 +335,7 @@ impl Consumer {
     /// producer. `visit` sees each payload in place (zero copy). Returns the number of frames.
     pub fn read_batch(&mut self, mut visit: impl FnMut(Frame<'_>)) -> usize {
         self.tail_seen = self.ring.counter(TAIL_AT).load(Ordering::Acquire);
+        let start = self.head;
         let mut frames = 0;
         while self.head < self.tail_seen {
             let [len, kind, _crc, _] = self.ring.read_header(self.head);
@@ -355,7 +356,10 @@ impl Consumer {
             self.head += frame_size(len as usize) as u64;
             frames += 1;
         }
-        self.ring.counter(HEAD_AT).store(self.head, Ordering::Release);
+        // A poll of an empty ring writes nothing: the producer reads this cache line.
+        if self.head != start {
+            self.ring.counter(HEAD_AT).store(self.head, Ordering::Release);
+        }
         frames
     }
 
