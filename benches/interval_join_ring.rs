@@ -1,8 +1,9 @@
 //! The interval join over rkyv row frames read from a pre-filled ring, one thread.
 //!
-//! Workload: the gateway join of benches/interval_join.rs (the generator below is a trimmed copy
-//! of it; BENCHMARKS.md "interval_join"): `command` ⋈ `status` on `device`, [−3 s, +5 s], inner,
-//! rows in event-time order, a watermark `tick − 501 ms` at every 200 ms event-time tick.
+//! Workload: the gateway join of benches/interval_join.rs, the same rows and the same driver
+//! (`benches/common/join.rs`; BENCHMARKS.md "interval_join"): `command` ⋈ `status` on `device`,
+//! [−3 s, +5 s], inner, rows in event-time order, a watermark `tick − 501 ms` at every 200 ms
+//! event-time tick.
 //!
 //! Setup (not timed) archives every row ([`frame::RowEncoder`]) once; before each iteration it
 //! pushes those payloads into an empty ring in a tempdir and commits them, so the ring holds the
@@ -25,157 +26,21 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::hint::black_box;
 use std::ops::Range;
 use std::time::Duration;
 
-use braid::operator::interval_join::{JoinType, LEFT, RIGHT};
-use braid::operator::projection::Column;
-use braid::operator::{IntervalJoin, IntervalJoinSpec, Output, Projection};
+use braid::operator::interval_join::JoinType;
+use braid::record::Row;
 use braid::record::frame::{self, RowEncoder};
-use braid::record::id::{IdHasher, key_hash};
-use braid::record::{Key, Row, Value};
 use braid::ring::{Consumer, FRAME_HEADER, FrameKind, Producer, Ring};
-use braid::time::{TICK_MS, Time};
+use common::join::{Driver, Total};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 
-const LOWER_MS: i64 = -3_000;
-const UPPER_MS: i64 = 5_000;
-const MAX_OUT_OF_ORDERNESS_MS: i64 = 500;
-const EPOCH_MS: i64 = 1_700_000_000_000;
-const SEED: u64 = 0x5eed_b4a1_d000_0001;
 /// Frames pushed between two commits in `encode_push`.
 const COMMIT_EVERY: usize = 256;
-
-/// splitmix64, as in benches/interval_join.rs.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + (self.next() % (hi - lo) as u64) as i64
-    }
-}
-
-fn row(stream: &str, ts: i64, device: &str, values: Vec<Value>, ids: &mut IdHasher) -> Row {
-    let key = Key::Str(device.into());
-    ids.begin().str(stream);
-    for v in &values {
-        ids.value(v);
-    }
-    Row { ts, key_hash: key_hash(&key), key, id: ids.finish(), values: values.into() }
-}
-
-/// benches/interval_join.rs `workload`: the same rows, in the same order.
-fn workload(devices: usize, seconds: i64) -> Vec<(usize, Row)> {
-    let mut rng = Rng(SEED ^ devices as u64);
-    let mut ids = IdHasher::default();
-    let end = EPOCH_MS + seconds * 1000;
-    let mut rows = Vec::new();
-    for d in 0..devices {
-        let device = format!("dev-{d:06}");
-        if d % 10 != 9 {
-            let (phase, mut seq) = (rng.range(0, 4_000), 0i64);
-            loop {
-                let ts = (EPOCH_MS + phase + seq * 4_000 + rng.range(-500, 500)).max(EPOCH_MS);
-                if ts >= end {
-                    break;
-                }
-                let temp = 20.0 + rng.range(0, 1500) as f64 / 100.0;
-                let state = ["ok", "busy", "rebooting"][rng.range(0, 3) as usize];
-                let values = vec![
-                    Value::Str(device.as_str().into()),
-                    Value::Int(ts),
-                    Value::Float(temp),
-                    Value::Str(state.into()),
-                    Value::Int(seq),
-                ];
-                rows.push((RIGHT, row("status", ts, &device, values, &mut ids)));
-                seq += 1;
-            }
-        }
-        let mut ts = EPOCH_MS + rng.range(0, 9_000);
-        while ts < end {
-            let cmd = ["reboot", "set_mode", "ping", "update_fw"][rng.range(0, 4) as usize];
-            let values = vec![
-                Value::Str(device.as_str().into()),
-                Value::Int(ts),
-                Value::Str(cmd.into()),
-                Value::Str(format!("v={}", rng.range(0, 100)).into()),
-                Value::Str(format!("c-{:016x}", rng.next()).into()),
-            ];
-            rows.push((LEFT, row("command", ts, &device, values, &mut ids)));
-            ts += rng.range(1_000, 9_000);
-        }
-    }
-    rows.sort_by_key(|(input, row)| (row.ts, *input));
-    rows
-}
-
-fn gateway_join() -> IntervalJoin {
-    let columns = vec![
-        Column::Key,
-        Column::Field { input: LEFT, pos: 4 },
-        Column::Field { input: RIGHT, pos: 4 },
-        Column::Field { input: RIGHT, pos: 1 },
-        Column::Kind,
-    ];
-    let projection = Projection { columns, rekey: None };
-    let spec =
-        IntervalJoinSpec { name: "effect".into(), lower: LOWER_MS, upper: UPPER_MS, join: JoinType::Inner, projection };
-    IntervalJoin::new(spec)
-}
-
-/// The join driver of benches/interval_join.rs: a watermark at every 200 ms event-time tick,
-/// results counted and cleared after every call.
-struct Driver {
-    op: IntervalJoin,
-    out: Output,
-    next_tick: Option<i64>,
-    results: u64,
-}
-
-impl Driver {
-    fn new() -> Driver {
-        Driver { op: gateway_join(), out: Output::default(), next_tick: None, results: 0 }
-    }
-
-    /// Gives the watermarks of the ticks up to `ts`; call before a row's `on_row`.
-    fn before(&mut self, ts: i64) {
-        let tick = TICK_MS as i64;
-        let mut next_tick = *self.next_tick.get_or_insert((ts / tick + 1) * tick);
-        while ts >= next_tick {
-            self.op.on_watermark(Time::ms(next_tick - MAX_OUT_OF_ORDERNESS_MS - 1), &mut self.out);
-            next_tick += tick;
-            self.take();
-        }
-        self.next_tick = Some(next_tick);
-    }
-
-    fn on_row(&mut self, input: usize, row: Row) {
-        self.op.on_row(input, row, &mut self.out);
-        self.take();
-    }
-
-    fn take(&mut self) {
-        self.results += self.out.results.len() as u64 + self.out.late.len() as u64;
-        self.out.results.clear();
-        self.out.late.clear();
-    }
-
-    fn finish(mut self) -> u64 {
-        self.op.on_watermark(Time::POS_INF, &mut self.out);
-        self.take();
-        self.results
-    }
-}
 
 /// The workload archived once: payloads back to back, their spans, and each frame's input.
 struct Frames {
@@ -213,7 +78,7 @@ impl Frames {
 }
 
 fn ring_join(consumer: &mut Consumer, inputs: &[u8]) -> u64 {
-    let mut driver = Driver::new();
+    let mut driver = Driver::new(JoinType::Inner, Total::default());
     let mut i = 0;
     consumer.read_batch(|f| {
         // SAFETY: every frame in this ring was pushed by this process from `RowEncoder::encode`.
@@ -222,20 +87,15 @@ fn ring_join(consumer: &mut Consumer, inputs: &[u8]) -> u64 {
         driver.on_row(usize::from(inputs[i]), frame::to_row(archived));
         i += 1;
     });
-    driver.finish()
+    driver.finish().0
 }
 
 fn vec_join(rows: Vec<(usize, Row)>) -> u64 {
-    let mut driver = Driver::new();
-    for (input, row) in rows {
-        driver.before(row.ts);
-        driver.on_row(input, row);
-    }
-    driver.finish()
+    Driver::run(JoinType::Inner, Total::default(), rows).0
 }
 
 fn bench_keys(c: &mut Criterion, devices: usize, seconds: i64) {
-    let rows = workload(devices, seconds);
+    let rows = common::join::rows(devices, seconds);
     let frames = Frames::new(&rows);
     let n = rows.len();
     let capacity = (frames.ring_bytes() + 64 * 1024).next_multiple_of(FRAME_HEADER);

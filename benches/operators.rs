@@ -26,6 +26,8 @@
 //! emptied input buffer is not (see [`run`]). The setup prints each case's rows, results by kind
 //! and peak state to stderr (`case …`).
 
+mod common;
+
 use std::cell::OnceCell;
 use std::hint::black_box;
 use std::time::Duration;
@@ -33,112 +35,38 @@ use std::time::Duration;
 use braid::config::{self, Plan};
 use braid::engine::{Emit, Engine};
 use braid::operator::ResultKind;
-use braid::record::id::{IdHasher, key_hash};
-use braid::record::{Key, Row, TimeSpec, Value};
+use braid::record::id::IdHasher;
+use braid::record::{Row, TimeSpec, Value};
+use common::EPOCH_MS;
+use common::gateway::{
+    self, COMMAND_FIELDS, INTERVAL_JOIN, STATUS_FIELDS, STATUS_JITTER_MS, STATUS_PERIOD_MS, Status, dark, device,
+    stream_row, stream_section,
+};
+use common::rng::Rng;
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 
 const DEVICES: usize = 1_000;
 const SECONDS: i64 = 300;
-/// Event times start here (an ordinary epoch-ms value).
-const EPOCH_MS: i64 = 1_700_000_000_000;
 /// A row arrives 0..this ms after its ts: less than max_out_of_orderness (500 ms), so no row is
 /// late.
 const ARRIVAL_DELAY_MS: i64 = 400;
 const SEED: u64 = 0x5eed_b4a1_d000_0003;
 
-/// splitmix64: a fixed-seed PRNG, no dependency.
-struct Rng(u64);
+// Streams: (name, fields). All are keyed by `device`, ms event times, max_out_of_orderness 500 ms
+// (`common::gateway::stream_section`).
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
+type Stream = (&'static str, &'static str);
 
-    /// Uniform in [lo, hi).
-    fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + (self.next() % (hi - lo) as u64) as i64
-    }
-
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.range(0, items.len() as i64) as usize]
-    }
-}
-
-// Streams. All are keyed by `device`, ms event times, max_out_of_orderness 500 ms.
-
-const COMMAND: &str = r#"
-[streams.command]
-key = "device"
-time = { field = "ts", unit = "ms" }
-max_out_of_orderness = "500ms"
-idle_timeout = "5s"
-fields = { device = "string", ts = "int", cmd = "string", arg = "string", cmd_id = "string" }
-"#;
-
-const STATUS: &str = r#"
-[streams.status]
-key = "device"
-time = { field = "ts", unit = "ms" }
-max_out_of_orderness = "500ms"
-idle_timeout = "5s"
-fields = { device = "string", ts = "int", temp = "float", state = "string", seq = "int" }
-"#;
-
-const STATUS_SITES: &str = r#"
-[streams.status_site_a]
-key = "device"
-time = { field = "ts", unit = "ms" }
-max_out_of_orderness = "500ms"
-idle_timeout = "5s"
-fields = { device = "string", ts = "int", temp = "float", state = "string", seq = "int" }
-
-[streams.status_site_b]
-key = "device"
-time = { field = "ts", unit = "ms" }
-max_out_of_orderness = "500ms"
-idle_timeout = "5s"
-fields = { device = "string", ts = "int", temp = "float", state = "string", seq = "int" }
-"#;
-
-const ACK: &str = r#"
-[streams.ack]
-key = "device"
-time = { field = "ts", unit = "ms" }
-max_out_of_orderness = "500ms"
-idle_timeout = "5s"
-fields = { device = "string", ts = "int", ack_id = "string", code = "int" }
-"#;
-
-const TELEMETRY: &str = r#"
-[streams.telemetry]
-key = "device"
-time = { field = "ts", unit = "ms" }
-max_out_of_orderness = "500ms"
-idle_timeout = "5s"
-fields = { device = "string", ts = "int", temp = "float" }
-"#;
-
-const DEVICE_LIMITS: &str = r#"
-[streams.device_limits]
-key = "device"
-time = { field = "ts", unit = "ms" }
-max_out_of_orderness = "500ms"
-idle_timeout = "5s"
-fields = { device = "string", ts = "int", max_temp = "float", set_by = "string" }
-"#;
-
-const DEVICE_CONFIG: &str = r#"
-[streams.device_config]
-key = "device"
-time = { field = "ts", unit = "ms" }
-max_out_of_orderness = "500ms"
-idle_timeout = "5s"
-fields = { device = "string", ts = "int", max_temp = "float", profile = "string" }
-"#;
+const COMMAND: Stream = ("command", COMMAND_FIELDS);
+const STATUS: Stream = ("status", STATUS_FIELDS);
+const STATUS_SITE_A: Stream = ("status_site_a", STATUS_FIELDS);
+const STATUS_SITE_B: Stream = ("status_site_b", STATUS_FIELDS);
+const ACK: Stream = ("ack", r#"device = "string", ts = "int", ack_id = "string", code = "int""#);
+const TELEMETRY: Stream = ("telemetry", r#"device = "string", ts = "int", temp = "float""#);
+const DEVICE_LIMITS: Stream =
+    ("device_limits", r#"device = "string", ts = "int", max_temp = "float", set_by = "string""#);
+const DEVICE_CONFIG: Stream =
+    ("device_config", r#"device = "string", ts = "int", max_temp = "float", profile = "string""#);
 
 // Operators: one per case.
 
@@ -169,66 +97,51 @@ timeout = "5s"
 select = ["left.cmd_id", "left.cmd", "right.ack_id", "right.ts AS ack_ts"]
 "#;
 
-const WINDOW_JOIN_TUMBLING: &str = r#"
+/// The gateway rows joined per window: `window` is the TOML value of `window`.
+macro_rules! window_join {
+    ($window:literal) => {
+        concat!(
+            r#"
 [operators.effect_window]
 kind = "window_join"
 left = "command"
 right = "status"
-window = { kind = "tumbling", size = "8s" }
+window = "#,
+            $window,
+            r#"
 select = ["left.cmd_id", "left.device", "right.seq", "right.ts AS status_ts"]
-"#;
+"#
+        )
+    };
+}
 
-const WINDOW_JOIN_SLIDING: &str = r#"
-[operators.effect_window]
-kind = "window_join"
-left = "command"
-right = "status"
-window = { kind = "sliding", size = "8s", slide = "4s" }
-select = ["left.cmd_id", "left.device", "right.seq", "right.ts AS status_ts"]
-"#;
-
-const WINDOW_JOIN_SESSION: &str = r#"
-[operators.effect_window]
-kind = "window_join"
-left = "command"
-right = "status"
-window = { kind = "session", gap = "2s" }
-select = ["left.cmd_id", "left.device", "right.seq", "right.ts AS status_ts"]
-"#;
-
-const COGROUP_TUMBLING: &str = r#"
-[operators.per_window]
+/// The gateway rows aggregated per window (left join): `name` is the operator's, `window` the
+/// TOML value of `window`.
+macro_rules! cogroup {
+    ($name:literal, $window:literal) => {
+        concat!(
+            "\n[operators.",
+            $name,
+            r#"]
 kind = "cogroup"
 left = "command"
 right = "status"
-window = { kind = "tumbling", size = "8s" }
+window = "#,
+            $window,
+            r#"
 join = "left"
 aggregate = ["count(left) AS commands", "count(right) AS statuses", "sum(right.temp) AS temp_sum",
              "max(right.temp) AS max_temp", "last(right.state) AS last_state", "first(left.cmd) AS first_cmd"]
-"#;
+"#
+        )
+    };
+}
 
-const COGROUP_SESSION: &str = r#"
-[operators.per_session]
-kind = "cogroup"
-left = "command"
-right = "status"
-window = { kind = "session", gap = "2s" }
-join = "left"
-aggregate = ["count(left) AS commands", "count(right) AS statuses", "sum(right.temp) AS temp_sum",
-             "max(right.temp) AS max_temp", "last(right.state) AS last_state", "first(left.cmd) AS first_cmd"]
-"#;
-
-/// The gateway join of CONTRACT.md, as `benches/replay.rs` configures it.
-const INTERVAL_JOIN: &str = r#"
-[operators.effect]
-kind = "interval_join"
-left = "command"
-right = "status"
-lower = "-3s"
-upper = "5s"
-join = "inner"
-select = ["left.cmd_id", "left.device", "right.seq", "right.ts AS status_ts"]
-"#;
+const WINDOW_JOIN_TUMBLING: &str = window_join!(r#"{ kind = "tumbling", size = "8s" }"#);
+const WINDOW_JOIN_SLIDING: &str = window_join!(r#"{ kind = "sliding", size = "8s", slide = "4s" }"#);
+const WINDOW_JOIN_SESSION: &str = window_join!(r#"{ kind = "session", gap = "2s" }"#);
+const COGROUP_TUMBLING: &str = cogroup!("per_window", r#"{ kind = "tumbling", size = "8s" }"#);
+const COGROUP_SESSION: &str = cogroup!("per_session", r#"{ kind = "session", gap = "2s" }"#);
 
 const TEMPORAL_JOIN: &str = r#"
 [operators.with_limits]
@@ -261,13 +174,7 @@ struct Input {
     row: Row,
 }
 
-const COMMANDS: [&str; 4] = ["reboot", "set_mode", "ping", "update_fw"];
-const STATES: [&str; 3] = ["ok", "busy", "rebooting"];
 const PROFILES: [&str; 3] = ["eco", "normal", "boost"];
-
-fn device(d: usize) -> Box<str> {
-    format!("dev-{d:06}").into()
-}
 
 fn end_ms() -> i64 {
     EPOCH_MS + SECONDS * 1000
@@ -279,34 +186,21 @@ fn periodic(
     rng: &mut Rng,
     stream: &'static str,
     keep: impl Fn(usize) -> bool,
-    (period, jitter): (i64, i64),
+    period: (i64, i64),
     mut values: impl FnMut(&mut Rng, &str, i64, i64) -> Vec<Value>,
 ) -> Vec<Event> {
     let mut events = Vec::new();
     for d in (0..DEVICES).filter(|&d| keep(d)) {
         let dev = device(d);
-        let phase = rng.range(0, period);
-        for seq in 0.. {
-            let jitter = if jitter > 0 { rng.range(-jitter, jitter) } else { 0 };
-            let ts = (EPOCH_MS + phase + seq * period + jitter).max(EPOCH_MS);
-            if ts >= end_ms() {
-                break;
-            }
+        gateway::periodic(rng, end_ms(), period, |rng, ts, seq| {
             events.push(Event { stream, ts, values: values(rng, &dev, ts, seq) });
-        }
+        });
     }
     events
 }
 
 fn status_values(rng: &mut Rng, dev: &str, ts: i64, seq: i64) -> Vec<Value> {
-    let temp = 20.0 + rng.range(0, 1500) as f64 / 100.0;
-    vec![
-        Value::Str(dev.into()),
-        Value::Int(ts),
-        Value::Float(temp),
-        Value::Str(rng.pick(&STATES).into()),
-        Value::Int(seq),
-    ]
+    Status::draw(rng, ts, seq).values(dev)
 }
 
 fn telemetry_values(rng: &mut Rng, dev: &str, ts: i64, _seq: i64) -> Vec<Value> {
@@ -318,25 +212,17 @@ fn commands(rng: &mut Rng) -> Vec<Event> {
     let mut events = Vec::new();
     for d in 0..DEVICES {
         let dev = device(d);
-        let mut ts = EPOCH_MS + rng.range(0, 9_000);
-        while ts < end_ms() {
-            let values = vec![
-                Value::Str(dev.clone()),
-                Value::Int(ts),
-                Value::Str(rng.pick(&COMMANDS).into()),
-                Value::Str(format!("v={}", rng.range(0, 100)).into()),
-                Value::Str(format!("c-{:016x}", rng.next()).into()),
-            ];
-            events.push(Event { stream: "command", ts, values });
-            ts += rng.range(1_000, 9_000);
-        }
+        gateway::commands(rng, end_ms(), |c| {
+            events.push(Event { stream: "command", ts: c.ts, values: c.values(&dev) })
+        });
     }
     events
 }
 
 /// The gateway rows: commands, and a status every 4 s (±0.5 s) from all but one device in ten.
+/// Unlike `common::gateway::gateway`, all the statuses are drawn first, then all the commands.
 fn gateway(rng: &mut Rng) -> Vec<Event> {
-    let mut events = periodic(rng, "status", |d| d % 10 != 9, (4_000, 500), status_values);
+    let mut events = periodic(rng, "status", |d| !dark(d), (STATUS_PERIOD_MS, STATUS_JITTER_MS), status_values);
     events.extend(commands(rng));
     events
 }
@@ -429,8 +315,8 @@ fn absence(rng: &mut Rng) -> Vec<Event> {
     events
 }
 
-/// Builds rows as replay does (key from the key field, id over the stream name and the values in
-/// field-name order), each arriving 0–399 ms after its ts; sorted by arrival.
+/// Builds rows as replay does (`common::gateway::stream_row`), each arriving 0–399 ms after its
+/// ts; sorted by arrival.
 fn build(plan: &Plan, events: Vec<Event>, rng: &mut Rng) -> Vec<Input> {
     let mut ids = IdHasher::default();
     let mut inputs: Vec<Input> = events
@@ -442,12 +328,7 @@ fn build(plan: &Plan, events: Vec<Event>, rng: &mut Rng) -> Vec<Input> {
             if let TimeSpec::Field { pos, .. } = def.schema.time {
                 assert_eq!(e.values[pos], Value::Int(e.ts), "{}: the time field", e.stream);
             }
-            let key = def.schema.key.and_then(|k| Key::from_value(&e.values[k])).unwrap_or(Key::Broadcast);
-            ids.begin().str(&def.name);
-            for &pos in &def.schema.id_order {
-                ids.value(&e.values[pos]);
-            }
-            let row = Row { ts: e.ts, key_hash: key_hash(&key), key, id: ids.finish(), values: e.values.into() };
+            let row = stream_row(&mut ids, def, e.ts, e.values);
             let arrival = i128::from(e.ts + rng.range(0, ARRIVAL_DELAY_MS));
             Input { stream, arrival, row }
         })
@@ -498,13 +379,13 @@ fn run(plan: &Plan, mut inputs: Vec<Input>) -> (Counts, Vec<Input>) {
 
 struct Case {
     name: &'static str,
-    streams: &'static [&'static str],
+    streams: &'static [Stream],
     operator: &'static str,
     workload: fn(&mut Rng) -> Vec<Event>,
 }
 
 const CASES: [Case; 11] = [
-    Case { name: "union", streams: &[STATUS_SITES], operator: UNION, workload: union },
+    Case { name: "union", streams: &[STATUS_SITE_A, STATUS_SITE_B], operator: UNION, workload: union },
     Case { name: "connect_threshold", streams: &[TELEMETRY, DEVICE_LIMITS], operator: THRESHOLD, workload: threshold },
     Case { name: "connect_reconcile", streams: &[COMMAND, ACK], operator: RECONCILE, workload: reconcile },
     Case {
@@ -524,7 +405,8 @@ const CASES: [Case; 11] = [
 
 /// The case's plan and rows; prints what it does (rows per stream, results by kind, peak state).
 fn setup(case: &Case) -> (Plan, Vec<Input>) {
-    let text = format!("{}{}", case.streams.concat(), case.operator);
+    let streams: String = case.streams.iter().map(|(name, fields)| stream_section(name, fields)).collect();
+    let text = streams + case.operator;
     let plan = config::parse("bench.toml", &text).unwrap_or_else(|e| panic!("{}: {e}", case.name));
     assert_eq!(plan.operators.len(), 1);
     let mut rng = Rng(SEED);

@@ -7,6 +7,7 @@
 //! JSON-lines files, written once to a temporary directory. Lines carry no `arrival`, so each
 //! line arrives at its event time; nothing is late and nothing is dead-lettered. One shard.
 //! Outputs `effect`, `effect.late` and `dead_letter` go to files in the temporary directory.
+//! The generator and the config are `benches/common/gateway.rs`'s.
 //!
 //! Baselines in the same run, over the same lines held in memory:
 //! - `baseline_serde_json_value`: `serde_json::from_slice::<serde_json::Value>` of every line.
@@ -14,6 +15,8 @@
 //!   stream's schema: JSON parse plus the typed field checks, no engine, no output.
 
 #![allow(clippy::unwrap_used)]
+
+mod common;
 
 use std::fmt::Write as _;
 use std::hint::black_box;
@@ -23,99 +26,25 @@ use std::time::Duration;
 use braid::config::{self, Plan};
 use braid::record::decode::decode_line;
 use braid::replay::{self, ReplayArgs};
+use common::EPOCH_MS;
+use common::gateway::{self, Event};
+use common::rng::Rng;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-
-const CONFIG: &str = r#"
-[streams.status]
-key = "device"
-time = { field = "ts", unit = "ms" }
-max_out_of_orderness = "500ms"
-idle_timeout = "5s"
-fields = { device = "string", ts = "int", temp = "float", state = "string", seq = "int" }
-
-[streams.command]
-key = "device"
-time = { field = "ts", unit = "ms" }
-max_out_of_orderness = "500ms"
-idle_timeout = "5s"
-fields = { device = "string", ts = "int", cmd = "string", arg = "string", cmd_id = "string" }
-
-[operators.effect]
-kind = "interval_join"
-left = "command"
-right = "status"
-lower = "-3s"
-upper = "5s"
-join = "inner"
-select = ["left.cmd_id", "left.device", "right.seq", "right.ts AS status_ts"]
-"#;
 
 const DEVICES: usize = 1_000;
 /// ≈ 0.425 lines/s per device × 1 000 devices × 470 s ≈ 200 k lines.
 const SECONDS: i64 = 470;
-const STATUS_PERIOD_MS: i64 = 4_000;
-const STATUS_JITTER_MS: i64 = 500;
-const COMMAND_GAP_MS: (i64, i64) = (1_000, 9_000);
-const EPOCH_MS: i64 = 1_700_000_000_000;
 const SEED: u64 = 0x5eed_b4a1_d000_0002;
-
-/// splitmix64: a fixed-seed PRNG, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + (self.next() % (hi - lo) as u64) as i64
-    }
-}
-
-const COMMANDS: [&str; 4] = ["reboot", "set_mode", "ping", "update_fw"];
-const STATES: [&str; 3] = ["ok", "busy", "rebooting"];
 
 /// (command.jsonl, status.jsonl), each in event-time order.
 fn generate() -> (String, String) {
     let mut rng = Rng(SEED);
-    let end = EPOCH_MS + SECONDS * 1000;
     let mut commands: Vec<(i64, String)> = Vec::new();
     let mut statuses: Vec<(i64, String)> = Vec::new();
-    for d in 0..DEVICES {
-        let device = format!("dev-{d:06}");
-        if d % 10 != 9 {
-            let phase = rng.range(0, STATUS_PERIOD_MS);
-            let mut seq = 0i64;
-            loop {
-                let jitter = rng.range(-STATUS_JITTER_MS, STATUS_JITTER_MS);
-                let ts = (EPOCH_MS + phase + seq * STATUS_PERIOD_MS + jitter).max(EPOCH_MS);
-                if ts >= end {
-                    break;
-                }
-                let temp = 20.0 + rng.range(0, 1500) as f64 / 100.0;
-                let state = STATES[rng.range(0, STATES.len() as i64) as usize];
-                let line =
-                    format!(r#"{{"device":"{device}","ts":{ts},"temp":{temp:?},"state":"{state}","seq":{seq}}}"#);
-                statuses.push((ts, line));
-                seq += 1;
-            }
-        }
-        let mut ts = EPOCH_MS + rng.range(0, COMMAND_GAP_MS.1);
-        while ts < end {
-            let cmd = COMMANDS[rng.range(0, COMMANDS.len() as i64) as usize];
-            let line = format!(
-                r#"{{"device":"{device}","ts":{ts},"cmd":"{cmd}","arg":"v={}","cmd_id":"c-{:016x}"}}"#,
-                rng.range(0, 100),
-                rng.next()
-            );
-            commands.push((ts, line));
-            ts += rng.range(COMMAND_GAP_MS.0, COMMAND_GAP_MS.1);
-        }
-    }
+    gateway::gateway(&mut rng, DEVICES, EPOCH_MS + SECONDS * 1000, |device, event| match event {
+        Event::Status(s) => statuses.push((s.ts, s.json(device))),
+        Event::Command(c) => commands.push((c.ts, c.json(device))),
+    });
     let join = |mut lines: Vec<(i64, String)>| {
         lines.sort_by_key(|(ts, _)| *ts);
         lines.into_iter().fold(String::new(), |mut text, (_, line)| {
@@ -137,7 +66,7 @@ struct Setup {
 }
 
 fn setup(dir: tempfile::TempDir) -> Setup {
-    let plan = config::parse("gateway.toml", CONFIG).expect("the bench config is valid");
+    let plan = config::parse("gateway.toml", &gateway::config()).expect("the bench config is valid");
     let (command, status) = generate();
     let path = |name: &str| dir.path().join(name);
     std::fs::write(path("command.jsonl"), &command).expect("write command.jsonl");

@@ -2,12 +2,14 @@
 //!
 //! Operators keep rows through the [`KeyedStore`] trait: insert a row under its key, scan a key,
 //! mark rows matched (the matched flag of outer joins lives in the store so that recovery will
-//! restore it), remove a row, count rows and bytes. This build has one backend, [`MemoryStore`];
-//! the mmap arena backend of DESIGN.md "State" implements the same trait, so operators do not
-//! change when it arrives.
+//! restore it), remove a row, count rows and bytes. Two backends implement it: [`MemoryStore`],
+//! what operators use in this build, and the mmap arenas of [`arena`] (DESIGN.md "State"), which
+//! survive a crash (`tests/crash_kill_9.rs`) and which the runtime will give each shard.
 //!
 //! Rows are grouped by the key's stable hash and compared by key value on every scan, so two keys
 //! with the same hash never see each other's rows.
+
+pub mod arena;
 
 use std::collections::HashMap;
 

@@ -1,0 +1,611 @@
+//! The mmap arena: a [`KeyedStore`] whose rows live in segment files (DESIGN.md "State").
+//!
+//! One [`ArenaStore`] per shard and per operator state (the caller picks the directory, e.g.
+//! `state_dir/shard-0/interval-join-effect-left/`). Rows are appended, as rkyv archives, to
+//! small fixed-size segment files; an in-memory index maps each key hash to its rows in insertion
+//! order; the matched flag of outer joins and the dead flag of removed rows are bytes in the
+//! record, written in place, so a restart finds the state as it was: recovery is a scan of the
+//! segments, not a replay.
+//!
+//! # Files
+//!
+//! A store is a directory of segment files `seg-NNNNNN.arena` (1 MiB by default,
+//! [`ArenaConfig::segment_bytes`]), each a [`MappedFile`](crate::mapped_file::MappedFile) (magic `braidarn`,
+//! version 1: locked, preallocated, header-checked; mapped_file.rs has the soundness argument).
+//! Other files in the directory are ignored. The number in a name only tells the files apart; the
+//! order of the segments is the sequence number in their header (a recycled file keeps its name and
+//! gets a new number).
+//!
+//! ```text
+//! file:     [MappedFile header 64 B][segment header 64 B][record][record]…[0 × 16: end mark]
+//! segment header (64 B, little endian): seq u64 | reserved [u8; 52] (zero) | crc32c of 0..60 u32
+//! record:   [header 32 B][payload: the row's rkyv archive, `len` bytes][zero padding to 16]
+//! record header (32 B, little endian):
+//!   0  len      u32   payload length (the record takes 32 + len rounded up to 16 bytes)
+//!   4  crc      u32   crc32c of seq (u32, the segment's) ‖ bytes 0..4 ‖ bytes 16..32 ‖ payload
+//!   8  matched  u8    0 or 1, written in place by `scan`
+//!   9  dead     u8    0 or 1, written in place by `remove`
+//!   10 zero     [u8; 6]
+//!   16 key hash u64   the row's key hash (also inside the archive; recovery checks they agree)
+//!   24 ts       i64   the row's event time: segment-level TTL can read it without the archive
+//! ```
+//!
+//! - **Alignment.** The data area is 16-aligned (`MappedFile::data_ptr`), the segment header is
+//!   64 bytes and every record a multiple of 16, so every payload starts 16-byte aligned, which
+//!   is what [`frame::access`] checks and rkyv needs.
+//! - **The crc does not cover the flags.** Marking a row matched or dead is one byte written in
+//!   place, with no crc to recompute: a flag is either written or not, never torn. The price: a
+//!   flag damaged into another 0/1 value goes unnoticed (one damaged into anything else drops the
+//!   record). The crc covers the segment's sequence number, so a record left over from a
+//!   recycled file's earlier life never passes as a record of its current one.
+//! - **End mark.** Each append zeroes the 16 bytes after its record (when there is room); a zero
+//!   length ends a segment. Fresh files are zeroed; a reused one gets its first end mark when it
+//!   is reset. So a walk never reads past the last record written, except around damage.
+//! - **Numbers.** The gateway `command` row (frame.rs) is a 184-byte payload: a 224-byte record,
+//!   1.22× its payload (DESIGN.md's memory target allows 1.5×), 4 680 of them in a 1 MiB
+//!   segment. The largest row a segment holds is `segment_bytes − 160` bytes of payload.
+//!
+//! # Index, handles, counts
+//!
+//! In memory: key hash → the rows with that hash in insertion order, each an entry of 32 bytes
+//! (handle, where the record is, matched flag). A row's [`RowHandle`] is `seq << 32 | offset`:
+//! unique for the store's life and the same after a restart, so a checkpoint can name rows.
+//! Scans compare key values ([`Key`] equality against the archived key), never only hashes, so
+//! two keys with the same hash never see each other's rows. [`rows`](KeyedStore::rows) counts
+//! live rows and [`bytes`](KeyedStore::bytes) the bytes their records take in the arena (header
+//! and padding included; a row kept in memory, below, counts its [`Row::size_bytes`]).
+//!
+//! `scan` hands `visit` a `&Row`, so each visited row is copied out of the arena with
+//! [`frame::to_row`] (one allocation for its values and one per string): the trait's price while
+//! operators take `&Row`. Once they read `&ArchivedRow` the copy goes. Rows are read in place
+//! without validation ([`frame::access_unchecked`], STYLE.md 8): this process wrote them, or
+//! `open` validated them (crc and [`frame::access`]).
+//!
+//! # Appending, removing, recycling
+//!
+//! Rows go to the end of the active segment (the one with the highest sequence number); a row
+//! that does not fit starts the next segment. `remove` sets the record's dead flag and drops its
+//! index entry. A segment whose records are all dead, other than the active one, is recycled: it
+//! is kept mapped as a spare ([`ArenaConfig::spare_segments`], 1 by default) and reset when a new
+//! segment is needed, or else its file is deleted (unlinked while still mapped, then unmapped:
+//! never truncated while mapped). With the usual time-ordered expiry, one spare means a
+//! steady-state store creates no files and its pages stay in the page cache.
+//!
+//! A row larger than a segment, or a new segment that cannot be created (a full disk), is an
+//! error of [`ArenaStore::try_insert`]. [`KeyedStore::insert`] has no error to return, and must
+//! not drop the row (no silent loss) nor panic: it keeps such a row in memory instead, logs it
+//! (a warning at the 1st, 2nd, 4th, 8th… such row) and counts it ([`ArenaStore::unsaved_rows`]);
+//! it behaves like any other row but does not survive a restart, and its handle (top bit set)
+//! is unique only until the store is reopened.
+//!
+//! # Recovery
+//!
+//! [`ArenaStore::open`] maps every segment file of the directory and walks them in sequence
+//! order. A record is kept when its crc matches, its flags are 0 or 1, [`frame::access`] accepts
+//! its payload and the payload's key hash equals the header's; dead records are skipped. A
+//! damaged record is dropped and the walk goes on after it if its length is plausible (the next
+//! record has its own crc), else the segment ends there; a torn last record — a crash in the
+//! middle of an append — thus ends its segment, and the next append overwrites it. The index is
+//! rebuilt with the matched flags as stored and the same handles; the active segment is the one
+//! with the highest sequence number; all-dead segments are recycled.
+//!
+//! Guaranteed: after a process crash or `kill -9` — anything that leaves the page cache alone —
+//! every row whose `insert` returned is back with its key, handle and matched flag, every
+//! `remove` that returned stays removed, and no row comes back that was never inserted. A
+//! half-done insert, mark or remove at the moment of the crash is either done or not.
+//!
+//! Not guaranteed: a power loss or kernel crash loses what the kernel had not written back — rows,
+//! marks and removes alike, so a removed row can come back ([`ArenaStore::sync`] is
+//! `msync(MS_SYNC)` of every segment, for `durability = "power"` at a checkpoint); rows kept in
+//! memory (above) are gone; a segment whose header is damaged is treated as holding nothing
+//! (logged); truncating the store back to a checkpoint is the checkpoint's work (it can use
+//! [`ArenaStore::high_water`]), and until it exists a restart resumes from the state at the crash,
+//! not from a checkpoint.
+
+mod segment;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use self::segment::{OpenError, RECORD_HEADER, SEGMENT_HEADER, Segment, record_size};
+use super::{KeyedStore, Removed, RowHandle};
+use crate::mapped_file::{HEADER_LEN, MappedFileError};
+use crate::record::frame::{self, ArchivedKey, FrameError, RowEncoder};
+use crate::record::{Key, Row};
+
+/// Sequence numbers run from 1 to this; handles of rows kept in memory have the top bit set.
+const MAX_SEQ: u32 = (1 << 31) - 1;
+const MEMORY_HANDLE: RowHandle = 1 << 63;
+
+#[derive(Clone, Debug)]
+pub struct ArenaConfig {
+    /// Size of each new segment file, headers included: a multiple of 4096 from 4 KiB to 1 GiB.
+    pub segment_bytes: usize,
+    /// All-dead segments kept for reuse instead of deleted.
+    pub spare_segments: usize,
+}
+
+impl Default for ArenaConfig {
+    fn default() -> Self {
+        ArenaConfig { segment_bytes: 1 << 20, spare_segments: 1 }
+    }
+}
+
+impl ArenaConfig {
+    fn data_len(&self) -> usize {
+        self.segment_bytes - HEADER_LEN
+    }
+
+    /// The largest record a new segment holds.
+    fn max_record(&self) -> usize {
+        self.data_len() - SEGMENT_HEADER
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum ArenaError {
+    #[error(transparent)]
+    File(#[from] MappedFileError),
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("arena segment size {0} must be a multiple of 4096 from 4 KiB to 1 GiB")]
+    BadConfig(usize),
+    /// This row can never be stored in this arena: a bigger `segment_bytes` is needed.
+    #[error("row of {bytes} bytes (as a record) is larger than an arena segment holds ({max} bytes)")]
+    RowTooLarge { bytes: usize, max: usize },
+    #[error(transparent)]
+    Encode(#[from] FrameError),
+    /// The directory holds files this arena cannot have written; it refuses to guess.
+    #[error("arena {path}: {reason}")]
+    Damaged { path: PathBuf, reason: String },
+    #[error("arena {0}: segment sequence numbers exhausted")]
+    Exhausted(PathBuf),
+}
+
+/// What [`ArenaStore::open`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    pub segments: usize,
+    pub rows: usize,
+    /// Records dropped because they failed their checks (torn or damaged).
+    pub damaged_records: usize,
+    /// Segment files whose segment header was damaged (their records were not read).
+    pub damaged_segments: usize,
+}
+
+/// Where the next record goes: segment sequence number and data offset. Everything appended so
+/// far lies before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HighWater {
+    pub seq: u32,
+    pub offset: u32,
+}
+
+enum Place {
+    Arena { slot: u32, off: u32 },
+    Memory(Box<Row>),
+}
+
+struct Entry {
+    handle: RowHandle,
+    matched: bool,
+    place: Place,
+}
+
+/// The segment files of a store.
+struct Segments {
+    dir: PathBuf,
+    config: ArenaConfig,
+    /// Index entries name segments by slot; a recycled segment leaves its slot empty.
+    slots: Vec<Option<Segment>>,
+    free_slots: Vec<u32>,
+    active: u32,
+    spares: Vec<Segment>,
+    next_seq: u32,
+    next_number: u32,
+}
+
+/// A keyed store in mmap segment files (module doc).
+pub struct ArenaStore {
+    segments: Segments,
+    index: HashMap<u64, Vec<Entry>>,
+    encoder: RowEncoder,
+    rows: usize,
+    bytes: usize,
+    next_memory_handle: RowHandle,
+    unsaved_rows: usize,
+    recovery: Recovery,
+}
+
+impl ArenaStore {
+    /// Opens the store in `dir` with the default configuration, creating it if needed.
+    pub fn open(dir: &Path) -> Result<ArenaStore, ArenaError> {
+        ArenaStore::open_with(dir, ArenaConfig::default())
+    }
+
+    /// Opens (or creates) the store in `dir`, recovering its rows (module doc, "Recovery").
+    pub fn open_with(dir: &Path, config: ArenaConfig) -> Result<ArenaStore, ArenaError> {
+        let bytes = config.segment_bytes;
+        if !bytes.is_multiple_of(4096) || !(4096..=1 << 30).contains(&bytes) {
+            return Err(ArenaError::BadConfig(bytes));
+        }
+        let io = |source| ArenaError::Io { path: dir.to_owned(), source };
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let mut numbers = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(io)? {
+            let name = entry.map_err(io)?.file_name();
+            if let Some(number) = name.to_str().and_then(parse_name) {
+                numbers.push(number);
+            }
+        }
+        numbers.sort_unstable();
+
+        let mut recovery = Recovery::default();
+        let mut ordered = Vec::new();
+        let mut unreadable = Vec::new();
+        for &number in &numbers {
+            let path = dir.join(file_name(number));
+            match Segment::open(&path) {
+                Ok((segment, Some(seq))) => ordered.push((seq, segment)),
+                Ok((segment, None)) => {
+                    tracing::warn!(path = %path.display(), "Arena segment header damaged; its rows are dropped");
+                    recovery.damaged_segments += 1;
+                    unreadable.push(segment);
+                }
+                Err(OpenError::File(e)) => return Err(e.into()),
+                Err(OpenError::BadLength(len)) => {
+                    return Err(ArenaError::Damaged { path, reason: format!("segment data length {len}") });
+                }
+            }
+        }
+        ordered.sort_unstable_by_key(|(seq, _)| *seq);
+        if let Some(pair) = ordered.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+            let reason = format!("two segments with sequence number {}", pair[0].0);
+            return Err(ArenaError::Damaged { path: dir.to_owned(), reason });
+        }
+
+        let mut store = ArenaStore {
+            segments: Segments {
+                dir: dir.to_owned(),
+                config,
+                slots: Vec::new(),
+                free_slots: Vec::new(),
+                active: u32::MAX, // set below, once the segments are in their slots
+                spares: Vec::new(),
+                next_seq: ordered.last().map_or(1, |(seq, _)| seq + 1),
+                next_number: numbers.last().map_or(1, |n| n.saturating_add(1)),
+            },
+            index: HashMap::new(),
+            encoder: RowEncoder::new(),
+            rows: 0,
+            bytes: 0,
+            next_memory_handle: MEMORY_HANDLE,
+            unsaved_rows: 0,
+            recovery: Recovery::default(),
+        };
+        let last = ordered.len().checked_sub(1);
+        for (i, (_, mut segment)) in ordered.into_iter().enumerate() {
+            let slot = store.segments.slots.len() as u32;
+            let seq = segment.seq;
+            let (index, rows, bytes) = (&mut store.index, &mut store.rows, &mut store.bytes);
+            let walk = segment.walk(|off, size, matched, row| {
+                let handle = u64::from(seq) << 32 | off as u64;
+                let place = Place::Arena { slot, off: off as u32 };
+                index.entry(row.key_hash.to_native()).or_default().push(Entry { handle, matched, place });
+                *rows += 1;
+                *bytes += size;
+            });
+            if walk.damaged > 0 {
+                tracing::warn!(path = %segment.path().display(), records = walk.damaged, "Arena records damaged; dropped");
+            }
+            recovery.damaged_records += walk.damaged;
+            recovery.segments += 1;
+            store.segments.slots.push(Some(segment));
+            if Some(i) == last {
+                store.segments.active = slot;
+            } else {
+                store.segments.recycle_if_dead(slot);
+            }
+        }
+        for segment in unreadable {
+            store.segments.retire(segment);
+        }
+        if last.is_none() {
+            let segment = store.segments.next_segment()?;
+            store.segments.active = store.segments.install(segment);
+        }
+        recovery.rows = store.rows;
+        store.recovery = recovery;
+        Ok(store)
+    }
+
+    /// Stores `row` in the arena; fails (storing nothing) when it cannot.
+    pub fn try_insert(&mut self, row: &Row, matched: bool) -> Result<RowHandle, ArenaError> {
+        let payload = self.encoder.encode(row)?;
+        let size = record_size(payload.len());
+        let (slot, off) = self.segments.append(payload, size, row.key_hash, row.ts, matched)?;
+        let handle = self.segments.handle(slot, off);
+        let place = Place::Arena { slot, off: off as u32 };
+        self.index.entry(row.key_hash).or_default().push(Entry { handle, matched, place });
+        self.rows += 1;
+        self.bytes += size;
+        Ok(handle)
+    }
+
+    /// Rows kept in memory because the arena could not take them (module doc): lost on restart.
+    pub fn unsaved_rows(&self) -> usize {
+        self.unsaved_rows
+    }
+
+    /// What `open` found.
+    pub fn recovery(&self) -> &Recovery {
+        &self.recovery
+    }
+
+    /// Where the next record goes (for checkpoints).
+    pub fn high_water(&self) -> HighWater {
+        match self.segments.get(self.segments.active) {
+            Some(s) => HighWater { seq: s.seq, offset: s.end as u32 },
+            None => HighWater { seq: 0, offset: 0 },
+        }
+    }
+
+    /// Writes every segment's records to disk (`msync(MS_SYNC)`); not needed to survive a
+    /// process crash, only a power loss.
+    pub fn sync(&self) -> Result<(), ArenaError> {
+        for segment in self.segments.slots.iter().flatten() {
+            segment.flush()?;
+        }
+        Ok(())
+    }
+
+    fn keep_in_memory(&mut self, row: Row, matched: bool, error: &ArenaError) -> RowHandle {
+        self.unsaved_rows += 1;
+        if self.unsaved_rows.is_power_of_two() {
+            tracing::warn!(
+                dir = %self.segments.dir.display(),
+                unsaved_rows = self.unsaved_rows,
+                %error,
+                "Arena cannot store a row; kept in memory, lost on restart"
+            );
+        }
+        let handle = self.next_memory_handle;
+        self.next_memory_handle += 1;
+        self.rows += 1;
+        self.bytes += row.size_bytes();
+        let key_hash = row.key_hash;
+        self.index.entry(key_hash).or_default().push(Entry { handle, matched, place: Place::Memory(Box::new(row)) });
+        handle
+    }
+}
+
+impl KeyedStore for ArenaStore {
+    fn insert(&mut self, row: Row, matched: bool) -> RowHandle {
+        match self.try_insert(&row, matched) {
+            Ok(handle) => handle,
+            Err(error) => self.keep_in_memory(row, matched, &error),
+        }
+    }
+
+    fn scan(&mut self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(&Row) -> bool) {
+        let Some(entries) = self.index.get_mut(&key_hash) else { return };
+        for entry in entries.iter_mut() {
+            let hit = match &entry.place {
+                Place::Memory(row) => row.key == *key && visit(row),
+                &Place::Arena { slot, off } => {
+                    let Some(row) = self.segments.row(slot, off) else { continue };
+                    key_eq(&row.key, key) && visit(&frame::to_row(row))
+                }
+            };
+            if hit && !entry.matched {
+                entry.matched = true;
+                if let Place::Arena { slot, off } = entry.place
+                    && let Some(segment) = self.segments.get_mut(slot)
+                {
+                    segment.set_matched(off as usize);
+                }
+            }
+        }
+    }
+
+    fn remove(&mut self, key_hash: u64, handle: RowHandle) -> Option<Removed> {
+        let entries = self.index.get_mut(&key_hash)?;
+        let at = entries.iter().position(|e| e.handle == handle)?;
+        let Entry { matched, place, .. } = entries.remove(at);
+        if entries.is_empty() {
+            self.index.remove(&key_hash);
+        }
+        self.rows -= 1;
+        let row = match place {
+            Place::Memory(row) => {
+                self.unsaved_rows -= 1;
+                self.bytes -= row.size_bytes();
+                *row
+            }
+            Place::Arena { slot, off } => {
+                let row = self.segments.row(slot, off).map(frame::to_row)?;
+                self.bytes -= self.segments.release(slot, off as usize);
+                row
+            }
+        };
+        Some(Removed { row, matched })
+    }
+
+    fn scan_handles(&self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(RowHandle, &Row) -> bool) {
+        let Some(entries) = self.index.get(&key_hash) else { return };
+        for entry in entries {
+            let go_on = match &entry.place {
+                Place::Memory(row) => row.key != *key || visit(entry.handle, row),
+                &Place::Arena { slot, off } => {
+                    let Some(row) = self.segments.row(slot, off) else { continue };
+                    !key_eq(&row.key, key) || visit(entry.handle, &frame::to_row(row))
+                }
+            };
+            if !go_on {
+                return;
+            }
+        }
+    }
+
+    fn rows(&self) -> usize {
+        self.rows
+    }
+
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Segments {
+    fn get(&self, slot: u32) -> Option<&Segment> {
+        self.slots.get(slot as usize).and_then(Option::as_ref)
+    }
+
+    fn get_mut(&mut self, slot: u32) -> Option<&mut Segment> {
+        self.slots.get_mut(slot as usize).and_then(Option::as_mut)
+    }
+
+    fn handle(&self, slot: u32, off: usize) -> RowHandle {
+        let seq = self.get(slot).map_or(0, |s| s.seq);
+        u64::from(seq) << 32 | off as u64
+    }
+
+    /// The row of an index entry, read in place. `None` only if the index named a segment that
+    /// is gone, which the invariants rule out (a segment is recycled once no entry names it).
+    fn row(&self, slot: u32, off: u32) -> Option<&frame::ArchivedRow> {
+        let segment = self.get(slot);
+        debug_assert!(segment.is_some(), "index entry names recycled slot {slot}");
+        // SAFETY: (slot, off) comes from an index entry, and entries are made only by
+        // `ArenaStore::try_insert` (from the offset `append` returned) and by `open` (from the
+        // offsets `walk` accepted), each for the segment then in that slot. An entry is dropped
+        // before its record is marked dead, and a segment leaves its slot (and may be reset)
+        // only when all its records are dead, so the segment in the slot is still the one whose
+        // record that was and has not been reset since: `Segment::row`'s contract.
+        segment.map(|s| unsafe { s.row(off as usize) })
+    }
+
+    /// Appends a record of `size` bytes, starting a new segment if it does not fit the active
+    /// one; (slot, offset).
+    fn append(
+        &mut self,
+        payload: &[u8],
+        size: usize,
+        key_hash: u64,
+        ts: i64,
+        matched: bool,
+    ) -> Result<(u32, usize), ArenaError> {
+        let fits = self.get(self.active).is_some_and(|s| s.fits(size));
+        if !fits {
+            let max = self.config.max_record();
+            if size > max {
+                return Err(ArenaError::RowTooLarge { bytes: size, max });
+            }
+            let segment = self.next_segment()?;
+            let previous = self.active;
+            self.active = self.install(segment);
+            self.recycle_if_dead(previous);
+        }
+        let active = self.active;
+        let Some(segment) = self.get_mut(active) else {
+            return Err(ArenaError::Damaged { path: self.dir.clone(), reason: "no active segment".into() });
+        };
+        Ok((active, segment.append(payload, key_hash, ts, matched)))
+    }
+
+    /// Marks the record dead; its size. Recycles its segment when that was its last live record.
+    fn release(&mut self, slot: u32, off: usize) -> usize {
+        let Some(segment) = self.get_mut(slot) else { return 0 };
+        segment.set_dead(off);
+        segment.live -= 1;
+        let size = segment.size_at(off);
+        self.recycle_if_dead(slot);
+        size
+    }
+
+    /// A segment for the next sequence number: a spare reset, or a new file.
+    fn next_segment(&mut self) -> Result<Segment, ArenaError> {
+        let seq = self.next_seq;
+        if seq > MAX_SEQ {
+            return Err(ArenaError::Exhausted(self.dir.clone()));
+        }
+        let segment = match self.spares.pop() {
+            Some(mut spare) => {
+                spare.reset(seq);
+                spare
+            }
+            None => {
+                let number = self.next_number;
+                let path = self.dir.join(file_name(number));
+                let segment = Segment::create(&path, seq, self.config.data_len())?;
+                self.next_number += 1;
+                segment
+            }
+        };
+        self.next_seq += 1;
+        Ok(segment)
+    }
+
+    fn install(&mut self, segment: Segment) -> u32 {
+        match self.free_slots.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = Some(segment);
+                slot
+            }
+            None => {
+                self.slots.push(Some(segment));
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Takes the segment in `slot` out when it has no live record and is not the active one.
+    fn recycle_if_dead(&mut self, slot: u32) {
+        if slot == self.active || self.get(slot).is_none_or(|s| s.live > 0) {
+            return;
+        }
+        if let Some(segment) = self.slots.get_mut(slot as usize).and_then(Option::take) {
+            self.free_slots.push(slot);
+            self.retire(segment);
+        }
+    }
+
+    /// Keeps an all-dead segment as a spare, or deletes its file.
+    fn retire(&mut self, segment: Segment) {
+        if self.spares.len() < self.config.spare_segments && segment.data_len() == self.config.data_len() {
+            self.spares.push(segment);
+            return;
+        }
+        // Unlinked while still mapped and locked, then unmapped: never truncated under a mapping.
+        if let Err(error) = std::fs::remove_file(segment.path()) {
+            tracing::warn!(path = %segment.path().display(), %error, "Cannot delete a dead arena segment");
+        }
+        drop(segment);
+    }
+}
+
+fn key_eq(archived: &ArchivedKey, key: &Key) -> bool {
+    match (archived, key) {
+        (ArchivedKey::Broadcast, Key::Broadcast) => true,
+        (ArchivedKey::Int(a), Key::Int(b)) => a.to_native() == *b,
+        (ArchivedKey::Str(a), Key::Str(b)) => **a == **b,
+        _ => false,
+    }
+}
+
+fn file_name(number: u32) -> String {
+    format!("seg-{number:06}.arena")
+}
+
+fn parse_name(name: &str) -> Option<u32> {
+    let digits = name.strip_prefix("seg-")?.strip_suffix(".arena")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+const _: () = assert!(RECORD_HEADER.is_multiple_of(16) && SEGMENT_HEADER.is_multiple_of(16));

@@ -1,0 +1,538 @@
+use std::path::Path;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::record::Value;
+use crate::state::MemoryStore;
+
+/// Small segments, so a few rows fill one and rollover and recycling happen often.
+fn small() -> ArenaConfig {
+    ArenaConfig { segment_bytes: 4096, spare_segments: 1 }
+}
+
+/// Keys 0..3 share one hash on purpose; 3 and 4 have their own.
+const KEYS: usize = 5;
+fn key(k: usize) -> (Key, u64) {
+    match k {
+        0 => (Key::Str("a".into()), 7),
+        1 => (Key::Str("b".into()), 7),
+        2 => (Key::Int(7), 7),
+        3 => (Key::Str("dev-000003".into()), 9),
+        _ => (Key::Broadcast, 0),
+    }
+}
+
+fn row(k: usize, id: u64, text: usize) -> Row {
+    let (key, key_hash) = key(k);
+    let values = vec![Value::Str("x".repeat(text).into()), Value::Int(id as i64), Value::Float(0.5)];
+    Row { ts: 1_700_000_000_000 + id as i64, key, key_hash, id, values: values.into() }
+}
+
+fn segment_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_str().is_some_and(|n| n.ends_with(".arena")))
+        .count()
+}
+
+/// Every row of the store in index order: (key hash, [(handle, row, matched)]), by key hash.
+type Snapshot = Vec<(u64, Vec<(RowHandle, Row, bool)>)>;
+fn snapshot(store: &ArenaStore) -> Snapshot {
+    let mut out: Snapshot = store
+        .index
+        .iter()
+        .map(|(&hash, entries)| {
+            let rows = entries
+                .iter()
+                .map(|e| {
+                    let row = match &e.place {
+                        Place::Memory(row) => (**row).clone(),
+                        &Place::Arena { slot, off } => frame::to_row(store.segments.row(slot, off).unwrap()),
+                    };
+                    (e.handle, row, e.matched)
+                })
+                .collect();
+            (hash, rows)
+        })
+        .collect();
+    out.sort_by_key(|(hash, _)| *hash);
+    out
+}
+
+/// Scans every key of both stores, compares, then removes every row from both, comparing each
+/// removed row and its matched flag.
+fn drain_and_compare(arena: &mut ArenaStore, model: &mut MemoryStore) {
+    for k in 0..KEYS {
+        let (key, hash) = key(k);
+        let (mut a, mut m) = (Vec::new(), Vec::new());
+        arena.scan_handles(&key, hash, &mut |h, r| {
+            a.push((h, r.clone()));
+            true
+        });
+        model.scan_handles(&key, hash, &mut |h, r| {
+            m.push((h, r.clone()));
+            true
+        });
+        assert_eq!(a.iter().map(|p| &p.1).collect::<Vec<_>>(), m.iter().map(|p| &p.1).collect::<Vec<_>>());
+        for ((ah, _), (mh, _)) in a.iter().zip(&m) {
+            let (ar, mr) = (arena.remove(hash, *ah).unwrap(), model.remove(hash, *mh).unwrap());
+            assert_eq!((ar.row, ar.matched), (mr.row, mr.matched));
+        }
+    }
+    assert_eq!((arena.rows(), model.rows()), (0, 0));
+    assert_eq!(arena.bytes(), 0);
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Insert {
+        key: usize,
+        text: usize,
+        matched: bool,
+    },
+    /// Visits a key's rows, marking those whose id is a multiple of `every`.
+    Scan {
+        key: usize,
+        every: u64,
+    },
+    /// Visits a key's rows with handles, stopping after `stop`.
+    ScanHandles {
+        key: usize,
+        stop: usize,
+    },
+    /// Removes a live row (or, for an index past the end, one already removed).
+    Remove {
+        pick: usize,
+    },
+    /// Drops the arena store without any flush and opens it again.
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let text = prop_oneof![8 => 0usize..200, 3 => 200usize..1500, 1 => Just(5000)];
+    prop_oneof![
+        5 => (0..KEYS, text, any::<bool>()).prop_map(|(key, text, matched)| Op::Insert { key, text, matched }),
+        2 => (0..KEYS, 1u64..4).prop_map(|(key, every)| Op::Scan { key, every }),
+        1 => (0..KEYS, 0usize..4).prop_map(|(key, stop)| Op::ScanHandles { key, stop }),
+        3 => any::<usize>().prop_map(|pick| Op::Remove { pick }),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+fn run_against_model(ops: &[Op]) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+    let mut model = MemoryStore::default();
+    // (model handle, arena handle, key hash) of live rows; removed ones kept to remove again.
+    let mut live: Vec<(RowHandle, RowHandle, u64)> = Vec::new();
+    let mut removed: Vec<(RowHandle, RowHandle, u64)> = Vec::new();
+    let mut next_id = 0;
+    for op in ops {
+        match *op {
+            Op::Insert { key, text, matched } => {
+                let r = row(key, next_id, text);
+                next_id += 1;
+                let hash = r.key_hash;
+                let ah = arena.insert(r.clone(), matched);
+                let mh = model.insert(r, matched);
+                assert!(live.iter().chain(&removed).all(|p| p.1 != ah), "handle {ah:#x} reused");
+                live.push((mh, ah, hash));
+            }
+            Op::Scan { key: k, every } => {
+                let (key, hash) = key(k);
+                let (mut a, mut m) = (Vec::new(), Vec::new());
+                arena.scan(&key, hash, &mut |r| {
+                    a.push(r.clone());
+                    r.id.is_multiple_of(every)
+                });
+                model.scan(&key, hash, &mut |r| {
+                    m.push(r.clone());
+                    r.id.is_multiple_of(every)
+                });
+                assert_eq!(a, m);
+                assert!(a.iter().all(|r| r.key == key));
+            }
+            Op::ScanHandles { key: k, stop } => {
+                let (key, hash) = key(k);
+                let (mut a, mut m) = (Vec::new(), Vec::new());
+                arena.scan_handles(&key, hash, &mut |h, r| {
+                    a.push((h, r.clone()));
+                    a.len() < stop
+                });
+                model.scan_handles(&key, hash, &mut |h, r| {
+                    m.push((h, r.clone()));
+                    m.len() < stop
+                });
+                assert_eq!(a.len(), m.len());
+                for ((ah, ar), (mh, mr)) in a.iter().zip(&m) {
+                    assert_eq!(ar, mr);
+                    assert!(live.iter().any(|p| p.0 == *mh && p.1 == *ah), "handles correspond");
+                }
+            }
+            Op::Remove { pick } => {
+                let i = pick % (live.len() + 1);
+                if i < live.len() {
+                    let (mh, ah, hash) = live.remove(i);
+                    let (ar, mr) = (arena.remove(hash, ah).unwrap(), model.remove(hash, mh).unwrap());
+                    assert_eq!((ar.row, ar.matched), (mr.row, mr.matched));
+                    removed.push((mh, ah, hash));
+                } else if let Some(&(mh, ah, hash)) = removed.get(pick % (removed.len() + 1)) {
+                    assert!(arena.remove(hash, ah).is_none() && model.remove(hash, mh).is_none());
+                }
+            }
+            Op::Reopen => {
+                let unsaved = arena.unsaved_rows();
+                drop(arena);
+                arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+                assert_eq!(arena.recovery().damaged_records + arena.recovery().damaged_segments, 0);
+                // Rows kept in memory (larger than a segment) do not survive, as documented.
+                let lost: Vec<_> = live.iter().filter(|p| p.1 & MEMORY_HANDLE != 0).copied().collect();
+                assert_eq!(lost.len(), unsaved);
+                for (mh, _, hash) in lost {
+                    model.remove(hash, mh).unwrap();
+                }
+                live.retain(|p| p.1 & MEMORY_HANDLE == 0);
+                // Their handles die with them: memory handles are unique only until a reopen.
+                removed.retain(|p| p.1 & MEMORY_HANDLE == 0);
+            }
+        }
+        assert_eq!(arena.rows(), model.rows());
+        assert_eq!(arena.bytes() == 0, arena.rows() == 0);
+    }
+    drain_and_compare(&mut arena, &mut model);
+    assert!(segment_files(dir.path()) <= 2, "only the active segment and one spare are left");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn behaves_like_the_memory_store(ops in proptest::collection::vec(op(), 1..80)) {
+        run_against_model(&ops);
+    }
+}
+
+/// Inserts, marks and removes rows of every key (the same on any store); rows of ~300 bytes, so
+/// small segments roll over.
+fn scripted(store: &mut dyn KeyedStore) {
+    let mut handles = Vec::new();
+    for id in 0..60 {
+        let r = row(id as usize % KEYS, id, 250);
+        handles.push((r.key_hash, store.insert(r, id % 7 == 0)));
+    }
+    for k in 0..KEYS {
+        let (key, hash) = key(k);
+        store.scan(&key, hash, &mut |r| r.id % 3 == 0);
+    }
+    for (i, (hash, handle)) in handles.into_iter().enumerate() {
+        if i % 4 == 1 {
+            store.remove(hash, handle).unwrap();
+        }
+    }
+}
+
+#[test]
+fn reopen_restores_rows_keys_handles_and_matched_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+    scripted(&mut arena);
+    let (before, rows, bytes, high) = (snapshot(&arena), arena.rows(), arena.bytes(), arena.high_water());
+    assert!(segment_files(dir.path()) > 3, "the script spans several segments");
+    drop(arena); // no flush, no sync: only the page cache holds the state
+
+    let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+    assert_eq!(snapshot(&arena), before);
+    assert_eq!((arena.rows(), arena.bytes(), arena.high_water()), (rows, bytes, high));
+    let recovery = arena.recovery().clone();
+    assert_eq!((recovery.rows, recovery.damaged_records, recovery.damaged_segments), (rows, 0, 0));
+
+    // It goes on where it stopped: new rows get new handles, and the whole matches the model.
+    let mut model = MemoryStore::default();
+    scripted(&mut model);
+    let extra = row(0, 1000, 10);
+    let handle = arena.insert(extra.clone(), true);
+    model.insert(extra, true);
+    assert!(before.iter().flat_map(|(_, rows)| rows).all(|(h, _, _)| *h != handle));
+    assert!(arena.high_water() > high);
+    drain_and_compare(&mut arena, &mut model);
+}
+
+/// Data offset of each record of the first segment file, with its row.
+fn first_records(dir: &Path) -> (std::path::PathBuf, Vec<(usize, Row)>) {
+    let arena = ArenaStore::open_with(dir, small()).unwrap();
+    let mut records: Vec<(usize, Row)> = snapshot(&arena)
+        .into_iter()
+        .flat_map(|(_, rows)| rows)
+        .filter(|(h, _, _)| h >> 32 == 1)
+        .map(|(h, r, _)| ((h & 0xffff_ffff) as usize, r))
+        .collect();
+    records.sort_by_key(|(off, _)| *off);
+    (dir.join(file_name(1)), records)
+}
+
+fn rows_of(arena: &ArenaStore) -> Vec<Row> {
+    let mut rows: Vec<Row> = snapshot(arena).into_iter().flat_map(|(_, rows)| rows).map(|(_, r, _)| r).collect();
+    rows.sort_by_key(|r| r.id);
+    rows
+}
+
+#[test]
+fn a_damaged_record_is_dropped_and_the_others_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+        for id in 0..3 {
+            arena.insert(row(id as usize, id, 40), false);
+        }
+    }
+    let (path, records) = first_records(dir.path());
+    assert_eq!(records.len(), 3);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[HEADER_LEN + records[1].0 + RECORD_HEADER + 5] ^= 0x40; // inside the middle row's payload
+    std::fs::write(&path, &bytes).unwrap();
+
+    let arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+    assert_eq!(arena.recovery().damaged_records, 1);
+    assert_eq!(rows_of(&arena), [records[0].1.clone(), records[2].1.clone()]);
+}
+
+#[test]
+fn a_torn_last_record_ends_its_segment_and_is_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+        for id in 0..3 {
+            arena.insert(row(0, id, 100), false);
+        }
+    }
+    // A crash in the middle of the third append: its payload's end never reached the file.
+    let (path, records) = first_records(dir.path());
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = HEADER_LEN + records[2].0 + record_size(frame_len(&records[2].1));
+    bytes[last - 16..last].fill(0);
+    std::fs::write(&path, &bytes).unwrap();
+
+    let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+    assert_eq!(arena.recovery().damaged_records, 1);
+    assert_eq!(rows_of(&arena), [records[0].1.clone(), records[1].1.clone()]);
+    let handle = arena.insert(row(0, 9, 10), false);
+    assert_eq!(handle, 1 << 32 | records[2].0 as u64, "the torn record's place is reused");
+    drop(arena);
+    let arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+    assert_eq!(arena.recovery().damaged_records, 0, "the end mark hides the rest of the torn record");
+    assert_eq!(rows_of(&arena), [records[0].1.clone(), records[1].1.clone(), row(0, 9, 10)]);
+}
+
+fn frame_len(r: &Row) -> usize {
+    RowEncoder::new().encode(r).unwrap().len()
+}
+
+#[test]
+fn any_flipped_byte_loses_at_most_rows_never_invents_or_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut originals = Vec::new();
+    {
+        let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+        for id in 0..8 {
+            let r = row(id as usize % KEYS, id, 200);
+            originals.push(r.clone());
+            let handle = arena.insert(r, false);
+            assert_eq!(handle >> 32, 1, "one segment");
+        }
+    }
+    let path = dir.path().join(file_name(1));
+    let good = std::fs::read(&path).unwrap();
+    // File offsets of the records: a flipped length field may hide the records after it.
+    let mut starts = vec![HEADER_LEN + SEGMENT_HEADER];
+    for r in &originals {
+        starts.push(starts[starts.len() - 1] + record_size(frame_len(r)));
+    }
+    let used = starts.pop().unwrap();
+    for at in 0..used + 32 {
+        for flip in [0x01u8, 0x80] {
+            let mut bad = good.clone();
+            bad[at] ^= flip;
+            std::fs::write(&path, &bad).unwrap();
+            match ArenaStore::open_with(dir.path(), small()) {
+                Ok(arena) => {
+                    let rows = rows_of(&arena);
+                    assert!(rows.iter().all(|r| originals.contains(r)), "byte {at}: a row that was never written");
+                    let in_length = starts.iter().any(|&s| (s..s + 4).contains(&at));
+                    if at >= HEADER_LEN + SEGMENT_HEADER && !in_length {
+                        assert!(rows.len() + 1 >= originals.len(), "byte {at}: one flip, at most one row");
+                    }
+                }
+                Err(e) => assert!(at < HEADER_LEN, "byte {at}: {e}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn dead_segments_are_recycled() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+    let mut handles: Vec<_> = (0..100).map(|id| (7, arena.insert(row(0, id, 300), false))).collect();
+    let spread = segment_files(dir.path());
+    assert!(spread >= 10, "{spread} segments");
+    for (hash, handle) in handles.drain(..) {
+        arena.remove(hash, handle).unwrap();
+    }
+    assert_eq!(segment_files(dir.path()), 2, "the active segment and one spare");
+    assert_eq!((arena.rows(), arena.bytes()), (0, 0));
+
+    // The spare is reused, and none of its old records comes back.
+    let fresh: Vec<Row> = (100..130).map(|id| row(1, id, 300)).collect();
+    for r in &fresh {
+        arena.insert(r.clone(), false);
+    }
+    assert!(segment_files(dir.path()) < spread);
+    drop(arena);
+    let arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+    assert_eq!(rows_of(&arena), fresh);
+    assert_eq!(arena.recovery().damaged_records, 0);
+
+    // Without spares, an all-dead segment's file is deleted.
+    let dir = tempfile::tempdir().unwrap();
+    let config = ArenaConfig { spare_segments: 0, ..small() };
+    let mut arena = ArenaStore::open_with(dir.path(), config.clone()).unwrap();
+    let handles: Vec<_> = (0..50).map(|id| arena.insert(row(0, id, 300), false)).collect();
+    for handle in handles {
+        arena.remove(7, handle).unwrap();
+    }
+    assert_eq!(segment_files(dir.path()), 1);
+    drop(arena);
+    assert_eq!(ArenaStore::open_with(dir.path(), config).unwrap().rows(), 0);
+}
+
+#[test]
+fn keys_with_the_same_hash_never_see_each_others_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+    let mut broadcast = row(4, 99, 5);
+    broadcast.key_hash = 7;
+    arena.insert(broadcast, false);
+    for id in 0..12 {
+        arena.insert(row(id as usize % 3, id, 20), false); // "a", "b" and Int(7), all hash 7
+    }
+    let (a, _) = key(0);
+    arena.scan(&a, 7, &mut |_| true);
+    for reopen in [false, true] {
+        if reopen {
+            drop(arena);
+            arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+        }
+        for k in [0, 1, 2, 4] {
+            let (key, _) = key(k);
+            let mut seen = Vec::new();
+            arena.scan_handles(&key, 7, &mut |_, r| {
+                seen.push(r.key.clone());
+                true
+            });
+            assert_eq!(seen.len(), if k == 4 { 1 } else { 4 }, "key {key:?}");
+            assert!(seen.iter().all(|s| *s == key));
+        }
+        let matched: Vec<(Key, bool)> =
+            snapshot(&arena).into_iter().flat_map(|(_, rows)| rows).map(|(_, r, m)| (r.key, m)).collect();
+        assert!(matched.iter().all(|(k, m)| *m == (*k == a)), "only key a's rows are marked");
+    }
+}
+
+#[test]
+fn a_row_larger_than_a_segment_is_an_error_and_insert_keeps_it_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+    let small_row = row(0, 1, 10);
+    let huge = row(0, 2, 5000);
+    let err = arena.try_insert(&huge, false).unwrap_err();
+    assert!(matches!(err, ArenaError::RowTooLarge { max: 3968, .. }), "{err}");
+    assert!(err.to_string().contains("larger than an arena segment holds"));
+    assert_eq!(arena.rows(), 0);
+
+    arena.insert(small_row.clone(), false);
+    let handle = arena.insert(huge.clone(), false);
+    assert_ne!(handle & MEMORY_HANDLE, 0);
+    assert_eq!((arena.rows(), arena.unsaved_rows()), (2, 1));
+    let mut seen = Vec::new();
+    arena.scan(&small_row.key, 7, &mut |r| {
+        seen.push(r.clone());
+        true
+    });
+    assert_eq!(seen, [small_row.clone(), huge.clone()], "insertion order across arena and memory");
+    drop(arena);
+    let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+    assert_eq!(rows_of(&arena), [small_row], "a row kept in memory does not survive a restart");
+    assert!(arena.remove(7, handle).is_none());
+}
+
+#[test]
+fn a_second_store_on_the_same_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let _held = ArenaStore::open_with(dir.path(), small()).unwrap();
+    let err = ArenaStore::open_with(dir.path(), small()).err().unwrap();
+    assert!(matches!(err, ArenaError::File(MappedFileError::Locked(_))), "{err}");
+}
+
+#[test]
+fn bad_configs_and_foreign_files_are_refused_other_files_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    for segment_bytes in [0, 4000, 2048, (1 << 30) + 4096] {
+        let config = ArenaConfig { segment_bytes, spare_segments: 0 };
+        assert!(matches!(ArenaStore::open_with(dir.path(), config), Err(ArenaError::BadConfig(_))));
+    }
+    std::fs::write(dir.path().join("notes.txt"), b"not a segment").unwrap();
+    std::fs::write(dir.path().join("seg-x.arena"), b"not a segment name").unwrap();
+    drop(ArenaStore::open_with(dir.path(), small()).unwrap());
+    std::fs::write(dir.path().join("seg-000009.arena"), vec![0u8; 4096]).unwrap();
+    assert!(matches!(ArenaStore::open_with(dir.path(), small()), Err(ArenaError::File(_))));
+}
+
+#[test]
+fn layout_is_as_documented() {
+    // The gateway `command` row of frame.rs: a 184-byte payload, a 224-byte record.
+    let command = Row {
+        ts: 1_700_000_000_123,
+        key: Key::Str("dev-000042".into()),
+        key_hash: 42,
+        id: 0xdead_beef_0bad_f00d,
+        values: vec![
+            Value::Str("dev-000042".into()),
+            Value::Int(1_700_000_000_123),
+            Value::Str("set_mode".into()),
+            Value::Str("v=42".into()),
+            Value::Str("c-0123456789abcdef".into()),
+        ]
+        .into(),
+    };
+    assert_eq!(record_size(frame_len(&command)), 224);
+    let config = ArenaConfig::default();
+    assert_eq!(config.max_record() / 224, 4680);
+    assert_eq!(config.max_record() - RECORD_HEADER, config.segment_bytes - 160);
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut arena = ArenaStore::open(dir.path()).unwrap();
+    let first = arena.insert(command.clone(), false);
+    let second = arena.insert(command.clone(), true);
+    assert_eq!((first, second), (1 << 32 | 64, 1 << 32 | (64 + 224)));
+    arena.scan(&command.key, 42, &mut |_| true);
+    arena.remove(42, second).unwrap();
+    let high = arena.high_water();
+    assert_eq!(arena.bytes(), 224);
+    drop(arena);
+
+    let bytes = std::fs::read(dir.path().join("seg-000001.arena")).unwrap();
+    assert_eq!(bytes.len(), 1 << 20);
+    let data = &bytes[HEADER_LEN..];
+    assert_eq!(&data[..8], &1u64.to_le_bytes(), "segment sequence number");
+    let u32_at = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().unwrap());
+    assert_eq!(u32_at(60), crc32c::crc32c(&data[..60]));
+    let record = &data[64..64 + 224];
+    assert_eq!(u32_at(64), 184);
+    assert_eq!((record[8], record[9]), (1, 0), "matched by the scan, alive");
+    assert_eq!(&record[16..24], &42u64.to_le_bytes());
+    assert_eq!(&record[24..32], &command.ts.to_le_bytes());
+    assert_eq!(&data[64 + 224 + 8..64 + 224 + 10], &[1, 1], "the second: matched, then removed");
+    assert!(data[64 + 448..64 + 448 + 16].iter().all(|&b| b == 0), "end mark");
+    assert_eq!(high, HighWater { seq: 1, offset: 64 + 448 });
+}
