@@ -20,7 +20,8 @@
 //! - Session merges: window_join continues the highest `_version` of the parts (its pairs keep
 //!   their `_id`s); cogroup results carry the window bounds in their `_id`, so a merged session is
 //!   a new result that lists in `_supersedes` the `_id`s emitted for its parts and those they
-//!   superseded (rule 10).
+//!   superseded (rule 10). A row that extends one session and merges no other (most rows that
+//!   do not open a session) updates it in place, with the outcome of such a merge.
 //!
 //! One [`Windows`] instance runs per shard and holds the windows of that shard's keys; all shards
 //! get the same watermark, so what fires, and when, does not depend on the shard count.
@@ -315,8 +316,10 @@ impl<C: Contents> Windows<C> {
                     h
                 }
             };
-            self.add(handle, input, item);
-            self.settle(handle, fire, out);
+            // A window that fired already fires again at once.
+            if self.add(handle, input, item) {
+                self.fire_now(handle, fire, out);
+            }
         }
         true
     }
@@ -344,7 +347,8 @@ impl<C: Contents> Windows<C> {
                         (start, end) = (start.min(w.start), end.max(w.end));
                     }
                 }
-                if self.parts.len() == before {
+                // None is left to join once all have (the common case: a key with one session).
+                if self.parts.len() == before || self.parts.len() == list.len() {
                     break;
                 }
             }
@@ -352,14 +356,14 @@ impl<C: Contents> Windows<C> {
         if self.spec.closed(end, self.watermark) {
             return false;
         }
-        let handle = match self.parts.as_slice() {
-            [h] if self.windows.get(h).is_some_and(|w| (w.start, w.end) == (start, end)) => *h,
+        let handle = match *self.parts.as_slice() {
+            [h] => {
+                self.extend(h, start, end);
+                h
+            }
             _ => self.merge(key, key_hash, start, end),
         };
-        self.add(handle, input, item);
-        if let Some(w) = self.windows.get(&handle)
-            && due(w.end, self.watermark)
-        {
+        if self.add(handle, input, item) {
             // A session always changed; one not yet due is pending already.
             self.fire_now(handle, fire, out);
         }
@@ -394,6 +398,48 @@ impl<C: Contents> Windows<C> {
         handle
     }
 
+    /// Moves the bounds of session `handle`, the only part of a new row's session, to `[start,
+    /// end)` in place (nothing to do when they stay). The outcome is what [`Self::merge`] makes of
+    /// one part — same contents, version, `_supersedes`, firing order and place in the key's list
+    /// — without building a new window and dropping the old one from every index.
+    fn extend(&mut self, handle: Handle, start: i64, end: i64) {
+        let Some(w) = self.windows.get_mut(&handle) else { return };
+        if (w.start, w.end) == (start, end) {
+            return;
+        }
+        // Live sessions have distinct `created`, so firing order does not depend on the handle.
+        self.pending.remove(&(w.end, w.start, w.created, handle));
+        self.pending.insert((end, start, w.created, handle));
+        if w.end != end {
+            self.expiry.remove(&(w.end, handle));
+            self.expiry.insert((end, handle));
+        }
+        (w.start, w.end) = (start, end);
+        let emitted = w.emitted.take();
+        match self.on_merge {
+            // The merged session's version is its one part's.
+            OnMerge::ContinueVersions => {}
+            // A new result: version 0 until it fires, superseding what this session emitted.
+            OnMerge::Supersede => {
+                w.version = 0;
+                if let Some(id) = emitted
+                    && let Err(at) = w.supersedes.binary_search(&id)
+                {
+                    w.supersedes.insert(at, id);
+                }
+            }
+        }
+        // `merge` puts the merged session last in the key's list, and the list's order is the
+        // order in which a later merge absorbs its parts (min/max keep the first of equal values,
+        // such as 0.0 and -0.0).
+        if let Some(list) = self.sessions.get_mut(&w.key_hash)
+            && let Some(at) = list.iter().position(|&h| h == handle)
+        {
+            let h = list.remove(at);
+            list.push(h);
+        }
+    }
+
     fn create(&mut self, handle: Handle, key: &Key, key_hash: u64, start: i64, end: i64, created: Option<u64>) {
         self.next_handle += 1;
         self.next_created += 1;
@@ -416,19 +462,15 @@ impl<C: Contents> Windows<C> {
         self.expiry.insert((end, handle));
     }
 
-    fn add(&mut self, handle: Handle, input: usize, item: &C::Item) {
-        let Some(w) = self.windows.get_mut(&handle) else { return };
+    /// Adds a row to a window; returns whether the window is due (has fired by the watermark),
+    /// so it has to fire again now.
+    fn add(&mut self, handle: Handle, input: usize, item: &C::Item) -> bool {
+        let Some(w) = self.windows.get_mut(&handle) else { return false };
         let (rows, bytes) = (w.contents.rows(), w.contents.bytes());
         w.contents.add(input, item, self.seq);
         self.rows = self.rows + w.contents.rows() - rows;
         self.bytes = self.bytes + w.contents.bytes() - bytes;
-    }
-
-    /// After a fixed window took a row: fire it again at once if it already fired.
-    fn settle(&mut self, handle: Handle, fire: &mut impl Fire<C>, out: &mut Output) {
-        if self.windows.get(&handle).is_some_and(|w| due(w.end, self.watermark)) {
-            self.fire_now(handle, fire, out);
-        }
+        due(w.end, self.watermark)
     }
 
     fn fire_now(&mut self, handle: Handle, fire: &mut impl Fire<C>, out: &mut Output) {

@@ -159,3 +159,83 @@ fn merged_sessions_continue_versions_and_firing_order() {
     w.on_watermark(Time::ms(50), &mut Emit, &mut out);
     assert_eq!(results(&mut out), [vec![0, 10, 1, 1], vec![0, 10, 2, 2], vec![0, 18, 3, 3], vec![25, 40, 1, 2]]);
 }
+
+#[test]
+fn an_extended_session_is_a_new_result_superseding_what_it_emitted() {
+    let spec = WindowSpec { kind: WindowKind::Session { gap: 10 }, allowed_lateness: 100 };
+    let mut w = Windows::new(spec, OnMerge::Supersede, Count(0));
+    let mut out = Output::default();
+    let id = |s: i64, e: i64| ((s as u64) << 32 | e as u64) as i64;
+    row(&mut w, 0, &mut out); // [0, 10)
+    w.on_watermark(Time::ms(9), &mut Emit, &mut out);
+    assert_eq!(results(&mut out), [[0, 10, 1, 1]]);
+    row(&mut w, 5, &mut out); // [0, 15): not due yet, version 0 again
+    row(&mut w, 3, &mut out); // same bounds
+    w.on_watermark(Time::ms(20), &mut Emit, &mut out);
+    assert_eq!(results(&mut out), [[0, 15, 1, 3, id(0, 10)]]);
+    row(&mut w, 14, &mut out); // [0, 24): not due (23 > 20)
+    w.on_watermark(Time::ms(30), &mut Emit, &mut out);
+    let mut want = vec![0, 24, 1, 4, id(0, 10), id(0, 15)];
+    want[4..].sort_unstable_by_key(|&i| i as u64);
+    assert_eq!(results(&mut out), [want.clone()]);
+    row(&mut w, 10, &mut out); // same bounds, due: a re-fire, same result
+    want[2..4].copy_from_slice(&[2, 5]);
+    assert_eq!(results(&mut out), [want]);
+    row(&mut w, -5, &mut out); // the start moves: [-5, 24), due, fires at once
+    let mut want = vec![-5, 24, 1, 6, id(0, 10), id(0, 15), id(0, 24)];
+    want[4..].sort_unstable_by_key(|&i| i as u64);
+    assert_eq!(results(&mut out), [want]);
+    assert_eq!((w.windows(), w.state_rows()), (1, 6));
+    w.on_watermark(Time::POS_INF, &mut Emit, &mut out);
+    assert!(out.results.is_empty());
+    assert_eq!((w.windows(), w.state_rows()), (0, 0));
+}
+
+/// Keeps the tags of its rows in the order they were added and absorbed.
+#[derive(Clone, Default)]
+struct Tags(Vec<i64>);
+
+impl Contents for Tags {
+    type Item = i64;
+    fn add(&mut self, _: usize, tag: &i64, _: u64) {
+        self.0.push(*tag);
+    }
+    fn absorb(&mut self, other: Self) {
+        self.0.extend(other.0);
+    }
+    fn rows(&self) -> usize {
+        self.0.len()
+    }
+    fn bytes(&self) -> usize {
+        0
+    }
+}
+
+impl Fire<Tags> for Emit {
+    fn fire(&mut self, w: &Window<Tags>, out: &mut Output) -> Option<u64> {
+        let values = w.contents.0.iter().map(|&t| Value::Int(t)).collect();
+        let row = Row { ts: w.end - 1, key: w.key.clone(), key_hash: 0, id: 0, values };
+        out.results.push((crate::operator::ResultKind::Match, row));
+        None
+    }
+}
+
+#[test]
+fn an_extended_session_is_absorbed_where_a_merged_one_would_be() {
+    // A merge absorbs its parts in the order of the key's list, and puts the merged session
+    // last; a session extended in place moves there too (min/max keep the first of equal
+    // values, so the order can show in a result).
+    let spec = WindowSpec { kind: WindowKind::Session { gap: 10 }, allowed_lateness: 0 };
+    let mut w = Windows::new(spec, OnMerge::ContinueVersions, Tags::default());
+    let mut out = Output::default();
+    let mut tag = |w: &mut Windows<Tags>, ts: i64, tag: i64| {
+        w.on_row(RowRef { input: 0, ts, key: &Key::Int(1), key_hash: 1 }, &tag, &mut Emit, &mut out)
+    };
+    tag(&mut w, 0, 1); // A [0, 10)
+    tag(&mut w, 30, 2); // B [30, 40)
+    tag(&mut w, 5, 3); // A [0, 15), now after B
+    tag(&mut w, 15, 4); // [15, 25) touches A → [0, 25), A alone: in place
+    tag(&mut w, 20, 5); // [0, 30) touches B: B's rows, then A's, then the row
+    w.on_watermark(Time::POS_INF, &mut Emit, &mut out);
+    assert_eq!(results(&mut out), [[2, 1, 3, 4, 5]]);
+}
