@@ -252,17 +252,10 @@ impl IntervalJoin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operator::projection::Column;
     use crate::record::{Key, Value};
 
     fn join(lower: i64, upper: i64, join: JoinType) -> IntervalJoin {
-        let columns = vec![
-            Column::Key,
-            Column::Field { input: LEFT, pos: 0 },
-            Column::Field { input: RIGHT, pos: 0 },
-            Column::Kind,
-        ];
-        let projection = Projection { columns, rekey: None };
+        let projection = Projection::key_and_first_values();
         IntervalJoin::new(IntervalJoinSpec { name: "j".into(), lower, upper, join, projection })
     }
 

@@ -51,3 +51,18 @@ impl Projection {
         }
     }
 }
+
+#[cfg(test)]
+impl Projection {
+    /// What operator unit tests select: the key, the first value of each side, `_kind`.
+    pub fn key_and_first_values() -> Projection {
+        use crate::operator::interval_join::{LEFT, RIGHT};
+        let columns = vec![
+            Column::Key,
+            Column::Field { input: LEFT, pos: 0 },
+            Column::Field { input: RIGHT, pos: 0 },
+            Column::Kind,
+        ];
+        Projection { columns, rekey: None }
+    }
+}

@@ -205,17 +205,10 @@ impl TemporalJoin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operator::projection::Column;
     use crate::record::Value;
 
     fn join(left_join: bool, broadcast_right: bool) -> TemporalJoin {
-        let columns = vec![
-            Column::Key,
-            Column::Field { input: LEFT, pos: 0 },
-            Column::Field { input: RIGHT, pos: 0 },
-            Column::Kind,
-        ];
-        let projection = Projection { columns, rekey: None };
+        let projection = Projection::key_and_first_values();
         TemporalJoin::new(TemporalJoinSpec { name: "t".into(), left_join, broadcast_right, projection })
     }
 

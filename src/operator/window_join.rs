@@ -186,14 +186,8 @@ mod tests {
     use crate::record::Key;
 
     fn join(kind: WindowKind, allowed_lateness: i64) -> WindowJoin {
-        let columns = vec![
-            Column::Key,
-            Column::Field { input: LEFT, pos: 0 },
-            Column::Field { input: RIGHT, pos: 0 },
-            Column::Kind,
-        ];
         let window = WindowSpec { kind, allowed_lateness };
-        let projection = Projection { columns, rekey: None };
+        let projection = Projection::key_and_first_values();
         WindowJoin::new(WindowJoinSpec { name: "w".into(), window, condition: None, projection })
     }
 

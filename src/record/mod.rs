@@ -47,6 +47,26 @@ pub enum Key {
     Str(Box<str>),
 }
 
+/// Compares an int with a double exactly, as Python does (the int is not rounded to a double);
+/// `None` when the double is NaN. Shared by `where` expressions and connect's threshold.
+pub fn cmp_int_float(i: i64, f: f64) -> Option<std::cmp::Ordering> {
+    use std::cmp::Ordering;
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    if f.is_nan() {
+        return None;
+    }
+    if f >= TWO_63 {
+        return Some(Ordering::Less);
+    }
+    if f < -TWO_63 {
+        return Some(Ordering::Greater);
+    }
+    let whole = f.trunc();
+    // In [-2^63, 2^63) and integral: the conversion is exact.
+    let t = whole as i64;
+    Some(i.cmp(&t).then_with(|| 0.0_f64.partial_cmp(&(f - whole)).unwrap_or(Ordering::Equal)))
+}
+
 impl Key {
     /// The key held by `value`, if it is a string or an int.
     pub fn from_value(value: &Value) -> Option<Key> {

@@ -16,7 +16,7 @@ use std::cmp::Ordering;
 
 use crate::operator::ResultKind;
 use crate::record::id::key_hash;
-use crate::record::{Key, Row, Value};
+use crate::record::{Key, Row, Value, cmp_int_float};
 
 use super::coprocess::{CoProcess, Context};
 
@@ -85,28 +85,10 @@ fn compare(a: &Value, b: &Value) -> Option<Ordering> {
         (Int(a), Int(b)) => Some(a.cmp(b)),
         (Bool(a), _) => compare(&Int(i64::from(*a)), b),
         (_, Bool(b)) => compare(a, &Int(i64::from(*b))),
-        (Int(a), Float(b)) => int_vs_float(*a, *b),
-        (Float(a), Int(b)) => int_vs_float(*b, *a).map(Ordering::reverse),
+        (Int(a), Float(b)) => cmp_int_float(*a, *b),
+        (Float(a), Int(b)) => cmp_int_float(*b, *a).map(Ordering::reverse),
         _ => None,
     }
-}
-
-/// Exact comparison of an int with a double (no rounding of the int to a double).
-fn int_vs_float(i: i64, f: f64) -> Option<Ordering> {
-    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
-    if f.is_nan() {
-        return None;
-    }
-    if f >= TWO_63 {
-        return Some(Ordering::Less);
-    }
-    if f < -TWO_63 {
-        return Some(Ordering::Greater);
-    }
-    let whole = f.trunc();
-    // In range and integral: exact.
-    let w = whole as i64;
-    Some(i.cmp(&w).then_with(|| 0.0_f64.partial_cmp(&(f - whole)).unwrap_or(Ordering::Equal)))
 }
 
 #[cfg(test)]

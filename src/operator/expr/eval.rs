@@ -4,7 +4,7 @@
 use std::cmp::Ordering;
 
 use super::{Arith, Cmp, Expr, Node, Side};
-use crate::record::{Row, Value};
+use crate::record::{Row, Value, cmp_int_float};
 
 impl Expr {
     /// The value of node `at` on the pair; its strings borrow from the rows or the arena.
@@ -200,28 +200,7 @@ fn num_cmp(x: Num, y: Num) -> Option<Ordering> {
     match (x, y) {
         (Num::Int(x), Num::Int(y)) => Some(x.cmp(&y)),
         (Num::Float(x), Num::Float(y)) => x.partial_cmp(&y),
-        (Num::Int(x), Num::Float(y)) => int_float_cmp(x, y),
-        (Num::Float(x), Num::Int(y)) => int_float_cmp(y, x).map(Ordering::reverse),
+        (Num::Int(x), Num::Float(y)) => cmp_int_float(x, y),
+        (Num::Float(x), Num::Int(y)) => cmp_int_float(y, x).map(Ordering::reverse),
     }
-}
-
-/// Compares an int with a float exactly, as Python does (no rounding of the int). `None`: NaN.
-fn int_float_cmp(i: i64, f: f64) -> Option<Ordering> {
-    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
-    if f.is_nan() {
-        return None;
-    }
-    if f >= TWO_63 {
-        return Some(Ordering::Less);
-    }
-    if f < -TWO_63 {
-        return Some(Ordering::Greater);
-    }
-    let whole = f.trunc();
-    // In [-2^63, 2^63) and integral: the conversion is exact.
-    let t = whole as i64;
-    Some(match i.cmp(&t) {
-        Ordering::Equal => 0.0.partial_cmp(&(f - whole)).unwrap_or(Ordering::Equal),
-        o => o,
-    })
 }
