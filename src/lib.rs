@@ -13,5 +13,6 @@ pub mod ops;
 pub mod record;
 pub mod replay;
 pub mod ring;
+pub mod shard;
 pub mod state;
 pub mod time;

@@ -120,7 +120,7 @@ fn run_bench(plan: &Plan, args: &bench::BenchArgs) -> anyhow::Result<()> {
 fn replay(plan: &Plan, args: ReplayArgs<'_>, metrics: Option<PathBuf>) -> anyhow::Result<()> {
     let summary = replay::run(plan, &args)?;
     if let Some(path) = metrics {
-        let text = braid::ops::metrics::render(plan, &summary.engine);
+        let text = braid::ops::metrics::render(plan, &summary.figures);
         std::fs::write(&path, text).with_context(|| format!("--metrics {}", path.display()))?;
     }
     tracing::info!(lines = summary.lines, shards = args.shards, "Replay finished");

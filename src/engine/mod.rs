@@ -58,6 +58,38 @@ pub struct OperatorCounters {
     pub results: [u64; ResultKind::ALL.len()],
 }
 
+impl OperatorCounters {
+    pub fn new(inputs: usize) -> OperatorCounters {
+        OperatorCounters { rows_in: vec![0; inputs], late: vec![0; inputs], results: [0; ResultKind::ALL.len()] }
+    }
+
+    pub fn add(&mut self, other: &OperatorCounters) {
+        for (a, b) in self.rows_in.iter_mut().zip(&other.rows_in) {
+            *a += b;
+        }
+        for (a, b) in self.late.iter_mut().zip(&other.late) {
+            *a += b;
+        }
+        for (a, b) in self.results.iter_mut().zip(&other.results) {
+            *a += b;
+        }
+    }
+}
+
+/// What a run leaves to report (CONTRACT.md "Metrics"), from the engine or the shard runtime.
+#[derive(Clone, Debug, Default)]
+pub struct Figures {
+    pub streams: Vec<StreamCounters>,
+    pub stream_watermarks: Vec<Time>,
+    pub stream_idle: Vec<bool>,
+    pub operator_counters: Vec<OperatorCounters>,
+    pub operator_watermarks: Vec<Time>,
+    /// Per operator over all shards: (rows, bytes).
+    pub operator_state: Vec<(usize, usize)>,
+    /// Per shard thread: the monoio driver it ran on (none for the single-threaded engine).
+    pub drivers: Vec<&'static str>,
+}
+
 /// Counters of one input stream.
 #[derive(Clone, Debug, Default)]
 pub struct StreamCounters {
@@ -123,11 +155,7 @@ impl Engine {
                 instances: (0..shards).map(|_| o.spec.build()).collect(),
                 subscribers: Vec::new(),
                 idle: false,
-                counters: OperatorCounters {
-                    rows_in: vec![0; o.inputs.len()],
-                    late: vec![0; o.inputs.len()],
-                    results: [0; ResultKind::ALL.len()],
-                },
+                counters: OperatorCounters::new(o.inputs.len()),
             })
             .collect();
         let mut chained = false;
@@ -387,6 +415,19 @@ impl Engine {
         let counters = &mut self.streams[stream].counters;
         counters.rows += 1;
         *counters.dead_letters.entry(reason.to_owned()).or_default() += 1;
+    }
+
+    pub fn figures(&self) -> Figures {
+        let ops = 0..self.operators.len();
+        Figures {
+            streams: self.streams.iter().map(|s| s.counters.clone()).collect(),
+            stream_watermarks: self.streams.iter().map(|s| s.clock.watermark()).collect(),
+            stream_idle: self.streams.iter().map(|s| s.clock.is_idle()).collect(),
+            operator_counters: self.operators.iter().map(|o| o.counters.clone()).collect(),
+            operator_watermarks: ops.clone().map(|op| self.operator_watermark(op)).collect(),
+            operator_state: ops.map(|op| self.operator_state(op)).collect(),
+            drivers: Vec::new(),
+        }
     }
 
     pub fn stream_counters(&self, stream: usize) -> &StreamCounters {

@@ -5,11 +5,11 @@
 use std::fmt::Write;
 
 use crate::config::Plan;
-use crate::engine::Engine;
+use crate::engine::Figures;
 use crate::operator::ResultKind;
 
-/// The metrics of `engine` running `plan`, in Prometheus text format.
-pub fn render(plan: &Plan, engine: &Engine) -> String {
+/// The metrics of a run of `plan`, in Prometheus text format.
+pub fn render(plan: &Plan, figures: &Figures) -> String {
     let mut out = String::new();
     let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, String)>| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -23,9 +23,7 @@ pub fn render(plan: &Plan, engine: &Engine) -> String {
         "braid_stream_rows_total",
         "counter",
         "Rows received for the stream (decoded or not).",
-        streams()
-            .map(|(i, s)| (format!("stream=\"{}\"", s.name), engine.stream_counters(i).rows.to_string()))
-            .collect(),
+        streams().map(|(i, s)| (format!("stream=\"{}\"", s.name), figures.streams[i].rows.to_string())).collect(),
     );
     family(
         "braid_stream_dead_letter_total",
@@ -33,8 +31,7 @@ pub fn render(plan: &Plan, engine: &Engine) -> String {
         "Rows sent to dead_letter.",
         streams()
             .flat_map(|(i, s)| {
-                engine
-                    .stream_counters(i)
+                figures.streams[i]
                     .dead_letters
                     .iter()
                     .map(move |(reason, n)| (format!("stream=\"{}\",reason=\"{reason}\"", s.name), n.to_string()))
@@ -47,7 +44,7 @@ pub fn render(plan: &Plan, engine: &Engine) -> String {
         "The stream's current watermark.",
         streams()
             .map(|(i, s)| {
-                (format!("stream=\"{}\"", s.name), engine.stream_watermark(i).as_i64_saturating().to_string())
+                (format!("stream=\"{}\"", s.name), figures.stream_watermarks[i].as_i64_saturating().to_string())
             })
             .collect(),
     );
@@ -56,13 +53,13 @@ pub fn render(plan: &Plan, engine: &Engine) -> String {
         "gauge",
         "1 while the stream is idle.",
         streams()
-            .map(|(i, s)| (format!("stream=\"{}\"", s.name), u8::from(engine.stream_idle(i)).to_string()))
+            .map(|(i, s)| (format!("stream=\"{}\"", s.name), u8::from(figures.stream_idle[i]).to_string()))
             .collect(),
     );
     let per_input = |values: fn(&crate::engine::OperatorCounters) -> &Vec<u64>| {
         operators()
             .flat_map(|(i, o)| {
-                values(engine.operator_counters(i)).iter().zip(&o.inputs).map(move |(n, input)| {
+                values(&figures.operator_counters[i]).iter().zip(&o.inputs).map(move |(n, input)| {
                     (format!("operator=\"{}\",input=\"{}\"", o.name, plan.node_name(*input)), n.to_string())
                 })
             })
@@ -83,7 +80,7 @@ pub fn render(plan: &Plan, engine: &Engine) -> String {
                 ResultKind::ALL.iter().map(move |k| {
                     (
                         format!("operator=\"{}\",kind=\"{}\"", o.name, k.as_str()),
-                        engine.operator_counters(i).results[*k as usize].to_string(),
+                        figures.operator_counters[i].results[*k as usize].to_string(),
                     )
                 })
             })
@@ -95,7 +92,7 @@ pub fn render(plan: &Plan, engine: &Engine) -> String {
         "gauge",
         "Live state rows.",
         operators()
-            .map(|(i, o)| (format!("operator=\"{}\"", o.name), engine.operator_state(i).0.to_string()))
+            .map(|(i, o)| (format!("operator=\"{}\"", o.name), figures.operator_state[i].0.to_string()))
             .collect(),
     );
     family(
@@ -103,7 +100,7 @@ pub fn render(plan: &Plan, engine: &Engine) -> String {
         "gauge",
         "Live state bytes.",
         operators()
-            .map(|(i, o)| (format!("operator=\"{}\"", o.name), engine.operator_state(i).1.to_string()))
+            .map(|(i, o)| (format!("operator=\"{}\"", o.name), figures.operator_state[i].1.to_string()))
             .collect(),
     );
     family(
@@ -112,8 +109,19 @@ pub fn render(plan: &Plan, engine: &Engine) -> String {
         "The operator's current watermark.",
         operators()
             .map(|(i, o)| {
-                (format!("operator=\"{}\"", o.name), engine.operator_watermark(i).as_i64_saturating().to_string())
+                (format!("operator=\"{}\"", o.name), figures.operator_watermarks[i].as_i64_saturating().to_string())
             })
+            .collect(),
+    );
+    family(
+        "braid_shard_driver",
+        "gauge",
+        "1 for the monoio driver each shard runs on (io_uring, or legacy when io_uring is unavailable).",
+        figures
+            .drivers
+            .iter()
+            .enumerate()
+            .map(|(shard, driver)| (format!("shard=\"{shard}\",driver=\"{driver}\""), "1".to_owned()))
             .collect(),
     );
     out

@@ -1,9 +1,10 @@
 //! `braid replay`: a deterministic offline run over JSON-lines files (CONTRACT.md "Replay").
 //!
 //! Processing time is simulated from each line's arrival, so idleness, ticks and lateness are the
-//! same on every run and for every shard count. State lives in `runtime.state_dir` when the
-//! config sets one, else in a private temporary directory removed at exit; this build keeps
-//! operator state in memory and always starts fresh (resuming comes with checkpoints).
+//! same on every run and for every shard count. Rows run through the shard runtime
+//! ([`crate::shard`]): `--shards` threads fed through rings in `runtime.state_dir` when the config
+//! sets one, else in a private temporary directory removed at exit. This build keeps operator
+//! state in memory and always starts fresh (resuming comes with checkpoints).
 
 pub mod input;
 pub mod output;
@@ -13,10 +14,11 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use crate::config::Plan;
-use crate::engine::Engine;
+use crate::engine::Figures;
 use crate::record::decode::check_time_window;
 use crate::record::id::{IdHasher, key_hash};
 use crate::record::{Key, Row};
+use crate::shard::{Runtime, RuntimeError, RuntimeOptions};
 use input::{Content, Inputs, Line};
 use output::{Outputs, Target};
 
@@ -35,6 +37,8 @@ pub enum ReplayError {
     StateDir { path: PathBuf, error: std::io::Error },
     #[error("writing outputs: {0}")]
     Write(std::io::Error),
+    #[error("runtime: {0}")]
+    Runtime(#[from] RuntimeError),
 }
 
 pub struct ReplayArgs<'a> {
@@ -48,7 +52,7 @@ pub struct ReplayArgs<'a> {
 /// What a finished replay did.
 pub struct Summary {
     pub lines: usize,
-    pub engine: Engine,
+    pub figures: Figures,
 }
 
 pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
@@ -76,24 +80,31 @@ pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
         let (name, path) = &args.outputs[i];
         ReplayError::Uncreatable { name: name.clone(), path: path.clone(), error }
     })?;
-    let _state = StateDir::open(plan)?;
+    let state = StateDir::open(plan)?;
     let start = inputs.lines.first().map_or(0, |l| i128::from(l.arrival));
-    let mut engine = Engine::new(plan, args.shards, start);
-    engine.step_every_tick(args.every_tick);
+    let options = RuntimeOptions { shards: args.shards, dir: state.path(plan), every_tick: args.every_tick };
+    let mut runtime = Runtime::start(plan, &options, start)?;
     let mut ids = IdHasher::default();
     let lines = std::mem::take(&mut inputs.lines);
     let count = lines.len();
     for line in lines {
-        feed(plan, &mut engine, &mut sinks, &mut ids, &inputs, line);
+        feed(plan, &mut runtime, &mut sinks, &mut ids, &inputs, line)?;
     }
-    engine.finish(&mut sinks);
+    let figures = runtime.finish(&mut sinks)?;
     sinks.finish().map_err(ReplayError::Write)?;
-    Ok(Summary { lines: count, engine })
+    Ok(Summary { lines: count, figures })
 }
 
-fn feed(plan: &Plan, engine: &mut Engine, sinks: &mut Outputs<'_>, ids: &mut IdHasher, inputs: &Inputs, line: Line) {
+fn feed(
+    plan: &Plan,
+    runtime: &mut Runtime,
+    sinks: &mut Outputs<'_>,
+    ids: &mut IdHasher,
+    inputs: &Inputs,
+    line: Line,
+) -> Result<(), RuntimeError> {
     let arrival = line.arrival;
-    engine.advance_to(i128::from(arrival), sinks);
+    runtime.advance_to(i128::from(arrival), sinks)?;
     let def = &plan.streams[line.stream];
     let checked = match line.content {
         Content::Row { values, ts } => {
@@ -106,9 +117,9 @@ fn feed(plan: &Plan, engine: &mut Engine, sinks: &mut Outputs<'_>, ids: &mut IdH
         Ok(row) => row,
         Err(reason) => {
             let label = reason.label(&def.schema);
-            engine.count_dead_letter(line.stream, &label);
+            runtime.count_dead_letter(line.stream, &label);
             sinks.dead_letter(line.stream, &inputs.raw(line.flag, line.range, reason), &label);
-            return;
+            return Ok(());
         }
     };
     let key = def.schema.key.and_then(|k| Key::from_value(&values[k])).unwrap_or(Key::Broadcast);
@@ -118,16 +129,25 @@ fn feed(plan: &Plan, engine: &mut Engine, sinks: &mut Outputs<'_>, ids: &mut IdH
     }
     let row = Row { ts, key_hash: key_hash(&key), key, id: ids.finish(), values: values.into() };
     sinks.input_row(line.stream, &row);
-    engine.ingest(line.stream, row, i128::from(arrival), sinks);
+    runtime.ingest(line.stream, &row, i128::from(arrival), sinks)
 }
 
-/// Where replay keeps its state: `runtime.state_dir`, or a temporary directory removed on drop.
+/// Where replay keeps its rings and state: `runtime.state_dir`, or a temporary directory removed
+/// on drop.
 enum StateDir {
     Configured,
-    Private(#[allow(dead_code)] tempfile::TempDir),
+    Private(tempfile::TempDir),
 }
 
 impl StateDir {
+    fn path<'a>(&'a self, plan: &'a Plan) -> &'a Path {
+        match (self, &plan.runtime.state_dir) {
+            (StateDir::Private(dir), _) => dir.path(),
+            (StateDir::Configured, Some(path)) => path,
+            (StateDir::Configured, None) => Path::new("."),
+        }
+    }
+
     fn open(plan: &Plan) -> Result<StateDir, ReplayError> {
         match &plan.runtime.state_dir {
             Some(path) => std::fs::create_dir_all(path)

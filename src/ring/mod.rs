@@ -69,6 +69,18 @@ pub enum FrameKind {
     /// Idleness changed.
     Idle = 3,
     EndOfInput = 4,
+    /// Processing time moved (payload: event sequence and time).
+    ProcessingTime = 5,
+    /// The producer has sent every event up to a sequence number.
+    Progress = 6,
+    /// A row for an operator on another shard, with its [`Tag`](crate::shard::tag::Tag).
+    Exchange = 7,
+    /// An operator instance will send nothing before a tag (the exchange's progress).
+    Frontier = 8,
+    /// An operator instance ran a tick (payload: its output watermark then).
+    TickDone = 9,
+    /// A result or late row of an operator, for the sinks.
+    Output = 10,
 }
 
 impl FrameKind {
@@ -78,6 +90,12 @@ impl FrameKind {
             2 => FrameKind::Tick,
             3 => FrameKind::Idle,
             4 => FrameKind::EndOfInput,
+            5 => FrameKind::ProcessingTime,
+            6 => FrameKind::Progress,
+            7 => FrameKind::Exchange,
+            8 => FrameKind::Frontier,
+            9 => FrameKind::TickDone,
+            10 => FrameKind::Output,
             _ => return None,
         })
     }

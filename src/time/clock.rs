@@ -84,7 +84,7 @@ pub struct OperatorClock {
 }
 
 /// What an operator sees of one of its inputs at a tick.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct InputTime {
     pub watermark: Time,
     pub idle: bool,

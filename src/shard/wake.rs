@@ -1,0 +1,137 @@
+//! Waking a thread that sleeps because its rings are empty (or full), without polling.
+//!
+//! A [`Doorbell`] is a socket pair and a `sleeping` flag. The sleeper sets the flag, looks at its
+//! rings once more, and only then waits for a byte; whoever commits frames (or frees space) for
+//! it afterwards sees the flag and writes one byte. Both sides order their flag and ring accesses
+//! with SeqCst fences (a Dekker pair: "I published, then looked at the flag" against "I raised the
+//! flag, then looked at the rings"), so either the sleeper sees the new frames or the waker sees
+//! the flag — a wake-up is never lost, and a byte written to a sleeper that had found work anyway
+//! only costs one spurious round. Shards wait with monoio (the socket works under io_uring and
+//! under the legacy epoll driver alike, DESIGN.md "Hard facts"); the feeder waits on a plain
+//! blocking read.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering, fence};
+
+use crate::ring::{Consumer, FrameKind, Producer, PushError};
+
+pub struct Doorbell {
+    sleeping: AtomicBool,
+    /// Non-blocking: a full socket means a wake-up is pending anyway.
+    waker: UnixStream,
+}
+
+impl Doorbell {
+    /// The bell and the socket its owner waits on.
+    pub fn new() -> std::io::Result<(Arc<Doorbell>, UnixStream)> {
+        let (waker, sleeper) = UnixStream::pair()?;
+        waker.set_nonblocking(true)?;
+        Ok((Arc::new(Doorbell { sleeping: AtomicBool::new(false), waker }), sleeper))
+    }
+
+    /// Wakes the owner if it sleeps. Call after committing frames or releasing space.
+    pub fn ring(&self) {
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::Relaxed) && self.sleeping.swap(false, Ordering::AcqRel) {
+            // A full socket already holds a wake-up; any other error leaves nothing to do.
+            let _ = (&self.waker).write(&[1]);
+        }
+    }
+
+    /// The owner is about to sleep: raise the flag, then look at the rings again.
+    pub fn prepare_sleep(&self) {
+        self.sleeping.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+    }
+
+    /// The owner found work after [`prepare_sleep`](Self::prepare_sleep), or woke up.
+    pub fn awake(&self) {
+        self.sleeping.store(false, Ordering::Relaxed);
+    }
+
+    /// Blocks the calling thread until rung (the feeder's wait).
+    pub fn wait_blocking(&self, sleeper: &mut UnixStream) {
+        let mut buf = [0u8; 64];
+        // An error (the socket closed) ends the wait too; the caller looks at its rings again.
+        let _ = sleeper.read(&mut buf);
+        self.awake();
+    }
+}
+
+/// The producing end of a ring with the consumer's doorbell, and the frames that did not fit yet
+/// (kept in order; the owner stops taking new input while any wait, so they stay few).
+pub struct Outbox {
+    ring: Producer,
+    bell: Arc<Doorbell>,
+    waiting: std::collections::VecDeque<(FrameKind, Vec<u8>)>,
+}
+
+/// A frame larger than a ring can ever hold.
+#[derive(Debug, thiserror::Error)]
+#[error("a frame of {0} bytes does not fit the shard rings")]
+pub struct TooLarge(pub usize);
+
+impl Outbox {
+    pub fn new(ring: Producer, bell: Arc<Doorbell>) -> Outbox {
+        Outbox { ring, bell, waiting: Default::default() }
+    }
+
+    /// Queues a frame: into the ring when it has room and nothing waits, else in order behind.
+    pub fn push(&mut self, kind: FrameKind, payload: &[u8]) -> Result<(), TooLarge> {
+        if self.waiting.is_empty() {
+            match self.ring.push(kind, payload) {
+                Ok(()) => return Ok(()),
+                Err(PushError::TooLarge) => return Err(TooLarge(payload.len())),
+                Err(PushError::Full) => self.ring.commit(),
+            }
+        }
+        if payload.len() > self.ring.max_payload() {
+            return Err(TooLarge(payload.len()));
+        }
+        self.waiting.push_back((kind, payload.to_vec()));
+        Ok(())
+    }
+
+    /// Moves waiting frames into the ring while they fit, publishes, rings the consumer.
+    /// Returns whether any frame moved.
+    pub fn flush(&mut self) -> bool {
+        let mut moved = false;
+        while let Some((kind, payload)) = self.waiting.front() {
+            if self.ring.push(*kind, payload).is_err() {
+                break;
+            }
+            self.waiting.pop_front();
+            moved = true;
+        }
+        self.ring.commit();
+        self.bell.ring();
+        moved
+    }
+
+    pub fn is_blocked(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    pub fn used_bytes(&self) -> u64 {
+        self.ring.used_bytes()
+    }
+}
+
+/// The consuming end of a ring with the producer's doorbell (rung when space is released).
+pub struct Inbox {
+    pub ring: Consumer,
+    pub bell: Arc<Doorbell>,
+}
+
+impl Inbox {
+    /// Reads up to the committed frames, then tells the producer there is room again.
+    pub fn read(&mut self, visit: impl FnMut(crate::ring::Frame<'_>)) -> usize {
+        let frames = self.ring.read_batch(visit);
+        if frames > 0 {
+            self.bell.ring();
+        }
+        frames
+    }
+}

@@ -1,0 +1,259 @@
+//! Frame payloads between the feeder, the shards and the collector.
+//!
+//! Every payload starts with a fixed header whose length is a multiple of 16, so a row archive
+//! after it starts 16-byte aligned (what [`access_unchecked`] needs). Integers are little endian.
+//!
+//! | kind | header | then |
+//! |---|---|---|
+//! | `Row` | seq u64, stream u32, pad | archived row |
+//! | `Tick` | seq u64, pad, t i128, n streams u32, n operators u32, pad; per stream watermark i128; per stream and operator idle u8 | |
+//! | `ProcessingTime` | seq u64, pad, now i128 | |
+//! | `EndOfInput`, `Progress` | seq u64, pad | |
+//! | `Exchange` | operator u32, input u32, pad, tag | archived row |
+//! | `Frontier` | operator u32, pad, tag | |
+//! | `TickDone` | operator u32, pad, seq u64, watermark i128 | |
+//! | `Output` | operator u32, input u32 (`u32::MAX`: a result, else the input of a late row), pad | archived row |
+
+use crate::record::frame::{FrameError, RowEncoder, access_unchecked};
+use crate::record::{ArchivedRow, Row};
+use crate::ring::FrameKind;
+use crate::time::Time;
+use crate::time::clock::InputTime;
+
+use super::tag::{TAG_BYTES, Tag};
+
+/// `Output` frames of results carry this instead of an input index.
+pub const RESULT: u32 = u32::MAX;
+
+/// Builds payloads in one buffer it keeps.
+#[derive(Default)]
+pub struct Writer {
+    pub buf: Vec<u8>,
+    rows: RowEncoder,
+}
+
+impl Writer {
+    fn start(&mut self) -> &mut Vec<u8> {
+        self.buf.clear();
+        &mut self.buf
+    }
+
+    fn pad16(&mut self) {
+        let padded = self.buf.len().next_multiple_of(16);
+        self.buf.resize(padded, 0);
+    }
+
+    fn row(&mut self, row: &Row) -> Result<(), FrameError> {
+        self.pad16();
+        let archived = self.rows.encode(row)?;
+        self.buf.extend_from_slice(archived);
+        Ok(())
+    }
+
+    pub fn row_event(&mut self, seq: u64, stream: usize, row: &Row) -> Result<&[u8], FrameError> {
+        let b = self.start();
+        b.extend_from_slice(&seq.to_le_bytes());
+        b.extend_from_slice(&(stream as u32).to_le_bytes());
+        self.row(row)?;
+        Ok(&self.buf)
+    }
+
+    pub fn tick(&mut self, tick: &TickEvent) -> &[u8] {
+        let b = self.start();
+        b.extend_from_slice(&tick.seq.to_le_bytes());
+        b.extend_from_slice(&[0; 8]);
+        b.extend_from_slice(&tick.t.to_le_bytes());
+        b.extend_from_slice(&(tick.streams.len() as u32).to_le_bytes());
+        b.extend_from_slice(&(tick.op_idle.len() as u32).to_le_bytes());
+        b.extend_from_slice(&[0; 8]);
+        for s in &tick.streams {
+            b.extend_from_slice(&s.watermark.raw().to_le_bytes());
+        }
+        b.extend(tick.streams.iter().map(|s| u8::from(s.idle)));
+        b.extend(tick.op_idle.iter().map(|&i| u8::from(i)));
+        &self.buf
+    }
+
+    /// `ProcessingTime` (`now`), or `EndOfInput` and `Progress` (`None`).
+    pub fn event(&mut self, seq: u64, now: Option<i128>) -> &[u8] {
+        let b = self.start();
+        b.extend_from_slice(&seq.to_le_bytes());
+        b.extend_from_slice(&[0; 8]);
+        if let Some(now) = now {
+            b.extend_from_slice(&now.to_le_bytes());
+        }
+        &self.buf
+    }
+
+    pub fn exchange(&mut self, op: usize, input: usize, tag: &Tag, row: &Row) -> Result<&[u8], FrameError> {
+        let b = self.start();
+        b.extend_from_slice(&(op as u32).to_le_bytes());
+        b.extend_from_slice(&(input as u32).to_le_bytes());
+        tag.encode(b);
+        self.row(row)?;
+        Ok(&self.buf)
+    }
+
+    pub fn frontier(&mut self, op: usize, tag: &Tag) -> &[u8] {
+        let b = self.start();
+        b.extend_from_slice(&(op as u64).to_le_bytes());
+        tag.encode(b);
+        &self.buf
+    }
+
+    pub fn tick_done(&mut self, op: usize, seq: u64, watermark: Time) -> &[u8] {
+        let b = self.start();
+        b.extend_from_slice(&(op as u64).to_le_bytes());
+        b.extend_from_slice(&seq.to_le_bytes());
+        b.extend_from_slice(&watermark.raw().to_le_bytes());
+        &self.buf
+    }
+
+    /// A result (`input` = [`RESULT`]) or a late row of `op`.
+    pub fn output(&mut self, op: usize, input: u32, row: &Row) -> Result<&[u8], FrameError> {
+        let b = self.start();
+        b.extend_from_slice(&(op as u32).to_le_bytes());
+        b.extend_from_slice(&input.to_le_bytes());
+        self.row(row)?;
+        Ok(&self.buf)
+    }
+}
+
+/// A watermark tick as every shard sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TickEvent {
+    pub seq: u64,
+    pub t: i128,
+    pub streams: Vec<InputTime>,
+    /// Per operator: all its inputs are idle (its output stream is).
+    pub op_idle: Vec<bool>,
+}
+
+/// A frame read back. Rows borrow the ring.
+pub enum Frame<'a> {
+    Row { seq: u64, stream: usize, row: &'a ArchivedRow },
+    Tick(TickEvent),
+    ProcessingTime { seq: u64, now: i128 },
+    End { seq: u64 },
+    Progress { seq: u64 },
+    Exchange { op: usize, input: usize, tag: Tag, row: &'a ArchivedRow },
+    Frontier { op: usize, tag: Tag },
+    TickDone { op: usize, seq: u64, watermark: Time },
+    Output { op: usize, input: u32, row: &'a ArchivedRow },
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut w = [0; 4];
+    w.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(w)
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut w = [0; 8];
+    w.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+fn i128_at(b: &[u8], at: usize) -> i128 {
+    let mut w = [0; 16];
+    w.copy_from_slice(&b[at..at + 16]);
+    i128::from_le_bytes(w)
+}
+
+/// Reads a frame this process wrote into one of its own rings in this run (never a ring file
+/// from an earlier run: the runtime creates its rings fresh).
+pub fn read(kind: FrameKind, p: &[u8]) -> Frame<'_> {
+    let row = |at: usize| {
+        // SAFETY: the bytes after the header are exactly what `Writer::row` archived (this build,
+        // this run), unchanged since the producer committed them, and 16-byte aligned: payloads
+        // start 16-aligned in the ring and every header is padded to a multiple of 16 (`pad16`).
+        unsafe { access_unchecked(&p[at.next_multiple_of(16)..]) }
+    };
+    match kind {
+        FrameKind::Row => Frame::Row { seq: u64_at(p, 0), stream: u32_at(p, 8) as usize, row: row(12) },
+        FrameKind::Tick => {
+            let (streams, ops) = (u32_at(p, 32) as usize, u32_at(p, 36) as usize);
+            let idle_at = 48 + 16 * streams;
+            Frame::Tick(TickEvent {
+                seq: u64_at(p, 0),
+                t: i128_at(p, 16),
+                streams: (0..streams)
+                    .map(|s| InputTime {
+                        watermark: Time::from_i128(i128_at(p, 48 + 16 * s)),
+                        idle: p[idle_at + s] != 0,
+                    })
+                    .collect(),
+                op_idle: (0..ops).map(|o| p[idle_at + streams + o] != 0).collect(),
+            })
+        }
+        FrameKind::ProcessingTime => Frame::ProcessingTime { seq: u64_at(p, 0), now: i128_at(p, 16) },
+        FrameKind::EndOfInput => Frame::End { seq: u64_at(p, 0) },
+        FrameKind::Progress | FrameKind::Idle => Frame::Progress { seq: u64_at(p, 0) },
+        FrameKind::Exchange => Frame::Exchange {
+            op: u32_at(p, 0) as usize,
+            input: u32_at(p, 4) as usize,
+            tag: Tag::decode(&p[8..]),
+            row: row(8 + TAG_BYTES),
+        },
+        FrameKind::Frontier => Frame::Frontier { op: u64_at(p, 0) as usize, tag: Tag::decode(&p[8..]) },
+        FrameKind::TickDone => {
+            Frame::TickDone { op: u64_at(p, 0) as usize, seq: u64_at(p, 8), watermark: Time::from_i128(i128_at(p, 16)) }
+        }
+        FrameKind::Output => Frame::Output { op: u32_at(p, 0) as usize, input: u32_at(p, 4), row: row(8) },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::frame::to_row;
+    use crate::record::{Key, Value};
+
+    fn row() -> Row {
+        Row { ts: 5, key: Key::Str("dev-1".into()), key_hash: 9, id: 11, values: vec![Value::Int(3)].into() }
+    }
+
+    fn aligned(bytes: &[u8]) -> Vec<u128> {
+        let mut words = vec![0u128; bytes.len().div_ceil(16)];
+        // SAFETY: `words` has at least `bytes.len()` bytes; u8 has no alignment or validity needs.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), words.as_mut_ptr().cast::<u8>(), bytes.len()) };
+        words
+    }
+
+    fn bytes(words: &[u128], len: usize) -> &[u8] {
+        // SAFETY: `words` holds at least `len` initialised bytes.
+        unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), len) }
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let mut w = Writer::default();
+        let tag = Tag::event(3).child(2, 1, 0, 4).unwrap();
+        let p = w.exchange(2, 1, &tag, &row()).unwrap().to_vec();
+        let words = aligned(&p);
+        match read(FrameKind::Exchange, bytes(&words, p.len())) {
+            Frame::Exchange { op: 2, input: 1, tag: t, row: r } => {
+                assert_eq!(t, tag);
+                assert_eq!(to_row(r), row());
+            }
+            _ => panic!("not an exchange frame"),
+        }
+        let tick = TickEvent {
+            seq: 8,
+            t: 1_000,
+            streams: vec![
+                InputTime { watermark: Time::NEG_INF, idle: true },
+                InputTime { watermark: Time::ms(5), idle: false },
+            ],
+            op_idle: vec![false, true, true],
+        };
+        let p = w.tick(&tick).to_vec();
+        let words = aligned(&p);
+        assert!(matches!(read(FrameKind::Tick, bytes(&words, p.len())), Frame::Tick(t) if t == tick));
+        let p = w.output(4, RESULT, &row()).unwrap().to_vec();
+        let words = aligned(&p);
+        assert!(
+            matches!(read(FrameKind::Output, bytes(&words, p.len())), Frame::Output { op: 4, input: RESULT, row: r } if to_row(r) == row())
+        );
+    }
+}

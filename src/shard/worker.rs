@@ -1,0 +1,494 @@
+//! One shard: its instance of every operator, fed from the feeder's ring and from the other
+//! shards, in exactly the order the single-threaded engine would feed them.
+//!
+//! Operators that read only streams (the first level) take events straight from the feeder's
+//! ring, which carries them in order. An operator that reads another operator's output (chained)
+//! gets rows from every shard through the exchange; they wait in a queue ordered by [`Tag`]
+//! together with the operator's own activations (ticks, processing time, the end), and an item
+//! is processed only once every source has promised nothing earlier will come: the feeder by
+//! sequence number, each upstream instance by the `Frontier` frames it sends after its rows. A
+//! tick of a chained operator also waits for every upstream instance's output watermark of that
+//! tick (`TickDone`), the minimum of which is the input's watermark, as in the engine.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::engine::OperatorCounters;
+use crate::operator::connect::END_OF_INPUT;
+use crate::operator::{Operator, Output, ResultKind};
+use crate::record::frame::to_row;
+use crate::record::{Key, Row};
+use crate::ring::FrameKind;
+use crate::time::clock::InputTime;
+use crate::time::{OperatorClock, Time};
+
+use super::tag::{Tag, finish_phase, tick_phase};
+use super::wake::{Inbox, Outbox, TooLarge};
+use super::wire::{self, Frame, RESULT, TickEvent, Writer};
+use super::{ShardError, ShardReport, Topology};
+
+/// (tick sequence, output watermark) of one upstream instance, oldest first.
+type TickWatermarks = VecDeque<(u64, Time)>;
+
+/// Work for an operator instance.
+enum Work {
+    Row { input: usize, row: Row },
+    Tick(Rc<TickEvent>),
+    ProcessingTime(i128),
+    FinishTimers,
+    FinishWatermark,
+}
+
+/// A queued activation of a chained operator, ordered by (tag, input).
+struct Pending {
+    tag: Tag,
+    input: usize,
+    work: Work,
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, other: &Self) -> bool {
+        (self.tag, self.input) == (other.tag, other.input)
+    }
+}
+impl Eq for Pending {}
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Pending {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.tag, self.input).cmp(&(other.tag, other.input))
+    }
+}
+
+/// The rings of a shard.
+pub struct Links {
+    pub input: Inbox,
+    /// From every other shard, with its index.
+    pub exchange_in: Vec<(usize, Inbox)>,
+    /// To each shard by index; `None` at this shard's own.
+    pub exchange_out: Vec<Option<Outbox>>,
+    pub output: Outbox,
+}
+
+/// Everything but the inboxes, so a ring's frames can be handled while the ring is borrowed.
+struct Core {
+    id: usize,
+    topo: Arc<Topology>,
+    instances: Vec<Operator>,
+    clocks: Vec<OperatorClock>,
+    pending: Vec<BinaryHeap<Reverse<Pending>>>,
+    exchange_out: Vec<Option<Outbox>>,
+    output: Outbox,
+    /// Every feeder event before this tag has been read.
+    feeder_frontier: Tag,
+    /// `[op][shard]`: what each instance of an operator has promised (this shard's: its own).
+    frontiers: Vec<Vec<Tag>>,
+    announced: Vec<Tag>,
+    /// `[reader op][input][shard]`: upstream output watermarks per tick sequence.
+    tick_watermarks: Vec<Vec<Vec<TickWatermarks>>>,
+    counters: Vec<OperatorCounters>,
+    scratch: Output,
+    writer: Writer,
+    error: Option<ShardError>,
+    /// Items processed since the last look (progress of a round).
+    work_done: usize,
+}
+
+pub struct Worker {
+    input: Inbox,
+    exchange_in: Vec<(usize, Inbox)>,
+    core: Core,
+}
+
+impl Worker {
+    pub fn new(id: usize, topo: Arc<Topology>, links: Links) -> Worker {
+        let ops = topo.ops.len();
+        let shards = topo.shards;
+        let core = Core {
+            id,
+            instances: topo.ops.iter().map(|o| o.spec.build()).collect(),
+            clocks: vec![OperatorClock::default(); ops],
+            pending: (0..ops).map(|_| BinaryHeap::new()).collect(),
+            exchange_out: links.exchange_out,
+            output: links.output,
+            feeder_frontier: Tag::MIN,
+            frontiers: vec![vec![Tag::MIN; shards]; ops],
+            announced: vec![Tag::MIN; ops],
+            tick_watermarks: topo
+                .ops
+                .iter()
+                .map(|o| o.inputs.iter().map(|_| vec![VecDeque::new(); shards]).collect())
+                .collect(),
+            counters: topo
+                .ops
+                .iter()
+                .map(|o| OperatorCounters {
+                    rows_in: vec![0; o.inputs.len()],
+                    late: vec![0; o.inputs.len()],
+                    results: [0; ResultKind::ALL.len()],
+                })
+                .collect(),
+            scratch: Output::default(),
+            writer: Writer::default(),
+            error: None,
+            work_done: 0,
+            topo,
+        };
+        Worker { input: links.input, exchange_in: links.exchange_in, core }
+    }
+
+    /// One round: exchange frames, feeder events (unless an outbox is backed up), chained
+    /// operators as far as their frontiers allow, frontiers announced, outboxes flushed.
+    /// Returns whether anything happened.
+    pub fn round(&mut self) -> Result<bool, ShardError> {
+        let core = &mut self.core;
+        core.work_done = 0;
+        let mut moved = core.flush();
+        for (from, inbox) in &mut self.exchange_in {
+            let from = *from;
+            moved |= inbox.read(|f| core.on_exchange(from, wire::read(f.kind, f.payload))) > 0;
+        }
+        if !core.backed_up() {
+            moved |= self.input.read(|f| core.on_event(wire::read(f.kind, f.payload))) > 0;
+        }
+        core.first_level_done();
+        core.run_chained();
+        core.announce();
+        moved |= core.flush();
+        match core.error.take() {
+            Some(error) => Err(error),
+            None => Ok(moved || core.work_done > 0),
+        }
+    }
+
+    /// Everything is processed and sent: the end of input went through every operator.
+    pub fn finished(&self) -> bool {
+        let core = &self.core;
+        core.feeder_frontier == Tag::MAX
+            && core.frontiers.iter().all(|f| f[core.id] == Tag::MAX)
+            && core.pending.iter().all(BinaryHeap::is_empty)
+            && !core.backed_up()
+    }
+
+    /// Whether frames arrived or backed-up frames now fit (checked after `prepare_sleep`).
+    pub fn has_work(&mut self) -> bool {
+        self.input.ring.has_frames() || self.exchange_in.iter().any(|(_, i)| i.ring.has_frames()) || self.core.flush()
+    }
+
+    pub fn report(self, driver: super::driver::Driver) -> ShardReport {
+        let core = self.core;
+        ShardReport {
+            counters: core.counters,
+            watermarks: core.clocks.iter().map(OperatorClock::watermark).collect(),
+            state: core.instances.iter().map(|i| (i.state_rows(), i.state_bytes())).collect(),
+            driver,
+        }
+    }
+}
+
+impl Core {
+    fn backed_up(&self) -> bool {
+        self.output.is_blocked() || self.exchange_out.iter().flatten().any(Outbox::is_blocked)
+    }
+
+    fn flush(&mut self) -> bool {
+        let mut moved = self.output.flush();
+        for outbox in self.exchange_out.iter_mut().flatten() {
+            moved |= outbox.flush();
+        }
+        moved
+    }
+
+    fn fail(&mut self, error: ShardError) {
+        self.error.get_or_insert(error);
+    }
+
+    /// A feeder event: first-level operators run it now, chained ones queue it.
+    fn on_event(&mut self, frame: Frame<'_>) {
+        match frame {
+            Frame::Row { seq, stream, row } => {
+                self.feeder_frontier = Tag::event(seq + 1);
+                let mut row = Some(to_row(row));
+                let topo = Arc::clone(&self.topo);
+                let readers = &topo.stream_readers[stream];
+                for (i, &(op, input)) in readers.iter().enumerate() {
+                    // The last reader takes the row itself; earlier ones get copies.
+                    let row = if i + 1 == readers.len() { row.take() } else { row.clone() };
+                    if let Some(row) = row {
+                        self.dispatch(op, Tag::event(seq), input, Work::Row { input, row });
+                    }
+                }
+            }
+            Frame::Tick(tick) => {
+                self.feeder_frontier = Tag::event(tick.seq + 1);
+                let (seq, t) = (tick.seq, tick.t);
+                let tick = Rc::new(tick);
+                for op in 0..self.topo.ops.len() {
+                    if self.topo.ops[op].clocked {
+                        self.dispatch(op, Tag::phase(seq, tick_phase(0, op, self.id)), 0, Work::ProcessingTime(t));
+                    }
+                }
+                for op in 0..self.topo.ops.len() {
+                    self.dispatch(op, Tag::phase(seq, tick_phase(1, op, self.id)), 0, Work::Tick(Rc::clone(&tick)));
+                }
+            }
+            Frame::ProcessingTime { seq, now } => {
+                self.feeder_frontier = Tag::event(seq + 1);
+                for op in 0..self.topo.ops.len() {
+                    if self.topo.ops[op].clocked {
+                        self.dispatch(op, Tag::phase(seq, tick_phase(0, op, self.id)), 0, Work::ProcessingTime(now));
+                    }
+                }
+            }
+            Frame::End { seq } => {
+                self.feeder_frontier = Tag::MAX;
+                for op in 0..self.topo.ops.len() {
+                    if self.topo.ops[op].clocked {
+                        self.dispatch(op, Tag::phase(seq, finish_phase(op, 0, self.id)), 0, Work::FinishTimers);
+                    }
+                    self.dispatch(op, Tag::phase(seq, finish_phase(op, 1, self.id)), 0, Work::FinishWatermark);
+                }
+            }
+            Frame::Progress { seq } => self.feeder_frontier = self.feeder_frontier.max(Tag::event(seq + 1)),
+            Frame::Exchange { .. } | Frame::Frontier { .. } | Frame::TickDone { .. } | Frame::Output { .. } => {
+                self.fail(ShardError::Protocol("a shard frame on the feeder's ring"));
+            }
+        }
+    }
+
+    fn dispatch(&mut self, op: usize, tag: Tag, input: usize, work: Work) {
+        if self.topo.ops[op].chained {
+            self.pending[op].push(Reverse(Pending { tag, input, work }));
+        } else {
+            self.activate(op, tag, work);
+        }
+    }
+
+    /// A frame from shard `from`.
+    fn on_exchange(&mut self, from: usize, frame: Frame<'_>) {
+        match frame {
+            Frame::Exchange { op, input, tag, row } => {
+                let work = Work::Row { input, row: to_row(row) };
+                self.pending[op].push(Reverse(Pending { tag, input, work }));
+            }
+            Frame::Frontier { op, tag } => self.frontiers[op][from] = tag,
+            Frame::TickDone { op, seq, watermark } => self.record_tick(op, from, seq, watermark),
+            _ => self.fail(ShardError::Protocol("a feeder frame on the exchange")),
+        }
+    }
+
+    fn record_tick(&mut self, op: usize, shard: usize, seq: u64, watermark: Time) {
+        for &(reader, input) in &self.topo.ops[op].readers {
+            self.tick_watermarks[reader][input][shard].push_back((seq, watermark));
+        }
+    }
+
+    /// First-level operators have run every event read: their frontier is the feeder's.
+    fn first_level_done(&mut self) {
+        for op in 0..self.topo.ops.len() {
+            if !self.topo.ops[op].chained {
+                self.frontiers[op][self.id] = self.feeder_frontier;
+            }
+        }
+    }
+
+    /// Runs every chained operator, upstream first, as far as its inputs' frontiers allow.
+    fn run_chained(&mut self) {
+        for op in 0..self.topo.ops.len() {
+            if !self.topo.ops[op].chained {
+                continue;
+            }
+            let frontier = self.input_frontier(op);
+            while self.pending[op].peek().is_some_and(|p| p.0.tag < frontier) {
+                if let Some(Reverse(p)) = self.pending[op].pop() {
+                    self.activate(op, p.tag, p.work);
+                }
+            }
+            self.frontiers[op][self.id] = frontier;
+        }
+    }
+
+    /// Nothing before this can still reach operator `op` on this shard.
+    fn input_frontier(&self, op: usize) -> Tag {
+        let mut frontier = self.feeder_frontier;
+        for node in &self.topo.ops[op].inputs {
+            if let crate::config::NodeRef::Operator(u) = *node {
+                frontier = self.frontiers[u].iter().fold(frontier, |f, &t| f.min(t));
+            }
+        }
+        frontier
+    }
+
+    /// Tells every other shard how far each operator instance here has come.
+    fn announce(&mut self) {
+        for op in 0..self.topo.ops.len() {
+            let frontier = self.frontiers[op][self.id];
+            if self.topo.ops[op].readers.is_empty() || frontier <= self.announced[op] {
+                continue;
+            }
+            self.announced[op] = frontier;
+            let payload = self.writer.frontier(op, &frontier);
+            for outbox in self.exchange_out.iter_mut().flatten() {
+                if let Err(e) = outbox.push(FrameKind::Frontier, payload) {
+                    self.error.get_or_insert(e.into());
+                }
+            }
+        }
+    }
+
+    fn activate(&mut self, op: usize, tag: Tag, work: Work) {
+        self.work_done += 1;
+        let mut out = std::mem::take(&mut self.scratch);
+        let mut input = 0;
+        let mut tick_done = None;
+        let idle_advance = self.topo.idle_advance;
+        match work {
+            Work::Row { input: i, row } => {
+                input = i;
+                let broadcast = row.key == Key::Broadcast;
+                if !broadcast || self.id == 0 {
+                    self.counters[op].rows_in[i] += 1;
+                }
+                self.instances[op].on_row(i, row, &mut out);
+                // Every instance judges a broadcast row against the same watermark: a late one
+                // is reported once, by shard 0, as the engine does.
+                if broadcast && self.id > 0 {
+                    out.late.clear();
+                }
+            }
+            Work::Tick(tick) => {
+                let inputs = self.input_times(op, &tick);
+                if let Some(watermark) = self.clocks[op].tick(tick.t, &inputs, idle_advance) {
+                    self.instances[op].on_watermark(watermark, &mut out);
+                }
+                tick_done = Some(tick.seq);
+            }
+            Work::ProcessingTime(now) => self.instances[op].on_processing_time(now, &mut out),
+            Work::FinishTimers => self.instances[op].on_processing_time(END_OF_INPUT, &mut out),
+            Work::FinishWatermark => {
+                if let Some(watermark) = self.clocks[op].advance_to(Time::POS_INF) {
+                    self.instances[op].on_watermark(watermark, &mut out);
+                }
+            }
+        }
+        self.route(op, input, &tag, &mut out);
+        self.scratch = out;
+        if let Some(seq) = tick_done.filter(|_| !self.topo.ops[op].readers.is_empty()) {
+            self.tick_done(op, seq);
+        }
+    }
+
+    /// After a tick: this instance's output watermark, for the operators reading it.
+    fn tick_done(&mut self, op: usize, seq: u64) {
+        let watermark = self.instances[op].output_watermark();
+        self.record_tick(op, self.id, seq, watermark);
+        let payload = self.writer.tick_done(op, seq, watermark);
+        for outbox in self.exchange_out.iter_mut().flatten() {
+            if let Err(e) = outbox.push(FrameKind::TickDone, payload) {
+                self.error.get_or_insert(e.into());
+            }
+        }
+    }
+
+    /// What operator `op` sees of its inputs at `tick`.
+    fn input_times(&mut self, op: usize, tick: &TickEvent) -> Vec<InputTime> {
+        let topo = Arc::clone(&self.topo);
+        topo.ops[op]
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(input, node)| match *node {
+                crate::config::NodeRef::Stream(s) => tick.streams[s],
+                crate::config::NodeRef::Operator(u) => {
+                    let mut watermark = Time::POS_INF;
+                    for per_shard in &mut self.tick_watermarks[op][input] {
+                        while per_shard.front().is_some_and(|&(seq, _)| seq < tick.seq) {
+                            per_shard.pop_front();
+                        }
+                        // The frontier rule guarantees the entry; without it, assume nothing.
+                        let upstream = match per_shard.front() {
+                            Some(&(seq, w)) if seq == tick.seq => w,
+                            _ => Time::NEG_INF,
+                        };
+                        watermark = watermark.min(upstream);
+                    }
+                    InputTime { watermark, idle: tick.op_idle[u] }
+                }
+            })
+            .collect()
+    }
+
+    /// Sends what an activation produced: late rows and results to the sinks, results also to
+    /// the instances of the operators reading them.
+    fn route(&mut self, op: usize, input: usize, tag: &Tag, out: &mut Output) {
+        for (late_input, row) in out.late.drain(..) {
+            self.counters[op].late[late_input] += 1;
+            let pushed = match self.writer.output(op, late_input as u32, &row) {
+                Ok(payload) => self.output.push(FrameKind::Output, payload).map_err(ShardError::from),
+                Err(e) => Err(ShardError::Frame(e.to_string())),
+            };
+            if let Err(e) = pushed {
+                self.error.get_or_insert(e);
+            }
+        }
+        let topo = Arc::clone(&self.topo);
+        let readers = &topo.ops[op].readers;
+        for (index, (kind, row)) in out.results.drain(..).enumerate() {
+            self.counters[op].results[kind as usize] += 1;
+            let pushed = match self.writer.output(op, RESULT, &row) {
+                Ok(payload) => self.output.push(FrameKind::Output, payload).map_err(ShardError::from),
+                Err(e) => Err(ShardError::Frame(e.to_string())),
+            };
+            if let Err(e) = pushed {
+                self.error.get_or_insert(e);
+            }
+            if readers.is_empty() {
+                continue;
+            }
+            let Some(child) = tag.child(op, input, self.id, index) else {
+                self.fail(ShardError::TooDeep);
+                continue;
+            };
+            for &(reader, reader_input) in readers {
+                self.deliver(reader, reader_input, child, &row);
+            }
+        }
+    }
+
+    /// Hands a result to the instance of `reader` that owns its key (every one for a broadcast).
+    fn deliver(&mut self, reader: usize, input: usize, tag: Tag, row: &Row) {
+        let shards = self.topo.shards;
+        let owner = (row.key_hash % shards as u64) as usize;
+        for shard in 0..shards {
+            if row.key != Key::Broadcast && shard != owner {
+                continue;
+            }
+            if shard == self.id {
+                let work = Work::Row { input, row: row.clone() };
+                self.pending[reader].push(Reverse(Pending { tag, input, work }));
+                continue;
+            }
+            let pushed = match self.writer.exchange(reader, input, &tag, row) {
+                Ok(payload) => match &mut self.exchange_out[shard] {
+                    Some(outbox) => outbox.push(FrameKind::Exchange, payload).map_err(ShardError::from),
+                    None => Ok(()),
+                },
+                Err(e) => Err(ShardError::Frame(e.to_string())),
+            };
+            if let Err(e) = pushed {
+                self.error.get_or_insert(e);
+            }
+        }
+    }
+}
+
+impl From<TooLarge> for ShardError {
+    fn from(e: TooLarge) -> ShardError {
+        ShardError::TooLarge(e.0)
+    }
+}
