@@ -34,7 +34,7 @@ enum Command {
         #[arg(long, env = "BRAID_CONFIG")]
         config: PathBuf,
         /// Overrides `runtime.shards`.
-        #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
         shards: Option<u16>,
         /// STREAM=FILE: one JSON object per line in the stream's schema.
         #[arg(long = "input", value_name = "STREAM=FILE", value_parser = name_and_path)]
@@ -49,6 +49,10 @@ enum Command {
         /// is the same).
         #[arg(long)]
         every_tick: bool,
+        /// Run the single-threaded reference engine instead of the shard threads (slow; the
+        /// output is the same).
+        #[arg(long)]
+        reference: bool,
     },
     /// Synthetic load through the engine, in process; prints figures (rows/s, latency, memory).
     Bench(bench::BenchFlags),
@@ -91,9 +95,9 @@ fn main() -> ExitCode {
             eprintln!("{}: valid", config.display());
             Ok(())
         }
-        Command::Replay { shards, inputs, outputs, metrics, every_tick, .. } => {
+        Command::Replay { shards, inputs, outputs, metrics, every_tick, reference, .. } => {
             let shards = shards.map(usize::from).or(plan.runtime.shards).unwrap_or_else(default_shards);
-            replay(&plan, ReplayArgs { shards, every_tick, inputs: &inputs, outputs: &outputs }, metrics)
+            replay(&plan, ReplayArgs { shards, reference, every_tick, inputs: &inputs, outputs: &outputs }, metrics)
         }
         Command::Bench(flags) => run_bench(&plan, &flags.into_args()),
     };

@@ -103,6 +103,9 @@ pub enum Durability {
     Power,
 }
 
+/// The most shards a runtime runs (a row's place in the exchange order names its shard in 8 bits).
+pub const MAX_SHARDS: i64 = 256;
+
 #[derive(Clone, Debug)]
 pub struct Runtime {
     /// `None`: one shard per core.
@@ -256,14 +259,14 @@ fn runtime(t: Table<'_, '_>, errors: &mut Errors) -> Runtime {
         None => None,
         Some(toml::de::DeValue::String(s)) if s == "auto" => None,
         Some(toml::de::DeValue::Integer(_)) => match t.int("shards", errors) {
-            Some((n, _)) if n >= 1 => usize::try_from(n).ok(),
+            Some((n, _)) if (1..=MAX_SHARDS).contains(&n) => usize::try_from(n).ok(),
             _ => {
-                t.error("shards", errors, "expected \"auto\" or a positive number");
+                t.error("shards", errors, "expected \"auto\" or a number from 1 to 256");
                 None
             }
         },
         Some(_) => {
-            t.error("shards", errors, "expected \"auto\" or a positive number");
+            t.error("shards", errors, "expected \"auto\" or a number from 1 to 256");
             None
         }
     };

@@ -167,8 +167,22 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
             return None;
         }
         let i = self.build(name, errors)?;
+        if self.chain_length(i) >= crate::shard::tag::MAX_DEPTH {
+            let max = crate::shard::tag::MAX_DEPTH;
+            errors.at(span, &path, format!("reading {name:?} makes a chain of more than {max} operators"));
+            return None;
+        }
         let schema = self.checked[i].output.clone();
         Some(Input { node: NodeRef::Operator(i), name: name.to_owned(), schema })
+    }
+
+    /// Operators on the longest chain ending at checked operator `i`.
+    fn chain_length(&self, i: usize) -> usize {
+        let upstream = self.checked[i].inputs.iter().filter_map(|n| match *n {
+            NodeRef::Operator(u) => Some(self.chain_length(u)),
+            NodeRef::Stream(_) => None,
+        });
+        1 + upstream.max().unwrap_or(0)
     }
 
     /// The `max_out_of_orderness` of an input stream (`None` for an operator's output).

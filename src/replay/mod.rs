@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use crate::config::Plan;
-use crate::engine::Figures;
+use crate::engine::{Emit, Engine, Figures};
 use crate::record::decode::check_time_window;
 use crate::record::id::{IdHasher, key_hash};
 use crate::record::{Key, Row};
@@ -43,6 +43,9 @@ pub enum ReplayError {
 
 pub struct ReplayArgs<'a> {
     pub shards: usize,
+    /// Run the single-threaded sans-IO engine instead of the shard runtime (the reference the
+    /// runtime is tested against; same output).
+    pub reference: bool,
     /// Run every 200 ms tick, skipping none (for checking that skipping changes nothing).
     pub every_tick: bool,
     pub inputs: &'a [(String, PathBuf)],
@@ -82,22 +85,75 @@ pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
     })?;
     let state = StateDir::open(plan)?;
     let start = inputs.lines.first().map_or(0, |l| i128::from(l.arrival));
-    let options = RuntimeOptions { shards: args.shards, dir: state.path(plan), every_tick: args.every_tick };
-    let mut runtime = Runtime::start(plan, &options, start)?;
-    let mut ids = IdHasher::default();
     let lines = std::mem::take(&mut inputs.lines);
     let count = lines.len();
-    for line in lines {
-        feed(plan, &mut runtime, &mut sinks, &mut ids, &inputs, line)?;
-    }
-    let figures = runtime.finish(&mut sinks)?;
+    let figures = if args.reference {
+        let mut engine = Engine::new(plan, args.shards, start);
+        engine.step_every_tick(args.every_tick);
+        feed_all(plan, &mut engine, &mut sinks, &inputs, lines)?;
+        engine.finish(&mut sinks);
+        engine.figures()
+    } else {
+        let options =
+            RuntimeOptions { every_tick: args.every_tick, ..RuntimeOptions::new(args.shards, state.path(plan)) };
+        let mut runtime = Runtime::start(plan, &options, start)?;
+        feed_all(plan, &mut runtime, &mut sinks, &inputs, lines)?;
+        runtime.finish(&mut sinks)?
+    };
     sinks.finish().map_err(ReplayError::Write)?;
     Ok(Summary { lines: count, figures })
 }
 
+/// What replay drives: the shard runtime, or the single-threaded engine as a reference.
+trait Runner {
+    fn advance_to(&mut self, to: i128, emit: &mut impl Emit) -> Result<(), RuntimeError>;
+    fn ingest(&mut self, stream: usize, row: Row, arrival: i128, emit: &mut impl Emit) -> Result<(), RuntimeError>;
+    fn count_dead_letter(&mut self, stream: usize, reason: &str);
+}
+
+impl Runner for Runtime {
+    fn advance_to(&mut self, to: i128, emit: &mut impl Emit) -> Result<(), RuntimeError> {
+        Runtime::advance_to(self, to, emit)
+    }
+    fn ingest(&mut self, stream: usize, row: Row, arrival: i128, emit: &mut impl Emit) -> Result<(), RuntimeError> {
+        Runtime::ingest(self, stream, &row, arrival, emit)
+    }
+    fn count_dead_letter(&mut self, stream: usize, reason: &str) {
+        Runtime::count_dead_letter(self, stream, reason);
+    }
+}
+
+impl Runner for Engine {
+    fn advance_to(&mut self, to: i128, emit: &mut impl Emit) -> Result<(), RuntimeError> {
+        Engine::advance_to(self, to, emit);
+        Ok(())
+    }
+    fn ingest(&mut self, stream: usize, row: Row, arrival: i128, emit: &mut impl Emit) -> Result<(), RuntimeError> {
+        Engine::ingest(self, stream, row, arrival, emit);
+        Ok(())
+    }
+    fn count_dead_letter(&mut self, stream: usize, reason: &str) {
+        Engine::count_dead_letter(self, stream, reason);
+    }
+}
+
+fn feed_all(
+    plan: &Plan,
+    runner: &mut impl Runner,
+    sinks: &mut Outputs<'_>,
+    inputs: &Inputs,
+    lines: Vec<Line>,
+) -> Result<(), RuntimeError> {
+    let mut ids = IdHasher::default();
+    for line in lines {
+        feed(plan, runner, sinks, &mut ids, inputs, line)?;
+    }
+    Ok(())
+}
+
 fn feed(
     plan: &Plan,
-    runtime: &mut Runtime,
+    runtime: &mut impl Runner,
     sinks: &mut Outputs<'_>,
     ids: &mut IdHasher,
     inputs: &Inputs,
@@ -129,7 +185,7 @@ fn feed(
     }
     let row = Row { ts, key_hash: key_hash(&key), key, id: ids.finish(), values: values.into() };
     sinks.input_row(line.stream, &row);
-    runtime.ingest(line.stream, &row, i128::from(arrival), sinks)
+    runtime.ingest(line.stream, row, i128::from(arrival), sinks)
 }
 
 /// Where replay keeps its rings and state: `runtime.state_dir`, or a temporary directory removed

@@ -36,8 +36,8 @@ mod worker;
 
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
 use std::thread::JoinHandle;
 
 use thiserror::Error;
@@ -81,6 +81,8 @@ pub enum RuntimeError {
     Frame(String),
     #[error("an operator chain longer than {MAX_DEPTH} operators")]
     TooDeep,
+    #[error("{0} shards: at most 256 are supported")]
+    TooManyShards(usize),
 }
 
 #[derive(Debug, Error)]
@@ -179,6 +181,8 @@ pub struct Runtime {
     feeds: Vec<Feed>,
     results: Vec<Inbox>,
     threads: Vec<Option<JoinHandle<Result<ShardReport, ShardError>>>>,
+    /// Held shards wait here ([`RuntimeOptions::hold`]).
+    gate: Option<Arc<Barrier>>,
     /// Per shard: its thread has ended (set before it wakes the feeder a last time).
     ended: Vec<Arc<AtomicBool>>,
     bell: Arc<Doorbell>,
@@ -205,6 +209,17 @@ pub struct RuntimeOptions<'a> {
     pub dir: &'a Path,
     /// Run every tick (the reference the skipping is tested against).
     pub every_tick: bool,
+    /// Bytes of each feeder → shard and shard → collector ring ([`FEED_RING_BYTES`] by default).
+    pub feed_ring_bytes: usize,
+    /// Shards wait until [`finish`](Runtime::finish) (or a full ring) before they start: the rings
+    /// are filled first, so a benchmark measures the shards alone.
+    pub hold: bool,
+}
+
+impl<'a> RuntimeOptions<'a> {
+    pub fn new(shards: usize, dir: &'a Path) -> RuntimeOptions<'a> {
+        RuntimeOptions { shards, dir, every_tick: false, feed_ring_bytes: FEED_RING_BYTES, hold: false }
+    }
 }
 
 impl Runtime {
@@ -212,6 +227,9 @@ impl Runtime {
     /// of the first line of all inputs (idleness counts from there).
     pub fn start(plan: &Plan, options: &RuntimeOptions<'_>, start: i128) -> Result<Runtime, RuntimeError> {
         let shards = options.shards.max(1);
+        if shards > crate::config::MAX_SHARDS as usize {
+            return Err(RuntimeError::TooManyShards(shards));
+        }
         let topo = Arc::new(Topology::new(plan, shards));
         if topo.depth() > MAX_DEPTH {
             return Err(RuntimeError::TooDeep);
@@ -229,8 +247,8 @@ impl Runtime {
         let mut results = Vec::new();
         let mut links = Vec::new();
         for (j, shard_bell) in shard_bells.iter().enumerate() {
-            let (feed, input) = ring(format!("shard-{j}.in.ring"), FEED_RING_BYTES)?;
-            let (output, result) = ring(format!("shard-{j}.out.ring"), FEED_RING_BYTES)?;
+            let (feed, input) = ring(format!("shard-{j}.in.ring"), options.feed_ring_bytes)?;
+            let (output, result) = ring(format!("shard-{j}.out.ring"), options.feed_ring_bytes)?;
             feeds.push(Feed { ring: feed, bell: Arc::clone(shard_bell) });
             results.push(Inbox { ring: result, bell: Arc::clone(shard_bell) });
             links.push(Links {
@@ -253,11 +271,13 @@ impl Runtime {
         }
         let mut threads = Vec::new();
         let ended: Vec<Arc<AtomicBool>> = (0..shards).map(|_| Arc::default()).collect();
+        let gate = options.hold.then(|| Arc::new(Barrier::new(shards + 1)));
         for (j, links) in links.into_iter().enumerate() {
             let topo = Arc::clone(&topo);
             let own_bell = Arc::clone(&shard_bells[j]);
             let main_bell = Arc::clone(&bell);
             let end_flag = Arc::clone(&ended[j]);
+            let gate = gate.clone();
             let sleeper = shard_sleepers[j].take();
             let core = cores.get(j % cores.len().max(1)).copied();
             let thread = std::thread::Builder::new()
@@ -267,6 +287,9 @@ impl Runtime {
                     let _wake_feeder = WakeOnDrop(end_flag, main_bell);
                     if let Some(core) = core {
                         core_affinity::set_for_current(core);
+                    }
+                    if let Some(gate) = gate {
+                        gate.wait();
                     }
                     let worker = Worker::new(j, topo, links);
                     run_shard(j, worker, &own_bell, sleeper)
@@ -297,6 +320,7 @@ impl Runtime {
             feeds,
             results,
             threads,
+            gate,
             ended,
             bell,
             sleeper,
@@ -409,6 +433,7 @@ impl Runtime {
         let payload = self.writer.event(self.seq, None).to_vec();
         self.send_all(FrameKind::EndOfInput, &payload, emit)?;
         self.publish(emit)?;
+        self.release();
         let mut reports = Vec::new();
         for shard in 0..self.shards {
             loop {
@@ -429,6 +454,13 @@ impl Runtime {
         }
         self.collect(emit);
         Ok(self.figures(reports))
+    }
+
+    /// Lets held shards start.
+    fn release(&mut self) {
+        if let Some(gate) = self.gate.take() {
+            gate.wait();
+        }
     }
 
     fn join(&mut self, shard: usize) -> Result<ShardReport, RuntimeError> {
@@ -501,6 +533,7 @@ impl Runtime {
                 Err(PushError::Full) => {}
             }
             self.publish_rings();
+            self.release();
             self.bell.prepare_sleep();
             if self.collect(emit) {
                 self.bell.awake();
