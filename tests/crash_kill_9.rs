@@ -48,7 +48,7 @@ fn scripted(store: &mut dyn KeyedStore) {
     }
     for k in 0..KEYS {
         let (key, hash) = key(k);
-        store.scan(&key, hash, &mut |r| r.id % 3 == 0);
+        store.scan(&key, hash, &mut |r| r.id() % 3 == 0);
     }
     for (i, (hash, handle)) in handles.into_iter().enumerate() {
         if i % 4 == 1 {

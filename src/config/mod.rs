@@ -156,6 +156,15 @@ impl Plan {
         self.operators.iter().position(|o| o.name == name)
     }
 
+    /// Where operator `op`'s results carry the key of the row they came from (rule 9: under the
+    /// key field name of its left or only input), whatever `key =` re-keys them by.
+    pub fn origin_key_position(&self, op: usize) -> Option<usize> {
+        let def = &self.operators[op];
+        let input = self.node_schema(*def.inputs.first()?);
+        let name = &input.fields[input.key?].name;
+        def.output.fields.iter().position(|f| f.name == *name)
+    }
+
     pub fn node_name(&self, node: NodeRef) -> &str {
         match node {
             NodeRef::Stream(i) => &self.streams[i].name,

@@ -29,8 +29,12 @@
 //!
 //! Shards: each operator runs one instance per shard; a row goes to the instance of its key's
 //! shard (`key_hash % shards`), a broadcast row to all. Watermarks are the operator's, the same
-//! for every instance, and an operator's output watermark is the minimum over its instances, so
-//! results never depend on the shard count.
+//! for every instance, and an operator's output watermark is the minimum over its instances. What
+//! an operator emits on a watermark, on processing time, at the end or for a broadcast row (all
+//! its instances at once) goes downstream ranked by [`origin_rank`] — the key it came from —
+//! keeping each key's own order, so that order-sensitive operators there see the same order
+//! whatever the shard count; anything else is emitted by one instance, in its order. So results
+//! never depend on the shard count.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -40,6 +44,18 @@ use crate::operator::{Operator, Output, ResultKind};
 use crate::record::{Key, Row};
 use crate::time::clock::InputTime;
 use crate::time::{OperatorClock, StreamClock, Time, next_tick, tick_at_or_before};
+
+/// The rank of a result among everything its operator's instances emit at once (a watermark,
+/// processing time, the end, a broadcast row): the stable hash of the key of the row it came from
+/// (at `origin`, [`Plan::origin_key_position`]; its own key when there is none). All of one key's
+/// results come from one instance, so ranking by it (stably) keeps each key's order and makes the
+/// order across keys independent of how keys fall on shards.
+pub fn origin_rank(row: &Row, origin: Option<usize>) -> u64 {
+    origin
+        .and_then(|pos| row.values.get(pos))
+        .and_then(Key::from_value)
+        .map_or(row.key_hash, |key| crate::record::id::key_hash(&key))
+}
 
 /// Where the engine's outputs go.
 pub trait Emit {
@@ -113,6 +129,8 @@ struct OperatorNode {
     subscribers: Vec<(usize, usize)>,
     /// Its output stream is idle: all its inputs are (as of the last tick).
     idle: bool,
+    /// Where its results carry the key they came from ([`origin_rank`]).
+    origin: Option<usize>,
     counters: OperatorCounters,
 }
 
@@ -149,7 +167,9 @@ impl Engine {
         let mut operators: Vec<OperatorNode> = plan
             .operators
             .iter()
-            .map(|o| OperatorNode {
+            .enumerate()
+            .map(|(op, o)| OperatorNode {
+                origin: plan.origin_key_position(op),
                 inputs: o.inputs.clone(),
                 clock: OperatorClock::default(),
                 instances: (0..shards).map(|_| o.spec.build()).collect(),
@@ -258,15 +278,12 @@ impl Engine {
         self.now = self.now.max(now);
         for i in 0..self.clocked.len() {
             let op = self.clocked[i];
-            for shard in 0..self.operators[op].instances.len() {
-                let instance = &mut self.operators[op].instances[shard];
+            let mut out = std::mem::take(&mut self.scratch);
+            for instance in &mut self.operators[op].instances {
                 self.timers_fired |= instance.next_processing_timer().is_some_and(|p| p <= now);
-                let mut out = std::mem::take(&mut self.scratch);
                 instance.on_processing_time(now, &mut out);
-                self.drain(op, &mut out, emit);
-                self.scratch = out;
-                self.deliver_queued(emit);
             }
+            self.drain_ranked(op, &mut out, emit);
         }
     }
 
@@ -314,13 +331,20 @@ impl Engine {
     }
 
     fn watermark_to(&mut self, op: usize, watermark: Time, emit: &mut impl Emit) {
-        for shard in 0..self.operators[op].instances.len() {
-            let mut out = std::mem::take(&mut self.scratch);
-            self.operators[op].instances[shard].on_watermark(watermark, &mut out);
-            self.drain(op, &mut out, emit);
-            self.scratch = out;
-            self.deliver_queued(emit);
+        let mut out = std::mem::take(&mut self.scratch);
+        for instance in &mut self.operators[op].instances {
+            instance.on_watermark(watermark, &mut out);
         }
+        self.drain_ranked(op, &mut out, emit);
+    }
+
+    /// What all instances of `op` emitted at once goes downstream ranked by [`origin_rank`].
+    fn drain_ranked(&mut self, op: usize, out: &mut Output, emit: &mut impl Emit) {
+        let origin = self.operators[op].origin;
+        out.results.sort_by_key(|(_, row)| origin_rank(row, origin));
+        self.drain(op, out, emit);
+        self.scratch = std::mem::take(out);
+        self.deliver_queued(emit);
     }
 
     /// Ingests one decoded row of input stream `stream` that arrived at `arrival`.
@@ -368,6 +392,8 @@ impl Engine {
                     out.late.truncate(late);
                 }
             }
+            let origin = node.origin;
+            out.results.sort_by_key(|(_, row)| origin_rank(row, origin));
         } else {
             node.instances[(row.key_hash % shards as u64) as usize].on_row(input, row, &mut out);
         }
@@ -396,13 +422,11 @@ impl Engine {
     pub fn finish(&mut self, emit: &mut impl Emit) {
         for op in 0..self.operators.len() {
             if self.clocked.contains(&op) {
-                for shard in 0..self.operators[op].instances.len() {
-                    let mut out = std::mem::take(&mut self.scratch);
-                    self.operators[op].instances[shard].on_processing_time(END_OF_INPUT, &mut out);
-                    self.drain(op, &mut out, emit);
-                    self.scratch = out;
-                    self.deliver_queued(emit);
+                let mut out = std::mem::take(&mut self.scratch);
+                for instance in &mut self.operators[op].instances {
+                    instance.on_processing_time(END_OF_INPUT, &mut out);
                 }
+                self.drain_ranked(op, &mut out, emit);
             }
             if let Some(watermark) = self.operators[op].clock.advance_to(Time::POS_INF) {
                 self.watermark_to(op, watermark, emit);

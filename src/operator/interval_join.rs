@@ -155,7 +155,8 @@ struct Timer {
 pub struct IntervalJoin {
     spec: IntervalJoinSpec,
     watermark: Time,
-    state: [MemoryStore; 2],
+    /// Rows of each input waiting for partners: in memory, or in a shard's arenas.
+    state: [Box<dyn KeyedStore>; 2],
     timers: BinaryHeap<Reverse<Timer>>,
     seq: u64,
     ids: IdHasher,
@@ -163,10 +164,15 @@ pub struct IntervalJoin {
 
 impl IntervalJoin {
     pub fn new(spec: IntervalJoinSpec) -> IntervalJoin {
+        IntervalJoin::with_state(spec, [Box::new(MemoryStore::default()), Box::new(MemoryStore::default())])
+    }
+
+    /// A join keeping its left and right rows in these stores.
+    pub fn with_state(spec: IntervalJoinSpec, state: [Box<dyn KeyedStore>; 2]) -> IntervalJoin {
         IntervalJoin {
             spec,
             watermark: Time::NEG_INF,
-            state: Default::default(),
+            state,
             timers: BinaryHeap::new(),
             seq: 0,
             ids: IdHasher::default(),
@@ -195,11 +201,13 @@ impl IntervalJoin {
     fn match_stored(&mut self, input: usize, row: &Row, out: &mut Output) -> bool {
         let IntervalJoin { spec, state, ids, .. } = self;
         let mut matched = false;
-        state[1 - input].scan(&row.key, row.key_hash, &mut |stored: &Row| {
-            let (left, right) = if input == LEFT { (row, stored) } else { (stored, row) };
-            if !spec.pairs(left.ts, right.ts) {
+        state[1 - input].scan(&row.key, row.key_hash, &mut |stored| {
+            let (left_ts, right_ts) = if input == LEFT { (row.ts, stored.ts()) } else { (stored.ts(), row.ts) };
+            if !spec.pairs(left_ts, right_ts) {
                 return false;
             }
+            let stored = stored.to_row();
+            let (left, right) = if input == LEFT { (row, &*stored) } else { (&*stored, row) };
             matched = true;
             let id = ids.begin().str(&spec.name).str("match").u64(left.id).u64(right.id).finish();
             let (key, key_hash, values) =
@@ -241,11 +249,11 @@ impl IntervalJoin {
     }
 
     pub fn state_rows(&self) -> usize {
-        self.state.iter().map(KeyedStore::rows).sum()
+        self.state.iter().map(|s| s.rows()).sum()
     }
 
     pub fn state_bytes(&self) -> usize {
-        self.state.iter().map(KeyedStore::bytes).sum()
+        self.state.iter().map(|s| s.bytes()).sum()
     }
 }
 

@@ -94,6 +94,7 @@ pub enum OperatorSpec {
 }
 
 impl OperatorSpec {
+    /// An instance keeping its state in memory.
     pub fn build(&self) -> Operator {
         match self {
             OperatorSpec::Union(spec) => Operator::Union(Union::new(spec.clone())),
@@ -104,6 +105,21 @@ impl OperatorSpec {
             OperatorSpec::TemporalJoin(spec) => Operator::TemporalJoin(TemporalJoin::new(spec.clone())),
             OperatorSpec::Absence(spec) => Operator::Absence(Absence::new(spec.clone())),
         }
+    }
+
+    /// A shard's instance, keeping its stored rows in mmap arenas under `dir` (one directory
+    /// per operator and input, opened fresh or recovered). The interval join's rows live there;
+    /// the other kinds still keep their state in memory.
+    pub fn build_in(&self, dir: &std::path::Path) -> Result<Operator, crate::state::arena::ArenaError> {
+        use crate::state::arena::ArenaStore;
+        Ok(match self {
+            OperatorSpec::IntervalJoin(spec) => {
+                let left = ArenaStore::open(&dir.join(format!("{}.left", spec.name)))?;
+                let right = ArenaStore::open(&dir.join(format!("{}.right", spec.name)))?;
+                Operator::IntervalJoin(IntervalJoin::with_state(spec.clone(), [Box::new(left), Box::new(right)]))
+            }
+            _ => self.build(),
+        })
     }
 }
 

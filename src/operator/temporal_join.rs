@@ -151,9 +151,10 @@ impl TemporalJoin {
         let (key, key_hash) = if spec.broadcast_right { (&Key::Broadcast, 0) } else { (&l.key, l.key_hash) };
         // The scan visits versions in arrival order: `>=` lets a later arrival win a tie in ts.
         let (mut best, mut best_ts, mut at) = (None, i64::MIN, 0usize);
-        right.scan(key, key_hash, &mut |r: &Row| {
-            if r.ts <= l.ts && (best.is_none() || r.ts >= best_ts) {
-                (best, best_ts) = (Some(at), r.ts);
+        right.scan(key, key_hash, &mut |r| {
+            let ts = r.ts();
+            if ts <= l.ts && (best.is_none() || ts >= best_ts) {
+                (best, best_ts) = (Some(at), ts);
             }
             at += 1;
             false
@@ -161,8 +162,9 @@ impl TemporalJoin {
         match best {
             Some(best) => {
                 let mut at = 0usize;
-                right.scan(key, key_hash, &mut |r: &Row| {
+                right.scan(key, key_hash, &mut |r| {
                     if at == best {
+                        let r = &*r.to_row();
                         let id = ids.begin().str(&spec.name).str("match").u64(l.id).u64(r.id).finish();
                         let (key, key_hash, values) =
                             spec.projection.project(&l.key, l.key_hash, [Some(l), Some(r)], ResultKind::Match);

@@ -94,8 +94,8 @@ pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
         engine.finish(&mut sinks);
         engine.figures()
     } else {
-        let options =
-            RuntimeOptions { every_tick: args.every_tick, ..RuntimeOptions::new(args.shards, state.path(plan)) };
+        let dir = state.fresh_run_dir(plan)?;
+        let options = RuntimeOptions { every_tick: args.every_tick, ..RuntimeOptions::new(args.shards, &dir) };
         let mut runtime = Runtime::start(plan, &options, start)?;
         feed_all(plan, &mut runtime, &mut sinks, &inputs, lines)?;
         runtime.finish(&mut sinks)?
@@ -204,16 +204,36 @@ impl StateDir {
         }
     }
 
+    /// `replay/` inside it, emptied: a replay starts fresh (its rings and the shards' arenas),
+    /// and never touches the state of a service using the same `state_dir`.
+    fn fresh_run_dir(&self, plan: &Plan) -> Result<PathBuf, ReplayError> {
+        let dir = self.path(plan).join("replay");
+        let error = |error| ReplayError::StateDir { path: dir.clone(), error };
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(error(e)),
+            _ => {}
+        }
+        std::fs::create_dir_all(&dir).map_err(error)?;
+        Ok(dir)
+    }
+
     fn open(plan: &Plan) -> Result<StateDir, ReplayError> {
         match &plan.runtime.state_dir {
             Some(path) => std::fs::create_dir_all(path)
                 .map(|()| StateDir::Configured)
                 .map_err(|error| ReplayError::StateDir { path: path.clone(), error }),
-            None => tempfile::Builder::new()
-                .prefix("braid-replay-")
-                .tempdir()
-                .map(StateDir::Private)
-                .map_err(|error| ReplayError::StateDir { path: std::env::temp_dir(), error }),
+            None => {
+                // A throwaway run: memory-backed files where the machine has them (no disk
+                // writeback of rings and arenas that are deleted at exit anyway).
+                let shm = Path::new("/dev/shm");
+                let base = if shm.is_dir() { shm.to_owned() } else { std::env::temp_dir() };
+                tempfile::Builder::new()
+                    .prefix("braid-replay-")
+                    .tempdir_in(&base)
+                    .or_else(|_| tempfile::Builder::new().prefix("braid-replay-").tempdir())
+                    .map(StateDir::Private)
+                    .map_err(|error| ReplayError::StateDir { path: base, error })
+            }
         }
     }
 }

@@ -319,12 +319,14 @@ impl Producer {
         unsafe { self.ring.region.write(self.ring.at(self.tail), &header) };
     }
 
-    /// Publishes every frame pushed so far.
-    pub fn commit(&mut self) {
-        if self.tail != self.committed {
-            self.ring.counter(TAIL_AT).store(self.tail, Ordering::Release);
-            self.committed = self.tail;
+    /// Publishes every frame pushed so far. Returns whether there were any.
+    pub fn commit(&mut self) -> bool {
+        if self.tail == self.committed {
+            return false;
         }
+        self.ring.counter(TAIL_AT).store(self.tail, Ordering::Release);
+        self.committed = self.tail;
+        true
     }
 
     /// Bytes committed and not yet released by the consumer.

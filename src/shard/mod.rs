@@ -99,6 +99,8 @@ pub enum ShardError {
     TooDeep,
     #[error("protocol: {0}")]
     Protocol(&'static str),
+    #[error("operator state: {0}")]
+    State(String),
 }
 
 /// The plan as the shards use it.
@@ -119,6 +121,8 @@ pub struct OpNode {
     pub chained: bool,
     /// May hold processing-time timers (connect).
     pub clocked: bool,
+    /// Where its results carry the key they came from ([`origin_rank`](crate::engine::origin_rank)).
+    pub origin: Option<usize>,
 }
 
 impl Topology {
@@ -127,7 +131,9 @@ impl Topology {
         let mut ops: Vec<OpNode> = plan
             .operators
             .iter()
-            .map(|o| OpNode {
+            .enumerate()
+            .map(|(op, o)| OpNode {
+                origin: plan.origin_key_position(op),
                 spec: o.spec.clone(),
                 inputs: o.inputs.clone(),
                 readers: Vec::new(),
@@ -205,7 +211,8 @@ pub struct Runtime {
 
 pub struct RuntimeOptions<'a> {
     pub shards: usize,
-    /// Where the ring files go (created fresh).
+    /// Where the ring files (created fresh) and each shard's state directory `shard-N/` (its
+    /// operators' arenas, opened as found) go.
     pub dir: &'a Path,
     /// Run every tick (the reference the skipping is tested against).
     pub every_tick: bool,
@@ -278,6 +285,7 @@ impl Runtime {
             let main_bell = Arc::clone(&bell);
             let end_flag = Arc::clone(&ended[j]);
             let gate = gate.clone();
+            let state = options.dir.join(format!("shard-{j}"));
             let sleeper = shard_sleepers[j].take();
             let core = cores.get(j % cores.len().max(1)).copied();
             let thread = std::thread::Builder::new()
@@ -291,7 +299,7 @@ impl Runtime {
                     if let Some(gate) = gate {
                         gate.wait();
                     }
-                    let worker = Worker::new(j, topo, links);
+                    let worker = Worker::new(j, topo, links, &state)?;
                     run_shard(j, worker, &own_bell, sleeper)
                 })
                 .map_err(RuntimeError::Spawn)?;
@@ -434,26 +442,26 @@ impl Runtime {
         self.send_all(FrameKind::EndOfInput, &payload, emit)?;
         self.publish(emit)?;
         self.release();
-        let mut reports = Vec::new();
-        for shard in 0..self.shards {
-            loop {
-                self.bell.prepare_sleep();
-                let drained = self.collect(emit);
-                let done = self.ended[shard].load(Ordering::SeqCst);
-                if done {
-                    self.bell.awake();
-                    break;
-                }
-                if drained {
-                    self.bell.awake();
-                } else {
-                    self.bell.wait_blocking(&mut self.sleeper);
-                }
+        let mut reports: Vec<Option<ShardReport>> = (0..self.shards).map(|_| None).collect();
+        while reports.iter().any(Option::is_none) {
+            self.bell.prepare_sleep();
+            let drained = self.collect(emit);
+            // Any shard that ended is joined at once: one that failed may leave the others
+            // waiting for it forever, so its error must not wait behind them.
+            let ended: Vec<usize> =
+                (0..self.shards).filter(|&s| reports[s].is_none() && self.ended[s].load(Ordering::SeqCst)).collect();
+            for &shard in &ended {
+                reports[shard] = Some(self.join(shard)?);
             }
-            reports.push(self.join(shard)?);
+            let joined = !ended.is_empty();
+            if drained || joined {
+                self.bell.awake();
+            } else {
+                self.bell.wait_blocking(&mut self.sleeper);
+            }
         }
         self.collect(emit);
-        Ok(self.figures(reports))
+        Ok(self.figures(reports.into_iter().flatten().collect()))
     }
 
     /// Lets held shards start.
@@ -566,8 +574,9 @@ impl Runtime {
 
     fn publish_rings(&mut self) {
         for feed in &mut self.feeds {
-            feed.ring.commit();
-            feed.bell.ring();
+            if feed.ring.commit() {
+                feed.bell.ring();
+            }
         }
     }
 }

@@ -2,14 +2,18 @@
 //!
 //! The sans-IO [`Engine`](crate::engine::Engine) defines the order in which every operator
 //! instance sees its inputs: events (a row, a tick, processing time, the end) one after the other;
-//! within an event, phases (one operator instance's activation at a tick, say) in turn; within a
-//! phase, breadth first from the root activation: everything one hop away, then two hops, each
-//! hop in the order its parents were delivered, then by reading operator, then by emission. A
-//! [`Tag`] spells that position out — event, phase, depth, and the path of (operator, input,
-//! shard, emission index) from the root — and the derived `Ord` compares tags in exactly that
-//! order. Order-sensitive operators (threshold's latest limit, reconcile's and temporal join's
-//! ties, first/last) then see their inputs as the single-threaded engine feeds them, whatever the
-//! shard count.
+//! within an event, phases (one operator's activation at a tick, over all its instances) in turn;
+//! within a phase, breadth first from the root activation: everything one hop away, then two hops,
+//! each hop in the order its parents were delivered, then by reading operator, then by emission.
+//! A root activation that runs on every shard (a watermark, processing time, the end, a broadcast
+//! row) ranks its results by the key they came from ([`origin_rank`](crate::engine::origin_rank)),
+//! so their order does not depend on how keys fall on shards; any other activation runs on one
+//! instance and keeps its emission order. A [`Tag`]
+//! spells that position out — event, phase, depth, the root step with its rank, and the path of
+//! (operator, input, shard, emission index) steps after it — and the derived `Ord` compares tags
+//! in exactly that order. Order-sensitive operators (threshold's latest limit, reconcile's and
+//! temporal join's ties, first/last) then see their inputs as the single-threaded engine feeds
+//! them, whatever the shard count.
 
 /// How many operators a chain may hold: the longest path from a root activation.
 pub const MAX_DEPTH: usize = 8;
@@ -20,17 +24,22 @@ pub struct Tag {
     pub seq: u64,
     pub phase: u64,
     pub depth: u64,
+    /// The root step: (reading operator, input), rank, (shard, emission index).
+    pub root: [u64; 3],
+    /// The steps after the root, one word each (the last word is never used: it keeps the
+    /// encoded tag a multiple of 16 bytes).
     pub path: [u64; MAX_DEPTH],
 }
 
-/// Encoded size of a tag.
-pub const TAG_BYTES: usize = 8 * (3 + MAX_DEPTH);
+/// Encoded size of a tag: a multiple of 16.
+pub const TAG_BYTES: usize = 8 * (3 + 3 + MAX_DEPTH);
 
 impl Tag {
     /// Before everything.
-    pub const MIN: Tag = Tag { seq: 0, phase: 0, depth: 0, path: [0; MAX_DEPTH] };
+    pub const MIN: Tag = Tag { seq: 0, phase: 0, depth: 0, root: [0; 3], path: [0; MAX_DEPTH] };
     /// After everything: the frontier of a finished source.
-    pub const MAX: Tag = Tag { seq: u64::MAX, phase: u64::MAX, depth: u64::MAX, path: [u64::MAX; MAX_DEPTH] };
+    pub const MAX: Tag =
+        Tag { seq: u64::MAX, phase: u64::MAX, depth: u64::MAX, root: [u64::MAX; 3], path: [u64::MAX; MAX_DEPTH] };
 
     /// The first position of event `seq`.
     pub fn event(seq: u64) -> Tag {
@@ -42,18 +51,24 @@ impl Tag {
         Tag { seq, phase, ..Tag::MIN }
     }
 
-    /// The tag of the `index`-th row emitted while processing the row tagged `self`, by `op`
-    /// on `input`, on `shard`. `None` past [`MAX_DEPTH`] (the plan is checked against it).
-    pub fn child(&self, op: usize, input: usize, shard: usize, index: usize) -> Option<Tag> {
-        let depth = usize::try_from(self.depth).ok().filter(|&d| d < MAX_DEPTH)?;
+    /// The tag of the `index`-th row emitted while processing the row (or root) tagged `self`,
+    /// by `op` on `input`, on `shard`; `rank` orders the results of a root that runs on every
+    /// shard. `None` past [`MAX_DEPTH`] (the plan is checked against it).
+    pub fn child(&self, op: usize, input: usize, shard: usize, index: usize, rank: Option<u64>) -> Option<Tag> {
         let mut child = *self;
-        child.path[depth] = path_step(op, input, shard, index);
+        let reader = ((op as u64) << 8) | (input as u64 & 0xff);
+        let place = ((shard as u64) << 32) | (index as u64 & 0xffff_ffff);
+        match usize::try_from(self.depth).ok()? {
+            0 => child.root = [reader, rank.unwrap_or(0), place],
+            depth if depth < MAX_DEPTH => child.path[depth - 1] = (reader << 40) | place,
+            _ => return None,
+        }
         child.depth += 1;
         Some(child)
     }
 
     pub fn encode(&self, out: &mut Vec<u8>) {
-        for word in [self.seq, self.phase, self.depth].iter().chain(&self.path) {
+        for word in [self.seq, self.phase, self.depth].iter().chain(&self.root).chain(&self.path) {
             out.extend_from_slice(&word.to_le_bytes());
         }
     }
@@ -65,32 +80,27 @@ impl Tag {
             w.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
             u64::from_le_bytes(w)
         };
-        let mut path = [0; MAX_DEPTH];
-        for (i, p) in path.iter_mut().enumerate() {
-            *p = word(3 + i);
+        let mut tag = Tag { seq: word(0), phase: word(1), depth: word(2), ..Tag::MIN };
+        for (i, r) in tag.root.iter_mut().enumerate() {
+            *r = word(3 + i);
         }
-        Tag { seq: word(0), phase: word(1), depth: word(2), path }
+        for (i, p) in tag.path.iter_mut().enumerate() {
+            *p = word(6 + i);
+        }
+        tag
     }
 }
 
-/// One step of a path: reading operator, then its input, then the shard, then emission order.
-fn path_step(op: usize, input: usize, shard: usize, index: usize) -> u64 {
-    ((op as u64 & 0xffff) << 48)
-        | ((input as u64 & 0xff) << 40)
-        | ((shard as u64 & 0xff) << 32)
-        | (index as u64 & 0xffff_ffff)
-}
-
 /// Phases of a tick event: processing time first (stage 0), then watermarks (stage 1), each
-/// operator upstream first, each shard in turn.
-pub fn tick_phase(stage: u64, op: usize, shard: usize) -> u64 {
-    (stage << 48) | ((op as u64) << 16) | shard as u64
+/// operator upstream first.
+pub fn tick_phase(stage: u64, op: usize) -> u64 {
+    (stage << 32) | op as u64
 }
 
 /// Phases of the end of input: operator by operator, processing time (stage 0) before the
-/// watermark (stage 1), each shard in turn.
-pub fn finish_phase(op: usize, stage: u64, shard: usize) -> u64 {
-    ((op as u64) << 32) | (stage << 16) | shard as u64
+/// watermark (stage 1).
+pub fn finish_phase(op: usize, stage: u64) -> u64 {
+    ((op as u64) << 32) | stage
 }
 
 #[cfg(test)]
@@ -100,25 +110,35 @@ mod tests {
     #[test]
     fn breadth_first_order() {
         let root = Tag::event(7);
-        let a = root.child(1, 0, 0, 0).unwrap();
-        let b = root.child(1, 0, 0, 1).unwrap();
-        let a1 = a.child(2, 0, 1, 0).unwrap();
-        let b0 = b.child(2, 0, 0, 0).unwrap();
+        let a = root.child(1, 0, 0, 0, None).unwrap();
+        let b = root.child(1, 0, 0, 1, None).unwrap();
+        let a1 = a.child(2, 0, 1, 0, None).unwrap();
+        let b0 = b.child(2, 0, 0, 0, None).unwrap();
         // One hop before two hops; two hops in the order of their parents.
         assert!(root < a && a < b && b < a1 && a1 < b0);
         assert!(b0 < Tag::event(8));
         let mut bytes = Vec::new();
         b0.encode(&mut bytes);
         assert_eq!(bytes.len(), TAG_BYTES);
+        assert_eq!(TAG_BYTES % 16, 0);
         assert_eq!(Tag::decode(&bytes), b0);
+    }
+
+    #[test]
+    fn ranked_roots_order_by_rank_then_shard_and_emission() {
+        let root = Tag::phase(3, tick_phase(1, 2));
+        let low_on_shard_1 = root.child(2, 0, 1, 0, Some(5)).unwrap();
+        let high_on_shard_0 = root.child(2, 0, 0, 0, Some(9)).unwrap();
+        let low_later = root.child(2, 0, 1, 3, Some(5)).unwrap();
+        assert!(low_on_shard_1 < low_later && low_later < high_on_shard_0);
     }
 
     #[test]
     fn depth_is_bounded() {
         let mut tag = Tag::event(1);
         for _ in 0..MAX_DEPTH {
-            tag = tag.child(0, 0, 0, 0).unwrap();
+            tag = tag.child(0, 0, 0, 0, None).unwrap();
         }
-        assert_eq!(tag.child(0, 0, 0, 0), None);
+        assert_eq!(tag.child(0, 0, 0, 0, None), None);
     }
 }

@@ -84,7 +84,12 @@ impl Outbox {
             match self.ring.push(kind, payload) {
                 Ok(()) => return Ok(()),
                 Err(PushError::TooLarge) => return Err(TooLarge(payload.len())),
-                Err(PushError::Full) => self.ring.commit(),
+                Err(PushError::Full) => {
+                    // Publish what fits so the consumer can make room.
+                    if self.ring.commit() {
+                        self.bell.ring();
+                    }
+                }
             }
         }
         if payload.len() > self.ring.max_payload() {
@@ -94,8 +99,9 @@ impl Outbox {
         Ok(())
     }
 
-    /// Moves waiting frames into the ring while they fit, publishes, rings the consumer.
-    /// Returns whether any frame moved.
+    /// Moves waiting frames into the ring while they fit, publishes, and rings the consumer if
+    /// anything was published (only then: two idle shards ringing each other would never sleep).
+    /// Returns whether any waiting frame moved.
     pub fn flush(&mut self) -> bool {
         let mut moved = false;
         while let Some((kind, payload)) = self.waiting.front() {
@@ -105,8 +111,9 @@ impl Outbox {
             self.waiting.pop_front();
             moved = true;
         }
-        self.ring.commit();
-        self.bell.ring();
+        if self.ring.commit() {
+            self.bell.ring();
+        }
         moved
     }
 

@@ -228,7 +228,7 @@ mod tests {
     #[test]
     fn frames_round_trip() {
         let mut w = Writer::default();
-        let tag = Tag::event(3).child(2, 1, 0, 4).unwrap();
+        let tag = Tag::event(3).child(2, 1, 0, 4, Some(7)).unwrap();
         let p = w.exchange(2, 1, &tag, &row()).unwrap().to_vec();
         let words = aligned(&p);
         match read(FrameKind::Exchange, bytes(&words, p.len())) {

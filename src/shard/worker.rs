@@ -106,12 +106,14 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn new(id: usize, topo: Arc<Topology>, links: Links) -> Worker {
+    /// A shard whose operators keep their stored rows in arenas under `state` (its own directory).
+    pub fn new(id: usize, topo: Arc<Topology>, links: Links, state: &std::path::Path) -> Result<Worker, ShardError> {
         let ops = topo.ops.len();
         let shards = topo.shards;
+        let instances = topo.ops.iter().map(|o| o.spec.build_in(state)).collect::<Result<Vec<_>, _>>()?;
         let core = Core {
             id,
-            instances: topo.ops.iter().map(|o| o.spec.build()).collect(),
+            instances,
             clocks: vec![OperatorClock::default(); ops],
             pending: (0..ops).map(|_| BinaryHeap::new()).collect(),
             exchange_out: links.exchange_out,
@@ -139,7 +141,7 @@ impl Worker {
             work_done: 0,
             topo,
         };
-        Worker { input: links.input, exchange_in: links.exchange_in, core }
+        Ok(Worker { input: links.input, exchange_in: links.exchange_in, core })
     }
 
     /// One round: exchange frames, feeder events (unless an outbox is backed up), chained
@@ -176,8 +178,13 @@ impl Worker {
     }
 
     /// Whether frames arrived or backed-up frames now fit (checked after `prepare_sleep`).
+    /// Feeder frames count only when they can be taken: a backed-up shard waits for room (its
+    /// consumer rings when it frees some) instead of spinning.
     pub fn has_work(&mut self) -> bool {
-        self.input.ring.has_frames() || self.exchange_in.iter().any(|(_, i)| i.ring.has_frames()) || self.core.flush()
+        let moved = self.core.flush();
+        moved
+            || (!self.core.backed_up() && self.input.ring.has_frames())
+            || self.exchange_in.iter().any(|(_, i)| i.ring.has_frames())
     }
 
     pub fn report(self, driver: super::driver::Driver) -> ShardReport {
@@ -230,18 +237,18 @@ impl Core {
                 let tick = Rc::new(tick);
                 for op in 0..self.topo.ops.len() {
                     if self.topo.ops[op].clocked {
-                        self.dispatch(op, Tag::phase(seq, tick_phase(0, op, self.id)), 0, Work::ProcessingTime(t));
+                        self.dispatch(op, Tag::phase(seq, tick_phase(0, op)), 0, Work::ProcessingTime(t));
                     }
                 }
                 for op in 0..self.topo.ops.len() {
-                    self.dispatch(op, Tag::phase(seq, tick_phase(1, op, self.id)), 0, Work::Tick(Rc::clone(&tick)));
+                    self.dispatch(op, Tag::phase(seq, tick_phase(1, op)), 0, Work::Tick(Rc::clone(&tick)));
                 }
             }
             Frame::ProcessingTime { seq, now } => {
                 self.feeder_frontier = Tag::event(seq + 1);
                 for op in 0..self.topo.ops.len() {
                     if self.topo.ops[op].clocked {
-                        self.dispatch(op, Tag::phase(seq, tick_phase(0, op, self.id)), 0, Work::ProcessingTime(now));
+                        self.dispatch(op, Tag::phase(seq, tick_phase(0, op)), 0, Work::ProcessingTime(now));
                     }
                 }
             }
@@ -249,9 +256,9 @@ impl Core {
                 self.feeder_frontier = Tag::MAX;
                 for op in 0..self.topo.ops.len() {
                     if self.topo.ops[op].clocked {
-                        self.dispatch(op, Tag::phase(seq, finish_phase(op, 0, self.id)), 0, Work::FinishTimers);
+                        self.dispatch(op, Tag::phase(seq, finish_phase(op, 0)), 0, Work::FinishTimers);
                     }
-                    self.dispatch(op, Tag::phase(seq, finish_phase(op, 1, self.id)), 0, Work::FinishWatermark);
+                    self.dispatch(op, Tag::phase(seq, finish_phase(op, 1)), 0, Work::FinishWatermark);
                 }
             }
             Frame::Progress { seq } => self.feeder_frontier = self.feeder_frontier.max(Tag::event(seq + 1)),
@@ -346,11 +353,14 @@ impl Core {
         let mut out = std::mem::take(&mut self.scratch);
         let mut input = 0;
         let mut tick_done = None;
+        // A root that runs on every shard ranks its results (tag.rs).
+        let mut ranked = true;
         let idle_advance = self.topo.idle_advance;
         match work {
             Work::Row { input: i, row } => {
                 input = i;
                 let broadcast = row.key == Key::Broadcast;
+                ranked = broadcast && tag.depth == 0;
                 if !broadcast || self.id == 0 {
                     self.counters[op].rows_in[i] += 1;
                 }
@@ -376,7 +386,7 @@ impl Core {
                 }
             }
         }
-        self.route(op, input, &tag, &mut out);
+        self.route(op, input, &tag, ranked, &mut out);
         self.scratch = out;
         if let Some(seq) = tick_done.filter(|_| !self.topo.ops[op].readers.is_empty()) {
             self.tick_done(op, seq);
@@ -425,7 +435,7 @@ impl Core {
 
     /// Sends what an activation produced: late rows and results to the sinks, results also to
     /// the instances of the operators reading them.
-    fn route(&mut self, op: usize, input: usize, tag: &Tag, out: &mut Output) {
+    fn route(&mut self, op: usize, input: usize, tag: &Tag, ranked: bool, out: &mut Output) {
         for (late_input, row) in out.late.drain(..) {
             self.counters[op].late[late_input] += 1;
             let pushed = match self.writer.output(op, late_input as u32, &row) {
@@ -450,7 +460,8 @@ impl Core {
             if readers.is_empty() {
                 continue;
             }
-            let Some(child) = tag.child(op, input, self.id, index) else {
+            let rank = ranked.then(|| crate::engine::origin_rank(&row, self.topo.ops[op].origin));
+            let Some(child) = tag.child(op, input, self.id, index, rank) else {
                 self.fail(ShardError::TooDeep);
                 continue;
             };
@@ -484,6 +495,12 @@ impl Core {
                 self.error.get_or_insert(e);
             }
         }
+    }
+}
+
+impl From<crate::state::arena::ArenaError> for ShardError {
+    fn from(e: crate::state::arena::ArenaError) -> ShardError {
+        ShardError::State(e.to_string())
     }
 }
 

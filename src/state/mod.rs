@@ -11,9 +11,11 @@
 
 pub mod arena;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
-use crate::record::{Key, Row};
+use crate::record::frame::to_row;
+use crate::record::{ArchivedRow, Key, Row};
 
 /// Names one stored row: unique within its store for the store's lifetime.
 pub type RowHandle = u64;
@@ -25,11 +27,43 @@ pub struct Removed {
     pub matched: bool,
 }
 
-pub trait KeyedStore {
+/// A stored row as a scan sees it: on the heap, or archived in an arena (read in place; its
+/// event time and id cost nothing, the whole row a copy).
+#[derive(Clone, Copy)]
+pub enum Stored<'a> {
+    Heap(&'a Row),
+    Archived(&'a ArchivedRow),
+}
+
+impl<'a> Stored<'a> {
+    pub fn ts(self) -> i64 {
+        match self {
+            Stored::Heap(row) => row.ts,
+            Stored::Archived(row) => row.ts.to_native(),
+        }
+    }
+
+    pub fn id(self) -> u64 {
+        match self {
+            Stored::Heap(row) => row.id,
+            Stored::Archived(row) => row.id.to_native(),
+        }
+    }
+
+    /// The row itself: borrowed from the heap, copied out of an arena.
+    pub fn to_row(self) -> Cow<'a, Row> {
+        match self {
+            Stored::Heap(row) => Cow::Borrowed(row),
+            Stored::Archived(row) => Cow::Owned(to_row(row)),
+        }
+    }
+}
+
+pub trait KeyedStore: Send {
     fn insert(&mut self, row: Row, matched: bool) -> RowHandle;
     /// Visits the rows stored under `key` in insertion order; a visit that returns true marks
     /// that row matched.
-    fn scan(&mut self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(&Row) -> bool);
+    fn scan(&mut self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(Stored<'_>) -> bool);
     fn remove(&mut self, key_hash: u64, handle: RowHandle) -> Option<Removed>;
     /// Visits the rows stored under `key` in insertion order with their handles, until `visit`
     /// returns false; for callers that pick one row to remove (connect's keyed state).
@@ -63,10 +97,10 @@ impl KeyedStore for MemoryStore {
         handle
     }
 
-    fn scan(&mut self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(&Row) -> bool) {
+    fn scan(&mut self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(Stored<'_>) -> bool) {
         let Some(entries) = self.by_hash.get_mut(&key_hash) else { return };
         for entry in entries.iter_mut().filter(|e| e.row.key == *key) {
-            if visit(&entry.row) {
+            if visit(Stored::Heap(&entry.row)) {
                 entry.matched = true;
             }
         }
@@ -118,7 +152,7 @@ mod tests {
         let b = store.insert(row("b", 7, 2), false);
         let mut seen = Vec::new();
         store.scan(&Key::Str("b".into()), 7, &mut |r| {
-            seen.push(r.ts);
+            seen.push(r.ts());
             true
         });
         assert_eq!(seen, [2]);

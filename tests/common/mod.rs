@@ -8,7 +8,9 @@
 //! - [`multiset`]: outputs as multisets of canonical JSON texts, and readable differences;
 //! - [`config_text`]: pieces of configuration text (stream sections, select items);
 //! - [`join_workload`]: the interval-join workload generator, its brute-force reference and
-//!   shrinker (`reference_join.rs`, `properties.rs`).
+//!   shrinker (`reference_join.rs`, `properties.rs`);
+//! - [`runtime_workload`]: configurations of every operator kind, alone and chained through
+//!   re-keying, over inputs full of ties (`runtime.rs`: the shard runtime against the engine).
 //!
 //! Not every test crate uses every helper: unused ones are not dead code of the suite.
 #![allow(dead_code, clippy::unwrap_used)]
@@ -18,6 +20,7 @@ pub mod join_workload;
 pub mod multiset;
 pub mod rng;
 pub mod run;
+pub mod runtime_workload;
 
 /// 2026-01-01T00:00:00Z in ms: event times are realistic, and a multiple of every grid used.
 pub const BASE_TS: i64 = 1_767_225_600_000;

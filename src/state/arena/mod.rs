@@ -55,9 +55,9 @@
 //! live rows and [`bytes`](KeyedStore::bytes) the bytes their records take in the arena (header
 //! and padding included; a row kept in memory, below, counts its [`Row::size_bytes`]).
 //!
-//! `scan` hands `visit` a `&Row`, so each visited row is copied out of the arena with
-//! [`frame::to_row`] (one allocation for its values and one per string): the trait's price while
-//! operators take `&Row`. Once they read `&ArchivedRow` the copy goes. Rows are read in place
+//! `scan` hands `visit` a [`Stored`] row read in place: its event time and id cost nothing, and
+//! a visitor copies the whole row out ([`frame::to_row`]) only when it needs it (the interval
+//! join: for a pair). `scan_handles` and `remove` still copy the row out. Rows are read in place
 //! without validation ([`frame::access_unchecked`], STYLE.md 8): this process wrote them, or
 //! `open` validated them (crc and [`frame::access`]).
 //!
@@ -112,7 +112,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use self::segment::{OpenError, RECORD_HEADER, SEGMENT_HEADER, Segment, record_size};
-use super::{KeyedStore, Removed, RowHandle};
+use super::{KeyedStore, Removed, RowHandle, Stored};
 use crate::mapped_file::{HEADER_LEN, MappedFileError};
 use crate::record::frame::{self, ArchivedKey, FrameError, RowEncoder};
 use crate::record::{Key, Row};
@@ -391,14 +391,14 @@ impl KeyedStore for ArenaStore {
         }
     }
 
-    fn scan(&mut self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(&Row) -> bool) {
+    fn scan(&mut self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(Stored<'_>) -> bool) {
         let Some(entries) = self.index.get_mut(&key_hash) else { return };
         for entry in entries.iter_mut() {
             let hit = match &entry.place {
-                Place::Memory(row) => row.key == *key && visit(row),
+                Place::Memory(row) => row.key == *key && visit(Stored::Heap(row)),
                 &Place::Arena { slot, off } => {
                     let Some(row) = self.segments.row(slot, off) else { continue };
-                    key_eq(&row.key, key) && visit(&frame::to_row(row))
+                    key_eq(&row.key, key) && visit(Stored::Archived(row))
                 }
             };
             if hit && !entry.matched {

@@ -143,12 +143,12 @@ fn run_against_model(ops: &[Op]) {
                 let (key, hash) = key(k);
                 let (mut a, mut m) = (Vec::new(), Vec::new());
                 arena.scan(&key, hash, &mut |r| {
-                    a.push(r.clone());
-                    r.id.is_multiple_of(every)
+                    a.push(r.to_row().into_owned());
+                    r.id().is_multiple_of(every)
                 });
                 model.scan(&key, hash, &mut |r| {
-                    m.push(r.clone());
-                    r.id.is_multiple_of(every)
+                    m.push(r.to_row().into_owned());
+                    r.id().is_multiple_of(every)
                 });
                 assert_eq!(a, m);
                 assert!(a.iter().all(|r| r.key == key));
@@ -223,7 +223,7 @@ fn scripted(store: &mut dyn KeyedStore) {
     }
     for k in 0..KEYS {
         let (key, hash) = key(k);
-        store.scan(&key, hash, &mut |r| r.id % 3 == 0);
+        store.scan(&key, hash, &mut |r| r.id() % 3 == 0);
     }
     for (i, (hash, handle)) in handles.into_iter().enumerate() {
         if i % 4 == 1 {
@@ -456,7 +456,7 @@ fn a_row_larger_than_a_segment_is_an_error_and_insert_keeps_it_in_memory() {
     assert_eq!((arena.rows(), arena.unsaved_rows()), (2, 1));
     let mut seen = Vec::new();
     arena.scan(&small_row.key, 7, &mut |r| {
-        seen.push(r.clone());
+        seen.push(r.to_row().into_owned());
         true
     });
     assert_eq!(seen, [small_row.clone(), huge.clone()], "insertion order across arena and memory");
