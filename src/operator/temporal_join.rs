@@ -80,25 +80,31 @@ struct Version {
 pub struct TemporalJoin {
     spec: TemporalJoinSpec,
     watermark: Time,
-    /// Left rows waiting for the watermark to pass them.
-    left: MemoryStore,
+    /// Left rows waiting for the watermark to pass them (in memory, or in a shard's arenas).
+    left: Box<dyn KeyedStore>,
     pending: BinaryHeap<Reverse<Waiting>>,
     /// Right versions, with those not yet below the watermark in `fresh`, and per key the
     /// latest version below it in `floor`.
-    right: MemoryStore,
+    right: Box<dyn KeyedStore>,
     fresh: BinaryHeap<Reverse<Version>>,
-    floor: HashMap<Key, RowHandle>,
+    /// Per key: the version's handle and key hash.
+    floor: HashMap<Key, (RowHandle, u64)>,
     ids: IdHasher,
 }
 
 impl TemporalJoin {
     pub fn new(spec: TemporalJoinSpec) -> TemporalJoin {
+        TemporalJoin::with_state(spec, [Box::new(MemoryStore::default()), Box::new(MemoryStore::default())])
+    }
+
+    /// A join keeping its left rows and right versions in these stores.
+    pub fn with_state(spec: TemporalJoinSpec, [left, right]: [Box<dyn KeyedStore>; 2]) -> TemporalJoin {
         TemporalJoin {
             spec,
             watermark: Time::NEG_INF,
-            left: MemoryStore::default(),
+            left,
             pending: BinaryHeap::new(),
-            right: MemoryStore::default(),
+            right,
             fresh: BinaryHeap::new(),
             floor: HashMap::new(),
             ids: IdHasher::default(),
@@ -131,16 +137,19 @@ impl TemporalJoin {
         }
         if watermark == Time::POS_INF {
             // Nothing can arrive any more: every version is dead.
-            self.right = MemoryStore::default();
-            self.fresh.clear();
-            self.floor.clear();
+            for Reverse(version) in self.fresh.drain() {
+                self.right.remove(version.key_hash, version.handle);
+            }
+            for (_, (handle, key_hash)) in self.floor.drain() {
+                self.right.remove(key_hash, handle);
+            }
             return;
         }
         // Popped in (ts, arrival) order: each version is newer than the floor it replaces.
         while self.fresh.peek().is_some_and(|Reverse(v)| watermark.is_past(v.ts)) {
             let Some(Reverse(version)) = self.fresh.pop() else { break };
-            if let Some(older) = self.floor.insert(version.key, version.handle) {
-                self.right.remove(version.key_hash, older);
+            if let Some((older, key_hash)) = self.floor.insert(version.key, (version.handle, version.key_hash)) {
+                self.right.remove(key_hash, older);
             }
         }
     }
