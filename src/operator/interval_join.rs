@@ -21,8 +21,10 @@ use std::collections::BinaryHeap;
 
 use crate::config::operators::{Builder, Built, Input, join_type, output_schema, select};
 use crate::config::walk::{Errors, Table};
-use crate::record::Row;
+use crate::record::frame::to_row;
 use crate::record::id::IdHasher;
+use crate::record::view::RowView;
+use crate::record::{ArchivedRow, Row};
 use crate::state::{KeyedStore, MemoryStore, RowHandle};
 use crate::time::Time;
 
@@ -184,7 +186,7 @@ impl IntervalJoin {
             out.late.push((input, row));
             return;
         }
-        let matched = self.match_stored(input, &row, out);
+        let matched = self.match_stored(input, RowView::Heap(&row), out);
         let last_chance = self.spec.last_chance(input, row.ts);
         if last_chance < self.watermark {
             // Negative bounds: nothing on time can still meet it.
@@ -193,26 +195,51 @@ impl IntervalJoin {
         }
         let key_hash = row.key_hash;
         let handle = self.state[input].insert(row, matched);
+        self.arm(input, last_chance, key_hash, handle);
+    }
+
+    /// [`on_row`](Self::on_row) for a row read in place from a ring frame (`bytes`: its
+    /// archive): it is matched and stored without being copied out (an arena store copies the
+    /// archive as it is); only a late or immediately finished row is.
+    pub fn on_frame(&mut self, input: usize, row: &ArchivedRow, bytes: &[u8], out: &mut Output) {
+        let ts = row.ts.to_native();
+        if self.watermark.is_past(ts) {
+            out.late.push((input, to_row(row)));
+            return;
+        }
+        let matched = self.match_stored(input, RowView::Archived(row), out);
+        let last_chance = self.spec.last_chance(input, ts);
+        if last_chance < self.watermark {
+            self.finish(input, to_row(row), matched, out);
+            return;
+        }
+        let key_hash = row.key_hash.to_native();
+        let handle = self.state[input].insert_archived(row, bytes, matched);
+        self.arm(input, last_chance, key_hash, handle);
+    }
+
+    /// The stored row's last chance.
+    fn arm(&mut self, input: usize, last_chance: Time, key_hash: u64, handle: RowHandle) {
         self.seq += 1;
         self.timers.push(Reverse(Timer { last_chance, seq: self.seq, input, key_hash, handle }));
     }
 
     /// Emits `row` with every stored row of the other input it pairs with; true if any.
-    fn match_stored(&mut self, input: usize, row: &Row, out: &mut Output) -> bool {
+    fn match_stored(&mut self, input: usize, row: RowView<'_>, out: &mut Output) -> bool {
         let IntervalJoin { spec, state, ids, .. } = self;
         let mut matched = false;
-        state[1 - input].scan(&row.key, row.key_hash, &mut |stored| {
-            let (left_ts, right_ts) = if input == LEFT { (row.ts, stored.ts()) } else { (stored.ts(), row.ts) };
-            if !spec.pairs(left_ts, right_ts) {
+        let (ts, key, key_hash) = (row.ts(), row.key(), row.key_hash());
+        state[1 - input].scan_key(key, key_hash, &mut |stored| {
+            let (left, right) = if input == LEFT { (row, stored) } else { (stored, row) };
+            if !spec.pairs(left.ts(), right.ts()) {
                 return false;
             }
-            let stored = stored.to_row();
-            let (left, right) = if input == LEFT { (row, &*stored) } else { (&*stored, row) };
             matched = true;
-            let id = ids.begin().str(&spec.name).str("match").u64(left.id).u64(right.id).finish();
+            let id = ids.begin().str(&spec.name).str("match").u64(left.id()).u64(right.id()).finish();
             let (key, key_hash, values) =
-                spec.projection.project(&row.key, row.key_hash, [Some(left), Some(right)], ResultKind::Match);
-            out.results.push((ResultKind::Match, Row { ts: left.ts.max(right.ts), key, key_hash, id, values }));
+                spec.projection.project_views(key, key_hash, [Some(left), Some(right)], ResultKind::Match);
+            let ts = ts.max(stored.ts());
+            out.results.push((ResultKind::Match, Row { ts, key, key_hash, id, values }));
             true
         });
         matched

@@ -157,6 +157,15 @@ macro_rules! dispatch {
 }
 
 impl Operator {
+    /// A row read in place from a ring frame (`bytes`: its archive) reached input `input`. The
+    /// interval join matches and stores it without copying it out; the other kinds take a copy.
+    pub fn on_frame(&mut self, input: usize, row: &crate::record::ArchivedRow, bytes: &[u8], out: &mut Output) {
+        match self {
+            Operator::IntervalJoin(op) => op.on_frame(input, row, bytes, out),
+            other => other.on_row(input, crate::record::frame::to_row(row), out),
+        }
+    }
+
     /// A row reached input `input` (its index in the operator's inputs).
     pub fn on_row(&mut self, input: usize, row: Row, out: &mut Output) {
         dispatch!(self, op => op.on_row(input, row, out))

@@ -5,6 +5,7 @@
 //! every result, outer rows included; any other field of a missing side is null. With
 //! `key = "FIELD"` the result is re-keyed by one of its own values.
 
+use crate::record::view::{KeyRef, RowView};
 use crate::record::{Key, Row, Value, id};
 
 use super::ResultKind;
@@ -33,12 +34,23 @@ impl Projection {
         rows: [Option<&Row>; 2],
         kind: ResultKind,
     ) -> (Key, u64, Box<[Value]>) {
+        self.project_views(key.key_ref(), key_hash, rows.map(|r| r.map(RowView::Heap)), kind)
+    }
+
+    /// [`project`](Self::project) from rows read in place (a ring frame's, an arena's).
+    pub fn project_views(
+        &self,
+        key: KeyRef<'_>,
+        key_hash: u64,
+        rows: [Option<RowView<'_>>; 2],
+        kind: ResultKind,
+    ) -> (Key, u64, Box<[Value]>) {
         let values: Box<[Value]> = self
             .columns
             .iter()
             .map(|column| match column {
                 Column::Key => key.to_value(),
-                Column::Field { input, pos } => rows[*input].map_or(Value::Null, |row| row.values[*pos].clone()),
+                Column::Field { input, pos } => rows[*input].map_or(Value::Null, |row| row.value(*pos)),
                 Column::Kind => Value::Str(kind.as_str().into()),
             })
             .collect();
@@ -47,7 +59,7 @@ impl Projection {
                 let hash = id::key_hash(&new_key);
                 (new_key, hash, values)
             }
-            None => (key.clone(), key_hash, values),
+            None => (key.to_key(), key_hash, values),
         }
     }
 }

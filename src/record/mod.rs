@@ -10,6 +10,7 @@ pub mod frame;
 pub mod id;
 pub mod json;
 pub mod schema;
+pub mod view;
 
 pub use schema::{FieldType, Schema, TimeSpec, TimeUnit};
 

@@ -131,15 +131,44 @@ pub struct TickEvent {
 
 /// A frame read back. Rows borrow the ring.
 pub enum Frame<'a> {
-    Row { seq: u64, stream: usize, row: &'a ArchivedRow },
+    /// `bytes`: the row's archive (what an arena stores as it is).
+    Row {
+        seq: u64,
+        stream: usize,
+        row: &'a ArchivedRow,
+        bytes: &'a [u8],
+    },
     Tick(TickEvent),
-    ProcessingTime { seq: u64, now: i128 },
-    End { seq: u64 },
-    Progress { seq: u64 },
-    Exchange { op: usize, input: usize, tag: Tag, row: &'a ArchivedRow },
-    Frontier { op: usize, tag: Tag },
-    TickDone { op: usize, seq: u64, watermark: Time },
-    Output { op: usize, input: u32, row: &'a ArchivedRow },
+    ProcessingTime {
+        seq: u64,
+        now: i128,
+    },
+    End {
+        seq: u64,
+    },
+    Progress {
+        seq: u64,
+    },
+    Exchange {
+        op: usize,
+        input: usize,
+        tag: Tag,
+        row: &'a ArchivedRow,
+    },
+    Frontier {
+        op: usize,
+        tag: Tag,
+    },
+    TickDone {
+        op: usize,
+        seq: u64,
+        watermark: Time,
+    },
+    Output {
+        op: usize,
+        input: u32,
+        row: &'a ArchivedRow,
+    },
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -170,7 +199,9 @@ pub fn read(kind: FrameKind, p: &[u8]) -> Frame<'_> {
         unsafe { access_unchecked(&p[at.next_multiple_of(16)..]) }
     };
     match kind {
-        FrameKind::Row => Frame::Row { seq: u64_at(p, 0), stream: u32_at(p, 8) as usize, row: row(12) },
+        FrameKind::Row => {
+            Frame::Row { seq: u64_at(p, 0), stream: u32_at(p, 8) as usize, row: row(12), bytes: &p[16..] }
+        }
         FrameKind::Tick => {
             let (streams, ops) = (u32_at(p, 32) as usize, u32_at(p, 36) as usize);
             let idle_at = 48 + 16 * streams;

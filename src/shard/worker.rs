@@ -19,7 +19,7 @@ use crate::engine::OperatorCounters;
 use crate::operator::connect::END_OF_INPUT;
 use crate::operator::{Operator, Output, ResultKind};
 use crate::record::frame::to_row;
-use crate::record::{Key, Row};
+use crate::record::{ArchivedKey, ArchivedRow, Key, Row};
 use crate::ring::FrameKind;
 use crate::time::clock::InputTime;
 use crate::time::{OperatorClock, Time};
@@ -33,8 +33,17 @@ use super::{ShardError, ShardReport, Topology};
 type TickWatermarks = VecDeque<(u64, Time)>;
 
 /// Work for an operator instance.
-enum Work {
-    Row { input: usize, row: Row },
+enum Work<'a> {
+    Row {
+        input: usize,
+        row: Row,
+    },
+    /// A feeder row read in place from the ring (first-level operators only).
+    Frame {
+        input: usize,
+        row: &'a ArchivedRow,
+        bytes: &'a [u8],
+    },
     Tick(Rc<TickEvent>),
     ProcessingTime(i128),
     FinishTimers,
@@ -45,7 +54,7 @@ enum Work {
 struct Pending {
     tag: Tag,
     input: usize,
-    work: Work,
+    work: Work<'static>,
 }
 
 impl PartialEq for Pending {
@@ -218,16 +227,16 @@ impl Core {
     /// A feeder event: first-level operators run it now, chained ones queue it.
     fn on_event(&mut self, frame: Frame<'_>) {
         match frame {
-            Frame::Row { seq, stream, row } => {
+            Frame::Row { seq, stream, row, bytes } => {
                 self.feeder_frontier = Tag::event(seq + 1);
-                let mut row = Some(to_row(row));
                 let topo = Arc::clone(&self.topo);
-                let readers = &topo.stream_readers[stream];
-                for (i, &(op, input)) in readers.iter().enumerate() {
-                    // The last reader takes the row itself; earlier ones get copies.
-                    let row = if i + 1 == readers.len() { row.take() } else { row.clone() };
-                    if let Some(row) = row {
-                        self.dispatch(op, Tag::event(seq), input, Work::Row { input, row });
+                for &(op, input) in &topo.stream_readers[stream] {
+                    if topo.ops[op].chained {
+                        // Queued past this frame's life: a copy.
+                        let work = Work::Row { input, row: to_row(row) };
+                        self.pending[op].push(Reverse(Pending { tag: Tag::event(seq), input, work }));
+                    } else {
+                        self.activate(op, Tag::event(seq), Work::Frame { input, row, bytes });
                     }
                 }
             }
@@ -268,7 +277,7 @@ impl Core {
         }
     }
 
-    fn dispatch(&mut self, op: usize, tag: Tag, input: usize, work: Work) {
+    fn dispatch(&mut self, op: usize, tag: Tag, input: usize, work: Work<'static>) {
         if self.topo.ops[op].chained {
             self.pending[op].push(Reverse(Pending { tag, input, work }));
         } else {
@@ -348,7 +357,7 @@ impl Core {
         }
     }
 
-    fn activate(&mut self, op: usize, tag: Tag, work: Work) {
+    fn activate(&mut self, op: usize, tag: Tag, work: Work<'_>) {
         self.work_done += 1;
         let mut out = std::mem::take(&mut self.scratch);
         let mut input = 0;
@@ -367,6 +376,18 @@ impl Core {
                 self.instances[op].on_row(i, row, &mut out);
                 // Every instance judges a broadcast row against the same watermark: a late one
                 // is reported once, by shard 0, as the engine does.
+                if broadcast && self.id > 0 {
+                    out.late.clear();
+                }
+            }
+            Work::Frame { input: i, row, bytes } => {
+                input = i;
+                let broadcast = matches!(row.key, ArchivedKey::Broadcast);
+                ranked = broadcast;
+                if !broadcast || self.id == 0 {
+                    self.counters[op].rows_in[i] += 1;
+                }
+                self.instances[op].on_frame(i, row, bytes, &mut out);
                 if broadcast && self.id > 0 {
                     out.late.clear();
                 }

@@ -11,10 +11,10 @@
 
 pub mod arena;
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 
 use crate::record::frame::to_row;
+use crate::record::view::{KeyRef, RowView};
 use crate::record::{ArchivedRow, Key, Row};
 
 /// Names one stored row: unique within its store for the store's lifetime.
@@ -27,43 +27,20 @@ pub struct Removed {
     pub matched: bool,
 }
 
-/// A stored row as a scan sees it: on the heap, or archived in an arena (read in place; its
-/// event time and id cost nothing, the whole row a copy).
-#[derive(Clone, Copy)]
-pub enum Stored<'a> {
-    Heap(&'a Row),
-    Archived(&'a ArchivedRow),
-}
-
-impl<'a> Stored<'a> {
-    pub fn ts(self) -> i64 {
-        match self {
-            Stored::Heap(row) => row.ts,
-            Stored::Archived(row) => row.ts.to_native(),
-        }
-    }
-
-    pub fn id(self) -> u64 {
-        match self {
-            Stored::Heap(row) => row.id,
-            Stored::Archived(row) => row.id.to_native(),
-        }
-    }
-
-    /// The row itself: borrowed from the heap, copied out of an arena.
-    pub fn to_row(self) -> Cow<'a, Row> {
-        match self {
-            Stored::Heap(row) => Cow::Borrowed(row),
-            Stored::Archived(row) => Cow::Owned(to_row(row)),
-        }
-    }
-}
-
 pub trait KeyedStore: Send {
     fn insert(&mut self, row: Row, matched: bool) -> RowHandle;
+    /// Stores an archived row whose archive is `bytes` (a ring frame's row): an arena copies the
+    /// bytes as they are; the in-memory store copies the row out.
+    fn insert_archived(&mut self, row: &ArchivedRow, _bytes: &[u8], matched: bool) -> RowHandle {
+        self.insert(to_row(row), matched)
+    }
     /// Visits the rows stored under `key` in insertion order; a visit that returns true marks
     /// that row matched.
-    fn scan(&mut self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(Stored<'_>) -> bool);
+    fn scan_key(&mut self, key: KeyRef<'_>, key_hash: u64, visit: &mut dyn FnMut(RowView<'_>) -> bool);
+    /// [`scan_key`](Self::scan_key) with an owned key.
+    fn scan(&mut self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(RowView<'_>) -> bool) {
+        self.scan_key(key.key_ref(), key_hash, visit);
+    }
     fn remove(&mut self, key_hash: u64, handle: RowHandle) -> Option<Removed>;
     /// Visits the rows stored under `key` in insertion order with their handles, until `visit`
     /// returns false; for callers that pick one row to remove (connect's keyed state).
@@ -97,10 +74,10 @@ impl KeyedStore for MemoryStore {
         handle
     }
 
-    fn scan(&mut self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(Stored<'_>) -> bool) {
+    fn scan_key(&mut self, key: KeyRef<'_>, key_hash: u64, visit: &mut dyn FnMut(RowView<'_>) -> bool) {
         let Some(entries) = self.by_hash.get_mut(&key_hash) else { return };
-        for entry in entries.iter_mut().filter(|e| e.row.key == *key) {
-            if visit(Stored::Heap(&entry.row)) {
+        for entry in entries.iter_mut().filter(|e| e.row.key.key_ref() == key) {
+            if visit(RowView::Heap(&entry.row)) {
                 entry.matched = true;
             }
         }

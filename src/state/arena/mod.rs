@@ -112,10 +112,11 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use self::segment::{OpenError, RECORD_HEADER, SEGMENT_HEADER, Segment, record_size};
-use super::{KeyedStore, Removed, RowHandle, Stored};
+use super::{KeyedStore, Removed, RowHandle};
 use crate::mapped_file::{HEADER_LEN, MappedFileError};
 use crate::record::frame::{self, ArchivedKey, FrameError, RowEncoder};
-use crate::record::{Key, Row};
+use crate::record::view::{KeyRef, RowView};
+use crate::record::{ArchivedRow, Key, Row};
 
 /// Sequence numbers run from 1 to this; handles of rows kept in memory have the top bit set.
 const MAX_SEQ: u32 = (1 << 31) - 1;
@@ -328,12 +329,30 @@ impl ArenaStore {
         let payload = self.encoder.encode(row)?;
         let size = record_size(payload.len());
         let (slot, off) = self.segments.append(payload, size, row.key_hash, row.ts, matched)?;
+        Ok(self.indexed(slot, off, size, row.key_hash, matched))
+    }
+
+    /// Stores a row archive as it is (`bytes`: exactly what [`RowEncoder`] wrote for a row
+    /// with this key hash and event time — a ring frame's row).
+    fn try_insert_bytes(
+        &mut self,
+        bytes: &[u8],
+        key_hash: u64,
+        ts: i64,
+        matched: bool,
+    ) -> Result<RowHandle, ArenaError> {
+        let size = record_size(bytes.len());
+        let (slot, off) = self.segments.append(bytes, size, key_hash, ts, matched)?;
+        Ok(self.indexed(slot, off, size, key_hash, matched))
+    }
+
+    fn indexed(&mut self, slot: u32, off: usize, size: usize, key_hash: u64, matched: bool) -> RowHandle {
         let handle = self.segments.handle(slot, off);
         let place = Place::Arena { slot, off: off as u32 };
-        self.index.entry(row.key_hash).or_default().push(Entry { handle, matched, place });
+        self.index.entry(key_hash).or_default().push(Entry { handle, matched, place });
         self.rows += 1;
         self.bytes += size;
-        Ok(handle)
+        handle
     }
 
     /// Rows kept in memory because the arena could not take them (module doc): lost on restart.
@@ -391,14 +410,21 @@ impl KeyedStore for ArenaStore {
         }
     }
 
-    fn scan(&mut self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(Stored<'_>) -> bool) {
+    fn insert_archived(&mut self, row: &ArchivedRow, bytes: &[u8], matched: bool) -> RowHandle {
+        match self.try_insert_bytes(bytes, row.key_hash.to_native(), row.ts.to_native(), matched) {
+            Ok(handle) => handle,
+            Err(error) => self.keep_in_memory(frame::to_row(row), matched, &error),
+        }
+    }
+
+    fn scan_key(&mut self, key: KeyRef<'_>, key_hash: u64, visit: &mut dyn FnMut(RowView<'_>) -> bool) {
         let Some(entries) = self.index.get_mut(&key_hash) else { return };
         for entry in entries.iter_mut() {
             let hit = match &entry.place {
-                Place::Memory(row) => row.key == *key && visit(Stored::Heap(row)),
+                Place::Memory(row) => row.key.key_ref() == key && visit(RowView::Heap(row)),
                 &Place::Arena { slot, off } => {
                     let Some(row) = self.segments.row(slot, off) else { continue };
-                    key_eq(&row.key, key) && visit(Stored::Archived(row))
+                    KeyRef::archived(&row.key) == key && visit(RowView::Archived(row))
                 }
             };
             if hit && !entry.matched {
