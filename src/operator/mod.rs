@@ -158,10 +158,12 @@ macro_rules! dispatch {
 
 impl Operator {
     /// A row read in place from a ring frame (`bytes`: its archive) reached input `input`. The
-    /// interval join matches and stores it without copying it out; the other kinds take a copy.
+    /// interval join matches and stores it without copying it out, union copies only the values
+    /// it keeps; the other kinds take a copy of the row.
     pub fn on_frame(&mut self, input: usize, row: &crate::record::ArchivedRow, bytes: &[u8], out: &mut Output) {
         match self {
             Operator::IntervalJoin(op) => op.on_frame(input, row, bytes, out),
+            Operator::Union(op) => op.on_frame(input, row, out),
             other => other.on_row(input, crate::record::frame::to_row(row), out),
         }
     }

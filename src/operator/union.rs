@@ -13,9 +13,11 @@
 use crate::config::operators::Input;
 use crate::config::operators::{Builder, Built, broadcast_refused, output_schema};
 use crate::config::walk::{Errors, Table};
+use crate::record::frame::to_row;
 use crate::record::id::{self, IdHasher};
 use crate::record::schema::Field;
-use crate::record::{FieldType, Key, Row, Schema, TimeSpec, Value};
+use crate::record::view::RowView;
+use crate::record::{ArchivedRow, FieldType, Key, Row, Schema, TimeSpec, Value};
 use crate::time::Time;
 
 use super::{OperatorSpec, Output, ResultKind};
@@ -112,11 +114,25 @@ impl Union {
             out.late.push((input, row));
             return;
         }
+        self.pass(input, RowView::Heap(&row), out);
+    }
+
+    /// [`on_row`](Self::on_row) for a row read in place from a ring frame: only the kept values
+    /// are copied out.
+    pub fn on_frame(&mut self, input: usize, row: &ArchivedRow, out: &mut Output) {
+        if self.watermark.is_past(row.ts.to_native()) {
+            out.late.push((input, to_row(row)));
+            return;
+        }
+        self.pass(input, RowView::Archived(row), out);
+    }
+
+    fn pass(&mut self, input: usize, row: RowView<'_>, out: &mut Output) {
         let stream = &self.spec.inputs[input];
-        let id = self.ids.begin().str(&self.spec.name).str(stream).u64(row.id).finish();
+        let id = self.ids.begin().str(&self.spec.name).str(stream).u64(row.id()).finish();
         let values: Box<[Value]> = self.spec.keep[input]
             .iter()
-            .map(|&pos| row.values[pos].clone())
+            .map(|&pos| row.value(pos))
             .chain(std::iter::once(Value::Str(stream.as_str().into())))
             .collect();
         let (key, key_hash) = match self.spec.rekey.and_then(|pos| Key::from_value(&values[pos])) {
@@ -124,9 +140,9 @@ impl Union {
                 let hash = id::key_hash(&key);
                 (key, hash)
             }
-            None => (row.key, row.key_hash),
+            None => (row.key().to_key(), row.key_hash()),
         };
-        out.results.push((ResultKind::Row, Row { ts: row.ts, key, key_hash, id, values }));
+        out.results.push((ResultKind::Row, Row { ts: row.ts(), key, key_hash, id, values }));
     }
 
     pub fn on_watermark(&mut self, watermark: Time, _out: &mut Output) {
