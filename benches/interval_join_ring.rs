@@ -13,6 +13,9 @@
 //! - `ring_join`: `read_batch` over the ring; per frame `access_unchecked`, the tick check on the
 //!   archived `ts`, `to_row`, `IntervalJoin::on_row`; output counted and cleared as in
 //!   benches/interval_join.rs.
+//! - `ring_join_in_place`: the shard's path — per frame `IntervalJoin::on_frame`, which matches
+//!   the archived row against stored rows read in place and stores its archive bytes as they are,
+//!   with the join's state in mmap arenas (a fresh tempdir per iteration, untimed), as on a shard.
 //! - `vec_join` (baseline i): the same operator over pre-built `Row`s from a `Vec` — what
 //!   benches/interval_join.rs `inner` measures.
 //! - `ring_read_access` (baseline ii): `read_batch` + `access_unchecked`, reading `ts`,
@@ -32,12 +35,19 @@ use std::hint::black_box;
 use std::ops::Range;
 use std::time::Duration;
 
-use braid::operator::interval_join::JoinType;
+use braid::operator::interval_join::{IntervalJoin, JoinType};
 use braid::record::Row;
 use braid::record::frame::{self, RowEncoder};
 use braid::ring::{Consumer, FRAME_HEADER, FrameKind, Producer, Ring};
+use braid::state::arena::ArenaStore;
 use common::join::{Driver, Total};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+
+/// Where arenas go: memory-backed files when the machine has them (as a replay's private state).
+fn shm() -> std::path::PathBuf {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() { shm.to_owned() } else { std::env::temp_dir() }
+}
 
 /// Frames pushed between two commits in `encode_push`.
 const COMMIT_EVERY: usize = 256;
@@ -90,6 +100,23 @@ fn ring_join(consumer: &mut Consumer, inputs: &[u8]) -> u64 {
     driver.finish().0
 }
 
+fn ring_join_in_place(consumer: &mut Consumer, inputs: &[u8], state: &std::path::Path) -> u64 {
+    let spec = common::join::gateway_join(JoinType::Inner).spec().clone();
+    let left = ArenaStore::open(&state.join("left")).unwrap();
+    let right = ArenaStore::open(&state.join("right")).unwrap();
+    let op = IntervalJoin::with_state(spec, [Box::new(left), Box::new(right)]);
+    let mut driver = Driver::new(JoinType::Inner, Total::default()).with_op(op);
+    let mut i = 0;
+    consumer.read_batch(|f| {
+        // SAFETY: every frame in this ring was pushed by this process from `RowEncoder::encode`.
+        let archived = unsafe { frame::access_unchecked(f.payload) };
+        driver.before(archived.ts.to_native());
+        driver.on_frame(usize::from(inputs[i]), archived, f.payload);
+        i += 1;
+    });
+    driver.finish().0
+}
+
 fn vec_join(rows: Vec<(usize, Row)>) -> u64 {
     Driver::run(JoinType::Inner, Total::default(), rows).0
 }
@@ -106,6 +133,9 @@ fn bench_keys(c: &mut Criterion, devices: usize, seconds: i64) {
     let expected = vec_join(rows.clone());
     frames.fill(&mut producer);
     assert_eq!(ring_join(&mut consumer, &frames.inputs), expected);
+    frames.fill(&mut producer);
+    let state = tempfile::tempdir_in(shm()).unwrap();
+    assert_eq!(ring_join_in_place(&mut consumer, &frames.inputs, state.path()), expected);
     eprintln!(
         "workload {devices} keys, {seconds} s: {n} rows, {expected} results; payloads {} B ({:.0} B/row), ring {} B \
          ({:.0} B/row)",
@@ -122,6 +152,16 @@ fn bench_keys(c: &mut Criterion, devices: usize, seconds: i64) {
         b.iter_batched(
             || frames.fill(&mut producer),
             |()| black_box(ring_join(&mut consumer, &frames.inputs)),
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("ring_join_in_place", |b| {
+        b.iter_batched(
+            || {
+                frames.fill(&mut producer);
+                tempfile::tempdir_in(shm()).unwrap()
+            },
+            |state| black_box(ring_join_in_place(&mut consumer, &frames.inputs, state.path())),
             BatchSize::PerIteration,
         )
     });

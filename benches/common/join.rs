@@ -155,6 +155,20 @@ impl<S: Sink> Driver<S> {
         self.sink.take(&mut self.out);
     }
 
+    /// A row read in place from a ring frame (`bytes`: its archive).
+    #[allow(dead_code)]
+    pub fn on_frame(&mut self, input: usize, row: &braid::record::ArchivedRow, bytes: &[u8]) {
+        self.op.on_frame(input, row, bytes, &mut self.out);
+        self.sink.take(&mut self.out);
+    }
+
+    /// The same driver around another instance of the operator (e.g. with arena state).
+    #[allow(dead_code)]
+    pub fn with_op(mut self, op: IntervalJoin) -> Driver<S> {
+        self.op = op;
+        self
+    }
+
     /// The watermark +∞; what the sink counted.
     pub fn finish(mut self) -> S {
         self.op.on_watermark(Time::POS_INF, &mut self.out);

@@ -267,6 +267,10 @@ impl IntervalJoin {
         out.results.push((kind, Row { ts: row.ts, key, key_hash, id, values }));
     }
 
+    pub fn spec(&self) -> &IntervalJoinSpec {
+        &self.spec
+    }
+
     pub fn output_watermark(&self) -> Time {
         self.watermark.plus(-self.spec.hold_back())
     }
