@@ -17,6 +17,31 @@ use crate::record::frame::to_row;
 use crate::record::view::{KeyRef, RowView};
 use crate::record::{ArchivedRow, Key, Row};
 
+/// A map keyed by a key's stable hash ([`crate::record::id::key_hash`], xxh3): the hash is
+/// already well mixed, so the map uses it as it is instead of hashing it again with SipHash.
+pub type ByKeyHash<V> = HashMap<u64, V, std::hash::BuildHasherDefault<KeyHashHasher>>;
+
+/// The identity hasher of [`ByKeyHash`]: takes the one `u64` written to it.
+#[derive(Default)]
+pub struct KeyHashHasher(u64);
+
+impl std::hash::Hasher for KeyHashHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64` keys are hashed with it; fold anything else in case.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
 /// Names one stored row: unique within its store for the store's lifetime.
 pub type RowHandle = u64;
 
@@ -58,7 +83,7 @@ struct Entry {
 /// Rows in memory, grouped by key hash.
 #[derive(Default)]
 pub struct MemoryStore {
-    by_hash: HashMap<u64, Vec<Entry>>,
+    by_hash: ByKeyHash<Vec<Entry>>,
     next_handle: RowHandle,
     rows: usize,
     bytes: usize,

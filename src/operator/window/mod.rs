@@ -142,7 +142,11 @@ impl WindowSpec {
 }
 
 /// Drops `handle` from the list at `at`, and the list once empty.
-fn unlink<K: std::hash::Hash + Eq>(index: &mut HashMap<K, Vec<Handle>>, at: K, handle: Handle) {
+fn unlink<K: std::hash::Hash + Eq, S: std::hash::BuildHasher>(
+    index: &mut HashMap<K, Vec<Handle>, S>,
+    at: K,
+    handle: Handle,
+) {
     if let Some(list) = index.get_mut(&at) {
         list.retain(|&h| h != handle);
         if list.is_empty() {
@@ -248,7 +252,7 @@ pub struct Windows<C> {
     /// Fixed windows by (key hash, start); keys are compared by value.
     fixed: HashMap<(u64, i64), Vec<Handle>>,
     /// Sessions by key hash; keys are compared by value.
-    sessions: HashMap<u64, Vec<Handle>>,
+    sessions: crate::state::ByKeyHash<Vec<Handle>>,
     /// Windows not fired at their current contents and bounds, in firing order.
     pending: BTreeSet<(i64, i64, u64, Handle)>,
     /// Every window by end, for eviction.
@@ -270,7 +274,7 @@ impl<C: Contents> Windows<C> {
             watermark: Time::NEG_INF,
             windows: HashMap::new(),
             fixed: HashMap::new(),
-            sessions: HashMap::new(),
+            sessions: Default::default(),
             pending: BTreeSet::new(),
             expiry: BTreeSet::new(),
             next_handle: 0,

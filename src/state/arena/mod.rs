@@ -106,7 +106,6 @@ mod segment;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -213,7 +212,7 @@ struct Segments {
 /// A keyed store in mmap segment files (module doc).
 pub struct ArenaStore {
     segments: Segments,
-    index: HashMap<u64, Vec<Entry>>,
+    index: super::ByKeyHash<Vec<Entry>>,
     encoder: RowEncoder,
     rows: usize,
     bytes: usize,
@@ -280,7 +279,7 @@ impl ArenaStore {
                 next_seq: ordered.last().map_or(1, |(seq, _)| seq + 1),
                 next_number: numbers.last().map_or(1, |n| n.saturating_add(1)),
             },
-            index: HashMap::new(),
+            index: Default::default(),
             encoder: RowEncoder::new(),
             rows: 0,
             bytes: 0,
