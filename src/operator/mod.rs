@@ -109,7 +109,8 @@ impl OperatorSpec {
 
     /// A shard's instance, keeping its stored rows in mmap arenas under `dir` (one directory
     /// per operator and input, opened fresh or recovered). The interval and temporal joins' rows
-    /// live there; the other kinds still keep their state in memory.
+    /// and connect's keyed state live there; the window kinds, absence and union keep their
+    /// (per-key, aggregated or no) state in memory.
     pub fn build_in(&self, dir: &std::path::Path) -> Result<Operator, crate::state::arena::ArenaError> {
         use crate::state::arena::ArenaStore;
         Ok(match self {
@@ -117,6 +118,9 @@ impl OperatorSpec {
                 let left = ArenaStore::open(&dir.join(format!("{}.left", spec.name)))?;
                 let right = ArenaStore::open(&dir.join(format!("{}.right", spec.name)))?;
                 Operator::IntervalJoin(IntervalJoin::with_state(spec.clone(), [Box::new(left), Box::new(right)]))
+            }
+            OperatorSpec::Connect(spec) => {
+                Operator::Connect(Connect::with_state(spec.clone(), connect::KeyedState::in_arenas(dir, &spec.name)))
             }
             OperatorSpec::TemporalJoin(spec) => {
                 let left = ArenaStore::open(&dir.join(format!("{}.left", spec.name)))?;

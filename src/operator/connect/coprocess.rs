@@ -143,18 +143,44 @@ impl<'a> Context<'a> {
 
 // ------------------------------------------------------------------------------ keyed state ---
 
-/// Keyed state: rows in numbered slots, each a [`KeyedStore`] (in memory in this build).
-#[derive(Default)]
+/// Keyed state: rows in numbered slots, each a [`KeyedStore`]: in memory, or (on a shard) an
+/// mmap arena per slot, opened when the slot is first used.
 pub struct KeyedState {
-    slots: Vec<MemoryStore>,
+    slots: Vec<Box<dyn KeyedStore>>,
+    open: Box<dyn FnMut(usize) -> Box<dyn KeyedStore> + Send>,
+}
+
+impl Default for KeyedState {
+    fn default() -> Self {
+        KeyedState { slots: Vec::new(), open: Box::new(|_| Box::new(MemoryStore::default())) }
+    }
 }
 
 impl KeyedState {
-    fn slot(&mut self, slot: usize) -> &mut MemoryStore {
-        if self.slots.len() <= slot {
-            self.slots.resize_with(slot + 1, MemoryStore::default);
+    /// Slot `n` in the arena directory `dir/NAME.slotN`. A slot whose arena cannot be opened
+    /// (a full disk, no permission) keeps its rows in memory, with a warning: nothing is lost
+    /// while braid runs, but that slot does not survive a restart.
+    pub fn in_arenas(dir: &std::path::Path, name: &str) -> KeyedState {
+        let (dir, name) = (dir.to_owned(), name.to_owned());
+        let open = move |slot: usize| -> Box<dyn KeyedStore> {
+            let path = dir.join(format!("{name}.slot{slot}"));
+            match crate::state::arena::ArenaStore::open(&path) {
+                Ok(arena) => Box::new(arena),
+                Err(error) => {
+                    tracing::warn!(path = %path.display(), %error, "connect state kept in memory");
+                    Box::new(MemoryStore::default())
+                }
+            }
+        };
+        KeyedState { slots: Vec::new(), open: Box::new(open) }
+    }
+
+    fn slot(&mut self, slot: usize) -> &mut dyn KeyedStore {
+        while self.slots.len() <= slot {
+            let next = (self.open)(self.slots.len());
+            self.slots.push(next);
         }
-        &mut self.slots[slot]
+        self.slots[slot].as_mut()
     }
 
     /// Stores `row` in `slot` under the key it carries; the handle names it until it is removed.
@@ -185,11 +211,11 @@ impl KeyedState {
     }
 
     pub fn rows(&self) -> usize {
-        self.slots.iter().map(KeyedStore::rows).sum()
+        self.slots.iter().map(|s| s.rows()).sum()
     }
 
     pub fn bytes(&self) -> usize {
-        self.slots.iter().map(KeyedStore::bytes).sum()
+        self.slots.iter().map(|s| s.bytes()).sum()
     }
 }
 

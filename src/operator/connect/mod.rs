@@ -157,6 +157,11 @@ pub const END_OF_INPUT: i128 = i128::MAX;
 
 impl Connect {
     pub fn new(spec: ConnectSpec) -> Connect {
+        Connect::with_state(spec, KeyedState::default())
+    }
+
+    /// A connect keeping its keyed state in `state` (e.g. [`KeyedState::in_arenas`]).
+    pub fn with_state(spec: ConnectSpec, state: KeyedState) -> Connect {
         let function = match &spec.function {
             FunctionSpec::Threshold(s) => Function::Threshold(Threshold::new(*s)),
             FunctionSpec::Reconcile(s) => Function::Reconcile(Reconcile::new(*s)),
@@ -167,7 +172,7 @@ impl Connect {
             function,
             watermark: Time::NEG_INF,
             now: i128::MIN,
-            state: KeyedState::default(),
+            state,
             timers: TimerService::default(),
             ids: IdHasher::default(),
         }
