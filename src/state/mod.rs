@@ -2,9 +2,12 @@
 //!
 //! Operators keep rows through the [`KeyedStore`] trait: insert a row under its key, scan a key,
 //! mark rows matched (the matched flag of outer joins lives in the store so that recovery will
-//! restore it), remove a row, count rows and bytes. Two backends implement it: [`MemoryStore`],
-//! what operators use in this build, and the mmap arenas of [`arena`] (DESIGN.md "State"), which
-//! survive a crash (`tests/crash_kill_9.rs`) and which the runtime will give each shard.
+//! restore it), remove a row, count rows and bytes. Two backends implement it: the mmap arenas of
+//! [`arena`] (DESIGN.md "State"), which survive a crash (`tests/crash_kill_9.rs`) and which every
+//! shard of the runtime gives its interval joins, temporal joins and connects
+//! ([`OperatorSpec::build_in`](crate::operator::OperatorSpec::build_in)), and [`MemoryStore`], for
+//! the single-threaded reference engine and unit tests. Scans hand out rows read in place
+//! ([`RowView`]).
 //!
 //! Rows are grouped by the key's stable hash and compared by key value on every scan, so two keys
 //! with the same hash never see each other's rows.
