@@ -17,8 +17,9 @@
 //!    waits and never releases the shards early; a result seen before `finish` fails the bench.
 //! 2. timed: `finish`, which releases the shards and drains their results on the calling thread
 //!    (the collector: `wire::read` + `to_row` per result, then a counting [`Emit`]) until every
-//!    shard has ended. This includes building each shard's monoio runtime and operator instance,
-//!    joining the threads, and unmapping the rings (the runtime is dropped inside `finish`).
+//!    shard has ended. This includes building each shard's monoio runtime and operator instances
+//!    (with their state arenas), joining the threads, and unmapping the rings (the runtime is
+//!    dropped inside `finish`).
 //! 3. untimed: the directory is removed.
 //!
 //! The collector shares the machine's cores with the shards. `Throughput::Elements` = input
