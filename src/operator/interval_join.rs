@@ -249,7 +249,10 @@ impl IntervalJoin {
         self.watermark = watermark;
         while self.timers.peek().is_some_and(|Reverse(t)| t.last_chance < watermark) {
             let Some(Reverse(timer)) = self.timers.pop() else { break };
-            if let Some(removed) = self.state[timer.input].remove(timer.key_hash, timer.handle) {
+            if !self.spec.join.keeps_unmatched(timer.input) {
+                // Nothing to report for this side: the row goes without being copied out.
+                self.state[timer.input].discard(timer.key_hash, timer.handle);
+            } else if let Some(removed) = self.state[timer.input].remove(timer.key_hash, timer.handle) {
                 self.finish(timer.input, removed.row, removed.matched, out);
             }
         }

@@ -70,6 +70,11 @@ pub trait KeyedStore: Send {
         self.scan_key(key.key_ref(), key_hash, visit);
     }
     fn remove(&mut self, key_hash: u64, handle: RowHandle) -> Option<Removed>;
+    /// Removes a row nobody needs any more; its matched flag, if it was there. An arena does not
+    /// copy the row out for it.
+    fn discard(&mut self, key_hash: u64, handle: RowHandle) -> Option<bool> {
+        self.remove(key_hash, handle).map(|removed| removed.matched)
+    }
     /// Visits the rows stored under `key` in insertion order with their handles, until `visit`
     /// returns false; for callers that pick one row to remove (connect's keyed state).
     fn scan_handles(&self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(RowHandle, &Row) -> bool);

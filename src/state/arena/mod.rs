@@ -354,6 +354,18 @@ impl ArenaStore {
         handle
     }
 
+    /// Takes a row's index entry out (the row is then no longer counted).
+    fn unindex(&mut self, key_hash: u64, handle: RowHandle) -> Option<Entry> {
+        let entries = self.index.get_mut(&key_hash)?;
+        let at = entries.iter().position(|e| e.handle == handle)?;
+        let entry = entries.remove(at);
+        if entries.is_empty() {
+            self.index.remove(&key_hash);
+        }
+        self.rows -= 1;
+        Some(entry)
+    }
+
     /// Rows kept in memory because the arena could not take them (module doc): lost on restart.
     pub fn unsaved_rows(&self) -> usize {
         self.unsaved_rows
@@ -438,13 +450,7 @@ impl KeyedStore for ArenaStore {
     }
 
     fn remove(&mut self, key_hash: u64, handle: RowHandle) -> Option<Removed> {
-        let entries = self.index.get_mut(&key_hash)?;
-        let at = entries.iter().position(|e| e.handle == handle)?;
-        let Entry { matched, place, .. } = entries.remove(at);
-        if entries.is_empty() {
-            self.index.remove(&key_hash);
-        }
-        self.rows -= 1;
+        let Entry { matched, place, .. } = self.unindex(key_hash, handle)?;
         let row = match place {
             Place::Memory(row) => {
                 self.unsaved_rows -= 1;
@@ -458,6 +464,18 @@ impl KeyedStore for ArenaStore {
             }
         };
         Some(Removed { row, matched })
+    }
+
+    fn discard(&mut self, key_hash: u64, handle: RowHandle) -> Option<bool> {
+        let Entry { matched, place, .. } = self.unindex(key_hash, handle)?;
+        match place {
+            Place::Memory(row) => {
+                self.unsaved_rows -= 1;
+                self.bytes -= row.size_bytes();
+            }
+            Place::Arena { slot, off } => self.bytes -= self.segments.release(slot, off as usize),
+        }
+        Some(matched)
     }
 
     fn scan_handles(&self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(RowHandle, &Row) -> bool) {

@@ -101,7 +101,8 @@ enum Op {
         key: usize,
         stop: usize,
     },
-    /// Removes a live row (or, for an index past the end, one already removed).
+    /// Removes (even picks) or discards (odd) a live row (or, for an index past the end, one
+    /// already removed).
     Remove {
         pick: usize,
     },
@@ -174,8 +175,13 @@ fn run_against_model(ops: &[Op]) {
                 let i = pick % (live.len() + 1);
                 if i < live.len() {
                     let (mh, ah, hash) = live.remove(i);
-                    let (ar, mr) = (arena.remove(hash, ah).unwrap(), model.remove(hash, mh).unwrap());
-                    assert_eq!((ar.row, ar.matched), (mr.row, mr.matched));
+                    if pick % 2 == 1 {
+                        // Discarded: gone without being copied out, matched flag returned.
+                        assert_eq!(arena.discard(hash, ah), model.discard(hash, mh));
+                    } else {
+                        let (ar, mr) = (arena.remove(hash, ah).unwrap(), model.remove(hash, mh).unwrap());
+                        assert_eq!((ar.row, ar.matched), (mr.row, mr.matched));
+                    }
                     removed.push((mh, ah, hash));
                 } else if let Some(&(mh, ah, hash)) = removed.get(pick % (removed.len() + 1)) {
                     assert!(arena.remove(hash, ah).is_none() && model.remove(hash, mh).is_none());
