@@ -18,13 +18,16 @@
 //!   `present`.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeSet, BinaryHeap};
 
 use crate::config::operators::{Builder, Built, broadcast_refused, output_schema};
 use crate::config::walk::{Errors, Table};
+use crate::record::frame::to_row;
 use crate::record::id::{self, IdHasher};
 use crate::record::schema::Field;
-use crate::record::{FieldType, Key, Row, Value};
+use crate::record::view::RowView;
+use crate::record::{ArchivedRow, FieldType, Key, Row, Value};
+use crate::state::ByKeyHash;
 use crate::time::Time;
 
 use super::{OperatorSpec, Output, ResultKind};
@@ -77,7 +80,8 @@ pub struct Absence {
     spec: AbsenceSpec,
     watermark: Time,
     keys: Vec<KeyState>,
-    numbers: HashMap<Key, usize>,
+    /// Key hash → the numbers of the keys with that hash.
+    numbers: ByKeyHash<Vec<usize>>,
     /// Rows not yet behind the watermark: (ts, arrival, key number).
     pending: BinaryHeap<Reverse<(i64, u64, usize)>>,
     /// `last + timeout` of every key that is not absent: (deadline, key number).
@@ -94,7 +98,7 @@ impl Absence {
             spec,
             watermark: Time::NEG_INF,
             keys: Vec::new(),
-            numbers: HashMap::new(),
+            numbers: ByKeyHash::default(),
             pending: BinaryHeap::new(),
             deadlines: BTreeSet::new(),
             seq: 0,
@@ -108,17 +112,33 @@ impl Absence {
             out.late.push((input, row));
             return;
         }
-        let number = match self.numbers.get(&row.key) {
-            Some(&n) => n,
+        self.take(RowView::Heap(&row));
+    }
+
+    /// [`on_row`](Self::on_row) for a row read in place from a ring frame: only a key seen for
+    /// the first time is copied out.
+    pub fn on_frame(&mut self, input: usize, row: &ArchivedRow, out: &mut Output) {
+        if self.watermark.is_past(row.ts.to_native()) {
+            out.late.push((input, to_row(row)));
+            return;
+        }
+        self.take(RowView::Archived(row));
+    }
+
+    fn take(&mut self, row: RowView<'_>) {
+        let (key, key_hash) = (row.key(), row.key_hash());
+        let numbers = self.numbers.entry(key_hash).or_default();
+        let number = match numbers.iter().copied().find(|&n| self.keys[n].key.key_ref() == key) {
+            Some(n) => n,
             None => {
                 let n = self.keys.len();
-                self.numbers.insert(row.key.clone(), n);
-                self.keys.push(KeyState { key: row.key, key_hash: row.key_hash, last: None, absent: false });
+                numbers.push(n);
+                self.keys.push(KeyState { key: key.to_key(), key_hash, last: None, absent: false });
                 n
             }
         };
         self.seq += 1;
-        self.pending.push(Reverse((row.ts, self.seq, number)));
+        self.pending.push(Reverse((row.ts(), self.seq, number)));
     }
 
     pub fn on_watermark(&mut self, watermark: Time, out: &mut Output) {

@@ -161,13 +161,18 @@ macro_rules! dispatch {
 }
 
 impl Operator {
-    /// A row read in place from a ring frame (`bytes`: its archive) reached input `input`. The
-    /// interval join matches and stores it without copying it out, union copies only the values
-    /// it keeps; the other kinds take a copy of the row.
+    /// A row read in place from a ring frame (`bytes`: its archive) reached input `input`. Each
+    /// kind copies out only what it keeps: the interval and temporal joins store the archive as
+    /// it is (arenas), union and cogroup copy the values they pass on or aggregate, absence a key
+    /// it has not seen; window join keeps the row in its windows and connect hands it to its
+    /// function (the `CoProcess` API takes rows), so both take a copy of the row.
     pub fn on_frame(&mut self, input: usize, row: &crate::record::ArchivedRow, bytes: &[u8], out: &mut Output) {
         match self {
             Operator::IntervalJoin(op) => op.on_frame(input, row, bytes, out),
+            Operator::TemporalJoin(op) => op.on_frame(input, row, bytes, out),
             Operator::Union(op) => op.on_frame(input, row, out),
+            Operator::Absence(op) => op.on_frame(input, row, out),
+            Operator::CoGroup(op) => op.on_frame(input, row, out),
             other => other.on_row(input, crate::record::frame::to_row(row), out),
         }
     }

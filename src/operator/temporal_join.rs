@@ -27,8 +27,10 @@ use std::collections::{BinaryHeap, HashMap};
 use crate::config::operators::{Builder, Built, join_type, output_schema, select};
 use crate::config::walk::{Errors, Table};
 use crate::operator::interval_join::{JoinType, LEFT, RIGHT};
+use crate::record::frame::to_row;
 use crate::record::id::IdHasher;
-use crate::record::{Key, Row};
+use crate::record::view::KeyRef;
+use crate::record::{ArchivedRow, Key, Row};
 use crate::state::{KeyedStore, MemoryStore, RowHandle};
 use crate::time::Time;
 
@@ -123,6 +125,24 @@ impl TemporalJoin {
         } else {
             let key = row.key.clone();
             let handle = self.right.insert(row, false);
+            self.fresh.push(Reverse(Version { ts, handle, key, key_hash }));
+        }
+    }
+
+    /// [`on_row`](Self::on_row) for a row read in place from a ring frame (`bytes`: its
+    /// archive), stored as it is (an arena copies the archive; the in-memory store the row).
+    pub fn on_frame(&mut self, input: usize, row: &ArchivedRow, bytes: &[u8], out: &mut Output) {
+        let (ts, key_hash) = (row.ts.to_native(), row.key_hash.to_native());
+        if self.watermark.is_past(ts) {
+            out.late.push((input, to_row(row)));
+            return;
+        }
+        if input == LEFT {
+            let handle = self.left.insert_archived(row, bytes, false);
+            self.pending.push(Reverse(Waiting { ts, handle, key_hash }));
+        } else {
+            let key = KeyRef::archived(&row.key).to_key();
+            let handle = self.right.insert_archived(row, bytes, false);
             self.fresh.push(Reverse(Version { ts, handle, key, key_hash }));
         }
     }

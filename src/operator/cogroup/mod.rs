@@ -23,9 +23,11 @@ use crate::config::RESERVED_FIELDS;
 use crate::config::operators::{Builder, Built, Input, is_identifier, join_type, output_schema};
 use crate::config::walk::{Errors, Table};
 use crate::operator::interval_join::{JoinType, LEFT, RIGHT};
+use crate::record::frame::{to_row, to_value};
 use crate::record::id::IdHasher;
 use crate::record::schema::Field;
-use crate::record::{FieldType, Key, Row, Value};
+use crate::record::view::KeyRef;
+use crate::record::{ArchivedRow, FieldType, Key, Row, Value};
 use crate::time::Time;
 
 use super::window::{Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, check_spec, result_key};
@@ -480,6 +482,22 @@ impl CoGroup {
         let at = RowRef { input, ts: row.ts, key: &row.key, key_hash: row.key_hash };
         if !self.windows.on_row(at, &row, &mut self.results, out) {
             out.late.push((input, row));
+        }
+    }
+
+    /// [`on_row`](Self::on_row) for a row read in place from a ring frame: only the values its
+    /// aggregates read (and the key) are copied out; a late row is copied whole.
+    pub fn on_frame(&mut self, input: usize, row: &ArchivedRow, out: &mut Output) {
+        let aggregates = &self.results.spec.aggregates;
+        let read = |pos: usize| aggregates.iter().any(|a| a.input == input && a.pos == Some(pos));
+        let values =
+            (0..row.values.len()).map(|pos| if read(pos) { to_value(&row.values[pos]) } else { Value::Null }).collect();
+        let key = KeyRef::archived(&row.key).to_key();
+        let reduced =
+            Row { ts: row.ts.to_native(), key, key_hash: row.key_hash.to_native(), id: row.id.to_native(), values };
+        let at = RowRef { input, ts: reduced.ts, key: &reduced.key, key_hash: reduced.key_hash };
+        if !self.windows.on_row(at, &reduced, &mut self.results, out) {
+            out.late.push((input, to_row(row)));
         }
     }
 
