@@ -427,7 +427,10 @@ mod spread {
         }
 
         fn on_timer(&mut self, fired: Fired, ctx: &mut Context<'_>) {
-            let id = ctx.out.id(ResultKind::LeftOnly).u64(fired.key_hash).u64(fired.timer.tag).finish();
+            // The processing time the timer sees is part of the result's `_id`: it must be the
+            // engine's.
+            let now = ctx.processing_time() as u64;
+            let id = ctx.out.id(ResultKind::LeftOnly).u64(fired.key_hash).u64(fired.timer.tag).u64(now).finish();
             let row = result(ResultKind::LeftOnly, fired.key, fired.timer.tag as i64, self.seen, id);
             ctx.out.emit_row(ResultKind::LeftOnly, row);
         }

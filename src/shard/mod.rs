@@ -22,7 +22,7 @@
 //! engine's bigger jumps, and runs every tick while a `connect` operator may hold processing-time
 //! timers — running a tick the engine skips changes nothing (`tests/tick_skipping.rs`).
 //! Processing-time timers fire at the next event (a row's arrival or a tick) instead of between
-//! events; the built-in connect functions set none.
+//! events, each seeing its own due time as processing time, as in the engine.
 //!
 //! No locks on the row path: rings are single-producer single-consumer; a sleeping thread is
 //! woken through its [`Doorbell`](wake::Doorbell). A full ring is backpressure: the feeder waits

@@ -219,10 +219,13 @@ impl Connect {
             self.timers.clear_processing();
             return;
         }
-        self.now = self.now.max(now);
         while let Some(fired) = self.timers.pop_due(Domain::Processing, |at| at.raw() <= now) {
+            // A timer sees its own due time as processing time, however late after it this call
+            // comes (the shard runtime learns processing time at events, not in between).
+            self.now = self.now.max(fired.timer.at.raw());
             self.fire(fired, out);
         }
+        self.now = self.now.max(now);
     }
 
     fn fire(&mut self, fired: Fired, out: &mut Output) {
