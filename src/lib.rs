@@ -2,8 +2,10 @@
 //!
 //! The modules follow the data path: [`config`] checks the TOML and yields a plan; [`record`]
 //! turns payloads into positional rows; [`engine`] drives [`time`] (watermarks, idleness) and the
-//! [`operator`]s, which keep their rows in [`state`]; [`replay`] feeds the engine from files;
-//! [`ops`] renders its metrics.
+//! [`operator`]s, which keep their rows in [`state`]; [`shard`] runs them on pinned threads fed
+//! through [`ring`]s of rkyv frames in [`mapped_file`]s; [`replay`] feeds the runtime from files;
+//! [`ops`] renders its metrics. [`source`] routes MQTT topics to streams and [`sink`] renders
+//! publish topics.
 
 pub mod config;
 pub mod engine;
@@ -14,5 +16,7 @@ pub mod record;
 pub mod replay;
 pub mod ring;
 pub mod shard;
+pub mod sink;
+pub mod source;
 pub mod state;
 pub mod time;
