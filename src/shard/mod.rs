@@ -25,7 +25,7 @@
 //! events, each seeing its own due time as processing time, as in the engine.
 //!
 //! No locks on the row path: rings are single-producer single-consumer; a sleeping thread is
-//! woken through its [`Doorbell`](wake::Doorbell). A full ring is backpressure: the feeder waits
+//! woken through its [`wake::Doorbell`]. A full ring is backpressure: the feeder waits
 //! (draining results meanwhile), a shard stops taking feeder events until its frames fit.
 
 pub mod driver;

@@ -55,7 +55,7 @@
 //! live rows and [`bytes`](KeyedStore::bytes) the bytes their records take in the arena (header
 //! and padding included; a row kept in memory, below, counts its [`Row::size_bytes`]).
 //!
-//! `scan` hands `visit` a [`RowView`](crate::record::view::RowView) row read in place: its event time and id cost nothing, and
+//! `scan` hands `visit` a [`RowView`] row read in place: its event time and id cost nothing, and
 //! a visitor copies the whole row out ([`frame::to_row`]) only when it needs it (the interval
 //! join: for a pair). `scan_handles` and `remove` still copy the row out. Rows are read in place
 //! without validation ([`frame::access_unchecked`], STYLE.md 8): this process wrote them, or
