@@ -29,7 +29,8 @@
 //!   as for any field. The topic is what the broker's ACL ties to the client (mosquitto
 //!   `pattern write devices/%c/#`) and the key decides whose state a row joins, so neither side
 //!   may quietly win: a payload naming another device is either spoofing or a firmware bug, and
-//!   an operator wants to see it.
+//!   an operator wants to see it. [`decode_payload`](crate::record::decode::decode_payload)
+//!   applies this rule.
 //!
 //! Cost: [`Router::route`] scans the filters of one source (a handful of streams), each match a
 //! single pass over the topic with no allocation: captures borrow the topic and live in a

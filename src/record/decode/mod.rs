@@ -29,6 +29,8 @@ pub enum Reason {
     BadTime(usize),
     TimeOutOfRange,
     Oversized,
+    /// The payload's value of a field captured from the MQTT topic differs from the topic's.
+    TopicPayloadMismatch(usize),
 }
 
 impl Reason {
@@ -45,6 +47,7 @@ impl Reason {
             Reason::BadTime(p) => format!("bad_time:{}", field(p)),
             Reason::TimeOutOfRange => "time_out_of_range".into(),
             Reason::Oversized => "oversized".into(),
+            Reason::TopicPayloadMismatch(p) => format!("topic_payload_mismatch:{}", field(p)),
         }
     }
 }
@@ -65,6 +68,16 @@ pub struct Fields {
 
 /// Decodes one line (a trailing CR already removed) of a stream with `schema`.
 pub fn decode_line(schema: &Schema, line: &[u8], max_payload: u64) -> Decoded {
+    decode_payload(schema, line, max_payload, &[])
+}
+
+/// Decodes an MQTT payload whose topic captured `captures` (field position, typed value;
+/// `source::route`): a captured field the payload leaves out is filled from the topic; one the
+/// payload carries must hold the same value (else `topic_payload_mismatch:FIELD`, or
+/// `wrong_type:FIELD` when it is not even of the field's type). Neither side quietly wins: the
+/// topic is what the broker's access rules tie to a device, and the key decides whose state a
+/// row joins.
+pub fn decode_payload(schema: &Schema, line: &[u8], max_payload: u64, captures: &[(usize, Value)]) -> Decoded {
     let unusable = |reason| Decoded { arrival: None, outcome: Err(reason) };
     if line.len() as u64 > max_payload {
         return unusable(Reason::Oversized);
@@ -75,8 +88,34 @@ pub fn decode_line(schema: &Schema, line: &[u8], max_payload: u64) -> Decoded {
     match scan::scan_object(schema, text) {
         Err(scan::NotAnObject::InvalidJson) => unusable(Reason::InvalidJson),
         Err(scan::NotAnObject::OtherValue) => unusable(Reason::NotAnObject),
-        Ok(object) => decode_object(schema, object),
+        Ok(mut object) => match fill_captures(schema, &mut object, captures) {
+            Ok(()) => decode_object(schema, object),
+            Err(reason) => unusable(reason),
+        },
     }
+}
+
+/// Puts the topic's captures into the scanned fields, checking those the payload also has.
+fn fill_captures(schema: &Schema, object: &mut Scanned, captures: &[(usize, Value)]) -> Result<(), Reason> {
+    for (pos, captured) in captures {
+        let pos = *pos;
+        match object.fields[pos].take() {
+            None | Some(Scalar::Null) => {}
+            Some(scalar) => {
+                let value = scalar.into_typed(schema.fields[pos].ty).ok_or(Reason::WrongType(pos))?;
+                if value != *captured {
+                    return Err(Reason::TopicPayloadMismatch(pos));
+                }
+            }
+        }
+        object.fields[pos] = Some(match captured {
+            Value::Int(i) => Scalar::Int(*i),
+            Value::Str(s) => Scalar::Str(s.clone()),
+            // Captures are strings or ints (config validation).
+            _ => return Err(Reason::WrongType(pos)),
+        });
+    }
+    Ok(())
 }
 
 fn decode_object(schema: &Schema, object: Scanned) -> Decoded {

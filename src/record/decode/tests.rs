@@ -189,6 +189,27 @@ fn bytes_must_be_canonical_base64() {
 }
 
 #[test]
+fn topic_captures_fill_absent_fields_and_must_agree_with_present_ones() {
+    let s = schema(TimeUnit::Ms, FieldType::Int);
+    let dev7 = [(0, Value::Str("dev-7".into()))];
+    let decode = |line: &str, captures: &[(usize, Value)]| decode_payload(&s, line.as_bytes(), 1 << 20, captures);
+    let filled = decode("{\"ts\":5,\"n\":1}", &dev7).outcome.unwrap();
+    assert_eq!(filled.values, [Value::Str("dev-7".into()), Value::Int(5), Value::Int(1)]);
+    assert!(decode("{\"device\":\"dev-7\",\"ts\":5,\"n\":1}", &dev7).outcome.is_ok());
+    assert!(decode("{\"device\":null,\"ts\":5,\"n\":1}", &dev7).outcome.is_ok());
+    let label = |d: Decoded| d.outcome.unwrap_err().label(&s);
+    assert_eq!(label(decode("{\"device\":\"dev-8\",\"ts\":5,\"n\":1}", &dev7)), "topic_payload_mismatch:device");
+    assert_eq!(label(decode("{\"device\":7,\"ts\":5,\"n\":1}", &dev7)), "wrong_type:device");
+    // An int capture compares as an int: 7 and 7.0-as-int agree, "7" is a string.
+    let n7 = [(2, Value::Int(7))];
+    assert!(decode("{\"device\":\"d\",\"ts\":5,\"n\":7}", &n7).outcome.is_ok());
+    assert_eq!(label(decode("{\"device\":\"d\",\"ts\":5,\"n\":8}", &n7)), "topic_payload_mismatch:n");
+    assert_eq!(label(decode("{\"device\":\"d\",\"ts\":5,\"n\":\"7\"}", &n7)), "wrong_type:n");
+    // Without captures, a payload decodes as a replay line does.
+    assert_eq!(decode("{\"ts\":5,\"n\":1}", &[]).outcome.unwrap_err(), Reason::MissingField(0));
+}
+
+#[test]
 fn oversized_and_invalid_utf8() {
     let s = schema(TimeUnit::Ms, FieldType::Int);
     assert_eq!(decode_line(&s, b"{}", 1).outcome.unwrap_err(), Reason::Oversized);
