@@ -24,10 +24,11 @@ fn bench(args: &[&str]) -> (BTreeMap<String, String>, String) {
     (figures, stderr)
 }
 
-const FIGURES: [&str; 33] = [
+const FIGURES: [&str; 34] = [
     "config",
     "devices",
     "shards",
+    "state_backend",
     "rate_per_device",
     "match_fanout_asked",
     "late_share",
@@ -76,7 +77,8 @@ fn bench_prints_every_figure_for_the_bundled_gateway_config() {
     assert_eq!(figures["devices"], "50");
     assert_eq!(figures["shards"], "2");
     assert_eq!(figures["late_rows"], "0");
-    for key in FIGURES.iter().skip(6) {
+    assert_eq!(figures["state_backend"], "arenas");
+    for key in FIGURES.iter().skip(7) {
         number(&figures, key);
     }
     let results = number(&figures, "results");

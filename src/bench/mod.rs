@@ -29,6 +29,10 @@
 //!   20–40 ns each, inside the measured time). Only results emitted while a row is ingested have
 //!   a latency; those emitted at watermark ticks (outer rows, windows) and at finish are counted
 //!   apart.
+//! - **State** lives where a shard keeps it: interval joins, temporal joins and connects in mmap
+//!   arenas (`Engine::new_in`, a private directory in `/dev/shm`, removed at the end), so its
+//!   pages are file-backed — in the resident set, not in the anonymous memory; `--memory-state`
+//!   keeps it on the heap instead, as a baseline.
 //! - **Memory**: peak RSS is `getrusage(RUSAGE_SELF).ru_maxrss`; anonymous RSS is `RssAnon` of
 //!   /proc/self/status, read after every batch (untimed), at the end of input (before finish)
 //!   and at the batch where the engine's state bytes peaked.
@@ -90,6 +94,10 @@ pub struct BenchFlags {
     /// Rows generated ahead of each measured stretch (they count in the RSS figures).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
     batch_rows: u32,
+    /// Keep operator state on the heap instead of in mmap arenas (the shards' backend): a
+    /// baseline.
+    #[arg(long)]
+    memory_state: bool,
 }
 
 impl BenchFlags {
@@ -103,6 +111,7 @@ impl BenchFlags {
             match_fanout: self.match_fanout,
             late_share: self.late_share,
             batch_rows: self.batch_rows as usize,
+            memory_state: self.memory_state,
         }
     }
 }
@@ -138,6 +147,8 @@ pub struct BenchArgs {
     /// Share of rows, in [0, 1], sent late.
     pub late_share: f64,
     pub batch_rows: usize,
+    /// Operator state on the heap rather than in arenas.
+    pub memory_state: bool,
 }
 
 /// How much load: a number of input rows, or a measured (wall-clock) time.
@@ -178,6 +189,17 @@ pub struct Report {
     pub state_end: (usize, usize),
     /// Per operator: name, counters line for the table.
     pub operators: Vec<String>,
+    /// Where operator state lived: `arenas` (mmap files, as on a shard) or `memory` (when the
+    /// arenas could not be created).
+    pub state_backend: &'static str,
+}
+
+/// A directory for the arenas, removed at the end: memory-backed files where the machine has
+/// them (their pages count in the resident set, not in the anonymous memory).
+fn private_state_dir() -> Option<tempfile::TempDir> {
+    let shm = std::path::Path::new("/dev/shm");
+    let base = if shm.is_dir() { shm.to_owned() } else { std::env::temp_dir() };
+    tempfile::Builder::new().prefix("braid-bench-").tempdir_in(base).ok()
 }
 
 /// The bench's only clock: the bench is the one place in braid that measures wall-clock time
@@ -195,6 +217,9 @@ pub fn run(plan: &Plan, args: &BenchArgs) -> Report {
     let mut status = ProcStatus::new();
     let anon_rss_start_kib = status.read().kib("RssAnon");
     let mut engine: Option<Engine> = None;
+    // State as a shard keeps it: mmap arenas.
+    let state_dir = if args.memory_state { None } else { private_state_dir() };
+    let mut state_backend = "memory";
     let (mut rows, mut busy, mut cpu) = (0u64, Duration::ZERO, Duration::ZERO);
     let (mut first_arrival, mut last_arrival) = (None, 0i64);
     let (mut state_peak, mut anon_rss_peak_kib, mut anon_rss_at_peak_state_kib) = ((0, 0), None, None);
@@ -209,7 +234,16 @@ pub fn run(plan: &Plan, args: &BenchArgs) -> Report {
         }
         generator.fill(&mut batch, want);
         let Some(first) = batch.first() else { break };
-        let engine = engine.get_or_insert_with(|| Engine::new(plan, args.shards, i128::from(first.arrival)));
+        let engine = engine.get_or_insert_with(|| {
+            let start = i128::from(first.arrival);
+            match state_dir.as_ref().map(|dir| Engine::new_in(plan, args.shards, start, dir.path())) {
+                Some(Ok(engine)) => {
+                    state_backend = "arenas";
+                    engine
+                }
+                _ => Engine::new(plan, args.shards, start),
+            }
+        });
         first_arrival.get_or_insert(first.arrival);
         rows += batch.len() as u64;
         last_arrival = batch.last().map_or(last_arrival, |i| i.arrival);
@@ -247,6 +281,9 @@ pub fn run(plan: &Plan, args: &BenchArgs) -> Report {
         Some(engine) => operator_figures(plan, engine),
         None => (0, None, Vec::new()),
     };
+    // The arenas are unmapped before their directory goes.
+    drop(engine);
+    drop(state_dir);
     Report {
         args: args.clone(),
         rows,
@@ -269,6 +306,7 @@ pub fn run(plan: &Plan, args: &BenchArgs) -> Report {
         state_peak,
         state_end,
         operators,
+        state_backend,
     }
 }
 
@@ -419,6 +457,7 @@ impl Report {
             ("config", a.config_name.clone()),
             ("devices", a.devices.to_string()),
             ("shards", a.shards.to_string()),
+            ("state_backend", self.state_backend.to_owned()),
             ("rate_per_device", a.rate_per_device.to_string()),
             ("match_fanout_asked", a.match_fanout.to_string()),
             ("late_share", a.late_share.to_string()),
@@ -549,6 +588,7 @@ mod tests {
             match_fanout: 2.0,
             late_share,
             batch_rows: 500,
+            memory_state: false,
         }
     }
 

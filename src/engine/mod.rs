@@ -153,7 +153,33 @@ pub struct Engine {
 
 impl Engine {
     /// `start`: processing time of the first line of all inputs (idleness counts from there).
+    /// Operator state in memory.
     pub fn new(plan: &Plan, shards: usize, start: i128) -> Engine {
+        let build =
+            |spec: &crate::operator::OperatorSpec, _shard: usize| Ok::<_, std::convert::Infallible>(spec.build());
+        match Engine::build(plan, shards, start, build) {
+            Ok(engine) => engine,
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`new`](Self::new) with each shard's operator state in mmap arenas under `dir/shard-N/`,
+    /// as the shard runtime keeps it.
+    pub fn new_in(
+        plan: &Plan,
+        shards: usize,
+        start: i128,
+        dir: &std::path::Path,
+    ) -> Result<Engine, crate::state::arena::ArenaError> {
+        Engine::build(plan, shards, start, |spec, shard| spec.build_in(&dir.join(format!("shard-{shard}"))))
+    }
+
+    fn build<E>(
+        plan: &Plan,
+        shards: usize,
+        start: i128,
+        mut build: impl FnMut(&crate::operator::OperatorSpec, usize) -> Result<Operator, E>,
+    ) -> Result<Engine, E> {
         let shards = shards.max(1);
         let mut streams: Vec<StreamNode> = plan
             .streams
@@ -168,16 +194,18 @@ impl Engine {
             .operators
             .iter()
             .enumerate()
-            .map(|(op, o)| OperatorNode {
-                origin: plan.origin_key_position(op),
-                inputs: o.inputs.clone(),
-                clock: OperatorClock::default(),
-                instances: (0..shards).map(|_| o.spec.build()).collect(),
-                subscribers: Vec::new(),
-                idle: false,
-                counters: OperatorCounters::new(o.inputs.len()),
+            .map(|(op, o)| {
+                Ok(OperatorNode {
+                    origin: plan.origin_key_position(op),
+                    inputs: o.inputs.clone(),
+                    clock: OperatorClock::default(),
+                    instances: (0..shards).map(|shard| build(&o.spec, shard)).collect::<Result<_, E>>()?,
+                    subscribers: Vec::new(),
+                    idle: false,
+                    counters: OperatorCounters::new(o.inputs.len()),
+                })
             })
-            .collect();
+            .collect::<Result<_, E>>()?;
         let mut chained = false;
         for (op, def) in plan.operators.iter().enumerate() {
             for (input, node) in def.inputs.iter().enumerate() {
@@ -201,7 +229,7 @@ impl Engine {
                 instance.on_processing_time(start, &mut scratch);
             }
         }
-        Engine {
+        Ok(Engine {
             streams,
             operators,
             idle_advance,
@@ -212,7 +240,7 @@ impl Engine {
             step_every_tick: false,
             clocked,
             timers_fired: false,
-        }
+        })
     }
 
     /// Runs every tick instead of skipping those that cannot change anything: slow, and the
