@@ -19,7 +19,7 @@
 //!   copy first), a diamond (rows one hop away before rows two hops away), a custom `CoProcess`
 //!   answering each broadcast row on every shard (shard order) and setting processing-time
 //!   timers;
-//! - tiny rings (64 KiB feeder and collector rings, bursts larger than the 1 MiB exchange ring),
+//! - tiny rings (64 KiB feeder, collector and exchange rings, bursts several times an exchange ring),
 //!   through `braid::shard::Runtime` in process, against `braid::engine::Engine` fed alike.
 //!
 //! Coverage floors: the workloads must produce downstream results, rows that change shard when
@@ -698,7 +698,7 @@ fn backpressure_inputs(n: usize, keys: u64) -> Vec<(String, String)> {
 
 /// Feeder and collector rings of 64 KiB (frames of ~300 bytes: every ring wraps many times, the
 /// feeder's is filled before the shards start when they are held) and end-of-input bursts of
-/// results several times the 1 MiB exchange ring: the runtime waits, never drops, and writes the
+/// results several times the 64 KiB exchange ring: the runtime waits, never drops, and writes the
 /// engine's output exactly.
 #[test]
 fn tiny_rings_and_bursts_change_nothing() {
@@ -712,8 +712,13 @@ fn tiny_rings_and_bursts_change_nothing() {
     for (shards, hold, every_tick) in [(2, false, false), (3, true, true)] {
         let want = engine_outputs(&plan, &rows, start, shards);
         let rings = ring_dir();
-        let options =
-            RuntimeOptions { feed_ring_bytes: 64 << 10, hold, every_tick, ..RuntimeOptions::new(shards, rings.path()) };
+        let options = RuntimeOptions {
+            feed_ring_bytes: 64 << 10,
+            exchange_ring_bytes: 64 << 10,
+            hold,
+            every_tick,
+            ..RuntimeOptions::new(shards, rings.path())
+        };
         let (got, drivers) = runtime_outputs(&plan, &rows, start, &options).unwrap();
         if got != want {
             let d = multiset_diff("engine", &count(want.iter().cloned()), "runtime", &count(got.iter().cloned()));
@@ -740,7 +745,7 @@ fn tiny_rings_and_bursts_change_nothing() {
         );
         let frame = PAD + braid::shard::tag::TAG_BYTES + 16;
         assert!(
-            largest * frame > braid::shard::EXCHANGE_RING_BYTES,
+            largest * frame > 4 * options.exchange_ring_bytes,
             "the burst between two shards should be over the exchange ring ({largest} pairs)"
         );
         assert!(rows.len() * PAD > 4 * options.feed_ring_bytes, "the input should be several feeder rings");

@@ -218,6 +218,8 @@ pub struct RuntimeOptions<'a> {
     pub every_tick: bool,
     /// Bytes of each feeder → shard and shard → collector ring ([`FEED_RING_BYTES`] by default).
     pub feed_ring_bytes: usize,
+    /// Bytes of each shard → shard exchange ring ([`EXCHANGE_RING_BYTES`] by default).
+    pub exchange_ring_bytes: usize,
     /// Shards wait until [`finish`](Runtime::finish) (or a full ring) before they start: the rings
     /// are filled first, so a benchmark measures the shards alone.
     pub hold: bool,
@@ -225,7 +227,14 @@ pub struct RuntimeOptions<'a> {
 
 impl<'a> RuntimeOptions<'a> {
     pub fn new(shards: usize, dir: &'a Path) -> RuntimeOptions<'a> {
-        RuntimeOptions { shards, dir, every_tick: false, feed_ring_bytes: FEED_RING_BYTES, hold: false }
+        RuntimeOptions {
+            shards,
+            dir,
+            every_tick: false,
+            feed_ring_bytes: FEED_RING_BYTES,
+            exchange_ring_bytes: EXCHANGE_RING_BYTES,
+            hold: false,
+        }
     }
 }
 
@@ -267,7 +276,7 @@ impl Runtime {
         }
         for i in 0..shards {
             for j in (0..shards).filter(|&j| j != i) {
-                let (out, inbox) = ring(format!("shard-{i}-to-{j}.ring"), EXCHANGE_RING_BYTES)?;
+                let (out, inbox) = ring(format!("shard-{i}-to-{j}.ring"), options.exchange_ring_bytes)?;
                 links[i].exchange_out[j] = Some(Outbox::new(out, Arc::clone(&shard_bells[j])));
                 links[j].exchange_in.push((i, Inbox { ring: inbox, bell: Arc::clone(&shard_bells[i]) }));
             }
