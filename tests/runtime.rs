@@ -17,10 +17,10 @@
 //!   results (equal `_ts`, one downstream key) on every shard in one tick;
 //! - the order within one activation: an operator reading one upstream on both inputs (left
 //!   copy first), a diamond (rows one hop away before rows two hops away), a custom `CoProcess`
-//!   answering each broadcast row on every shard (ranked as the engine ranks them) and setting processing-time
-//!   timers;
-//! - tiny rings (64 KiB feeder, collector and exchange rings, bursts several times an exchange ring),
-//!   through `braid::shard::Runtime` in process, against `braid::engine::Engine` fed alike.
+//!   answering each broadcast row on every shard (ranked as the engine ranks them) and setting
+//!   processing-time timers;
+//! - tiny rings (64 KiB feeder, collector and exchange rings; bursts several times an exchange
+//!   ring), through `braid::shard::Runtime` in process, against `braid::engine::Engine` fed alike.
 //!
 //! Coverage floors: the workloads must produce downstream results, rows that change shard when
 //! re-keyed, and groups of tied upstream results from different shards at one downstream key.
@@ -696,10 +696,10 @@ fn backpressure_inputs(n: usize, keys: u64) -> Vec<(String, String)> {
     vec![("a".into(), a), ("b".into(), b), ("c".into(), c), ("e".into(), e)]
 }
 
-/// Feeder, collector and exchange rings of 64 KiB (frames of ~300 bytes: every ring wraps many times, the
-/// feeder's is filled before the shards start when they are held) and end-of-input bursts of
-/// results several times the 64 KiB exchange ring: the runtime waits, never drops, and writes the
-/// engine's output exactly.
+/// Feeder, collector and exchange rings of 64 KiB (frames of ~300 bytes: every ring wraps many
+/// times, the feeder's is filled before the shards start when they are held) and end-of-input
+/// bursts of results several times an exchange ring: the runtime waits, never drops, and writes
+/// the engine's output exactly.
 #[test]
 fn tiny_rings_and_bursts_change_nothing() {
     let n = 360;
