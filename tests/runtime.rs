@@ -943,3 +943,30 @@ fn a_result_too_large_for_the_exchange_ring_is_a_clear_error() {
     }
     assert!(failures.is_empty(), "a failed shard must end the run with its error:\n{}", failures.join("\n"));
 }
+
+/// A runtime dropped before `finish` (its caller hit an error) stops, wakes and joins its shards:
+/// the drop returns, with shards asleep, busy or still held, and leaves no thread waiting for
+/// input that will never come.
+#[test]
+fn a_runtime_dropped_before_the_end_stops_its_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = braid::config::parse("backpressure.toml", BACKPRESSURE_CONFIG).unwrap();
+    let inputs = write_inputs(dir.path(), backpressure_inputs(120, 6));
+    let (rows, start) = decoded_rows(&plan, &inputs);
+    for (hold, fed) in [(false, 0), (false, rows.len() / 2), (true, rows.len() / 2)] {
+        let (plan, rows) = (plan.clone(), rows.clone());
+        let rings = ring_dir();
+        let path = rings.path().to_owned();
+        let dropped = within(Duration::from_secs(20), move || {
+            let mut out = Collected::default();
+            let options = RuntimeOptions { hold, ..RuntimeOptions::new(3, &path) };
+            let mut runtime = Runtime::start(&plan, &options, start).unwrap();
+            for (stream, row, arrival) in rows.iter().take(fed) {
+                runtime.advance_to(*arrival, &mut out).unwrap();
+                runtime.ingest(*stream, row, *arrival, &mut out).unwrap();
+            }
+            drop(runtime);
+        });
+        assert!(dropped.is_ok(), "hold {hold}, {fed} rows fed: the drop did not return: {dropped:?}");
+    }
+}

@@ -101,6 +101,8 @@ pub enum ShardError {
     Protocol(&'static str),
     #[error("operator state: {0}")]
     State(String),
+    #[error("stopped: the runtime was dropped before the end of input")]
+    Cancelled,
 }
 
 /// The plan as the shards use it.
@@ -191,6 +193,9 @@ pub struct Runtime {
     gate: Option<Arc<Barrier>>,
     /// Per shard: its thread has ended (set before it wakes the feeder a last time).
     ended: Vec<Arc<AtomicBool>>,
+    /// Set when the runtime is dropped before `finish`: the shards stop.
+    cancel: Arc<AtomicBool>,
+    shard_bells: Vec<Arc<Doorbell>>,
     bell: Arc<Doorbell>,
     sleeper: UnixStream,
     streams: Vec<StreamClock>,
@@ -288,12 +293,14 @@ impl Runtime {
         let mut threads = Vec::new();
         let ended: Vec<Arc<AtomicBool>> = (0..shards).map(|_| Arc::default()).collect();
         let gate = options.hold.then(|| Arc::new(Barrier::new(shards + 1)));
+        let cancel = Arc::new(AtomicBool::new(false));
         for (j, links) in links.into_iter().enumerate() {
             let topo = Arc::clone(&topo);
             let own_bell = Arc::clone(&shard_bells[j]);
             let main_bell = Arc::clone(&bell);
             let end_flag = Arc::clone(&ended[j]);
             let gate = gate.clone();
+            let cancel = Arc::clone(&cancel);
             let state = options.dir.join(format!("shard-{j}"));
             let sleeper = shard_sleepers[j].take();
             let core = cores.get(j % cores.len().max(1)).copied();
@@ -309,7 +316,7 @@ impl Runtime {
                         gate.wait();
                     }
                     let worker = Worker::new(j, topo, links, &state)?;
-                    run_shard(j, worker, &own_bell, sleeper)
+                    run_shard(j, worker, &own_bell, sleeper, &cancel)
                 })
                 .map_err(RuntimeError::Spawn)?;
             threads.push(Some(thread));
@@ -339,6 +346,8 @@ impl Runtime {
             threads,
             gate,
             ended,
+            cancel,
+            shard_bells,
             bell,
             sleeper,
             streams: stream_clocks,
@@ -591,10 +600,21 @@ impl Runtime {
 }
 
 impl Drop for Runtime {
+    /// A runtime dropped before `finish` (an error): the shards are told to stop, woken, and
+    /// joined, so no thread is left waiting for input that will never come.
     fn drop(&mut self) {
-        // A runtime dropped before `finish` (an error): stop feeding; shards wait for more input,
-        // so they are left detached rather than joined.
-        self.threads.clear();
+        if self.threads.iter().all(Option::is_none) {
+            return;
+        }
+        self.cancel.store(true, Ordering::SeqCst);
+        self.release();
+        for bell in &self.shard_bells {
+            bell.ring();
+        }
+        for thread in self.threads.iter_mut().filter_map(Option::take) {
+            // Its outcome no longer matters: the run already failed.
+            let _ = thread.join();
+        }
     }
 }
 
@@ -613,6 +633,7 @@ fn run_shard(
     mut worker: Worker,
     bell: &Doorbell,
     sleeper: Option<UnixStream>,
+    cancel: &AtomicBool,
 ) -> Result<ShardReport, ShardError> {
     let mut runtime = ShardRuntime::build().map_err(ShardError::Runtime)?;
     let driver = runtime.driver();
@@ -623,6 +644,9 @@ fn run_shard(
         let mut sleeper = monoio::net::UnixStream::from_std(sleeper).map_err(ShardError::Wait)?;
         let mut buf = vec![0u8; 64];
         loop {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(ShardError::Cancelled);
+            }
             if worker.round()? {
                 continue;
             }
@@ -630,7 +654,8 @@ fn run_shard(
                 break;
             }
             bell.prepare_sleep();
-            if worker.has_work() {
+            // SeqCst against the dropping runtime's store then ring (the doorbell's Dekker pair).
+            if worker.has_work() || cancel.load(Ordering::SeqCst) {
                 bell.awake();
                 continue;
             }
