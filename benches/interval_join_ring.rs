@@ -43,12 +43,6 @@ use braid::state::arena::ArenaStore;
 use common::join::{Driver, Total};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 
-/// Where arenas go: memory-backed files when the machine has them (as a replay's private state).
-fn shm() -> std::path::PathBuf {
-    let shm = std::path::Path::new("/dev/shm");
-    if shm.is_dir() { shm.to_owned() } else { std::env::temp_dir() }
-}
-
 /// Frames pushed between two commits in `encode_push`.
 const COMMIT_EVERY: usize = 256;
 
@@ -134,7 +128,7 @@ fn bench_keys(c: &mut Criterion, devices: usize, seconds: i64) {
     frames.fill(&mut producer);
     assert_eq!(ring_join(&mut consumer, &frames.inputs), expected);
     frames.fill(&mut producer);
-    let state = tempfile::tempdir_in(shm()).unwrap();
+    let state = tempfile::tempdir_in(braid::mapped_file::scratch_base()).unwrap();
     assert_eq!(ring_join_in_place(&mut consumer, &frames.inputs, state.path()), expected);
     eprintln!(
         "workload {devices} keys, {seconds} s: {n} rows, {expected} results; payloads {} B ({:.0} B/row), ring {} B \
@@ -159,7 +153,7 @@ fn bench_keys(c: &mut Criterion, devices: usize, seconds: i64) {
         b.iter_batched(
             || {
                 frames.fill(&mut producer);
-                tempfile::tempdir_in(shm()).unwrap()
+                tempfile::tempdir_in(braid::mapped_file::scratch_base()).unwrap()
             },
             |state| black_box(ring_join_in_place(&mut consumer, &frames.inputs, state.path())),
             BatchSize::PerIteration,

@@ -160,8 +160,7 @@ fn fed(plan: &Plan, inputs: &[Input], shards: usize, dir: &Path, ring_bytes: usi
 
 /// A new directory for the ring files: on `/dev/shm` (tmpfs) when there is one.
 fn tempdir() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() { tempfile::tempdir_in(shm).unwrap() } else { tempfile::tempdir().unwrap() }
+    tempfile::tempdir_in(braid::mapped_file::scratch_base()).unwrap()
 }
 
 fn setup(devices: usize, seconds: i64) -> Workload {

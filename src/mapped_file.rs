@@ -35,6 +35,14 @@ use std::path::{Path, PathBuf};
 use memmap2::MmapRaw;
 use thiserror::Error;
 
+/// Where throwaway mapped files (a replay's rings and arenas, a benchmark's) go: `/dev/shm` where
+/// the machine has it — memory-backed, so no disk writeback for files deleted at exit anyway —
+/// else the temporary directory.
+pub fn scratch_base() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() { shm.to_owned() } else { std::env::temp_dir() }
+}
+
 /// Bytes at the start of every mapped file, before its data.
 pub const HEADER_LEN: usize = 64;
 const CRC_AT: usize = 60;

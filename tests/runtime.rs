@@ -76,16 +76,7 @@ fn first_seed() -> u64 {
 /// A fresh folder for a runtime's ring files: in `/dev/shm` when there is one (creating rings
 /// on a disk costs an msync each, a third of a small replay's time), else the temporary folder.
 fn ring_dir() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    let builder = || {
-        let mut b = tempfile::Builder::new();
-        b.prefix("braid-runtime-test-");
-        b
-    };
-    match shm.is_dir().then(|| builder().tempdir_in(shm)) {
-        Some(Ok(dir)) => dir,
-        _ => builder().tempdir().unwrap(),
-    }
+    tempfile::Builder::new().prefix("braid-runtime-test-").tempdir_in(braid::mapped_file::scratch_base()).unwrap()
 }
 
 /// Sorted lines of every output, by name.

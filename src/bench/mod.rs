@@ -194,12 +194,10 @@ pub struct Report {
     pub state_backend: &'static str,
 }
 
-/// A directory for the arenas, removed at the end: memory-backed files where the machine has
-/// them (their pages count in the resident set, not in the anonymous memory).
+/// A directory for the arenas, removed at the end; in `/dev/shm` their pages count in the
+/// resident set, not in the anonymous memory.
 fn private_state_dir() -> Option<tempfile::TempDir> {
-    let shm = std::path::Path::new("/dev/shm");
-    let base = if shm.is_dir() { shm.to_owned() } else { std::env::temp_dir() };
-    tempfile::Builder::new().prefix("braid-bench-").tempdir_in(base).ok()
+    tempfile::Builder::new().prefix("braid-bench-").tempdir_in(braid::mapped_file::scratch_base()).ok()
 }
 
 /// The bench's only clock: the bench is the one place in braid that measures wall-clock time

@@ -248,10 +248,7 @@ impl StateDir {
                 .map(|()| StateDir::Configured)
                 .map_err(|error| ReplayError::StateDir { path: path.clone(), error }),
             None => {
-                // A throwaway run: memory-backed files where the machine has them (no disk
-                // writeback of rings and arenas that are deleted at exit anyway).
-                let shm = Path::new("/dev/shm");
-                let base = if shm.is_dir() { shm.to_owned() } else { std::env::temp_dir() };
+                let base = crate::mapped_file::scratch_base();
                 remove_abandoned(&base);
                 let prefix = format!("{PRIVATE_PREFIX}{}-", std::process::id());
                 tempfile::Builder::new()

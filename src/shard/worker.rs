@@ -229,9 +229,9 @@ impl Core {
         match frame {
             Frame::Row { seq, stream, row, bytes } => {
                 self.feeder_frontier = Tag::event(seq + 1);
-                let topo = Arc::clone(&self.topo);
-                for &(op, input) in &topo.stream_readers[stream] {
-                    if topo.ops[op].chained {
+                for i in 0..self.topo.stream_readers[stream].len() {
+                    let (op, input) = self.topo.stream_readers[stream][i];
+                    if self.topo.ops[op].chained {
                         // Queued past this frame's life: a copy.
                         let work = Work::Row { input, row: to_row(row) };
                         self.pending[op].push(Reverse(Pending { tag: Tag::event(seq), input, work }));
@@ -368,29 +368,13 @@ impl Core {
         match work {
             Work::Row { input: i, row } => {
                 input = i;
-                let broadcast = row.key == Key::Broadcast;
-                ranked = broadcast && tag.depth == 0;
-                if !broadcast || self.id == 0 {
-                    self.counters[op].rows_in[i] += 1;
-                }
-                self.instances[op].on_row(i, row, &mut out);
-                // Every instance judges a broadcast row against the same watermark: a late one
-                // is reported once, by shard 0, as the engine does.
-                if broadcast && self.id > 0 {
-                    out.late.clear();
-                }
+                ranked = row.key == Key::Broadcast && tag.depth == 0;
+                self.take_row(op, i, row.key == Key::Broadcast, &mut out, |instance, out| instance.on_row(i, row, out));
             }
             Work::Frame { input: i, row, bytes } => {
                 input = i;
-                let broadcast = matches!(row.key, ArchivedKey::Broadcast);
-                ranked = broadcast;
-                if !broadcast || self.id == 0 {
-                    self.counters[op].rows_in[i] += 1;
-                }
-                self.instances[op].on_frame(i, row, bytes, &mut out);
-                if broadcast && self.id > 0 {
-                    out.late.clear();
-                }
+                ranked = matches!(row.key, ArchivedKey::Broadcast);
+                self.take_row(op, i, ranked, &mut out, |instance, out| instance.on_frame(i, row, bytes, out));
             }
             Work::Tick(tick) => {
                 let inputs = self.input_times(op, &tick);
@@ -414,6 +398,25 @@ impl Core {
         }
     }
 
+    /// A row on input `input` of `op`. Every instance judges a broadcast row against the same
+    /// watermark: its rows count and a late one is reported once, by shard 0, as in the engine.
+    fn take_row(
+        &mut self,
+        op: usize,
+        input: usize,
+        broadcast: bool,
+        out: &mut Output,
+        take: impl FnOnce(&mut Operator, &mut Output),
+    ) {
+        if !broadcast || self.id == 0 {
+            self.counters[op].rows_in[input] += 1;
+        }
+        take(&mut self.instances[op], out);
+        if broadcast && self.id > 0 {
+            out.late.clear();
+        }
+    }
+
     /// After a tick: this instance's output watermark, for the operators reading it.
     fn tick_done(&mut self, op: usize, seq: u64) {
         let watermark = self.instances[op].output_watermark();
@@ -428,7 +431,7 @@ impl Core {
 
     /// What operator `op` sees of its inputs at `tick`.
     fn input_times(&mut self, op: usize, tick: &TickEvent) -> Vec<InputTime> {
-        let topo = Arc::clone(&self.topo);
+        let Core { topo, tick_watermarks, .. } = self;
         topo.ops[op]
             .inputs
             .iter()
@@ -437,7 +440,7 @@ impl Core {
                 crate::config::NodeRef::Stream(s) => tick.streams[s],
                 crate::config::NodeRef::Operator(u) => {
                     let mut watermark = Time::POS_INF;
-                    for per_shard in &mut self.tick_watermarks[op][input] {
+                    for per_shard in &mut tick_watermarks[op][input] {
                         while per_shard.front().is_some_and(|&(seq, _)| seq < tick.seq) {
                             per_shard.pop_front();
                         }
@@ -459,26 +462,13 @@ impl Core {
     fn route(&mut self, op: usize, input: usize, tag: &Tag, ranked: bool, out: &mut Output) {
         for (late_input, row) in out.late.drain(..) {
             self.counters[op].late[late_input] += 1;
-            let pushed = match self.writer.output(op, late_input as u32, &row) {
-                Ok(payload) => self.output.push(FrameKind::Output, payload).map_err(ShardError::from),
-                Err(e) => Err(ShardError::Frame(e.to_string())),
-            };
-            if let Err(e) = pushed {
-                self.error.get_or_insert(e);
-            }
+            self.send_output(op, late_input as u32, &row);
         }
-        let topo = Arc::clone(&self.topo);
-        let readers = &topo.ops[op].readers;
+        let readers = self.topo.ops[op].readers.len();
         for (index, (kind, row)) in out.results.drain(..).enumerate() {
             self.counters[op].results[kind as usize] += 1;
-            let pushed = match self.writer.output(op, RESULT, &row) {
-                Ok(payload) => self.output.push(FrameKind::Output, payload).map_err(ShardError::from),
-                Err(e) => Err(ShardError::Frame(e.to_string())),
-            };
-            if let Err(e) = pushed {
-                self.error.get_or_insert(e);
-            }
-            if readers.is_empty() {
+            self.send_output(op, RESULT, &row);
+            if readers == 0 {
                 continue;
             }
             let rank = ranked.then(|| crate::engine::origin_rank(&row, self.topo.ops[op].origin));
@@ -486,9 +476,21 @@ impl Core {
                 self.fail(ShardError::TooDeep);
                 continue;
             };
-            for &(reader, reader_input) in readers {
+            for i in 0..readers {
+                let (reader, reader_input) = self.topo.ops[op].readers[i];
                 self.deliver(reader, reader_input, child, &row);
             }
+        }
+    }
+
+    /// A result (`input` = [`RESULT`]) or a late row of `op`, for the sinks.
+    fn send_output(&mut self, op: usize, input: u32, row: &Row) {
+        let pushed = match self.writer.output(op, input, row) {
+            Ok(payload) => self.output.push(FrameKind::Output, payload).map_err(ShardError::from),
+            Err(e) => Err(ShardError::Frame(e.to_string())),
+        };
+        if let Err(e) = pushed {
+            self.fail(e);
         }
     }
 

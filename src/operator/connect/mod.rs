@@ -313,18 +313,8 @@ fields = { device = "string", amount = "int" }
         assert!(message.contains("operators.o.timeout: must not be negative"), "{message}");
     }
 
-    fn projection() -> Projection {
-        let columns = vec![
-            Column::Key,
-            Column::Field { input: LEFT, pos: 0 },
-            Column::Field { input: RIGHT, pos: 0 },
-            Column::Kind,
-        ];
-        Projection { columns, rekey: None }
-    }
-
     fn spec(function: FunctionSpec) -> ConnectSpec {
-        ConnectSpec { name: "c".into(), projection: projection(), function }
+        ConnectSpec { name: "c".into(), projection: Projection::key_and_first_values(), function }
     }
 
     fn row(key: &str, ts: i64, v: Value) -> Row {
@@ -477,7 +467,8 @@ fields = { device = "string", amount = "int" }
 
     #[test]
     fn a_custom_coprocess_counts_with_processing_time_timers() {
-        let mut op = Connect::new(ConnectSpec::custom("counter", projection(), || Box::new(Counter)));
+        let mut op =
+            Connect::new(ConnectSpec::custom("counter", Projection::key_and_first_values(), || Box::new(Counter)));
         let mut out = Output::default();
         let at = |key: &str, ts: i64| row(key, ts, Value::Int(0));
         op.on_processing_time(10_000, &mut out);
