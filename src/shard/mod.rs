@@ -387,8 +387,8 @@ impl Runtime {
             self.now = to;
             if self.clocked {
                 self.seq += 1;
-                let payload = self.writer.event(self.seq, Some(to)).to_vec();
-                self.send_all(FrameKind::ProcessingTime, &payload, emit)?;
+                self.writer.event(self.seq, Some(to));
+                self.send_written(None, FrameKind::ProcessingTime, emit)?;
             }
         }
         Ok(())
@@ -409,8 +409,8 @@ impl Runtime {
         }
         self.seq += 1;
         let tick = TickEvent { seq: self.seq, t, streams, op_idle: self.op_idle.clone() };
-        let payload = self.writer.tick(&tick).to_vec();
-        self.send_all(FrameKind::Tick, &payload, emit)?;
+        self.writer.tick(&tick);
+        self.send_written(None, FrameKind::Tick, emit)?;
         self.publish(emit)
     }
 
@@ -427,18 +427,8 @@ impl Runtime {
         self.seq += 1;
         let seq = self.seq;
         self.writer.row_event(seq, stream, row).map_err(|e| RuntimeError::Frame(e.to_string()))?;
-        if row.key == Key::Broadcast {
-            let payload = std::mem::take(&mut self.writer.buf);
-            let sent = self.send_all(FrameKind::Row, &payload, emit);
-            self.writer.buf = payload;
-            sent?;
-        } else {
-            let shard = (row.key_hash % self.shards as u64) as usize;
-            let payload = std::mem::take(&mut self.writer.buf);
-            let sent = self.send(shard, FrameKind::Row, &payload, emit);
-            self.writer.buf = payload;
-            sent?;
-        }
+        let shard = (row.key != Key::Broadcast).then(|| (row.key_hash % self.shards as u64) as usize);
+        self.send_written(shard, FrameKind::Row, emit)?;
         self.unpublished += 1;
         if self.unpublished >= FEED_BATCH {
             self.publish(emit)?;
@@ -456,8 +446,8 @@ impl Runtime {
     /// End of input: every operator goes to +∞; waits for the shards to finish and drains them.
     pub fn finish(mut self, emit: &mut impl Emit) -> Result<Figures, RuntimeError> {
         self.seq += 1;
-        let payload = self.writer.event(self.seq, None).to_vec();
-        self.send_all(FrameKind::EndOfInput, &payload, emit)?;
+        self.writer.event(self.seq, None);
+        self.send_written(None, FrameKind::EndOfInput, emit)?;
         self.publish(emit)?;
         self.release();
         let mut reports: Vec<Option<ShardReport>> = (0..self.shards).map(|_| None).collect();
@@ -537,11 +527,19 @@ impl Runtime {
         any
     }
 
-    fn send_all(&mut self, kind: FrameKind, payload: &[u8], emit: &mut impl Emit) -> Result<(), RuntimeError> {
-        for shard in 0..self.shards {
-            self.send(shard, kind, payload, emit)?;
-        }
-        Ok(())
+    /// Sends the frame just written into `self.writer` to `shard`, or to every shard.
+    fn send_written(
+        &mut self,
+        shard: Option<usize>,
+        kind: FrameKind,
+        emit: &mut impl Emit,
+    ) -> Result<(), RuntimeError> {
+        // Lent out while `send` (which needs `&mut self`) pushes it; no copy.
+        let payload = std::mem::take(&mut self.writer.buf);
+        let shards = shard.map_or(0..self.shards, |s| s..s + 1);
+        let sent = shards.into_iter().try_for_each(|s| self.send(s, kind, &payload, emit));
+        self.writer.buf = payload;
+        sent
     }
 
     /// Pushes a frame to a shard, waiting (and draining results) while its ring is full.
@@ -582,8 +580,8 @@ impl Runtime {
     fn publish(&mut self, emit: &mut impl Emit) -> Result<(), RuntimeError> {
         self.unpublished = 0;
         if self.chained {
-            let payload = self.writer.event(self.seq, None).to_vec();
-            self.send_all(FrameKind::Progress, &payload, emit)?;
+            self.writer.event(self.seq, None);
+            self.send_written(None, FrameKind::Progress, emit)?;
         }
         self.publish_rings();
         self.collect(emit);
