@@ -348,12 +348,8 @@ impl Core {
                 continue;
             }
             self.announced[op] = frontier;
-            let payload = self.writer.frontier(op, &frontier);
-            for outbox in self.exchange_out.iter_mut().flatten() {
-                if let Err(e) = outbox.push(FrameKind::Frontier, payload) {
-                    self.error.get_or_insert(e.into());
-                }
-            }
+            self.writer.frontier(op, &frontier);
+            self.written_to_other_shards(FrameKind::Frontier);
         }
     }
 
@@ -421,10 +417,16 @@ impl Core {
     fn tick_done(&mut self, op: usize, seq: u64) {
         let watermark = self.instances[op].output_watermark();
         self.record_tick(op, self.id, seq, watermark);
-        let payload = self.writer.tick_done(op, seq, watermark);
-        for outbox in self.exchange_out.iter_mut().flatten() {
-            if let Err(e) = outbox.push(FrameKind::TickDone, payload) {
-                self.error.get_or_insert(e.into());
+        self.writer.tick_done(op, seq, watermark);
+        self.written_to_other_shards(FrameKind::TickDone);
+    }
+
+    /// Sends the frame just written into `self.writer` to every other shard.
+    fn written_to_other_shards(&mut self, kind: FrameKind) {
+        let Core { writer, exchange_out, error, .. } = self;
+        for outbox in exchange_out.iter_mut().flatten() {
+            if let Err(e) = outbox.push(kind, &writer.buf) {
+                error.get_or_insert(e.into());
             }
         }
     }
