@@ -209,30 +209,8 @@ fn time(t: Table<'_, '_>, fields: Option<&[Field]>, errors: &mut Errors) -> Opti
     Some(TimeSpec::Field { pos, unit })
 }
 
-/// An MQTT topic filter: `+` and `#` whole levels, `#` last; `+name` captures a level into the
-/// declared string or int field `name`.
+/// An MQTT topic filter, read as the MQTT source reads it
+/// ([`TopicFilter::check`](crate::source::route::TopicFilter::check)).
 fn check_topic_filter(topic: &str, fields: Option<&[Field]>) -> Result<(), String> {
-    if topic.is_empty() {
-        return Err("a topic filter may not be empty".into());
-    }
-    let levels: Vec<&str> = topic.split('/').collect();
-    for (i, level) in levels.iter().enumerate() {
-        if *level == "#" && i + 1 != levels.len() {
-            return Err("'#' must be the last level".into());
-        }
-        if let Some(capture) = level.strip_prefix('+').filter(|c| !c.is_empty()) {
-            let field = fields.and_then(|f| f.iter().find(|f| f.name == capture));
-            match field {
-                Some(f) if f.ty.can_be_key() => {}
-                Some(f) => {
-                    return Err(format!("capture +{capture} names a {} field; a topic level is a string or int", f.ty));
-                }
-                None if fields.is_some() => return Err(format!("capture +{capture} names no declared field")),
-                None => {}
-            }
-        } else if level.len() > 1 && level.contains(['+', '#']) {
-            return Err(format!("level {level:?}: '+' and '#' must fill a whole level"));
-        }
-    }
-    Ok(())
+    crate::source::route::TopicFilter::check(topic, fields)
 }

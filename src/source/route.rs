@@ -36,6 +36,7 @@
 //! single pass over the topic with no allocation: captures borrow the topic and live in a
 //! fixed array of [`MAX_CAPTURES`]. A source with hundreds of filters would want a trie.
 
+use crate::record::schema::Field;
 use crate::record::{FieldType, Schema, Value};
 
 /// Captures one filter may hold; a filter with more is a configuration error.
@@ -93,35 +94,16 @@ pub struct TopicFilter {
 impl TopicFilter {
     /// Compiles `filter`; the message of an error names the offending level.
     pub fn compile(filter: &str, schema: &Schema) -> Result<TopicFilter, String> {
-        if filter.is_empty() || filter.contains('\0') {
-            return Err("a topic filter may not be empty or contain NUL".into());
-        }
-        let count = filter.split('/').count();
-        let mut levels = Vec::with_capacity(count);
-        for (i, text) in filter.split('/').enumerate() {
-            let level = match text {
-                "#" if i + 1 == count => Level::Rest,
-                "+" => Level::Any,
-                _ if text.starts_with('+') && !text[1..].contains(['+', '#']) => capture(&text[1..], schema)?,
-                _ if text.contains(['+', '#']) => {
-                    return Err(format!("level {text:?}: '+' and '#' must fill a whole level, '#' the last"));
-                }
-                _ => Level::Literal(text.into()),
-            };
-            levels.push(level);
-        }
-        let captured: Vec<usize> =
-            levels.iter().filter_map(|l| if let Level::Capture { pos, .. } = l { Some(*pos) } else { None }).collect();
-        if captured.len() > MAX_CAPTURES {
-            return Err(format!("at most {MAX_CAPTURES} captures in one filter"));
-        }
-        for (i, &pos) in captured.iter().enumerate() {
-            if captured[..i].contains(&pos) {
-                return Err(format!("field {} is captured twice", schema.fields[pos].name));
-            }
-        }
+        let levels = parse_levels(filter, Some(&schema.fields))?;
         let wild_first = matches!(levels[0], Level::Any | Level::Capture { .. } | Level::Rest);
         Ok(TopicFilter { levels: levels.into(), wild_first })
+    }
+
+    /// Checks `filter` as [`compile`](Self::compile) does (config validation: `validate` accepts
+    /// exactly the filters a source can use); with `fields` unknown (a stream whose schema has
+    /// errors of its own), captures are not checked against them.
+    pub fn check(filter: &str, fields: Option<&[Field]>) -> Result<(), String> {
+        parse_levels(filter, fields).map(drop)
     }
 
     /// `None` when `topic` is not this filter's; else its captures, or why one level is unusable.
@@ -160,9 +142,47 @@ impl TopicFilter {
     }
 }
 
-fn capture(name: &str, schema: &Schema) -> Result<Level, String> {
-    let pos = schema.position(name).ok_or_else(|| format!("capture +{name} names no declared field"))?;
-    match schema.fields[pos].ty {
+/// The levels of `filter`: the one reading of the filter grammar (module doc), for compiling and
+/// for config validation. With `fields` unknown, a capture is taken as a string field.
+fn parse_levels(filter: &str, fields: Option<&[Field]>) -> Result<Vec<Level>, String> {
+    if filter.is_empty() || filter.contains('\0') {
+        return Err("a topic filter may not be empty or contain NUL".into());
+    }
+    let count = filter.split('/').count();
+    let mut levels = Vec::with_capacity(count);
+    for (i, text) in filter.split('/').enumerate() {
+        let level = match text {
+            "#" if i + 1 == count => Level::Rest,
+            "#" => return Err("'#' must be the last level (and fill a whole level)".into()),
+            "+" => Level::Any,
+            _ if text.starts_with('+') && !text[1..].contains(['+', '#']) => capture(&text[1..], fields)?,
+            _ if text.contains(['+', '#']) => {
+                return Err(format!("level {text:?}: '+' and '#' must fill a whole level"));
+            }
+            _ => Level::Literal(text.into()),
+        };
+        levels.push(level);
+    }
+    let captured: Vec<usize> =
+        levels.iter().filter_map(|l| if let Level::Capture { pos, .. } = l { Some(*pos) } else { None }).collect();
+    if captured.len() > MAX_CAPTURES {
+        return Err(format!("at most {MAX_CAPTURES} captures in one filter"));
+    }
+    if let Some(fields) = fields {
+        for (i, &pos) in captured.iter().enumerate() {
+            if captured[..i].contains(&pos) {
+                return Err(format!("field {} is captured twice", fields[pos].name));
+            }
+        }
+    }
+    Ok(levels)
+}
+
+fn capture(name: &str, fields: Option<&[Field]>) -> Result<Level, String> {
+    let Some(fields) = fields else { return Ok(Level::Capture { pos: usize::MAX, int: false }) };
+    let pos =
+        fields.iter().position(|f| f.name == name).ok_or_else(|| format!("capture +{name} names no declared field"))?;
+    match fields[pos].ty {
         FieldType::String => Ok(Level::Capture { pos, int: false }),
         FieldType::Int => Ok(Level::Capture { pos, int: true }),
         other => Err(format!("capture +{name} names a {other} field; a topic level is a string or int")),
