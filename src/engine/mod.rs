@@ -53,8 +53,8 @@ use crate::time::{OperatorClock, StreamClock, Time, next_tick, tick_at_or_before
 pub fn origin_rank(row: &Row, origin: Option<usize>) -> u64 {
     origin
         .and_then(|pos| row.values.get(pos))
-        .and_then(Key::from_value)
-        .map_or(row.key_hash, |key| crate::record::id::key_hash(&key))
+        .and_then(crate::record::view::KeyRef::from_value)
+        .map_or(row.key_hash, crate::record::id::key_ref_hash)
 }
 
 /// Where the engine's outputs go.
@@ -369,7 +369,7 @@ impl Engine {
     /// What all instances of `op` emitted at once goes downstream ranked by [`origin_rank`].
     fn drain_ranked(&mut self, op: usize, out: &mut Output, emit: &mut impl Emit) {
         let origin = self.operators[op].origin;
-        out.results.sort_by_key(|(_, row)| origin_rank(row, origin));
+        out.results.sort_by_cached_key(|(_, row)| origin_rank(row, origin));
         self.drain(op, out, emit);
         self.scratch = std::mem::take(out);
         self.deliver_queued(emit);
@@ -421,7 +421,7 @@ impl Engine {
                 }
             }
             let origin = node.origin;
-            out.results.sort_by_key(|(_, row)| origin_rank(row, origin));
+            out.results.sort_by_cached_key(|(_, row)| origin_rank(row, origin));
         } else {
             node.instances[(row.key_hash % shards as u64) as usize].on_row(input, row, &mut out);
         }

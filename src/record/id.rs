@@ -67,10 +67,16 @@ impl IdHasher {
 
 /// The stable hash of a key value, used to route its rows to a shard.
 pub fn key_hash(key: &Key) -> u64 {
+    key_ref_hash(key.key_ref())
+}
+
+/// [`key_hash`] of a borrowed key (no allocation for a string key read in place).
+pub fn key_ref_hash(key: super::view::KeyRef<'_>) -> u64 {
+    use super::view::KeyRef;
     match key {
-        Key::Broadcast => 0,
-        Key::Int(i) => xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes()),
-        Key::Str(s) => xxhash_rust::xxh3::xxh3_64_with_seed(s.as_bytes(), 1),
+        KeyRef::Broadcast => 0,
+        KeyRef::Int(i) => xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes()),
+        KeyRef::Str(s) => xxhash_rust::xxh3::xxh3_64_with_seed(s.as_bytes(), 1),
     }
 }
 

@@ -26,6 +26,15 @@ impl<'a> KeyRef<'a> {
         }
     }
 
+    /// The key held by `value`, if it is a string or an int ([`Key::from_value`], borrowed).
+    pub fn from_value(value: &'a Value) -> Option<KeyRef<'a>> {
+        match value {
+            Value::Int(i) => Some(KeyRef::Int(*i)),
+            Value::Str(s) => Some(KeyRef::Str(s)),
+            _ => None,
+        }
+    }
+
     pub fn to_key(self) -> Key {
         match self {
             KeyRef::Broadcast => Key::Broadcast,
