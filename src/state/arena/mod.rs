@@ -113,7 +113,7 @@ use thiserror::Error;
 use self::segment::{OpenError, RECORD_HEADER, SEGMENT_HEADER, Segment, record_size};
 use super::{KeyedStore, Removed, RowHandle};
 use crate::mapped_file::{HEADER_LEN, MappedFileError};
-use crate::record::frame::{self, ArchivedKey, FrameError, RowEncoder};
+use crate::record::frame::{self, FrameError, RowEncoder};
 use crate::record::view::{KeyRef, RowView};
 use crate::record::{ArchivedRow, Key, Row};
 
@@ -485,7 +485,7 @@ impl KeyedStore for ArenaStore {
                 Place::Memory(row) => row.key != *key || visit(entry.handle, row),
                 &Place::Arena { slot, off } => {
                     let Some(row) = self.segments.row(slot, off) else { continue };
-                    !key_eq(&row.key, key) || visit(entry.handle, &frame::to_row(row))
+                    KeyRef::archived(&row.key) != key.key_ref() || visit(entry.handle, &frame::to_row(row))
                 }
             };
             if !go_on {
@@ -627,15 +627,6 @@ impl Segments {
             tracing::warn!(path = %segment.path().display(), %error, "Cannot delete a dead arena segment");
         }
         drop(segment);
-    }
-}
-
-fn key_eq(archived: &ArchivedKey, key: &Key) -> bool {
-    match (archived, key) {
-        (ArchivedKey::Broadcast, Key::Broadcast) => true,
-        (ArchivedKey::Int(a), Key::Int(b)) => a.to_native() == *b,
-        (ArchivedKey::Str(a), Key::Str(b)) => **a == **b,
-        _ => false,
     }
 }
 
