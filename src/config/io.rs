@@ -21,6 +21,28 @@ pub struct SourceDef {
     pub kind: SourceKind,
     pub url: Option<String>,
     pub listen: Option<String>,
+    pub conn: MqttConn,
+}
+
+/// How braid connects to a broker: identity, credentials, TLS files and limits (sources and MQTT
+/// sinks alike; CONTRACT.md "Configuration").
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MqttConn {
+    /// MQTT client id; `None`: braid derives a stable one from the host name and section name.
+    pub client_id: Option<String>,
+    pub username: Option<String>,
+    /// A file holding the password (systemd `LoadCredential=`); a trailing newline is ignored.
+    pub password_file: Option<String>,
+    /// CA certificates (PEM) to verify the broker with; an `mqtts://` URL without one uses none
+    /// and is refused at start.
+    pub ca_file: Option<String>,
+    /// Client certificate chain and key (PEM) for mutual TLS; both or neither.
+    pub cert_file: Option<String>,
+    pub key_file: Option<String>,
+    /// Keep-alive interval in ms (default 30 s).
+    pub keep_alive_ms: Option<i64>,
+    /// Un-acked QoS 1 messages in flight (default: 100 for sinks; sources: the broker decides).
+    pub max_inflight: Option<u16>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,6 +70,7 @@ pub struct SinkDef {
     pub buffer: u64,
     pub overflow: Overflow,
     pub path: Option<String>,
+    pub conn: MqttConn,
 }
 
 const TLS_AND_AUTH: [&str; 6] = ["client_id", "username", "password_file", "ca_file", "cert_file", "key_file"];
@@ -98,24 +121,34 @@ pub fn sources(section: Table<'_, '_>, errors: &mut Errors) -> Vec<SourceDef> {
             }
             listen.to_owned()
         });
-        common_mqtt_keys(t, errors);
-        out.push(SourceDef { name: name.to_owned(), kind, url, listen });
+        let conn = common_mqtt_keys(t, errors);
+        out.push(SourceDef { name: name.to_owned(), kind, url, listen, conn });
     }
     out
 }
 
-fn common_mqtt_keys(t: Table<'_, '_>, errors: &mut Errors) {
-    for key in TLS_AND_AUTH {
-        let _ = t.str(key, errors);
+fn common_mqtt_keys(t: Table<'_, '_>, errors: &mut Errors) -> MqttConn {
+    let [client_id, username, password_file, ca_file, cert_file, key_file] =
+        TLS_AND_AUTH.map(|key| t.str(key, errors).map(|(v, _)| v.to_owned()));
+    if cert_file.is_some() != key_file.is_some() {
+        let missing = if cert_file.is_some() { "key_file" } else { "cert_file" };
+        t.missing(missing, errors, "cert_file and key_file go together (mutual TLS)");
     }
-    if t.duration("keep_alive", errors).is_some_and(|ms| ms <= 0) {
-        t.error("keep_alive", errors, "must be positive");
+    if client_id.as_deref() == Some("") {
+        t.error("client_id", errors, "may not be empty");
     }
-    if let Some((n, span)) = t.int("max_inflight", errors)
-        && !(1..=65_535).contains(&n)
-    {
-        errors.at(&span, &t.child_path("max_inflight"), "must be between 1 and 65535");
+    let keep_alive_ms = t.duration("keep_alive", errors);
+    if keep_alive_ms.is_some_and(|ms| ms < 1000) {
+        t.error("keep_alive", errors, "must be at least 1s");
     }
+    let mut max_inflight = None;
+    if let Some((n, span)) = t.int("max_inflight", errors) {
+        match u16::try_from(n) {
+            Ok(n) if n >= 1 => max_inflight = Some(n),
+            _ => errors.at(&span, &t.child_path("max_inflight"), "must be between 1 and 65535"),
+        }
+    }
+    MqttConn { client_id, username, password_file, ca_file, cert_file, key_file, keep_alive_ms, max_inflight }
 }
 
 fn check_mqtt_url(url: &str) -> Result<(), String> {
@@ -165,6 +198,7 @@ pub fn sinks(section: Table<'_, '_>, streams: &Streams, graph: &Graph, errors: &
             buffer: 256 << 20,
             overflow: Overflow::Block,
             path: None,
+            conn: MqttConn::default(),
         };
         match kind {
             SinkKind::Mqtt => mqtt_sink(t, &mut sink, errors),
@@ -233,7 +267,7 @@ fn mqtt_sink(t: Table<'_, '_>, sink: &mut SinkDef, errors: &mut Errors) {
             Overflow::Block
         }
     };
-    common_mqtt_keys(t, errors);
+    sink.conn = common_mqtt_keys(t, errors);
 }
 
 /// A topic with `{field}` placeholders: no wildcards, balanced braces, identifiers inside.
