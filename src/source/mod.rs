@@ -8,6 +8,7 @@
 //! loses an acknowledged message). A full channel is backpressure: the source keeps polling (the
 //! connection stays alive) but stops acknowledging, so the broker stops sending.
 
+pub mod mqtt;
 pub mod route;
 
 use std::sync::Arc;

@@ -1,0 +1,610 @@
+//! The MQTT source: one rumqttc v4 connection that subscribes to a source's stream topics and
+//! hands every message to the feeder as a [`Delivery`], acknowledging it only once the feeder
+//! confirmed it durable (docs/edge-io-research.md §1.2–1.5 is the recipe this follows).
+//!
+//! Design:
+//! - **Persistent session** (`clean_session = false`, a client id stable across restarts): what
+//!   braid has not acknowledged stays with the broker through disconnects, broker restarts (with
+//!   broker persistence) and braid restarts. Subscriptions are (re)sent on the first ConnAck and
+//!   on every ConnAck whose `session_present` is false (the broker forgot them).
+//! - **Acks in receive order, after confirmation.** Every QoS 1 delivery handed to the feeder
+//!   enters the [`AckQueue`] under its `seq`; the prefix with `seq ≤ confirmed` is acked, in that
+//!   order (MQTT-4.6.0-2; rumqttd disconnects on out-of-order acks). The queue is keyed by `seq`,
+//!   never by pkid, because the broker reuses pkids after a reconnect. On a disconnect the queue
+//!   is cleared: the broker redelivers every un-acked message (the duplicates get the same row
+//!   ids downstream).
+//! - **Backpressure.** A full intake channel keeps deliveries in the local `waiting` queue, which
+//!   is retried every [`HANDOFF_RETRY`] and after each confirmation. Un-handed deliveries are not
+//!   confirmed and so not acked, so the broker stops at its in-flight window (mosquitto: 20). The
+//!   connection keeps polling (keep-alive). Only QoS 0 floods can grow `waiting` past the window:
+//!   above [`WAITING_LIMIT`] entries polling pauses, so TCP pushes back on the broker.
+//! - **Only `try_*` calls on the client**, from this one task: awaiting the request channel from
+//!   the polling task can deadlock (rumqtt#1025).
+//! - **Oversized packets** (research §1.5): the incoming limit is `max_payload` plus
+//!   [`TOPIC_HEADROOM`], so a payload a little over `max_payload` still arrives and the feeder
+//!   dead-letters it as `oversized`. A bigger one breaks the connection with
+//!   `PayloadSizeLimitExceeded(n)`, and the broker would redeliver it forever, blocking the queue
+//!   behind it. Up to [`HARD_PACKET_CAP`] the limit is raised to `n` for the next connection only
+//!   (the options are restored at its ConnAck; a connection keeps the limit it started with), the
+//!   packet is delivered (and dead-lettered by the feeder) and acked like any other. Above the
+//!   cap it is logged and counted (`oversized_over_cap`): the broker must be fixed
+//!   (`max_packet_size`).
+//! - **Reconnect backoff** is a timer arm of the `select!`, never a sleep inside an arm, so
+//!   shutdown is seen at once during an outage (research §3).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crossbeam_channel::{Sender, TrySendError};
+use rumqttc::{
+    AsyncClient, ConnAck, ConnectionError, Event, EventLoop, MqttOptions, Outgoing, Packet, Publish, QoS, StateError,
+    SubAck, SubscribeFilter, SubscribeReasonCode,
+};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::{Confirmations, Delivery};
+use crate::config::MqttConn;
+use crate::mqtt::{Backoff, ConnError, default_client_id};
+
+/// Incoming packet room beyond the payload: a topic of up to 65 535 bytes plus its 2-byte
+/// length, the 2-byte packet id and some slack.
+pub const TOPIC_HEADROOM: u64 = 65_546;
+/// The largest packet the oversize escape hatch admits; above it a packet stays stuck at the
+/// broker (logged and counted).
+pub const HARD_PACKET_CAP: usize = 16 << 20;
+/// How often a full intake channel is retried (besides after every confirmation).
+pub const HANDOFF_RETRY: Duration = Duration::from_millis(2);
+/// Waiting deliveries above which polling pauses (only QoS 0 floods get there).
+pub const WAITING_LIMIT: usize = 1024;
+/// rumqttc's request channel (acks and subscribes); a full one is retried at the next round.
+const REQUEST_CAPACITY: usize = 256;
+/// We never publish on a source connection; the limit only has to pass our subscribes.
+const OUTGOING_LIMIT: usize = 64 << 10;
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// How long a clean disconnect at shutdown may take.
+const DISCONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// At most one connection-error log line per this interval (the rest are counted).
+const ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Live figures of one source, written by its task, read by metrics and `/healthz`.
+#[derive(Debug, Default)]
+pub struct SourceStatus {
+    /// Between a ConnAck and the next connection error.
+    pub connected: AtomicBool,
+    /// The broker holds all filters for this connection: SubAck'ed since the last ConnAck, or
+    /// kept in the resumed session (`session_present`).
+    pub subscribed: AtomicBool,
+    /// Messages received from the broker (redeliveries included).
+    pub received: AtomicU64,
+    /// Deliveries handed to the feeder.
+    pub delivered: AtomicU64,
+    /// PUBACKs queued to the broker.
+    pub acked: AtomicU64,
+    /// Connections lost (each is followed by a reconnect attempt).
+    pub reconnects: AtomicU64,
+    /// Deliveries waiting for room in the intake channel (backpressure).
+    pub waiting: AtomicU64,
+    /// Packets over the normal limit admitted through the oversize escape hatch.
+    pub oversized_admitted: AtomicU64,
+    /// Packets over [`HARD_PACKET_CAP`]: stuck at the broker, blocking this session.
+    pub oversized_over_cap: AtomicU64,
+    /// Filters the broker refused (SubAck failure).
+    pub subscriptions_refused: AtomicU64,
+}
+
+impl SourceStatus {
+    fn set(flag: &AtomicBool, value: bool) {
+        flag.store(value, Ordering::Relaxed);
+    }
+
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct SourceSettings {
+    /// The source's index in `Plan::sources` (also [`Delivery::source`]).
+    pub index: usize,
+    /// The `[sources.NAME]` section name (default client id, logs).
+    pub name: String,
+    pub url: String,
+    pub conn: MqttConn,
+    /// MQTT filters to subscribe (see [`subscription_filter`]).
+    pub filters: Vec<String>,
+    /// The largest payload the feeder accepts; bigger ones still arrive and are dead-lettered.
+    pub max_payload: u64,
+    /// Subscription QoS (AtLeastOnce).
+    pub qos: QoS,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The configuration or its files are wrong; retrying does not help.
+    #[error("source `{source_name}`: {error}")]
+    Conn { source_name: String, error: ConnError },
+    #[error("source `{source_name}`: the client id is empty (a persistent session needs one)")]
+    EmptyClientId { source_name: String },
+    #[error("source `{source_name}`: {filter:?} is not a valid MQTT filter")]
+    BadFilter { source_name: String, filter: String },
+    /// The feeder is gone (the service is stopping or broken); nothing is lost, un-acked
+    /// messages stay with the broker.
+    #[error("source `{source_name}`: the feeder's intake channel is closed")]
+    IntakeClosed { source_name: String },
+}
+
+/// The MQTT filter for a stream's topic: `+name` capture levels become `+`, everything else is
+/// kept (route.rs has the grammar).
+pub fn subscription_filter(topic: &str) -> String {
+    topic.split('/').map(|level| if level.starts_with('+') { "+" } else { level }).collect::<Vec<_>>().join("/")
+}
+
+/// Runs the source until `shutdown` turns true (or its sender is dropped), then acks what is
+/// confirmed and disconnects cleanly; un-acked messages stay with the broker.
+pub async fn run(
+    settings: SourceSettings,
+    intake: Sender<Delivery>,
+    confirmations: Arc<Confirmations>,
+    status: Arc<SourceStatus>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), SourceError> {
+    let options = source_options(&settings)?;
+    let (client, mut eventloop) = AsyncClient::new(options, REQUEST_CAPACITY);
+    let waker = confirmations.waker(settings.index);
+    let mut source = Source::new(settings, client, intake, confirmations, status);
+    let mut backoff = Backoff::new(BACKOFF_MIN, BACKOFF_MAX, u64::from(std::process::id()) ^ source.seed());
+    let reconnect = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(reconnect);
+    let mut backing_off = false;
+    let mut outcome = Ok(());
+    while !*shutdown.borrow() {
+        let retry = source.needs_retry();
+        let paused = source.waiting.len() >= WAITING_LIMIT;
+        tokio::select! {
+            biased;
+            changed = shutdown.changed() => if changed.is_err() { break },
+            _ = &mut reconnect, if backing_off => backing_off = false,
+            event = eventloop.poll(), if !backing_off && !paused => match event {
+                Ok(event) => source.on_event(event, &mut eventloop.mqtt_options, &mut backoff),
+                Err(error) => {
+                    let delay = source.on_error(&error, &mut eventloop.mqtt_options, &mut backoff);
+                    reconnect.as_mut().reset(Instant::now() + delay);
+                    backing_off = true;
+                }
+            },
+            _ = waker.notified() => {}
+            _ = tokio::time::sleep(HANDOFF_RETRY), if retry => {}
+        }
+        if let Err(error) = source.hand_off() {
+            outcome = Err(error);
+            break;
+        }
+        source.send_requests();
+    }
+    source.disconnect(&mut eventloop).await;
+    outcome
+}
+
+fn source_options(settings: &SourceSettings) -> Result<MqttOptions, SourceError> {
+    let source_name = settings.name.clone();
+    let mut options = crate::mqtt::options(&settings.url, &settings.conn, &default_client_id(&settings.name))
+        .map_err(|error| SourceError::Conn { source_name: source_name.clone(), error })?;
+    if options.client_id().is_empty() {
+        // rumqttc panics on a persistent session without an id.
+        return Err(SourceError::EmptyClientId { source_name });
+    }
+    if let Some(filter) = settings.filters.iter().find(|f| !rumqttc::valid_filter(f)) {
+        return Err(SourceError::BadFilter { source_name, filter: filter.clone() });
+    }
+    options
+        .set_clean_session(false)
+        .set_manual_acks(true)
+        .set_max_packet_size(incoming_limit(settings), OUTGOING_LIMIT);
+    Ok(options)
+}
+
+/// The normal incoming packet limit: room for `max_payload` and the largest topic.
+fn incoming_limit(settings: &SourceSettings) -> usize {
+    usize::try_from(settings.max_payload.saturating_add(TOPIC_HEADROOM)).unwrap_or(usize::MAX)
+}
+
+/// A received message not yet in the intake channel.
+struct Waiting {
+    delivery: Delivery,
+    /// The packet id to ack (QoS 1); `None` for QoS 0.
+    pkid: Option<u16>,
+}
+
+/// The connection's state between polls: everything but the event loop itself, so the loop can
+/// poll the event loop while this is borrowed by the arms' handlers.
+struct Source {
+    settings: SourceSettings,
+    client: AsyncClient,
+    intake: Sender<Delivery>,
+    confirmations: Arc<Confirmations>,
+    status: Arc<SourceStatus>,
+    waiting: VecDeque<Waiting>,
+    acks: AckQueue,
+    next_seq: u64,
+    connected: bool,
+    /// A subscribe must be (re)sent on this connection and has not been queued yet.
+    subscribe_due: bool,
+    /// The broker confirmed all filters in the current session at least once.
+    session_subscribed: bool,
+    /// The incoming limit was raised for an oversized packet; restore it at the next ConnAck.
+    limit_raised: bool,
+    error_log: LogLimiter,
+}
+
+impl Source {
+    fn new(
+        settings: SourceSettings,
+        client: AsyncClient,
+        intake: Sender<Delivery>,
+        confirmations: Arc<Confirmations>,
+        status: Arc<SourceStatus>,
+    ) -> Source {
+        Source {
+            settings,
+            client,
+            intake,
+            confirmations,
+            status,
+            waiting: VecDeque::new(),
+            acks: AckQueue::default(),
+            next_seq: 1,
+            connected: false,
+            subscribe_due: false,
+            session_subscribed: false,
+            limit_raised: false,
+            error_log: LogLimiter::default(),
+        }
+    }
+
+    fn seed(&self) -> u64 {
+        self.settings.index as u64
+    }
+
+    /// A delivery waits for room in the intake, or a confirmed ack or a subscribe could not be
+    /// queued because rumqttc's request channel was full.
+    fn needs_retry(&self) -> bool {
+        !self.waiting.is_empty()
+            || self.subscribe_due
+            || (self.connected && self.acks.ready(self.confirmations.confirmed(self.settings.index)))
+    }
+
+    fn on_event(&mut self, event: Event, options: &mut MqttOptions, backoff: &mut Backoff) {
+        match event {
+            Event::Incoming(Packet::Publish(publish)) => self.on_publish(publish),
+            Event::Incoming(Packet::ConnAck(connack)) => self.on_connack(connack, options, backoff),
+            Event::Incoming(Packet::SubAck(suback)) => self.on_suback(&suback),
+            Event::Outgoing(Outgoing::Disconnect) => self.connected = false,
+            _ => {}
+        }
+    }
+
+    fn on_publish(&mut self, publish: Publish) {
+        SourceStatus::add(&self.status.received, 1);
+        let pkid = (publish.qos != QoS::AtMostOnce).then_some(publish.pkid);
+        let delivery = Delivery {
+            source: self.settings.index,
+            seq: 0, // numbered when handed off, so delivered seqs have no gaps
+            topic: publish.topic,
+            payload: publish.payload,
+            arrival: wall_clock_ms(),
+        };
+        self.waiting.push_back(Waiting { delivery, pkid });
+    }
+
+    fn on_connack(&mut self, connack: ConnAck, options: &mut MqttOptions, backoff: &mut Backoff) {
+        tracing::info!(source = %self.settings.name, session_present = connack.session_present, "MQTT source connected");
+        self.connected = true;
+        SourceStatus::set(&self.status.connected, true);
+        backoff.reset();
+        if self.limit_raised {
+            // This connection keeps the raised limit it was opened with; the next one is normal.
+            options.set_max_packet_size(incoming_limit(&self.settings), OUTGOING_LIMIT);
+            self.limit_raised = false;
+        }
+        if !connack.session_present {
+            self.session_subscribed = false;
+        }
+        self.subscribe_due = !self.session_subscribed;
+        SourceStatus::set(&self.status.subscribed, self.session_subscribed);
+    }
+
+    fn on_suback(&mut self, suback: &SubAck) {
+        let mut all = suback.return_codes.len() == self.settings.filters.len();
+        for (filter, code) in self.settings.filters.iter().zip(&suback.return_codes) {
+            if *code == SubscribeReasonCode::Failure {
+                all = false;
+                SourceStatus::add(&self.status.subscriptions_refused, 1);
+                tracing::error!(source = %self.settings.name, filter = %filter, "Broker refused the subscription");
+            }
+        }
+        if all {
+            tracing::info!(source = %self.settings.name, filters = self.settings.filters.len(), "MQTT source subscribed");
+        }
+        self.session_subscribed = all;
+        SourceStatus::set(&self.status.subscribed, all);
+    }
+
+    /// The connection broke: forget what the broker will redeliver and pick the reconnect delay.
+    fn on_error(&mut self, error: &ConnectionError, options: &mut MqttOptions, backoff: &mut Backoff) -> Duration {
+        if self.connected {
+            tracing::warn!(source = %self.settings.name, %error, "MQTT source disconnected");
+            SourceStatus::add(&self.status.reconnects, 1);
+        } else if let Some(suppressed) = self.error_log.allow() {
+            tracing::warn!(source = %self.settings.name, %error, suppressed, "MQTT source cannot connect");
+        }
+        self.connected = false;
+        self.subscribe_due = false;
+        SourceStatus::set(&self.status.connected, false);
+        SourceStatus::set(&self.status.subscribed, false);
+        self.acks.clear();
+        // Un-acked QoS 1 messages come back from the broker; QoS 0 ones would not, so keep them.
+        self.waiting.retain(|w| w.pkid.is_none());
+        SourceStatus::set_count(&self.status.waiting, self.waiting.len());
+        if let Some(size) = oversized_packet(error) {
+            self.admit_oversized(size, options);
+        }
+        backoff.next()
+    }
+
+    /// Research §1.5: raise the limit for one connection so the packet can be received and
+    /// dead-lettered instead of blocking the session forever.
+    fn admit_oversized(&mut self, size: usize, options: &mut MqttOptions) {
+        if size > HARD_PACKET_CAP {
+            SourceStatus::add(&self.status.oversized_over_cap, 1);
+            tracing::error!(
+                source = %self.settings.name, size, cap = HARD_PACKET_CAP,
+                "A packet above the hard cap is stuck at the broker and blocks this source; limit packet sizes at the broker"
+            );
+            return;
+        }
+        SourceStatus::add(&self.status.oversized_admitted, 1);
+        tracing::warn!(source = %self.settings.name, size, "Oversized packet: admitting it for one connection");
+        options.set_max_packet_size(size, OUTGOING_LIMIT);
+        self.limit_raised = true;
+    }
+
+    /// Moves waiting deliveries into the intake channel, in order, numbering them.
+    fn hand_off(&mut self) -> Result<(), SourceError> {
+        while let Some(Waiting { mut delivery, pkid }) = self.waiting.pop_front() {
+            delivery.seq = self.next_seq;
+            match self.intake.try_send(delivery) {
+                Ok(()) => {
+                    if let Some(pkid) = pkid {
+                        self.acks.push(self.next_seq, pkid);
+                    }
+                    self.next_seq += 1;
+                    SourceStatus::add(&self.status.delivered, 1);
+                }
+                Err(TrySendError::Full(delivery)) => {
+                    self.waiting.push_front(Waiting { delivery, pkid });
+                    break;
+                }
+                Err(TrySendError::Disconnected(_)) => {
+                    return Err(SourceError::IntakeClosed { source_name: self.settings.name.clone() });
+                }
+            }
+        }
+        SourceStatus::set_count(&self.status.waiting, self.waiting.len());
+        Ok(())
+    }
+
+    /// Queues the confirmed acks and a due subscribe (without awaiting: research §1.2).
+    fn send_requests(&mut self) {
+        if !self.connected {
+            return;
+        }
+        let confirmed = self.confirmations.confirmed(self.settings.index);
+        let acked = self.acks.flush(confirmed, &self.client);
+        SourceStatus::add(&self.status.acked, acked);
+        if self.subscribe_due {
+            self.subscribe();
+        }
+    }
+
+    fn subscribe(&mut self) {
+        if self.settings.filters.is_empty() {
+            self.subscribe_due = false;
+            self.session_subscribed = true;
+            SourceStatus::set(&self.status.subscribed, true);
+            return;
+        }
+        let qos = self.settings.qos;
+        let filters = self.settings.filters.iter().map(|f| SubscribeFilter::new(f.clone(), qos));
+        // Fails only when the request channel is full (the filters were checked at start).
+        if self.client.try_subscribe_many(filters).is_ok() {
+            self.subscribe_due = false;
+        }
+    }
+
+    /// Acks what is confirmed, then sends DISCONNECT and polls until it is written (bounded).
+    async fn disconnect(&mut self, eventloop: &mut EventLoop) {
+        self.send_requests();
+        if !self.connected {
+            return;
+        }
+        if self.client.try_disconnect().is_err() {
+            tracing::warn!(source = %self.settings.name, "MQTT source could not queue DISCONNECT; dropping the connection");
+            return;
+        }
+        let written = tokio::time::timeout(DISCONNECT_TIMEOUT, async {
+            loop {
+                match eventloop.poll().await {
+                    Ok(Event::Outgoing(Outgoing::Disconnect)) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        });
+        if written.await.is_err() {
+            tracing::warn!(source = %self.settings.name, "MQTT source DISCONNECT timed out");
+        }
+        self.connected = false;
+        SourceStatus::set(&self.status.connected, false);
+        tracing::info!(source = %self.settings.name, "MQTT source disconnected at shutdown");
+    }
+}
+
+impl SourceStatus {
+    fn set_count(gauge: &AtomicU64, n: usize) {
+        gauge.store(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// The remaining length of a packet over the incoming limit, if that is what broke the link.
+fn oversized_packet(error: &ConnectionError) -> Option<usize> {
+    match error {
+        ConnectionError::MqttState(StateError::Deserialization(rumqttc::Error::PayloadSizeLimitExceeded(n))) => {
+            Some(*n)
+        }
+        _ => None,
+    }
+}
+
+/// Processing time of an arrival, ms since the Unix epoch.
+// The source is runtime I/O, where reading the clock belongs (STYLE.md 4).
+#[allow(clippy::disallowed_methods)]
+fn wall_clock_ms() -> i128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i128)
+}
+
+/// QoS 1 deliveries handed to the feeder and not yet acked, in receive order.
+#[derive(Debug, Default)]
+struct AckQueue {
+    pending: VecDeque<(u64, u16)>,
+}
+
+impl AckQueue {
+    fn push(&mut self, seq: u64, pkid: u16) {
+        self.pending.push_back((seq, pkid));
+    }
+
+    /// The oldest un-acked delivery is confirmed.
+    fn ready(&self, confirmed: u64) -> bool {
+        self.pending.front().is_some_and(|&(seq, _)| seq <= confirmed)
+    }
+
+    /// Queues acks for the confirmed prefix, oldest first; stops at a full request channel so
+    /// no ack is skipped (a gap is an out-of-order ack). Returns how many were queued.
+    fn flush(&mut self, confirmed: u64, client: &AsyncClient) -> u64 {
+        let mut acked = 0;
+        while let Some(&(seq, pkid)) = self.pending.front() {
+            if seq > confirmed || client.try_ack(&ack_stub(pkid)).is_err() {
+                break;
+            }
+            self.pending.pop_front();
+            acked += 1;
+        }
+        acked
+    }
+
+    /// The connection broke: these pkids mean nothing on the next one.
+    fn clear(&mut self) {
+        self.pending.clear();
+    }
+}
+
+/// `try_ack` reads only the QoS and pkid of the publish it acks.
+fn ack_stub(pkid: u16) -> Publish {
+    let mut publish = Publish::new(String::new(), QoS::AtLeastOnce, Vec::new());
+    publish.pkid = pkid;
+    publish
+}
+
+/// One log line per [`ERROR_LOG_INTERVAL`]; counts the suppressed ones.
+#[derive(Debug, Default)]
+struct LogLimiter {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl LogLimiter {
+    /// `Some(suppressed since the last line)` when a line may be written now.
+    fn allow(&mut self) -> Option<u64> {
+        let now = Instant::now();
+        if self.last.is_some_and(|last| now.duration_since(last) < ERROR_LOG_INTERVAL) {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_levels_become_plus() {
+        assert_eq!(subscription_filter("devices/+device/status"), "devices/+/status");
+        assert_eq!(subscription_filter("+site/+/x/#"), "+/+/x/#");
+        assert_eq!(subscription_filter("a//b"), "a//b");
+        assert_eq!(subscription_filter("plain"), "plain");
+    }
+
+    /// A client whose request channel holds 4 requests; keep the event loop alive (its end of
+    /// the channel) and never poll it.
+    fn client() -> (AsyncClient, EventLoop) {
+        AsyncClient::new(MqttOptions::new("t", "127.0.0.1", 1), 4)
+    }
+
+    #[test]
+    fn acks_only_the_confirmed_prefix_in_order() {
+        let mut queue = AckQueue::default();
+        for (seq, pkid) in [(1, 7), (2, 8), (4, 9)] {
+            queue.push(seq, pkid);
+        }
+        let (client, _eventloop) = client();
+        assert!(!queue.ready(0));
+        assert_eq!(queue.flush(0, &client), 0);
+        assert!(queue.ready(3));
+        assert_eq!(queue.flush(3, &client), 2);
+        assert_eq!(queue.pending.front(), Some(&(4, 9)));
+    }
+
+    #[test]
+    fn a_full_request_channel_leaves_the_rest_queued() {
+        let mut queue = AckQueue::default();
+        for seq in 1..=10 {
+            queue.push(seq, seq as u16);
+        }
+        let (client, _eventloop) = client();
+        assert_eq!(queue.flush(10, &client), 4);
+        assert_eq!(queue.pending.front(), Some(&(5, 5)));
+        queue.clear();
+        assert!(!queue.ready(u64::MAX));
+    }
+
+    #[test]
+    fn the_error_log_is_rate_limited() {
+        let mut limiter = LogLimiter::default();
+        assert_eq!(limiter.allow(), Some(0));
+        assert_eq!(limiter.allow(), None);
+        assert_eq!(limiter.allow(), None);
+        assert_eq!(limiter.suppressed, 2);
+    }
+
+    #[test]
+    fn bad_settings_are_errors_not_panics() {
+        let settings = SourceSettings {
+            index: 0,
+            name: "devices".into(),
+            url: "mqtt://127.0.0.1:1".into(),
+            conn: MqttConn::default(),
+            filters: vec!["a/#/b".into()],
+            max_payload: 1024,
+            qos: QoS::AtLeastOnce,
+        };
+        assert!(matches!(source_options(&settings), Err(SourceError::BadFilter { .. })));
+        let settings = SourceSettings { url: "http://x".into(), ..settings };
+        assert!(matches!(source_options(&settings), Err(SourceError::Conn { .. })));
+    }
+}
