@@ -9,6 +9,7 @@
 //! - [`config_text`]: pieces of configuration text (stream sections, select items);
 //! - [`join_workload`]: the interval-join workload generator, its brute-force reference and
 //!   shrinker (`reference_join.rs`, `properties.rs`);
+//! - [`notify`]: a stand-in for systemd's `NOTIFY_SOCKET` (readiness, watchdog pings);
 //! - [`runtime_workload`]: configurations of every operator kind, alone and chained through
 //!   re-keying, over inputs full of ties (`runtime.rs`: the shard runtime against the engine).
 //!
@@ -18,6 +19,7 @@
 pub mod config_text;
 pub mod join_workload;
 pub mod multiset;
+pub mod notify;
 pub mod rng;
 pub mod run;
 pub mod runtime_workload;
