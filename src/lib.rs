@@ -5,9 +5,13 @@
 //! [`operator`]s, which keep their rows in [`state`]; [`shard`] runs them on pinned threads fed
 //! through [`ring`]s of rkyv frames in [`mapped_file`]s; [`replay`] feeds the runtime from files;
 //! [`ops`] renders its metrics. [`source`] routes MQTT topics to streams and [`sink`] renders
-//! publish topics.
+//! publish topics. [`broker`] (feature `embedded-broker`) is braid's own MQTT broker and
+//! [`demo`] simulates devices publishing to one.
 
+#[cfg(feature = "embedded-broker")]
+pub mod broker;
 pub mod config;
+pub mod demo;
 pub mod engine;
 pub mod mapped_file;
 pub mod mqtt;

@@ -1,3 +1,9 @@
-//! Operating braid: metrics (Prometheus text).
+//! Operating braid: metrics (Prometheus text), the `/metrics` and `/healthz` endpoint, and the
+//! systemd notifications (readiness, status, watchdog).
 
+pub mod http;
 pub mod metrics;
+pub mod systemd;
+mod throttle;
+
+pub use http::{OpsError, OpsView};

@@ -5,10 +5,13 @@
 //! - [`run`]: the braid binary under test (`braid replay` with inputs, outputs and a timeout,
 //!   reading its JSON-lines outputs back), input files in a temporary folder, and in-process
 //!   replays (`braid::replay::run`) that skip ticks or step through every one;
+//! - [`mqtt`]: a private mosquitto per test (start, SIGTERM stop, restart, kill), a recording
+//!   subscriber and a publisher that waits for every PUBACK;
 //! - [`multiset`]: outputs as multisets of canonical JSON texts, and readable differences;
 //! - [`config_text`]: pieces of configuration text (stream sections, select items);
 //! - [`join_workload`]: the interval-join workload generator, its brute-force reference and
 //!   shrinker (`reference_join.rs`, `properties.rs`);
+//! - [`notify`]: a stand-in for systemd's `NOTIFY_SOCKET` (readiness, watchdog pings);
 //! - [`runtime_workload`]: configurations of every operator kind, alone and chained through
 //!   re-keying, over inputs full of ties (`runtime.rs`: the shard runtime against the engine).
 //!
@@ -17,7 +20,9 @@
 
 pub mod config_text;
 pub mod join_workload;
+pub mod mqtt;
 pub mod multiset;
+pub mod notify;
 pub mod rng;
 pub mod run;
 pub mod runtime_workload;

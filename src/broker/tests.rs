@@ -1,0 +1,271 @@
+//! The embedded broker against real rumqttc clients on 127.0.0.1 (fresh port per test), and the
+//! small async client helpers these tests and the device simulator's tests share.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::time::Duration;
+
+use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, Publish, QoS};
+
+use super::*;
+
+/// Every wait of these tests is bounded by this.
+pub(crate) const WAIT: Duration = Duration::from_secs(10);
+
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+pub(crate) fn settings() -> BrokerSettings {
+    BrokerSettings { listen: (Ipv4Addr::LOCALHOST, 0).into(), max_payload: 64 * 1024, tls: None }
+}
+
+pub(crate) fn options(addr: SocketAddr, id: &str, clean: bool) -> MqttOptions {
+    let mut o = MqttOptions::new(id, addr.ip().to_string(), addr.port());
+    o.set_clean_session(clean).set_keep_alive(Duration::from_secs(5));
+    o
+}
+
+/// Polls until the next event that `want` accepts (errors fail the test).
+pub(crate) async fn poll_until<T>(el: &mut EventLoop, mut want: impl FnMut(&Event) -> Option<T>) -> T {
+    let wait = async {
+        loop {
+            let ev = el.poll().await.unwrap();
+            if let Some(t) = want(&ev) {
+                return t;
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, wait).await.expect("no awaited MQTT event in time")
+}
+
+/// Connects and subscribes `filter`, returning after the SubAck; the ConnAck's session_present.
+pub(crate) async fn subscriber(opts: MqttOptions, filter: &str, qos: QoS) -> (AsyncClient, EventLoop, bool) {
+    let (client, mut el) = AsyncClient::new(opts, 16);
+    let present = poll_until(&mut el, |ev| match ev {
+        Event::Incoming(Packet::ConnAck(c)) => Some(c.session_present),
+        _ => None,
+    })
+    .await;
+    client.subscribe(filter, qos).await.unwrap();
+    poll_until(&mut el, |ev| matches!(ev, Event::Incoming(Packet::SubAck(_))).then_some(())).await;
+    (client, el, present)
+}
+
+/// Publishes every message at QoS 1 and returns once every PUBACK arrived.
+pub(crate) async fn publish_acked(opts: MqttOptions, msgs: &[(String, Vec<u8>)]) {
+    let (client, mut el) = AsyncClient::new(opts, msgs.len().max(1));
+    for (topic, payload) in msgs {
+        client.try_publish(topic.as_str(), QoS::AtLeastOnce, false, payload.clone()).unwrap();
+    }
+    let mut acked = 0;
+    while acked < msgs.len() {
+        poll_until(&mut el, |ev| matches!(ev, Event::Incoming(Packet::PubAck(_))).then_some(())).await;
+        acked += 1;
+    }
+    client.disconnect().await.unwrap();
+    // Let the DISCONNECT go out so that the broker does not see an abrupt close.
+    let _ = tokio::time::timeout(Duration::from_millis(200), el.poll()).await;
+}
+
+/// Receives `n` publishes.
+pub(crate) async fn receive(el: &mut EventLoop, n: usize) -> Vec<Publish> {
+    let mut got = Vec::with_capacity(n);
+    while got.len() < n {
+        let p = poll_until(el, |ev| match ev {
+            Event::Incoming(Packet::Publish(p)) => Some(p.clone()),
+            _ => None,
+        })
+        .await;
+        got.push(p);
+    }
+    got
+}
+
+fn messages(topic: &str, n: usize) -> Vec<(String, Vec<u8>)> {
+    (0..n).map(|i| (topic.to_string(), format!("{{\"n\":{i}}}").into_bytes())).collect()
+}
+
+fn payloads(got: &[Publish]) -> Vec<Vec<u8>> {
+    got.iter().map(|p| p.payload.to_vec()).collect()
+}
+
+#[test]
+fn qos1_publish_reaches_a_subscriber() {
+    let broker = start(settings()).unwrap();
+    let addr = broker.addr();
+    assert_ne!(addr.port(), 0);
+    runtime().block_on(async {
+        let (_sub, mut el, _) = subscriber(options(addr, "sub", true), "devices/+/status", QoS::AtLeastOnce).await;
+        let msgs = messages("devices/d1/status", 20);
+        publish_acked(options(addr, "pub", true), &msgs).await;
+        let got = receive(&mut el, msgs.len()).await;
+        assert!(got.iter().all(|p| p.topic == "devices/d1/status" && p.qos == QoS::AtLeastOnce));
+        assert_eq!(payloads(&got), msgs.into_iter().map(|m| m.1).collect::<Vec<_>>());
+    });
+}
+
+#[test]
+fn persistent_session_gets_what_was_queued_while_away() {
+    let broker = start(settings()).unwrap();
+    let addr = broker.addr();
+    runtime().block_on(async {
+        let (sub, mut el, _) = subscriber(options(addr, "keeper", false), "q/#", QoS::AtLeastOnce).await;
+        sub.disconnect().await.unwrap();
+        let _ = tokio::time::timeout(Duration::from_millis(200), el.poll()).await;
+        drop(el);
+
+        let msgs = messages("q/x", 10);
+        publish_acked(options(addr, "pub", true), &msgs).await;
+
+        // Back with the same id and no new subscription: the session kept both.
+        let (_client, mut el) = AsyncClient::new(options(addr, "keeper", false), 16);
+        let present = poll_until(&mut el, |ev| match ev {
+            Event::Incoming(Packet::ConnAck(c)) => Some(c.session_present),
+            _ => None,
+        })
+        .await;
+        assert!(present, "the broker forgot the persistent session");
+        let got = receive(&mut el, msgs.len()).await;
+        assert_eq!(payloads(&got), msgs.into_iter().map(|m| m.1).collect::<Vec<_>>());
+    });
+}
+
+#[test]
+fn a_taken_port_is_a_clear_error() {
+    let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let addr = taken.local_addr().unwrap();
+    let err = start(BrokerSettings { listen: addr, ..settings() }).unwrap_err();
+    assert!(matches!(err, BrokerError::AddrInUse { addr: a } if a == addr), "{err:?}");
+    assert!(err.to_string().contains("already in use"), "{err}");
+    assert!(err.is_retryable());
+}
+
+#[test]
+fn free_addr_prefers_the_given_port_and_falls_back_on_the_same_ip() {
+    let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let busy = taken.local_addr().unwrap();
+    let other = free_addr(busy).unwrap();
+    assert_eq!(other.ip(), busy.ip());
+    assert_ne!(other.port(), busy.port());
+    drop(taken);
+    assert_eq!(free_addr(busy).unwrap(), busy);
+}
+
+#[test]
+fn zero_max_payload_is_refused() {
+    let err = start(BrokerSettings { max_payload: 0, ..settings() }).unwrap_err();
+    assert!(matches!(err, BrokerError::ZeroMaxPayload));
+}
+
+#[cfg(not(feature = "embedded-broker-tls"))]
+#[test]
+fn tls_without_the_feature_is_a_clear_error() {
+    let tls = BrokerTls { cert_file: "c.pem".into(), key_file: "k.pem".into(), ca_file: None };
+    let err = start(BrokerSettings { tls: Some(tls), ..settings() }).unwrap_err();
+    assert!(matches!(err, BrokerError::TlsUnavailable), "{err:?}");
+    assert!(!err.is_retryable());
+}
+
+#[cfg(feature = "embedded-broker-tls")]
+mod tls {
+    use std::path::Path;
+    use std::process::Command;
+    use std::sync::Arc;
+
+    use rumqttc::{TlsConfiguration, Transport};
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+
+    use super::*;
+
+    fn openssl(dir: &Path, args: &[&str]) {
+        let out = Command::new("openssl").args(args).current_dir(dir).output().expect("the openssl CLI is needed");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// A CA and a server certificate for IP 127.0.0.1 signed by it, P-256 keys (quick to make).
+    fn make_certs(dir: &Path) {
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+        let mut ca = vec!["req", "-x509", "-days", "2", "-subj", "/CN=braid-test-ca"];
+        ca.extend(ec);
+        ca.extend(["-keyout", "ca.key", "-out", "ca.pem", "-addext", "basicConstraints=critical,CA:TRUE"]);
+        ca.extend(["-addext", "keyUsage=critical,keyCertSign"]);
+        openssl(dir, &ca);
+        let mut csr = vec!["req", "-subj", "/CN=127.0.0.1", "-keyout", "server.key", "-out", "server.csr"];
+        csr.extend(ec);
+        openssl(dir, &csr);
+        std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-extfile",
+                "ext.cnf",
+                "-out",
+                "server.pem",
+            ],
+        );
+    }
+
+    fn tls_options(addr: SocketAddr, id: &str, ca: &Path) -> MqttOptions {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(ca).unwrap() {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let mut o = options(addr, id, true);
+        o.set_transport(Transport::tls_with_config(TlsConfiguration::Rustls(Arc::new(cfg))));
+        o
+    }
+
+    #[test]
+    fn qos1_over_tls() {
+        let dir = tempfile::tempdir().unwrap();
+        make_certs(dir.path());
+        let tls = BrokerTls {
+            cert_file: dir.path().join("server.pem"),
+            key_file: dir.path().join("server.key"),
+            ca_file: None,
+        };
+        let broker = start(BrokerSettings { tls: Some(tls), ..settings() }).unwrap();
+        let addr = broker.addr();
+        let ca = dir.path().join("ca.pem");
+        runtime().block_on(async {
+            let (_sub, mut el, _) = subscriber(tls_options(addr, "sub", &ca), "t/#", QoS::AtLeastOnce).await;
+            let msgs = messages("t/1", 5);
+            publish_acked(tls_options(addr, "pub", &ca), &msgs).await;
+            let got = receive(&mut el, msgs.len()).await;
+            assert_eq!(payloads(&got), msgs.into_iter().map(|m| m.1).collect::<Vec<_>>());
+        });
+    }
+
+    #[test]
+    fn bad_tls_files_and_client_certs_are_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("empty.pem"), "").unwrap();
+        let tls = BrokerTls {
+            cert_file: dir.path().join("empty.pem"),
+            key_file: dir.path().join("missing.key"),
+            ca_file: None,
+        };
+        let err = start(BrokerSettings { tls: Some(tls.clone()), ..settings() }).unwrap_err();
+        assert!(matches!(&err, BrokerError::TlsFile { path, .. } if path.ends_with("empty.pem")), "{err:?}");
+        let with_ca = BrokerTls { ca_file: Some(dir.path().join("ca.pem")), ..tls };
+        let err = start(BrokerSettings { tls: Some(with_ca), ..settings() }).unwrap_err();
+        assert!(matches!(err, BrokerError::ClientCertsUnsupported), "{err:?}");
+    }
+}

@@ -1,0 +1,3 @@
+//! `braid demo`: simulated devices publishing to an MQTT broker.
+
+pub mod devices;
