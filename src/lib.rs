@@ -10,6 +10,7 @@
 pub mod config;
 pub mod engine;
 pub mod mapped_file;
+pub mod mqtt;
 pub mod operator;
 pub mod ops;
 pub mod record;
