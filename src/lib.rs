@@ -23,5 +23,6 @@ pub mod ring;
 pub mod shard;
 pub mod sink;
 pub mod source;
+pub mod spool;
 pub mod state;
 pub mod time;

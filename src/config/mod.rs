@@ -21,7 +21,7 @@ use crate::operator::OperatorSpec;
 use crate::record::Schema;
 use walk::{Errors, Table};
 
-pub use io::{MqttConn, SinkDef, SourceDef};
+pub use io::{MqttConn, Overflow, SinkDef, SinkKind, SourceDef};
 pub use streams::StreamDef;
 
 /// Names braid writes into results itself; no field, alias or aggregate may take them.

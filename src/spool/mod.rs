@@ -1,0 +1,349 @@
+//! The spool: a durable FIFO of byte records in memory-mapped segment files.
+//!
+//! Used as the service's ingest journal (every accepted MQTT message is appended before its
+//! PUBACK and replayed after a crash) and as each MQTT sink's store-and-forward buffer (a result
+//! is released only after the upstream PUBACK). Records get sequence numbers `0, 1, 2, …`:
+//! monotonic, never reused, kept across restarts. The unreleased records are `first()..end()`.
+//!
+//! # Files
+//!
+//! A spool is a directory: `head` (where the unreleased records start) and segment files
+//! `NNNNNNNNNN.spool` (4 MiB by default, [`SpoolOptions::segment_bytes`]), each a
+//! [`MappedFile`](crate::mapped_file::MappedFile) — locked, preallocated, header-checked;
+//! mapped_file.rs has the soundness argument. The number in a file name only tells files apart;
+//! a segment's place in the FIFO is the base sequence number in its header.
+//!
+//! ```text
+//! segment:  [MappedFile header 64 B][segment header 32 B][record][record]…[0 × 16: end mark]
+//! segment header (little endian): base seq u64 | zero [u8; 20] | crc32c of 0..28 u32
+//! record:   [header 16 B][payload, `len` bytes][zero padding to a multiple of 8]
+//! record header: len u32 | crc32c(seq ‖ len ‖ payload) u32 | seq u64
+//! head:     [MappedFile header 64 B][slot 32 B][slot 32 B]   (head.rs)
+//! ```
+//!
+//! - **Append** writes payload, header (crc last) and then zeroes the next 16 bytes. A segment's
+//!   records must carry `base, base + 1, …`; the walk on open stops at the first record that is
+//!   cut short, fails its crc or has another seq. So a torn last record is cut, and records left
+//!   over from a recycled file's earlier life (smaller seqs) never come back.
+//! - **Release** advances `first` and writes it to the head file (two crc'd slots written in
+//!   turn: a torn write leaves the other). A segment whose records are all released, other than
+//!   the one being appended to, is recycled: kept as the one spare (reset when a new segment is
+//!   needed) or deleted. So the files hold at most `max_bytes` plus about two segments.
+//! - **Limits.** A record holds at most [`Spool::max_record`] bytes (`segment_bytes` − 128 with
+//!   the headers, and its record size at most `max_bytes`). [`Spool::queued_bytes`] counts the
+//!   unreleased records with their headers and padding; an append that would take it past
+//!   `max_bytes` fails with [`SpoolError::Full`] (`Overflow::Block`) or first drops the oldest
+//!   records (`Overflow::DropOldest`, counted by [`Spool::dropped`] and kept in the head file).
+//! - **Memory.** Per segment a sparse index of one `u32` per 32 records; [`Spool::get`] reads at
+//!   most 31 record headers to find a record and hands out the payload in place.
+//!
+//! # Guarantees
+//!
+//! After a process crash or `kill -9` (anything that leaves the page cache alone): every record
+//! whose `append` returned is there with its seq, every `release_through` that returned stays
+//! released, and nothing comes back that was never appended. After a power loss, only what
+//! [`Spool::sync`] (msync) covered. A segment whose segment header or file header is damaged is
+//! set aside (file header: renamed `*.damaged`) and its records are lost, logged; a gap in the
+//! seqs is then possible and [`Spool::get`] returns `None` for the missing ones.
+
+mod head;
+mod segment;
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use self::head::{Head, HeadState};
+use self::segment::{END_MARK, RECORD_HEADER, SEGMENT_HEADER, Segment, record_size};
+use crate::config::Overflow;
+use crate::mapped_file::{HEADER_LEN, MappedFileError};
+
+/// How big a spool may grow and what happens when it is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpoolOptions {
+    /// Bound on [`Spool::queued_bytes`].
+    pub max_bytes: u64,
+    /// Size of each new segment file: a multiple of 4096 from 8 KiB to 1 GiB.
+    pub segment_bytes: usize,
+    pub overflow: Overflow,
+}
+
+impl Default for SpoolOptions {
+    fn default() -> Self {
+        SpoolOptions { max_bytes: 256 << 20, segment_bytes: 4 << 20, overflow: Overflow::Block }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum SpoolError {
+    #[error(transparent)]
+    File(#[from] MappedFileError),
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("spool options: {0}")]
+    BadOptions(String),
+    /// This record can never be stored: larger segments or a larger buffer are needed.
+    #[error("record of {len} bytes is larger than the spool holds ({max} bytes)")]
+    TooLarge { len: usize, max: usize },
+    /// `Overflow::Block` and no room: retry after records are released.
+    #[error("spool full")]
+    Full,
+}
+
+/// A durable FIFO of byte records; see the module doc.
+pub struct Spool {
+    dir: PathBuf,
+    options: SpoolOptions,
+    head: Head,
+    /// By base seq; the last one takes the appends.
+    segments: VecDeque<Segment>,
+    spare: Option<Segment>,
+    next_file: u64,
+    first: u64,
+    end: u64,
+    queued: u64,
+    dropped: u64,
+}
+
+impl Spool {
+    /// Opens the spool in `dir`, or creates it (and `dir`) when there is none.
+    pub fn open(dir: &Path, options: SpoolOptions) -> Result<Spool, SpoolError> {
+        check_options(&options)?;
+        std::fs::create_dir_all(dir).map_err(|source| SpoolError::Io { path: dir.to_owned(), source })?;
+        let (head, state) = Head::open(&dir.join("head"))?;
+        let (found, next_file) = open_segments(dir)?;
+        let mut spool = Spool {
+            dir: dir.to_owned(),
+            options,
+            head,
+            segments: VecDeque::new(),
+            spare: None,
+            next_file,
+            first: state.first,
+            end: state.first,
+            queued: 0,
+            dropped: state.dropped,
+        };
+        spool.adopt(found);
+        Ok(spool)
+    }
+
+    /// Takes the segments found on disk: live ones in base order, the rest recycled.
+    fn adopt(&mut self, mut found: Vec<Segment>) {
+        found.sort_by_key(|s| s.base);
+        for segment in found {
+            let overlaps = self.segments.back().is_some_and(|last| segment.base < last.next_seq());
+            if segment.count == 0 || segment.next_seq() <= self.first || overlaps {
+                if overlaps {
+                    tracing::warn!(path = %segment.path().display(), "Spool segment overlaps the one before; set aside");
+                }
+                self.recycle(segment);
+            } else {
+                self.segments.push_back(segment);
+            }
+        }
+        if let Some(front) = self.segments.front()
+            && front.base > self.first
+        {
+            tracing::warn!(dir = %self.dir.display(), from = self.first, to = front.base, "Spool records missing");
+            self.first = front.base;
+        }
+        self.end = self.segments.back().map_or(self.first, |s| s.next_seq().max(self.first));
+        self.queued = self.segments.iter().map(|s| s.bytes_from(self.first)).sum();
+    }
+
+    /// The largest record [`append`](Self::append) takes.
+    pub fn max_record(&self) -> usize {
+        let by_segment = self.options.segment_bytes - HEADER_LEN - SEGMENT_HEADER - RECORD_HEADER - END_MARK;
+        // Record sizes are multiples of 8: a payload up to this rounds up to at most `max_bytes`.
+        let by_buffer =
+            usize::try_from(self.options.max_bytes & !7).unwrap_or(usize::MAX).saturating_sub(RECORD_HEADER);
+        by_segment.min(by_buffer)
+    }
+
+    /// Appends one record; its sequence number. See the module doc for `Full` and dropping.
+    pub fn append(&mut self, record: &[u8]) -> Result<u64, SpoolError> {
+        let max = self.max_record();
+        if record.len() > max {
+            return Err(SpoolError::TooLarge { len: record.len(), max });
+        }
+        let size = record_size(record.len());
+        if self.queued + size as u64 > self.options.max_bytes {
+            match self.options.overflow {
+                Overflow::Block => return Err(SpoolError::Full),
+                Overflow::DropOldest => self.drop_for(size as u64),
+            }
+        }
+        let seq = self.end;
+        self.active_for(size)?.append(record);
+        self.end += 1;
+        self.queued += size as u64;
+        Ok(seq)
+    }
+
+    /// Drops the oldest records until `size` more bytes fit.
+    fn drop_for(&mut self, size: u64) {
+        let mut to = self.first;
+        let mut freed = 0;
+        while self.queued - freed + size > self.options.max_bytes && to < self.end {
+            freed += self.bytes_in(to, to + 1);
+            to += 1;
+        }
+        self.dropped += to - self.first;
+        self.release_to(to);
+    }
+
+    /// The segment to append a record of `size` bytes to, starting a new one when needed.
+    fn active_for(&mut self, size: usize) -> Result<&mut Segment, SpoolError> {
+        let usable = self.segments.back().is_some_and(|s| s.fits(size) && s.next_seq() == self.end);
+        if !usable {
+            let segment = match self.spare.take() {
+                Some(mut spare) if spare.fits(size) => {
+                    spare.reset(self.end);
+                    spare
+                }
+                other => {
+                    if let Some(small) = other {
+                        self.delete(small);
+                    }
+                    let path = self.dir.join(format!("{:010}.spool", self.next_file));
+                    self.next_file += 1;
+                    Segment::create(&path, self.end, self.options.segment_bytes - HEADER_LEN)?
+                }
+            };
+            self.segments.push_back(segment);
+            self.recycle_released();
+        }
+        // Just ensured: there is a last segment.
+        self.segments.back_mut().ok_or(SpoolError::Full)
+    }
+
+    /// The oldest unreleased sequence number.
+    pub fn first(&self) -> u64 {
+        self.first
+    }
+
+    /// The sequence number the next append gets.
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// Record `seq`, in place; `None` outside `first()..end()` (or for a record lost to damage).
+    pub fn get(&self, seq: u64) -> Option<&[u8]> {
+        if seq < self.first || seq >= self.end {
+            return None;
+        }
+        let at = self.segments.partition_point(|s| s.base <= seq);
+        self.segments.get(at.checked_sub(1)?)?.get(seq)
+    }
+
+    /// Releases every record up to and including `seq` (kept across a crash); segments left with
+    /// released records only are recycled.
+    pub fn release_through(&mut self, seq: u64) {
+        self.release_to(seq.saturating_add(1));
+    }
+
+    fn release_to(&mut self, to: u64) {
+        let to = to.min(self.end);
+        if to <= self.first {
+            return;
+        }
+        self.queued -= self.bytes_in(self.first, to);
+        self.first = to;
+        self.head.write(HeadState { first: self.first, dropped: self.dropped });
+        self.recycle_released();
+    }
+
+    /// Bytes taken by records `from..to`.
+    fn bytes_in(&self, from: u64, to: u64) -> u64 {
+        let segments = self.segments.iter().filter(|s| s.base < to && from < s.next_seq());
+        segments.map(|s| s.bytes_between(from.max(s.base), to.min(s.next_seq()))).sum()
+    }
+
+    fn recycle_released(&mut self) {
+        while self.segments.len() > 1 && self.segments.front().is_some_and(|s| s.next_seq() <= self.first) {
+            if let Some(segment) = self.segments.pop_front() {
+                self.recycle(segment);
+            }
+        }
+    }
+
+    /// Keeps `segment` as the spare, or deletes it when there is one.
+    fn recycle(&mut self, segment: Segment) {
+        if self.spare.is_none() {
+            self.spare = Some(segment);
+        } else {
+            self.delete(segment);
+        }
+    }
+
+    /// Unlinks the file while it is still mapped, then unmaps it (never truncated while mapped).
+    fn delete(&self, segment: Segment) {
+        if let Err(error) = std::fs::remove_file(segment.path()) {
+            tracing::warn!(path = %segment.path().display(), %error, "Spool segment could not be deleted");
+        }
+    }
+
+    /// Writes everything appended and released so far to disk (`msync(MS_SYNC)`).
+    pub fn sync(&mut self) -> std::io::Result<()> {
+        for segment in &mut self.segments {
+            segment.flush().map_err(std::io::Error::other)?;
+        }
+        self.head.flush().map_err(std::io::Error::other)
+    }
+
+    /// Bytes the unreleased records take (headers and padding included).
+    pub fn queued_bytes(&self) -> u64 {
+        self.queued
+    }
+
+    /// Records dropped by `Overflow::DropOldest`, over the spool's whole life.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+}
+
+fn check_options(options: &SpoolOptions) -> Result<(), SpoolError> {
+    let s = options.segment_bytes;
+    if !s.is_multiple_of(4096) || !(8 << 10..=1 << 30).contains(&s) {
+        return Err(SpoolError::BadOptions(format!("segment size {s} must be a multiple of 4096 from 8 KiB to 1 GiB")));
+    }
+    if options.max_bytes < 64 {
+        return Err(SpoolError::BadOptions(format!("max_bytes {} must be at least 64", options.max_bytes)));
+    }
+    Ok(())
+}
+
+/// Opens every segment file in `dir`; also the number for the next new file. Files whose headers
+/// are damaged are renamed `*.damaged` and skipped; segments with a damaged segment header come
+/// back with no records (to be recycled).
+fn open_segments(dir: &Path) -> Result<(Vec<Segment>, u64), SpoolError> {
+    let io = |source| SpoolError::Io { path: dir.to_owned(), source };
+    let (mut found, mut next_file) = (Vec::new(), 0);
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let path = entry.map_err(io)?.path();
+        let Some(number) = segment_number(&path) else { continue };
+        next_file = next_file.max(number + 1);
+        match Segment::open(&path) {
+            Ok((segment, Some(_))) => found.push(segment),
+            Ok((segment, None)) => {
+                tracing::warn!(path = %path.display(), "Spool segment header damaged; its records are lost");
+                found.push(segment);
+            }
+            Err(MappedFileError::Invalid { reason, .. }) => {
+                tracing::warn!(path = %path.display(), %reason, "Spool segment file damaged; renamed *.damaged");
+                std::fs::rename(&path, path.with_extension("spool.damaged")).map_err(io)?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok((found, next_file))
+}
+
+fn segment_number(path: &Path) -> Option<u64> {
+    let name = path.file_name()?.to_str()?;
+    name.strip_suffix(".spool")?.parse().ok()
+}

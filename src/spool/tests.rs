@@ -1,0 +1,290 @@
+use std::collections::VecDeque;
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn options(max_bytes: u64, overflow: Overflow) -> SpoolOptions {
+    SpoolOptions { max_bytes, segment_bytes: 8 << 10, overflow }
+}
+
+/// A record whose content and length follow from its number.
+fn payload(i: u64) -> Vec<u8> {
+    let len = (i * 37 % 300) as usize;
+    (0..len).map(|j| (i as usize * 31 + j) as u8).collect()
+}
+
+fn segment_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir).unwrap().filter(|e| segment_number(&e.as_ref().unwrap().path()).is_some()).count()
+}
+
+#[test]
+fn records_round_trip_in_order_across_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+    assert_eq!((spool.first(), spool.end(), spool.queued_bytes()), (0, 0, 0));
+    for i in 0..500 {
+        assert_eq!(spool.append(&payload(i)).unwrap(), i);
+    }
+    assert!(segment_files(dir.path()) > 5, "8 KiB segments roll over");
+    for i in 0..500 {
+        assert_eq!(spool.get(i).unwrap(), payload(i).as_slice(), "record {i}");
+    }
+    assert_eq!(spool.get(500), None);
+    let expected: u64 = (0..500).map(|i| record_size(payload(i).len()) as u64).sum();
+    assert_eq!(spool.queued_bytes(), expected);
+    assert!(spool.append(&[]).is_ok(), "an empty record is a record");
+    assert_eq!(spool.get(500), Some(&[][..]));
+}
+
+#[test]
+fn records_and_sequence_numbers_survive_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let queued = {
+        let mut spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+        for i in 0..300 {
+            spool.append(&payload(i)).unwrap();
+        }
+        spool.sync().unwrap();
+        spool.queued_bytes()
+    };
+    let mut spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+    assert_eq!((spool.first(), spool.end(), spool.queued_bytes()), (0, 300, queued));
+    for i in 0..300 {
+        assert_eq!(spool.get(i).unwrap(), payload(i).as_slice());
+    }
+    assert_eq!(spool.append(b"next").unwrap(), 300);
+}
+
+#[test]
+fn a_second_opener_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let _held = Spool::open(dir.path(), SpoolOptions::default()).unwrap();
+    let second = Spool::open(dir.path(), SpoolOptions::default());
+    assert!(matches!(second, Err(SpoolError::File(MappedFileError::Locked(_)))));
+}
+
+#[test]
+fn releases_persist_and_recycle_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+        for i in 0..400 {
+            spool.append(&payload(i)).unwrap();
+        }
+        let files = segment_files(dir.path());
+        spool.release_through(349);
+        assert_eq!(spool.first(), 350);
+        assert_eq!(spool.get(349), None);
+        let expected: u64 = (350..400).map(|i| record_size(payload(i).len()) as u64).sum();
+        assert_eq!(spool.queued_bytes(), expected);
+        assert!(segment_files(dir.path()) < files, "released segments are deleted (one kept spare)");
+        spool.release_through(10); // already released: nothing happens
+        assert_eq!(spool.first(), 350);
+    }
+    let mut spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+    assert_eq!((spool.first(), spool.end()), (350, 400));
+    assert_eq!(spool.get(350).unwrap(), payload(350).as_slice());
+    spool.release_through(u64::MAX);
+    assert_eq!((spool.first(), spool.end(), spool.queued_bytes()), (400, 400, 0));
+    drop(spool);
+    let mut spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+    assert_eq!((spool.first(), spool.end()), (400, 400), "seqs are never reused, even when all are released");
+    assert_eq!(spool.append(b"x").unwrap(), 400);
+    assert!(segment_files(dir.path()) <= 2);
+}
+
+#[test]
+fn block_refuses_and_writes_nothing_when_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spool = Spool::open(dir.path(), options(960, Overflow::Block)).unwrap();
+    let record = [7u8; 80]; // 96 bytes with its header
+    for i in 0..10 {
+        assert_eq!(spool.append(&record).unwrap(), i);
+    }
+    assert_eq!(spool.queued_bytes(), 960);
+    assert!(matches!(spool.append(&record), Err(SpoolError::Full)));
+    assert!(matches!(spool.append(&[]), Err(SpoolError::Full)));
+    assert_eq!((spool.end(), spool.queued_bytes(), spool.dropped()), (10, 960, 0));
+    spool.release_through(0);
+    assert_eq!(spool.append(&record).unwrap(), 10);
+    assert!(matches!(spool.append(&[0; 2000]), Err(SpoolError::TooLarge { len: 2000, max: 944 })));
+}
+
+#[test]
+fn drop_oldest_makes_room_and_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut spool = Spool::open(dir.path(), options(960, Overflow::DropOldest)).unwrap();
+        for i in 0..25u8 {
+            spool.append(&[i; 80]).unwrap();
+        }
+        assert_eq!((spool.first(), spool.end(), spool.dropped()), (15, 25, 15));
+        assert_eq!(spool.get(15).unwrap(), &[15u8; 80][..]);
+        spool.append(&[99; 272]).unwrap(); // 288 bytes: three records go
+        assert_eq!((spool.first(), spool.dropped(), spool.queued_bytes()), (18, 18, 960));
+    }
+    let spool = Spool::open(dir.path(), options(960, Overflow::DropOldest)).unwrap();
+    assert_eq!((spool.first(), spool.end(), spool.dropped()), (18, 26, 18), "drops persist");
+}
+
+/// Flips a payload byte of the record `at_from_end` records before the end of the newest
+/// segment file (1: the last record).
+fn corrupt(dir: &Path, at_from_end: usize) {
+    let newest = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| segment_number(p).is_some())
+        .max_by_key(|p| segment_number(p))
+        .unwrap();
+    let mut bytes = std::fs::read(&newest).unwrap();
+    // The end mark is the first 16 zero bytes after data: find the last record's end by walking.
+    let mut off = HEADER_LEN + SEGMENT_HEADER;
+    let mut starts = Vec::new();
+    loop {
+        let len = u32::from_le_bytes(bytes[off..off + 4].try_into().unwrap()) as usize;
+        if bytes[off + 4..off + 16].iter().all(|&b| b == 0) {
+            break;
+        }
+        starts.push(off);
+        off += record_size(len);
+    }
+    let target = starts[starts.len() - at_from_end];
+    bytes[target + RECORD_HEADER] ^= 0xff; // a payload byte: the crc no longer matches
+    std::fs::write(&newest, &bytes).unwrap();
+}
+
+#[test]
+fn a_torn_or_corrupt_tail_is_cut_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = [5u8; 40];
+    {
+        let mut spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+        for _ in 0..20 {
+            spool.append(&record).unwrap();
+        }
+    }
+    corrupt(dir.path(), 1);
+    {
+        let mut spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+        assert_eq!((spool.first(), spool.end()), (0, 19), "the damaged last record is cut");
+        assert_eq!(spool.queued_bytes(), 19 * record_size(40) as u64);
+        assert_eq!(spool.append(b"after").unwrap(), 19, "the next append takes its place");
+    }
+    corrupt(dir.path(), 3); // record 17 of 0..=19: it and everything after it go
+    let spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+    assert_eq!(spool.end(), 17);
+    assert_eq!(spool.get(16).unwrap(), &record[..]);
+}
+
+#[test]
+fn a_damaged_segment_file_is_set_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+        spool.append(b"a").unwrap();
+    }
+    let path = dir.path().join("0000000000.spool");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[3] ^= 1; // the MappedFile header
+    std::fs::write(&path, &bytes).unwrap();
+    let mut spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+    assert_eq!((spool.first(), spool.end()), (0, 0));
+    assert!(dir.path().join("0000000000.spool.damaged").exists());
+    assert_eq!(spool.append(b"b").unwrap(), 0, "the lost record was never released: its seq is free");
+}
+
+#[test]
+fn bad_options_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = SpoolOptions { segment_bytes: 5000, ..SpoolOptions::default() };
+    assert!(matches!(Spool::open(dir.path(), bad), Err(SpoolError::BadOptions(_))));
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Append(u16),
+    Release(u16),
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0u16..600).prop_map(Op::Append),
+        2 => (0u16..40).prop_map(Op::Release),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+/// The model: a VecDeque of (seq, payload), a next seq and a drop count.
+#[derive(Default)]
+struct Model {
+    records: VecDeque<(u64, Vec<u8>)>,
+    end: u64,
+    dropped: u64,
+}
+
+impl Model {
+    fn bytes(&self) -> u64 {
+        self.records.iter().map(|(_, p)| record_size(p.len()) as u64).sum()
+    }
+
+    fn append(&mut self, record: Vec<u8>, max: u64, overflow: Overflow) -> Option<u64> {
+        let size = record_size(record.len()) as u64;
+        if size + self.bytes() > max {
+            if overflow == Overflow::Block {
+                return None;
+            }
+            while size + self.bytes() > max {
+                self.records.pop_front();
+                self.dropped += 1;
+            }
+        }
+        self.records.push_back((self.end, record));
+        self.end += 1;
+        Some(self.end - 1)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn spool_behaves_like_a_deque(ops in prop::collection::vec(op(), 1..120), drop_oldest: bool) {
+        let dir = tempfile::tempdir().unwrap();
+        let overflow = if drop_oldest { Overflow::DropOldest } else { Overflow::Block };
+        let opts = SpoolOptions { max_bytes: 12_000, segment_bytes: 8 << 10, overflow };
+        let mut spool = Spool::open(dir.path(), opts).unwrap();
+        let mut model = Model::default();
+        for (n, op) in ops.into_iter().enumerate() {
+            match op {
+                Op::Append(len) => {
+                    let record: Vec<u8> = (0..len).map(|j| (n + j as usize) as u8).collect();
+                    let got = spool.append(&record);
+                    match model.append(record, opts.max_bytes, overflow) {
+                        Some(seq) => prop_assert_eq!(got.unwrap(), seq),
+                        None => prop_assert!(matches!(got, Err(SpoolError::Full))),
+                    }
+                }
+                Op::Release(k) => {
+                    let through = spool.first() + u64::from(k);
+                    spool.release_through(through);
+                    while model.records.front().is_some_and(|(s, _)| *s <= through) {
+                        model.records.pop_front();
+                    }
+                }
+                Op::Reopen => {
+                    drop(spool);
+                    spool = Spool::open(dir.path(), opts).unwrap();
+                }
+            }
+            let first = model.records.front().map_or(model.end, |(s, _)| *s);
+            prop_assert_eq!((spool.first(), spool.end()), (first, model.end));
+            prop_assert_eq!(spool.queued_bytes(), model.bytes());
+            prop_assert_eq!(spool.dropped(), model.dropped);
+            for (seq, record) in &model.records {
+                prop_assert_eq!(spool.get(*seq), Some(record.as_slice()));
+            }
+            prop_assert!(segment_files(dir.path()) <= 5, "files stay bounded by max_bytes");
+        }
+    }
+}
