@@ -154,7 +154,9 @@ pub fn free_addr(preferred: SocketAddr) -> io::Result<SocketAddr> {
 }
 
 /// Binds `listen` once to prove it is free (and to resolve port 0), then releases it for rumqttd.
-/// Another process could take the port in between; the readiness wait then fails.
+/// Another process could take the port in between; the readiness wait then fails. std sets
+/// SO_REUSEADDR on Unix like rumqttd's tokio listener, so connections a previous braid left in
+/// TIME_WAIT do not make a quick restart fail, while a port another process listens on does.
 fn claim(listen: SocketAddr) -> Result<SocketAddr, BrokerError> {
     match TcpListener::bind(listen) {
         Ok(l) => l.local_addr().map_err(|source| BrokerError::Bind { addr: listen, source }),

@@ -2,6 +2,7 @@
 //! validate pre-check, reload, watchdog, restarts, state, a dedicated user, io_uring's locked
 //! memory, the hardening), `systemd/braid.toml` is a valid config matching the unit's paths, and
 //! braid's notifications reach a real notify socket (`common::notify::NotifyListener`).
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

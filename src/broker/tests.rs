@@ -141,6 +141,20 @@ fn a_taken_port_is_a_clear_error() {
 }
 
 #[test]
+fn a_port_with_connections_in_time_wait_can_be_reused() {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let client = std::net::TcpStream::connect(addr).unwrap();
+    let (server_side, _) = listener.accept().unwrap();
+    // The server side closes first, so its end of the connection stays in TIME_WAIT.
+    drop(server_side);
+    drop(client);
+    drop(listener);
+    let broker = start(BrokerSettings { listen: addr, ..settings() }).unwrap();
+    assert_eq!(broker.addr(), addr);
+}
+
+#[test]
 fn free_addr_prefers_the_given_port_and_falls_back_on_the_same_ip() {
     let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let busy = taken.local_addr().unwrap();

@@ -71,6 +71,9 @@ pub struct SinkDef {
     pub overflow: Overflow,
     pub path: Option<String>,
     pub conn: MqttConn,
+    /// MQTT sinks: the topic of the sink's retained `online`/`offline` status (the last will says
+    /// `offline`). `None`: `braid/<client id>/status`. A plain publish topic, no placeholders.
+    pub status_topic: Option<String>,
 }
 
 const TLS_AND_AUTH: [&str; 6] = ["client_id", "username", "password_file", "ca_file", "cert_file", "key_file"];
@@ -181,7 +184,9 @@ pub fn sinks(section: Table<'_, '_>, streams: &Streams, graph: &Graph, errors: &
         let mut keys = vec!["kind", "inputs"];
         match kind {
             SinkKind::Mqtt => keys.extend(
-                ["url", "topic", "qos", "buffer", "overflow", "keep_alive", "max_inflight"].iter().chain(&TLS_AND_AUTH),
+                ["url", "topic", "qos", "buffer", "overflow", "keep_alive", "max_inflight", "status_topic"]
+                    .iter()
+                    .chain(&TLS_AND_AUTH),
             ),
             SinkKind::File => keys.push("path"),
             SinkKind::Stdout => {}
@@ -199,6 +204,7 @@ pub fn sinks(section: Table<'_, '_>, streams: &Streams, graph: &Graph, errors: &
             overflow: Overflow::Block,
             path: None,
             conn: MqttConn::default(),
+            status_topic: None,
         };
         match kind {
             SinkKind::Mqtt => mqtt_sink(t, &mut sink, errors),
@@ -268,6 +274,12 @@ fn mqtt_sink(t: Table<'_, '_>, sink: &mut SinkDef, errors: &mut Errors) {
         }
     };
     sink.conn = common_mqtt_keys(t, errors);
+    sink.status_topic = t.str("status_topic", errors).map(|(topic, span)| {
+        if topic.is_empty() || topic.contains(['+', '#', '\0', '{', '}']) {
+            errors.at(&span, &t.child_path("status_topic"), "a publish topic: not empty, no '+', '#', NUL or '{…}'");
+        }
+        topic.to_owned()
+    });
 }
 
 /// A topic with `{field}` placeholders: no wildcards, balanced braces, identifiers inside.

@@ -104,3 +104,14 @@ fn disorder_far_above_the_join_span_is_a_warning_not_an_error() {
     );
     assert!(parse("t.toml", VALID).unwrap().warnings.is_empty());
 }
+
+#[test]
+fn an_mqtt_sink_takes_a_status_topic() {
+    let sink = "[sinks.up]\nkind = \"mqtt\"\ninputs = [\"effect\"]\nurl = \"mqtt://h:1\"\ntopic = \"r/{device}\"\n";
+    let plan = parse("t.toml", &format!("{VALID}\n{sink}status_topic = \"gw/1/status\"\n")).unwrap();
+    assert_eq!(plan.sinks[0].status_topic.as_deref(), Some("gw/1/status"));
+    assert_eq!(parse("t.toml", &format!("{VALID}\n{sink}")).unwrap().sinks[0].status_topic, None);
+    let got = errors(&format!("{VALID}\n{sink}status_topic = \"gw/{{device}}\"\n"));
+    assert_eq!(got.len(), 1);
+    assert!(got[0].contains("sinks.up.status_topic: a publish topic"), "{got:?}");
+}

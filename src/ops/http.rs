@@ -240,7 +240,6 @@ mod tests {
     use std::io::{Read, Write};
     use std::sync::Mutex;
     use std::thread::JoinHandle;
-    use std::time::Instant;
 
     use super::*;
 
@@ -282,7 +281,7 @@ mod tests {
 
         /// Stops the server and waits for `serve` to return; how long that took.
         fn stop(self) -> Duration {
-            let start = Instant::now();
+            let start = now();
             self.stop.send(true).unwrap();
             self.thread.join().unwrap();
             start.elapsed()
@@ -378,7 +377,7 @@ mod tests {
         let mut slow = std::net::TcpStream::connect(server.addr).unwrap();
         slow.write_all(b"GET /metrics HTTP/1.1\r\nHost:").unwrap();
         // A third is answered once the header timeout has closed them.
-        let start = Instant::now();
+        let start = now();
         assert_eq!(request(server.addr, "GET", "/healthz").status, 200);
         let waited = start.elapsed();
         assert!(waited >= Duration::from_millis(250) && waited < Duration::from_secs(3), "{waited:?}");

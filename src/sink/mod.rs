@@ -1,3 +1,5 @@
-//! Sinks: where results leave braid. [`topic`] renders an MQTT sink's `{field}` topic template.
+//! Sinks: where results leave braid. [`topic`] renders an MQTT sink's `{field}` topic template;
+//! [`mqtt`] stores results and forwards them upstream.
 
+pub mod mqtt;
 pub mod topic;

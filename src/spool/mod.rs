@@ -166,11 +166,16 @@ impl Spool {
 
     /// Appends one record; its sequence number. See the module doc for `Full` and dropping.
     pub fn append(&mut self, record: &[u8]) -> Result<u64, SpoolError> {
-        let max = self.max_record();
-        if record.len() > max {
-            return Err(SpoolError::TooLarge { len: record.len(), max });
+        self.append_parts(&[record])
+    }
+
+    /// Appends the concatenation of `parts` as one record, without a buffer to join them in.
+    pub fn append_parts(&mut self, parts: &[&[u8]]) -> Result<u64, SpoolError> {
+        let (len, max) = (parts.iter().map(|p| p.len()).sum::<usize>(), self.max_record());
+        if len > max {
+            return Err(SpoolError::TooLarge { len, max });
         }
-        let size = record_size(record.len());
+        let size = record_size(len);
         if self.queued + size as u64 > self.options.max_bytes {
             match self.options.overflow {
                 Overflow::Block => return Err(SpoolError::Full),
@@ -178,7 +183,7 @@ impl Spool {
             }
         }
         let seq = self.end;
-        self.active_for(size)?.append(record);
+        self.active_for(size)?.append(parts, len);
         self.end += 1;
         self.queued += size as u64;
         Ok(seq)

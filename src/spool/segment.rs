@@ -151,20 +151,25 @@ impl Segment {
         self.end + size + END_MARK <= self.data_len()
     }
 
-    /// Writes `payload` as record `next_seq()`. The caller checked [`fits`](Self::fits).
-    /// Payload first, header (with the crc) last, then the end mark: a crash in the middle
-    /// leaves a record whose crc fails, cut on the next open.
-    pub(super) fn append(&mut self, payload: &[u8]) {
-        let (off, seq, size) = (self.end, self.next_seq(), record_size(payload.len()));
-        let len = payload.len() as u32;
+    /// Writes the concatenated `parts` (`len` bytes in all) as record `next_seq()`. The caller
+    /// checked [`fits`](Self::fits). Payload first, header (with the crc) last, then the end
+    /// mark: a crash in the middle leaves a record whose crc fails, cut on the next open.
+    pub(super) fn append(&mut self, parts: &[&[u8]], len: usize) {
+        let (off, seq, size) = (self.end, self.next_seq(), record_size(len));
         let record = &mut self.bytes_mut()[off..off + size];
         let (header, rest) = record.split_at_mut(RECORD_HEADER);
-        let (body, padding) = rest.split_at_mut(payload.len());
-        body.copy_from_slice(payload);
+        let (mut body, padding) = rest.split_at_mut(len);
+        let mut crc = crc32c::crc32c_append(crc32c::crc32c(&seq.to_le_bytes()), &(len as u32).to_le_bytes());
+        for part in parts {
+            let (this, next) = body.split_at_mut(part.len());
+            this.copy_from_slice(part);
+            crc = crc32c::crc32c_append(crc, part);
+            body = next;
+        }
         padding.fill(0);
-        header[..4].copy_from_slice(&len.to_le_bytes());
+        header[..4].copy_from_slice(&(len as u32).to_le_bytes());
         header[8..].copy_from_slice(&seq.to_le_bytes());
-        header[4..8].copy_from_slice(&record_crc(seq, len, payload).to_le_bytes());
+        header[4..8].copy_from_slice(&crc.to_le_bytes());
         self.push_index(off);
         self.count += 1;
         self.end = off + size;

@@ -35,6 +35,8 @@ fn records_round_trip_in_order_across_segments() {
     assert_eq!(spool.queued_bytes(), expected);
     assert!(spool.append(&[]).is_ok(), "an empty record is a record");
     assert_eq!(spool.get(500), Some(&[][..]));
+    assert_eq!(spool.append_parts(&[b"ab", b"", b"cde"]).unwrap(), 501);
+    assert_eq!(spool.get(501), Some(&b"abcde"[..]));
 }
 
 #[test]

@@ -1,0 +1,262 @@
+//! The forwarding loop: spool → broker, release after PUBACK (the parent's doc has the rules).
+//!
+//! One `rumqttc` event loop polled from one task. `poll()` is only ever interrupted by the
+//! "new data" notification while nothing is in flight and nothing is left to send (then it can
+//! only be waiting to read, which loses nothing), by the reconnect timer, by shutdown and by the
+//! drain deadline; never in the middle of writing our publishes.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use rumqttc::{AsyncClient, ConnectionError, Event, EventLoop, LastWill, MqttOptions, Outgoing, Packet, QoS};
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep, timeout};
+
+use super::{Uplink, UplinkError, split_record};
+use crate::config::SinkDef;
+use crate::mqtt::{self, Backoff};
+
+/// Window when the sink's `max_inflight` is not set.
+const DEFAULT_WINDOW: u16 = 100;
+/// How long a shutdown waits for `offline` and DISCONNECT to be written.
+const GOODBYE: Duration = Duration::from_secs(2);
+/// The longest a shutdown without `drain` could wait: effectively forever.
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// Publishes the spool's records upstream until `shutdown` turns true (or its sender is gone);
+/// then keeps publishing until the spool is empty or `drain` elapsed, publishes a retained
+/// `offline`, disconnects and returns. Connection errors are retried with backoff forever; only
+/// settings that cannot work (a bad URL, unreadable TLS files) end it with an error.
+pub async fn run(
+    uplink: Arc<Uplink>,
+    def: SinkDef,
+    mut shutdown: watch::Receiver<bool>,
+    drain: Duration,
+) -> Result<(), UplinkError> {
+    let (options, status, window) = settings(&uplink, &def)?;
+    let seed = u64::from(crc32c::crc32c(options.client_id().as_bytes()));
+    let (client, mut events) = AsyncClient::new(options, usize::from(window) + 8);
+    let qos = if def.qos == 0 { QoS::AtMostOnce } else { QoS::AtLeastOnce };
+    let mut fwd = Forward::new(uplink, client, qos, window, status);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30), seed);
+    let (retry, deadline) = (sleep(Duration::ZERO), sleep(FOREVER));
+    tokio::pin!(retry, deadline);
+    let (mut waiting, mut draining) = (false, false);
+    if *shutdown.borrow() {
+        draining = true;
+        deadline.as_mut().reset(Instant::now() + drain);
+    }
+    loop {
+        if draining && fwd.drained() {
+            break;
+        }
+        let idle = fwd.feed();
+        tokio::select! {
+            event = events.poll(), if !waiting => match event {
+                Ok(event) => {
+                    if fwd.on_event(event) {
+                        backoff.reset();
+                    }
+                }
+                Err(error) => {
+                    fwd.on_disconnect(&error);
+                    retry.as_mut().reset(Instant::now() + backoff.next());
+                    waiting = true;
+                }
+            },
+            () = &mut retry, if waiting => waiting = false,
+            () = fwd.uplink.data.notified(), if idle => {}
+            changed = shutdown.changed(), if !draining => {
+                if changed.is_err() || *shutdown.borrow() {
+                    draining = true;
+                    deadline.as_mut().reset(Instant::now() + drain);
+                }
+            }
+            () = &mut deadline, if draining => break,
+        }
+    }
+    fwd.goodbye(&mut events).await;
+    Ok(())
+}
+
+/// The connection options, the status topic and the window.
+fn settings(uplink: &Uplink, def: &SinkDef) -> Result<(MqttOptions, String, u16), UplinkError> {
+    let url = def.url.as_deref().ok_or_else(|| UplinkError::NoUrl { sink: def.name.clone() })?;
+    let mut options = mqtt::options(url, &def.conn, &mqtt::default_client_id(&def.name))
+        .map_err(|source| UplinkError::Conn { sink: def.name.clone(), source })?;
+    let status = def.status_topic.clone().unwrap_or_else(|| default_status_topic(&options.client_id()));
+    let window = def.conn.max_inflight.unwrap_or(DEFAULT_WINDOW).max(1);
+    let max_record = uplink.lock().max_record();
+    options
+        .set_clean_session(true)
+        .set_inflight(window)
+        .set_last_will(LastWill::new(&status, "offline", QoS::AtLeastOnce, true))
+        // Our publishes may be as large as a spool record; we receive only acks.
+        .set_max_packet_size(10 * 1024, max_record + 65_546);
+    Ok((options, status, window))
+}
+
+/// `braid/<client id>/status`, with the characters a publish topic may not hold replaced.
+fn default_status_topic(client_id: &str) -> String {
+    let id: String = client_id.chars().map(|c| if matches!(c, '+' | '#' | '\0') { '_' } else { c }).collect();
+    format!("braid/{id}/status")
+}
+
+/// A publish handed to rumqttc and not yet settled.
+struct Flight {
+    /// The spool record; `None` for a status publish.
+    seq: Option<u64>,
+    /// rumqttc wrote it (`Outgoing::Publish`), with this packet id (0 for QoS 0).
+    written: bool,
+    pkid: u16,
+    acked: bool,
+}
+
+struct Forward {
+    uplink: Arc<Uplink>,
+    client: AsyncClient,
+    qos: QoS,
+    window: usize,
+    status: String,
+    /// In the order handed to rumqttc, which writes requests in that order.
+    inflight: VecDeque<Flight>,
+    /// The next record to publish.
+    cursor: u64,
+    connected: bool,
+    ever_connected: bool,
+}
+
+impl Forward {
+    fn new(uplink: Arc<Uplink>, client: AsyncClient, qos: QoS, window: u16, status: String) -> Forward {
+        let window = usize::from(window);
+        let inflight = VecDeque::with_capacity(window + 2);
+        Forward { uplink, client, qos, window, status, inflight, cursor: 0, connected: false, ever_connected: false }
+    }
+
+    /// Hands records to rumqttc while connected and the window has room; whether there is
+    /// nothing left to do until new data arrives.
+    fn feed(&mut self) -> bool {
+        if !self.connected {
+            return false;
+        }
+        let mut skipped = false;
+        let idle = {
+            let spool = self.uplink.lock();
+            self.cursor = self.cursor.max(spool.first());
+            while self.inflight.len() < self.window && self.cursor < spool.end() {
+                let seq = self.cursor;
+                let Some((topic, payload)) = spool.get(seq).and_then(split_record) else {
+                    // A record lost to damage (the spool logged it) or not ours: nothing to send.
+                    self.inflight.push_back(Flight { seq: Some(seq), written: true, pkid: 0, acked: true });
+                    self.cursor += 1;
+                    skipped = true;
+                    continue;
+                };
+                // rumqttc takes owned topic and payload: one copy per publish is its price.
+                if self.client.try_publish(topic, self.qos, false, payload.to_vec()).is_err() {
+                    break; // its channel is full: more after the next event
+                }
+                self.inflight.push_back(Flight { seq: Some(seq), written: false, pkid: 0, acked: false });
+                self.cursor += 1;
+            }
+            self.inflight.is_empty() && self.cursor >= spool.end()
+        };
+        if skipped {
+            self.settle();
+        }
+        idle
+    }
+
+    /// Reacts to one event; whether it was a ConnAck.
+    fn on_event(&mut self, event: Event) -> bool {
+        match event {
+            Event::Incoming(Packet::ConnAck(_)) => {
+                self.on_connack();
+                return true;
+            }
+            Event::Outgoing(Outgoing::Publish(pkid)) => {
+                let qos0 = self.qos == QoS::AtMostOnce;
+                if let Some(f) = self.inflight.iter_mut().find(|f| !f.written) {
+                    (f.written, f.pkid) = (true, pkid);
+                    f.acked = qos0 && f.seq.is_some();
+                }
+                self.settle();
+            }
+            Event::Incoming(Packet::PubAck(ack)) => {
+                if let Some(f) = self.inflight.iter_mut().find(|f| f.written && !f.acked && f.pkid == ack.pkid) {
+                    f.acked = true;
+                }
+                self.settle();
+            }
+            _ => {}
+        }
+        false
+    }
+
+    /// A new connection (clean session): resend from the first unreleased record, say `online`.
+    fn on_connack(&mut self) {
+        if self.ever_connected {
+            self.uplink.reconnects.fetch_add(1, Ordering::Relaxed);
+        }
+        (self.connected, self.ever_connected) = (true, true);
+        self.uplink.connected.store(true, Ordering::Relaxed);
+        self.inflight.clear();
+        self.cursor = self.uplink.lock().first();
+        tracing::info!(sink = %self.uplink.name, from = self.cursor, "Uplink connected");
+        if self.client.try_publish(&self.status, QoS::AtLeastOnce, true, "online").is_ok() {
+            self.inflight.push_back(Flight { seq: None, written: false, pkid: 0, acked: false });
+        }
+    }
+
+    fn on_disconnect(&mut self, error: &ConnectionError) {
+        if self.connected {
+            tracing::warn!(sink = %self.uplink.name, %error, "Uplink disconnected; resending from the oldest unacknowledged result after reconnecting");
+        } else {
+            tracing::debug!(sink = %self.uplink.name, %error, "Uplink connection failed");
+        }
+        self.connected = false;
+        self.uplink.connected.store(false, Ordering::Relaxed);
+        self.inflight.clear();
+    }
+
+    /// Pops the settled prefix of the window and releases its records.
+    fn settle(&mut self) {
+        let (mut last, mut count) = (None, 0);
+        while self.inflight.front().is_some_and(|f| f.acked) {
+            if let Some(Flight { seq: Some(seq), .. }) = self.inflight.pop_front() {
+                (last, count) = (Some(seq), count + 1);
+            }
+        }
+        if let Some(seq) = last {
+            self.uplink.release_through(seq, count);
+        }
+    }
+
+    fn drained(&self) -> bool {
+        let spool = self.uplink.lock();
+        spool.first() == spool.end()
+    }
+
+    /// Publishes `offline` and disconnects, waiting at most [`GOODBYE`] for both to be written.
+    async fn goodbye(&mut self, events: &mut EventLoop) {
+        if self.connected {
+            let said = self.client.try_publish(&self.status, QoS::AtLeastOnce, true, "offline").is_ok();
+            if said && self.client.try_disconnect().is_ok() {
+                let _ = timeout(GOODBYE, async {
+                    loop {
+                        match events.poll().await {
+                            Ok(Event::Outgoing(Outgoing::Disconnect)) | Err(_) => break,
+                            Ok(_) => {}
+                        }
+                    }
+                })
+                .await;
+            }
+        }
+        self.connected = false;
+        self.uplink.connected.store(false, Ordering::Relaxed);
+        tracing::info!(sink = %self.uplink.name, "Uplink stopped");
+    }
+}

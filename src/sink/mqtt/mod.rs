@@ -1,0 +1,171 @@
+//! The upstream MQTT sink: results are stored in a [`Spool`] and forwarded to the broker, and a
+//! result leaves the spool only after the broker's PUBACK (DESIGN.md "Delivery").
+//!
+//! Two sides share an [`Uplink`]: the feeder thread calls [`Uplink::push`] for every result, and
+//! [`run`] (a task on the io thread's tokio current-thread runtime) publishes what the spool holds.
+//!
+//! - **The spool is the only store.** The connection uses a clean session: with
+//!   `session_present = false` rumqttc silently discards its own un-acked publishes (research
+//!   §1.4), so nothing may depend on them. On every ConnAck, `run` rewinds to the spool's first
+//!   unreleased record and sends again from there: a result may arrive twice (consumers dedupe
+//!   by `_id`), never not at all — unless `overflow = "drop_oldest"` dropped it, which is counted.
+//! - **In order.** Records are published in spool order, at most `max_inflight` (default 100,
+//!   never more than rumqttc's own window, so packet ids never collide) unacknowledged at a
+//!   time. PUBACKs release the acknowledged prefix of the window; QoS 0 releases a record once
+//!   rumqttc wrote it.
+//! - **Status.** The last will is a retained `offline` on the status topic (`status_topic`, by
+//!   default `braid/<client id>/status`); after every ConnAck a retained `online` follows, and a
+//!   clean shutdown publishes `offline` itself (a clean DISCONNECT suppresses the will).
+//! - **Record format** in the spool: topic length u16 (little endian) | topic | payload.
+
+mod forward;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use thiserror::Error;
+use tokio::sync::Notify;
+
+pub use self::forward::run;
+use crate::config::SinkDef;
+use crate::mqtt::ConnError;
+use crate::spool::{Spool, SpoolError, SpoolOptions};
+
+/// How long a blocked [`Uplink::push`] sleeps between looks at its `stop` flag.
+const STOP_POLL: Duration = Duration::from_millis(50);
+
+#[derive(Debug, Error)]
+pub enum UplinkError {
+    #[error("sink {sink}: {source}")]
+    Spool { sink: String, source: SpoolError },
+    /// The sink's connection settings are wrong; retrying will not help.
+    #[error("sink {sink}: {source}")]
+    Conn { sink: String, source: ConnError },
+    #[error("sink {sink}: the url is missing")]
+    NoUrl { sink: String },
+    /// The result's topic is longer than MQTT allows (65 535 bytes).
+    #[error("sink {sink}: topic of {len} bytes is longer than MQTT allows")]
+    TopicTooLong { sink: String, len: usize },
+    /// `push` gave up waiting for space because `stop` was set.
+    #[error("sink {sink}: stopped while waiting for buffer space")]
+    Stopped { sink: String },
+}
+
+/// The sink's figures (CONTRACT.md metrics `braid_sink_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UplinkStats {
+    pub queued_bytes: u64,
+    pub queued_rows: u64,
+    /// Results the broker acknowledged (QoS 0: written), since this process started.
+    pub sent_total: u64,
+    /// Results dropped by `overflow = "drop_oldest"`, over the spool's life.
+    pub dropped_total: u64,
+    pub connected: bool,
+    /// Connections made after the first.
+    pub reconnects: u64,
+}
+
+/// What the feeder (producer) and [`run`] (consumer) share.
+pub struct Uplink {
+    name: String,
+    spool: Mutex<Spool>,
+    /// Signalled when records are released: a `push` blocked on a full spool retries.
+    space: Condvar,
+    /// Signalled after every push: `run` waiting for data looks again.
+    data: Notify,
+    sent: AtomicU64,
+    connected: AtomicBool,
+    reconnects: AtomicU64,
+}
+
+impl Uplink {
+    /// Opens (recovers) the sink's spool in `dir` (the service passes `STATE_DIR/sinks/NAME`),
+    /// bounded by the sink's `buffer`, full by its `overflow` policy.
+    pub fn open(def: &SinkDef, dir: &Path) -> Result<Arc<Uplink>, UplinkError> {
+        let options = SpoolOptions { max_bytes: def.buffer, overflow: def.overflow, ..SpoolOptions::default() };
+        let spool =
+            Spool::open(dir, options).map_err(|source| UplinkError::Spool { sink: def.name.clone(), source })?;
+        Ok(Arc::new(Uplink {
+            name: def.name.clone(),
+            spool: Mutex::new(spool),
+            space: Condvar::new(),
+            data: Notify::new(),
+            sent: AtomicU64::new(0),
+            connected: AtomicBool::new(false),
+            reconnects: AtomicU64::new(0),
+        }))
+    }
+
+    /// Queues one result. `overflow = "block"`: waits while the buffer is full until space is
+    /// freed, or until `stop` is set (then `Err(Stopped)`, nothing queued). `"drop_oldest"`:
+    /// never waits; the oldest results make room (counted). Allocates nothing.
+    pub fn push(&self, topic: &str, payload: &[u8], stop: &AtomicBool) -> Result<(), UplinkError> {
+        let Ok(topic_len) = u16::try_from(topic.len()) else {
+            return Err(UplinkError::TopicTooLong { sink: self.name.clone(), len: topic.len() });
+        };
+        let parts: [&[u8]; 3] = [&topic_len.to_le_bytes(), topic.as_bytes(), payload];
+        let mut spool = self.lock();
+        loop {
+            match spool.append_parts(&parts) {
+                Ok(_) => break,
+                Err(SpoolError::Full) if !stop.load(Ordering::Relaxed) => {
+                    spool = self.space.wait_timeout(spool, STOP_POLL).unwrap_or_else(PoisonError::into_inner).0;
+                }
+                Err(SpoolError::Full) => return Err(UplinkError::Stopped { sink: self.name.clone() }),
+                Err(source) => return Err(UplinkError::Spool { sink: self.name.clone(), source }),
+            }
+        }
+        drop(spool);
+        self.data.notify_one();
+        Ok(())
+    }
+
+    pub fn stats(&self) -> UplinkStats {
+        let spool = self.lock();
+        UplinkStats {
+            queued_bytes: spool.queued_bytes(),
+            queued_rows: spool.end() - spool.first(),
+            sent_total: self.sent.load(Ordering::Relaxed),
+            dropped_total: spool.dropped(),
+            connected: self.connected.load(Ordering::Relaxed),
+            reconnects: self.reconnects.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The spool. A panic while it was held leaves it usable: every spool method keeps its
+    /// invariants before it can panic, so the poison flag is ignored rather than spread.
+    fn lock(&self) -> MutexGuard<'_, Spool> {
+        self.spool.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records `..=seq` are done with; `count` of them were sent.
+    fn release_through(&self, seq: u64, count: u64) {
+        self.lock().release_through(seq);
+        self.sent.fetch_add(count, Ordering::Relaxed);
+        self.space.notify_all();
+    }
+}
+
+/// Splits a spool record into topic and payload; `None` for a record not in the format.
+fn split_record(record: &[u8]) -> Option<(&str, &[u8])> {
+    let (len, rest) = record.split_first_chunk::<2>()?;
+    let len = usize::from(u16::from_le_bytes(*len));
+    let (topic, payload) = rest.split_at_checked(len)?;
+    Some((std::str::from_utf8(topic).ok()?, payload))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_split_into_topic_and_payload() {
+        assert_eq!(split_record(b"\x03\x00a/b{\"x\":1}"), Some(("a/b", &b"{\"x\":1}"[..])));
+        assert_eq!(split_record(b"\x00\x00"), Some(("", &b""[..])));
+        assert_eq!(split_record(b"\x09\x00a/b"), None, "topic cut short");
+        assert_eq!(split_record(b"\x01"), None);
+        assert_eq!(split_record(b"\x01\x00\xff"), None, "not UTF-8");
+    }
+}
