@@ -20,6 +20,7 @@ pub mod ops;
 pub mod record;
 pub mod replay;
 pub mod ring;
+pub mod service;
 pub mod shard;
 pub mod sink;
 pub mod source;

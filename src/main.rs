@@ -56,6 +56,16 @@ enum Command {
     },
     /// Synthetic load through the engine, in process; prints figures (rows/s, latency, memory).
     Bench(bench::BenchFlags),
+    /// The service: MQTT in, joins, results out, until SIGTERM (systemd: Type=notify).
+    Run {
+        #[arg(long, env = "BRAID_CONFIG")]
+        config: PathBuf,
+        /// Overrides `runtime.shards`.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+        shards: Option<u16>,
+    },
+    /// Embedded broker + simulated devices + the gateway join, with a live summary (Ctrl-C ends).
+    Demo(braid::demo::DemoFlags),
 }
 
 fn name_and_path(arg: &str) -> Result<(String, PathBuf), String> {
@@ -66,18 +76,23 @@ fn name_and_path(arg: &str) -> Result<(String, PathBuf), String> {
 }
 
 fn main() -> ExitCode {
+    // rumqttd logs routine disconnects as errors (braid::broker::TRACING_DIRECTIVE); BRAID_LOG overrides.
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("BRAID_LOG").unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("BRAID_LOG").unwrap_or_else(|_| "info,rumqttd=off".into()),
+        )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = Cli::parse();
     let loaded = match &cli.command {
         Command::Validate { config } | Command::Replay { config, .. } => config::load(config),
+        Command::Run { config, .. } => config::load(config),
         Command::Bench(flags) => match &flags.config {
             Some(config) => config::load(config),
             None => config::parse(bench::GATEWAY_CONFIG_NAME, bench::GATEWAY_CONFIG),
         },
+        Command::Demo(_) => config::parse(braid::demo::CONFIG_NAME, braid::demo::CONFIG),
     };
     let plan = match loaded {
         Ok(plan) => plan,
@@ -100,6 +115,16 @@ fn main() -> ExitCode {
             replay(&plan, ReplayArgs { shards, reference, every_tick, inputs: &inputs, outputs: &outputs }, metrics)
         }
         Command::Bench(flags) => run_bench(&plan, &flags.into_args()),
+        Command::Run { config, shards } => {
+            let options = braid::service::ServiceOptions {
+                config_path: Some(config),
+                shards: shards.map(usize::from),
+                control: Default::default(),
+                view: Default::default(),
+            };
+            braid::service::run(plan, options).map_err(anyhow::Error::from)
+        }
+        Command::Demo(flags) => braid::demo::run(plan, &flags),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

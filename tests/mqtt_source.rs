@@ -135,6 +135,9 @@ impl Running {
         let confirmations = Confirmations::new(1);
         let status = Arc::new(SourceStatus::default());
         let (shutdown, shutdown_rx) = watch::channel(false);
+        // The doorbell would wake a feeder; here the test reads the channel itself.
+        let (bell, _sleeper) = braid::shard::wake::Doorbell::new().unwrap();
+        let sender = braid::source::Intake::new(sender, bell);
         let task = tokio::spawn(run(settings, sender, Arc::clone(&confirmations), Arc::clone(&status), shutdown_rx));
         let running = Running { intake, confirmations, status, shutdown, task };
         running.wait_until("subscribed", |s| s.subscribed.load(Ordering::Relaxed)).await;

@@ -21,7 +21,7 @@ use crate::operator::OperatorSpec;
 use crate::record::Schema;
 use walk::{Errors, Table};
 
-pub use io::{MqttConn, Overflow, SinkDef, SinkKind, SourceDef};
+pub use io::{MqttConn, Overflow, SinkDef, SinkKind, SourceDef, SourceKind};
 pub use streams::StreamDef;
 
 /// Names braid writes into results itself; no field, alias or aggregate may take them.
@@ -114,6 +114,12 @@ pub struct Runtime {
     pub durability: Durability,
     pub checkpoint_interval: i64,
     pub idle_advance: bool,
+    /// `braid run`: processing time the ingest journal keeps (ms, default 10 min) — what a restart
+    /// replays to rebuild operator state (`service::journal`).
+    pub journal_retention: i64,
+    /// `braid run`: bytes the ingest journal may hold (default 1 GiB); beyond, its oldest entries
+    /// go early (counted).
+    pub journal_bytes: u64,
 }
 
 /// What an operator reads: an input stream or another operator's output.
@@ -263,7 +269,18 @@ fn check(root: Table<'_, '_>, errors: &mut Errors) -> Option<Plan> {
 }
 
 fn runtime(t: Table<'_, '_>, errors: &mut Errors) -> Runtime {
-    t.check_keys(&["shards", "state_dir", "durability", "checkpoint_interval", "idle_advance"], errors);
+    t.check_keys(
+        &[
+            "shards",
+            "state_dir",
+            "durability",
+            "checkpoint_interval",
+            "idle_advance",
+            "journal_retention",
+            "journal_bytes",
+        ],
+        errors,
+    );
     let shards = match t.get("shards").map(|v| v.get_ref()) {
         None => None,
         Some(toml::de::DeValue::String(s)) if s == "auto" => None,
@@ -297,7 +314,15 @@ fn runtime(t: Table<'_, '_>, errors: &mut Errors) -> Runtime {
         None => 1000,
     };
     let idle_advance = t.bool("idle_advance", true, errors);
-    Runtime { shards, state_dir, durability, checkpoint_interval, idle_advance }
+    let journal_retention = t.duration_or("journal_retention", 10 * 60_000, errors);
+    if journal_retention <= 0 {
+        t.error("journal_retention", errors, "must be positive");
+    }
+    let journal_bytes = t.size_or("journal_bytes", 1 << 30, errors);
+    if journal_bytes < 1 << 20 {
+        t.error("journal_bytes", errors, "must be at least 1MiB");
+    }
+    Runtime { shards, state_dir, durability, checkpoint_interval, idle_advance, journal_retention, journal_bytes }
 }
 
 fn ops(t: Table<'_, '_>, errors: &mut Errors) -> String {

@@ -38,13 +38,9 @@ pub struct Inputs {
 impl Inputs {
     /// The line as text for `dead_letter` (invalid UTF-8 replaced; an oversized line's first 1 KiB).
     pub fn raw(&self, flag: usize, range: std::ops::Range<usize>, reason: Reason) -> std::borrow::Cow<'_, str> {
-        let bytes = &self.files[flag][range];
-        let bytes = if reason == Reason::Oversized { &bytes[..bytes.len().min(OVERSIZED_RAW_BYTES)] } else { bytes };
-        String::from_utf8_lossy(bytes)
+        crate::record::decode::dead_letter_raw(&self.files[flag][range], reason)
     }
 }
-
-const OVERSIZED_RAW_BYTES: usize = 1024;
 
 /// Files smaller than this are decoded on the calling thread alone.
 const PARALLEL_BYTES: usize = 1 << 20;

@@ -15,9 +15,9 @@ use thiserror::Error;
 
 use crate::config::Plan;
 use crate::engine::{Emit, Engine, Figures};
+use crate::record::Row;
 use crate::record::decode::check_time_window;
-use crate::record::id::{IdHasher, key_hash};
-use crate::record::{Key, Row};
+use crate::record::id::IdHasher;
 use crate::shard::{Runtime, RuntimeError, RuntimeOptions};
 use input::{Content, Inputs, Line};
 use output::{Outputs, Target};
@@ -178,12 +178,7 @@ fn feed(
             return Ok(());
         }
     };
-    let key = def.schema.key.and_then(|k| Key::from_value(&values[k])).unwrap_or(Key::Broadcast);
-    ids.begin().str(&def.name);
-    for &pos in &def.schema.id_order {
-        ids.value(&values[pos]);
-    }
-    let row = Row { ts, key_hash: key_hash(&key), key, id: ids.finish(), values: values.into() };
+    let row = crate::source::row_of(def, values, ts, ids);
     sinks.input_row(line.stream, &row);
     runtime.ingest(line.stream, row, i128::from(arrival), sinks)
 }

@@ -37,7 +37,7 @@ mod worker;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, Mutex};
 use std::thread::JoinHandle;
 
 use thiserror::Error;
@@ -169,6 +169,7 @@ impl Topology {
 }
 
 /// What a shard thread hands back when it ends.
+#[derive(Clone)]
 pub struct ShardReport {
     pub counters: Vec<OperatorCounters>,
     pub watermarks: Vec<Time>,
@@ -195,6 +196,8 @@ pub struct Runtime {
     ended: Vec<Arc<AtomicBool>>,
     /// Set when the runtime is dropped before `finish`: the shards stop.
     cancel: Arc<AtomicBool>,
+    /// Per shard: its figures as of its last tick (a live service shows them).
+    live: Vec<Arc<Mutex<Option<ShardReport>>>>,
     shard_bells: Vec<Arc<Doorbell>>,
     bell: Arc<Doorbell>,
     sleeper: UnixStream,
@@ -294,7 +297,9 @@ impl Runtime {
         let ended: Vec<Arc<AtomicBool>> = (0..shards).map(|_| Arc::default()).collect();
         let gate = options.hold.then(|| Arc::new(Barrier::new(shards + 1)));
         let cancel = Arc::new(AtomicBool::new(false));
+        let live: Vec<Arc<Mutex<Option<ShardReport>>>> = (0..shards).map(|_| Arc::default()).collect();
         for (j, links) in links.into_iter().enumerate() {
+            let live = Arc::clone(&live[j]);
             let topo = Arc::clone(&topo);
             let own_bell = Arc::clone(&shard_bells[j]);
             let main_bell = Arc::clone(&bell);
@@ -315,7 +320,7 @@ impl Runtime {
                     if let Some(gate) = gate {
                         gate.wait();
                     }
-                    let worker = Worker::new(j, topo, links, &state)?;
+                    let worker = Worker::new(j, topo, links, &state, live)?;
                     run_shard(j, worker, &own_bell, sleeper, &cancel)
                 })
                 .map_err(RuntimeError::Spawn)?;
@@ -347,6 +352,7 @@ impl Runtime {
             gate,
             ended,
             cancel,
+            live,
             shard_bells,
             bell,
             sleeper,
@@ -472,6 +478,64 @@ impl Runtime {
         Ok(self.figures(reports.into_iter().flatten().collect()))
     }
 
+    /// The feeder's doorbell: a live source rings it after handing over a message, so a feeder
+    /// waiting in [`wait`](Self::wait) wakes for input as it does for results.
+    pub fn doorbell(&self) -> Arc<Doorbell> {
+        Arc::clone(&self.bell)
+    }
+
+    /// Publishes every frame ingested so far to the shards (a live feeder calls this after each
+    /// batch: its rows are then in the shards' rings) and drains results.
+    pub fn flush(&mut self, emit: &mut impl Emit) -> Result<(), RuntimeError> {
+        self.publish(emit)
+    }
+
+    /// Drains results; when there are none and `has_input` says no input waits, sleeps until a
+    /// shard or a source rings the doorbell, or `timeout` passes. A shard that ended (it can only
+    /// fail before `finish`) is an error.
+    pub fn wait(
+        &mut self,
+        emit: &mut impl Emit,
+        timeout: std::time::Duration,
+        has_input: impl Fn() -> bool,
+    ) -> Result<(), RuntimeError> {
+        self.bell.prepare_sleep();
+        if self.collect(emit) || has_input() {
+            self.bell.awake();
+            return Ok(());
+        }
+        if let Some(lost) = self.ended.iter().position(|e| e.load(Ordering::SeqCst)) {
+            self.bell.awake();
+            return Err(self.join(lost).err().unwrap_or(RuntimeError::ShardLost(lost)));
+        }
+        // A zero timeout would mean "block forever" to the socket.
+        let timeout = timeout.max(std::time::Duration::from_millis(1));
+        if self.sleeper.set_read_timeout(Some(timeout)).is_ok() {
+            self.bell.wait_blocking(&mut self.sleeper);
+        } else {
+            self.bell.awake();
+        }
+        Ok(())
+    }
+
+    /// Stops without ending the input (a service stopping or reloading; its journal restores the
+    /// state at the next start): publishes what was ingested, waits up to `grace` until the
+    /// shards have taken every frame and their results are drained, then stops them.
+    #[allow(clippy::disallowed_methods)] // the runtime bounds its own wait by the clock
+    pub fn stop(mut self, emit: &mut impl Emit, grace: std::time::Duration) -> Result<(), RuntimeError> {
+        self.publish(emit)?;
+        self.release();
+        let deadline = std::time::Instant::now() + grace;
+        let mut quiet_rounds = 0;
+        while std::time::Instant::now() < deadline && quiet_rounds < 3 {
+            let pending = self.feeds.iter().any(|f| f.ring.used_bytes() > 0);
+            let drained = self.collect(emit);
+            quiet_rounds = if pending || drained { 0 } else { quiet_rounds + 1 };
+            self.wait(emit, std::time::Duration::from_millis(5), || false)?;
+        }
+        Ok(())
+    }
+
     /// Lets held shards start.
     fn release(&mut self) {
         if let Some(gate) = self.gate.take() {
@@ -485,6 +549,17 @@ impl Runtime {
             Some(Ok(Err(error))) => Err(RuntimeError::Shard { shard, error }),
             Some(Err(_)) | None => Err(RuntimeError::ShardLost(shard)),
         }
+    }
+
+    /// The figures so far: the feeder's stream counters and clocks, and each shard's operator
+    /// figures as of its last tick.
+    pub fn live_figures(&self) -> Figures {
+        let reports: Vec<ShardReport> = self
+            .live
+            .iter()
+            .filter_map(|l| l.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone())
+            .collect();
+        self.figures(reports)
     }
 
     fn figures(&self, reports: Vec<ShardReport>) -> Figures {
@@ -635,6 +710,7 @@ fn run_shard(
 ) -> Result<ShardReport, ShardError> {
     let mut runtime = ShardRuntime::build().map_err(ShardError::Runtime)?;
     let driver = runtime.driver();
+    worker.driver = driver;
     tracing::debug!(shard = id, driver = driver.as_str(), "shard started");
     runtime.block_on(async move {
         let sleeper = sleeper.ok_or(ShardError::Protocol("no wake-up socket"))?;

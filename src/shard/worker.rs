@@ -13,7 +13,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::engine::OperatorCounters;
 use crate::operator::connect::END_OF_INPUT;
@@ -112,11 +112,23 @@ pub struct Worker {
     input: Inbox,
     exchange_in: Vec<(usize, Inbox)>,
     core: Core,
+    /// Where the shard's figures are copied for a live service to show, once per tick.
+    live: Arc<Mutex<Option<ShardReport>>>,
+    ticks_seen: u64,
+    ticks_shown: u64,
+    /// The driver the shard's runtime runs on (shown with its figures).
+    pub driver: super::driver::Driver,
 }
 
 impl Worker {
     /// A shard whose operators keep their stored rows in arenas under `state` (its own directory).
-    pub fn new(id: usize, topo: Arc<Topology>, links: Links, state: &std::path::Path) -> Result<Worker, ShardError> {
+    pub fn new(
+        id: usize,
+        topo: Arc<Topology>,
+        links: Links,
+        state: &std::path::Path,
+        live: Arc<Mutex<Option<ShardReport>>>,
+    ) -> Result<Worker, ShardError> {
         let ops = topo.ops.len();
         let shards = topo.shards;
         let instances = topo.ops.iter().map(|o| o.spec.build_in(state)).collect::<Result<Vec<_>, _>>()?;
@@ -150,7 +162,15 @@ impl Worker {
             work_done: 0,
             topo,
         };
-        Ok(Worker { input: links.input, exchange_in: links.exchange_in, core })
+        Ok(Worker {
+            input: links.input,
+            exchange_in: links.exchange_in,
+            core,
+            live,
+            ticks_seen: 0,
+            ticks_shown: 0,
+            driver: super::driver::Driver::Legacy,
+        })
     }
 
     /// One round: exchange frames, feeder events (unless an outbox is backed up), chained
@@ -165,12 +185,21 @@ impl Worker {
             moved |= inbox.read(|f| core.on_exchange(from, wire::read(f.kind, f.payload))) > 0;
         }
         if !core.backed_up() {
-            moved |= self.input.read(|f| core.on_event(wire::read(f.kind, f.payload))) > 0;
+            let ticks = &mut self.ticks_seen;
+            moved |= self.input.read(|f| {
+                *ticks += u64::from(f.kind == FrameKind::Tick);
+                core.on_event(wire::read(f.kind, f.payload))
+            }) > 0;
         }
         core.first_level_done();
         core.run_chained();
         core.announce();
         moved |= core.flush();
+        if self.ticks_shown != self.ticks_seen {
+            self.ticks_shown = self.ticks_seen;
+            self.show_live();
+        }
+        let core = &mut self.core;
         match core.error.take() {
             Some(error) => Err(error),
             None => Ok(moved || core.work_done > 0),
@@ -204,6 +233,20 @@ impl Worker {
             state: core.instances.iter().map(|i| (i.state_rows(), i.state_bytes())).collect(),
             driver,
         }
+    }
+
+    /// Copies the shard's counters, watermarks and state sizes for the live service (a few
+    /// small vectors per operator, once per tick: not on the row path).
+    fn show_live(&self) {
+        let core = &self.core;
+        let report = ShardReport {
+            counters: core.counters.clone(),
+            watermarks: core.clocks.iter().map(OperatorClock::watermark).collect(),
+            state: core.instances.iter().map(|i| (i.state_rows(), i.state_bytes())).collect(),
+            driver: self.driver,
+        };
+        // A poisoned lock only means a reader panicked; the figures are still worth replacing.
+        *self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(report);
     }
 }
 

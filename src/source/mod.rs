@@ -62,3 +62,43 @@ impl Confirmations {
         Arc::clone(&self.wake[source])
     }
 }
+
+/// The row of a decoded line or payload of stream `def`: its key (broadcast when the stream has
+/// none or the value is no key), its stable id (CONTRACT.md rule 10: stream name and declared
+/// values in field-name order) and its event time `ts`.
+pub fn row_of(
+    def: &crate::config::StreamDef,
+    values: Vec<crate::record::Value>,
+    ts: i64,
+    ids: &mut crate::record::id::IdHasher,
+) -> crate::record::Row {
+    use crate::record::{Key, Row};
+    let key = def.schema.key.and_then(|k| Key::from_value(&values[k])).unwrap_or(Key::Broadcast);
+    ids.begin().str(&def.name);
+    for &pos in &def.schema.id_order {
+        ids.value(&values[pos]);
+    }
+    Row { ts, key_hash: crate::record::id::key_hash(&key), key, id: ids.finish(), values: values.into() }
+}
+
+/// The sending end of the intake channel: hands a delivery to the feeder and rings its doorbell,
+/// so a feeder asleep between ticks takes it at once.
+#[derive(Clone)]
+pub struct Intake {
+    tx: crossbeam_channel::Sender<Delivery>,
+    bell: Arc<crate::shard::wake::Doorbell>,
+}
+
+impl Intake {
+    pub fn new(tx: crossbeam_channel::Sender<Delivery>, bell: Arc<crate::shard::wake::Doorbell>) -> Intake {
+        Intake { tx, bell }
+    }
+
+    /// Hands `delivery` over, or gives it back when the channel is full (backpressure) or the
+    /// feeder is gone.
+    pub fn try_send(&self, delivery: Delivery) -> Result<(), crossbeam_channel::TrySendError<Delivery>> {
+        self.tx.try_send(delivery)?;
+        self.bell.ring();
+        Ok(())
+    }
+}

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crossbeam_channel::{Sender, TrySendError};
+use crossbeam_channel::TrySendError;
 use rumqttc::{
     AsyncClient, ConnAck, ConnectionError, Event, EventLoop, MqttOptions, Outgoing, Packet, Publish, QoS, StateError,
     SubAck, SubscribeFilter, SubscribeReasonCode,
@@ -45,7 +45,7 @@ use rumqttc::{
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{Confirmations, Delivery};
+use super::{Confirmations, Delivery, Intake};
 use crate::config::MqttConn;
 use crate::mqtt::{Backoff, ConnError, default_client_id};
 
@@ -147,7 +147,7 @@ pub fn subscription_filter(topic: &str) -> String {
 /// confirmed and disconnects cleanly; un-acked messages stay with the broker.
 pub async fn run(
     settings: SourceSettings,
-    intake: Sender<Delivery>,
+    intake: Intake,
     confirmations: Arc<Confirmations>,
     status: Arc<SourceStatus>,
     mut shutdown: watch::Receiver<bool>,
@@ -224,7 +224,7 @@ struct Waiting {
 struct Source {
     settings: SourceSettings,
     client: AsyncClient,
-    intake: Sender<Delivery>,
+    intake: Intake,
     confirmations: Arc<Confirmations>,
     status: Arc<SourceStatus>,
     waiting: VecDeque<Waiting>,
@@ -244,7 +244,7 @@ impl Source {
     fn new(
         settings: SourceSettings,
         client: AsyncClient,
-        intake: Sender<Delivery>,
+        intake: Intake,
         confirmations: Arc<Confirmations>,
         status: Arc<SourceStatus>,
     ) -> Source {

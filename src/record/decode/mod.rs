@@ -52,6 +52,14 @@ impl Reason {
     }
 }
 
+/// `dead_letter`'s `raw` for an unusable line or payload: its text, invalid UTF-8 replaced; of an
+/// oversized one only the first KiB (CONTRACT.md "Replay").
+pub fn dead_letter_raw(bytes: &[u8], reason: Reason) -> std::borrow::Cow<'_, str> {
+    const OVERSIZED_RAW_BYTES: usize = 1024;
+    let bytes = if reason == Reason::Oversized { &bytes[..bytes.len().min(OVERSIZED_RAW_BYTES)] } else { bytes };
+    String::from_utf8_lossy(bytes)
+}
+
 /// What one line holds: its arrival when it can be read, and its values or why it is unusable.
 #[derive(Debug)]
 pub struct Decoded {

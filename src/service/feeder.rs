@@ -1,0 +1,259 @@
+//! The service's feeder: the thread that owns the shard [`Runtime`] and is its only producer.
+//!
+//! It replays the journal first (rebuilding the state a previous run had), then loops: move
+//! processing time to the wall clock (monotonic: a clock stepped back holds time still), take the
+//! deliveries waiting in the intake channel — journal each, route and decode it, put its rows into
+//! the shards' rings — publish the rings, and only then confirm the deliveries to their sources,
+//! which acknowledge them to the broker. Results drain into the sinks meanwhile. The loop sleeps
+//! on the runtime's doorbell, rung by shards with results and by sources with deliveries, and
+//! wakes at least for every 200 ms tick.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+
+use crate::config::{Durability, Plan};
+use crate::shard::{Runtime, RuntimeError};
+use crate::source::{Confirmations, Delivery};
+use crate::time::next_tick;
+
+use super::ServiceError;
+use super::ingest::{Ingest, Message};
+use super::journal::Journal;
+use super::outputs::Outputs;
+use super::view::LiveView;
+
+/// Deliveries taken per round before the rings are published and the deliveries confirmed.
+const BATCH: usize = 256;
+/// How often old journal entries are released.
+const RETENTION_EVERY_MS: i128 = 1000;
+/// How often the live figures are copied.
+const SHOW_EVERY_MS: i128 = 1000;
+
+/// What the io thread asks of the feeder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Request {
+    Run = 0,
+    Stop = 1,
+    Reload = 2,
+}
+
+/// Shared between the io thread (signals) and the feeder.
+#[derive(Debug, Default)]
+pub struct Control {
+    request: AtomicU8,
+    /// Rounds of the feeder loop (the watchdog checks that it moves).
+    pub heartbeat: AtomicU64,
+    /// Deliveries taken (journaled and in the rings).
+    pub taken: AtomicU64,
+    /// Processing time of the last round, ms.
+    pub now: AtomicU64,
+    /// Journal entries replayed at the last start.
+    pub replayed: AtomicU64,
+    /// Bytes the journal holds, and entries it let go early because it was full.
+    pub journal_bytes: AtomicU64,
+    pub journal_dropped: AtomicU64,
+}
+
+impl Control {
+    pub fn request(&self) -> Request {
+        match self.request.load(Ordering::Acquire) {
+            1 => Request::Stop,
+            2 => Request::Reload,
+            _ => Request::Run,
+        }
+    }
+
+    /// Asks for `request`; a stop is never turned back into a reload.
+    pub fn ask(&self, request: Request) {
+        match request {
+            Request::Stop => self.request.store(Request::Stop as u8, Ordering::Release),
+            other => {
+                let _ =
+                    self.request.compare_exchange(Request::Run as u8, other as u8, Ordering::AcqRel, Ordering::Acquire);
+            }
+        }
+    }
+
+    /// Back to running (after a reload was applied or refused).
+    pub fn clear_reload(&self) {
+        let _ = self.request.compare_exchange(
+            Request::Reload as u8,
+            Request::Run as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+}
+
+/// How the feeder talks to the io thread.
+pub struct Links {
+    pub intake: Receiver<Delivery>,
+    pub confirmations: Arc<Confirmations>,
+    pub control: Arc<Control>,
+    pub view: Arc<LiveView>,
+}
+
+pub struct Feeder<'a> {
+    pub plan: &'a Plan,
+    pub runtime: Runtime,
+    pub journal: Journal,
+    pub ingest: Ingest,
+    pub outputs: Outputs,
+    pub intake: Receiver<Delivery>,
+    pub confirmations: Arc<Confirmations>,
+    pub control: Arc<Control>,
+    view: Arc<LiveView>,
+    /// Processing time, ms: never moves back.
+    pub now: i128,
+    /// Per source: the highest delivery taken so far.
+    taken: Vec<u64>,
+    last_shown: i128,
+    /// Per source: payload bytes worth journaling ([`keep_bytes`]).
+    keep: Vec<usize>,
+    last_release: i128,
+}
+
+impl<'a> Feeder<'a> {
+    pub fn new(
+        plan: &'a Plan,
+        runtime: Runtime,
+        journal: Journal,
+        outputs: Outputs,
+        links: Links,
+        start: i128,
+    ) -> Feeder<'a> {
+        let Links { intake, confirmations, control, view } = links;
+        Feeder {
+            plan,
+            runtime,
+            journal,
+            ingest: Ingest::new(plan),
+            outputs,
+            intake,
+            confirmations,
+            control,
+            view,
+            now: start,
+            last_shown: start,
+            taken: vec![0; plan.sources.len()],
+            keep: (0..plan.sources.len()).map(|s| keep_bytes(plan, s)).collect(),
+            last_release: start,
+        }
+    }
+
+    /// Feeds every journal entry at the processing time it was first taken at.
+    pub fn replay_journal(&mut self) -> Result<u64, ServiceError> {
+        let entries: Vec<_> = self.journal.entries().collect();
+        let count = entries.len() as u64;
+        for entry in entries {
+            let Some(source) = self.plan.sources.iter().position(|s| s.name == entry.source) else {
+                // A reload removed the source: its messages feed no stream any more.
+                continue;
+            };
+            self.now = self.now.max(entry.arrival);
+            self.runtime.advance_to(self.now, &mut self.outputs)?;
+            let message = Message { source, topic: &entry.topic, payload: &entry.payload, now: self.now };
+            self.ingest.accept(self.plan, message, &mut self.runtime, &mut self.outputs)?;
+        }
+        self.runtime.flush(&mut self.outputs)?;
+        self.outputs.flush();
+        self.control.replayed.store(count, Ordering::Relaxed);
+        Ok(count)
+    }
+
+    /// Runs until the io thread asks for a stop or a reload; returns which.
+    pub fn run(&mut self, wall_clock: impl Fn() -> i128) -> Result<Request, ServiceError> {
+        loop {
+            let request = self.control.request();
+            if request != Request::Run {
+                return Ok(request);
+            }
+            self.now = self.now.max(wall_clock());
+            self.runtime.advance_to(self.now, &mut self.outputs)?;
+            self.take_batch()?;
+            self.outputs.flush();
+            self.release_old_entries();
+            self.show_figures();
+            self.control.heartbeat.fetch_add(1, Ordering::Relaxed);
+            self.control.now.store(self.now as u64, Ordering::Relaxed);
+            let until_tick = Duration::from_millis((next_tick(self.now) - self.now).clamp(1, 200) as u64);
+            let (intake, control) = (&self.intake, &self.control);
+            self.runtime
+                .wait(&mut self.outputs, until_tick, || !intake.is_empty() || control.request() != Request::Run)?;
+        }
+    }
+
+    /// Journals and ingests up to [`BATCH`] waiting deliveries, publishes them to the shards,
+    /// then confirms them to their sources.
+    fn take_batch(&mut self) -> Result<(), ServiceError> {
+        let mut any = false;
+        for delivery in self.intake.try_iter().take(BATCH) {
+            any = true;
+            let name = &self.plan.sources[delivery.source].name;
+            self.journal.append(name, &delivery, self.now, self.keep[delivery.source])?;
+            let message =
+                Message { source: delivery.source, topic: &delivery.topic, payload: &delivery.payload, now: self.now };
+            self.ingest.accept(self.plan, message, &mut self.runtime, &mut self.outputs)?;
+            self.taken[delivery.source] = self.taken[delivery.source].max(delivery.seq);
+            self.control.taken.fetch_add(1, Ordering::Relaxed);
+        }
+        if !any {
+            return Ok(());
+        }
+        self.runtime.flush(&mut self.outputs)?;
+        if self.plan.runtime.durability == Durability::Power {
+            self.journal.sync()?;
+        }
+        for (source, &seq) in self.taken.iter().enumerate() {
+            if seq > 0 {
+                self.confirmations.confirm(source, seq);
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the runtime's figures for `/metrics` and the status line, about once a second.
+    fn show_figures(&mut self) {
+        if self.now - self.last_shown >= SHOW_EVERY_MS {
+            self.last_shown = self.now;
+            self.view.update_figures(Some(self.runtime.live_figures()));
+            self.control.journal_bytes.store(self.journal.queued_bytes(), Ordering::Relaxed);
+            self.control.journal_dropped.store(self.journal.dropped(), Ordering::Relaxed);
+        }
+    }
+
+    fn release_old_entries(&mut self) {
+        if self.now - self.last_release >= RETENTION_EVERY_MS {
+            self.last_release = self.now;
+            self.journal.release_older_than_retention(self.now);
+        }
+    }
+
+    /// Stops the shards without ending the input (the journal restores the state at the next
+    /// start), after draining what they can finish within `grace`.
+    pub fn stop(self, grace: Duration) -> Result<Outputs, ServiceError> {
+        let Feeder { runtime, mut outputs, .. } = self;
+        let result = runtime.stop(&mut outputs, grace);
+        outputs.flush();
+        result.map_err(ServiceError::from)?;
+        Ok(outputs)
+    }
+}
+
+/// Payload bytes worth journaling for a source: one more than its streams' largest `max_payload`
+/// (an oversized payload is dead-lettered again on replay, with the same first KiB).
+fn keep_bytes(plan: &Plan, source: usize) -> usize {
+    let name = &plan.sources[source].name;
+    let max = plan.streams.iter().filter(|s| s.source.as_ref() == Some(name)).map(|s| s.max_payload).max();
+    usize::try_from(max.unwrap_or(0).saturating_add(1)).unwrap_or(usize::MAX)
+}
+
+impl From<RuntimeError> for ServiceError {
+    fn from(error: RuntimeError) -> ServiceError {
+        ServiceError::Runtime(error)
+    }
+}

@@ -1,0 +1,104 @@
+//! One MQTT message → rows of the streams its topic feeds, or dead letters.
+//!
+//! The same path runs for live messages and for journal entries replayed at start, so a restart
+//! rebuilds exactly the rows the first run had. Processing time is the feeder's clock when it took
+//! the message (journaled with it), never a field of the payload.
+
+use crate::config::Plan;
+use crate::record::Value;
+use crate::record::decode::{check_time_window, dead_letter_raw, decode_payload};
+use crate::record::id::IdHasher;
+use crate::shard::{Runtime, RuntimeError};
+use crate::source::route::{Router, TopicFilter};
+use crate::source::row_of;
+
+use super::outputs::Outputs;
+
+/// One message as the feeder takes it.
+pub struct Message<'m> {
+    /// The source's index in `Plan::sources`.
+    pub source: usize,
+    pub topic: &'m str,
+    pub payload: &'m [u8],
+    /// Processing time when the feeder took it (journaled with it).
+    pub now: i128,
+}
+
+pub struct Ingest {
+    /// Per source (by index in `Plan::sources`): its streams' topic filters.
+    routers: Vec<Router>,
+    ids: IdHasher,
+    captured: Vec<(usize, Value)>,
+    /// Messages whose topic matched no stream of their source (a subscription braid did not make
+    /// cannot deliver them; counted, never silent).
+    pub unrouted: u64,
+}
+
+impl Ingest {
+    /// Compiles every stream's filter (validation accepted them, so compiling cannot fail; a
+    /// stream whose filter did is left out and logged).
+    pub fn new(plan: &Plan) -> Ingest {
+        let mut routers = vec![Router::default(); plan.sources.len()];
+        for (stream, def) in plan.streams.iter().enumerate() {
+            let (Some(source), Some(topic)) = (def.source.as_deref(), def.topic.as_deref()) else { continue };
+            let Some(index) = plan.sources.iter().position(|s| s.name == source) else { continue };
+            match TopicFilter::compile(topic, &def.schema) {
+                Ok(filter) => routers[index].add(stream, filter),
+                Err(error) => tracing::error!(stream = %def.name, %error, "topic filter left out"),
+            }
+        }
+        Ingest { routers, ids: IdHasher::default(), captured: Vec::new(), unrouted: 0 }
+    }
+
+    /// Feeds one message to every stream its topic matches.
+    pub fn accept(
+        &mut self,
+        plan: &Plan,
+        message: Message<'_>,
+        runtime: &mut Runtime,
+        outputs: &mut Outputs,
+    ) -> Result<(), RuntimeError> {
+        let Message { source, topic, payload, now } = message;
+        let Some(router) = self.routers.get(source) else {
+            self.unrouted += 1;
+            return Ok(());
+        };
+        let mut matched = false;
+        for (stream, captures) in router.route(topic) {
+            matched = true;
+            let def = &plan.streams[stream];
+            let captures = match captures {
+                Ok(captures) => captures,
+                Err(bad) => {
+                    let label = bad.label(&def.schema);
+                    runtime.count_dead_letter(stream, &label);
+                    outputs.dead_letter(&def.name, &String::from_utf8_lossy(payload), &label);
+                    continue;
+                }
+            };
+            self.captured.clear();
+            self.captured.extend(captures.iter().map(|&(pos, c)| (pos, c.to_value())));
+            let decoded = decode_payload(&def.schema, payload, def.max_payload, &self.captured);
+            let checked = decoded.outcome.and_then(|fields| {
+                let ts = fields.ts.unwrap_or(now as i64);
+                check_time_window(ts, now as i64, def.max_age, def.max_skew).map(|()| (fields.values, ts))
+            });
+            match checked {
+                Ok((values, ts)) => {
+                    let row = row_of(def, values, ts, &mut self.ids);
+                    outputs.input_row(stream, &row);
+                    runtime.ingest(stream, &row, now, outputs)?;
+                }
+                Err(reason) => {
+                    let label = reason.label(&def.schema);
+                    runtime.count_dead_letter(stream, &label);
+                    outputs.dead_letter(&def.name, &dead_letter_raw(payload, reason), &label);
+                }
+            }
+        }
+        if !matched {
+            self.unrouted += 1;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,430 @@
+//! The io thread: one tokio current-thread runtime for everything that waits on the network or
+//! on the system — MQTT sources and sinks (rumqttc needs tokio; the shards run on monoio), the
+//! `/metrics` server, signals and systemd notifications. It does no join work.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+
+use crate::config::{Plan, SourceKind};
+use crate::ops::systemd::Notifier;
+use crate::shard::wake::Doorbell;
+use crate::sink::mqtt::Uplink;
+use crate::source::mqtt::{SourceSettings, SourceStatus, subscription_filter};
+use crate::source::{Confirmations, Delivery, Intake};
+
+use super::view::LiveView;
+use super::{Control, DRAIN, Request, ServiceError, embedded_listen};
+
+/// How often the supervisor looks at readiness, the watchdog and the status line.
+const SUPERVISE_EVERY: Duration = Duration::from_millis(100);
+/// How often STATUS= is refreshed.
+const STATUS_EVERY: Duration = Duration::from_secs(5);
+
+pub struct IoThread {
+    handle: tokio::runtime::Handle,
+    thread: Option<std::thread::JoinHandle<()>>,
+    exit: watch::Sender<bool>,
+    shared: Arc<Shared>,
+}
+
+/// What the io thread and the feeder thread both see.
+struct Shared {
+    control: Arc<Control>,
+    view: Arc<LiveView>,
+    config_path: Option<PathBuf>,
+    notifier: Notifier,
+    /// A validated configuration that differs from the running one, waiting to be applied.
+    reloaded: Mutex<Option<(String, Plan)>>,
+    /// The text of the running configuration (an unchanged file is not reloaded).
+    running_text: Mutex<Option<String>>,
+    /// The sources of the running generation (readiness: all subscribed).
+    sources: Mutex<Vec<Arc<SourceStatus>>>,
+    /// READY=1 was sent for the running generation.
+    ready: std::sync::atomic::AtomicBool,
+    /// Embedded brokers by address: started once, kept across reloads (rumqttd cannot stop).
+    #[cfg(feature = "embedded-broker")]
+    brokers: Mutex<HashMap<SocketAddr, crate::broker::EmbeddedBroker>>,
+}
+
+/// The tasks of one generation.
+pub struct GenerationTasks {
+    stop_sources: watch::Sender<bool>,
+    stop_sinks: watch::Sender<bool>,
+    sources: Vec<tokio::task::JoinHandle<()>>,
+    sinks: Vec<tokio::task::JoinHandle<()>>,
+    status: Vec<Arc<SourceStatus>>,
+    uplinks: Vec<Arc<Uplink>>,
+}
+
+impl IoThread {
+    /// Starts the thread; returns once its signal handlers are installed (before that, SIGTERM
+    /// would kill the process outright).
+    pub fn start(
+        control: Arc<Control>,
+        view: Arc<LiveView>,
+        config_path: Option<PathBuf>,
+    ) -> Result<IoThread, ServiceError> {
+        let running_text = config_path.as_ref().and_then(|p| std::fs::read_to_string(p).ok());
+        let shared = Arc::new(Shared {
+            control,
+            view,
+            config_path,
+            notifier: Notifier::from_env(),
+            reloaded: Mutex::new(None),
+            running_text: Mutex::new(running_text),
+            sources: Mutex::new(Vec::new()),
+            ready: Default::default(),
+            #[cfg(feature = "embedded-broker")]
+            brokers: Mutex::new(HashMap::new()),
+        });
+        let (exit, exit_rx) = watch::channel(false);
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let for_thread = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("braid-io".into())
+            .spawn(move || io_main(for_thread, exit_rx, started_tx))
+            .map_err(|e| ServiceError::Io(e.to_string()))?;
+        let handle = started_rx
+            .recv()
+            .map_err(|_| ServiceError::Io("the io thread ended at start".into()))?
+            .map_err(ServiceError::Io)?;
+        Ok(IoThread { handle, thread: Some(thread), exit, shared })
+    }
+
+    /// Binds `[ops] listen` and serves `/metrics` and `/healthz` ("" turns it off).
+    pub fn serve_ops(&self, listen: &str) -> Result<(), ServiceError> {
+        let view: Arc<dyn crate::ops::http::OpsView> = Arc::clone(&self.shared.view) as _;
+        let listener =
+            self.handle.block_on(crate::ops::http::bind(listen)).map_err(|e| ServiceError::Io(e.to_string()))?;
+        if let Some(listener) = listener {
+            let shutdown = self.exit.subscribe();
+            self.handle.spawn(crate::ops::http::serve(listener, view, shutdown));
+        }
+        Ok(())
+    }
+
+    /// Starts the embedded brokers, sources and sinks of a generation.
+    pub fn start_generation(
+        &self,
+        plan: &Arc<Plan>,
+        uplinks: &[(String, Arc<Uplink>)],
+        intake: crossbeam_channel::Sender<Delivery>,
+        confirmations: Arc<Confirmations>,
+        doorbell: Arc<Doorbell>,
+    ) -> Result<GenerationTasks, ServiceError> {
+        let (stop_sources, sources_rx) = watch::channel(false);
+        let (stop_sinks, sinks_rx) = watch::channel(false);
+        let mut tasks = GenerationTasks {
+            stop_sources,
+            stop_sinks,
+            sources: Vec::new(),
+            sinks: Vec::new(),
+            status: Vec::new(),
+            uplinks: uplinks.iter().map(|(_, u)| Arc::clone(u)).collect(),
+        };
+        for (index, def) in plan.sources.iter().enumerate() {
+            let url = match embedded_listen(plan, index) {
+                Some(addr) => {
+                    self.ensure_broker(addr, plan, index)?;
+                    format!("mqtt://{addr}")
+                }
+                None if def.kind == SourceKind::Embedded => {
+                    return Err(ServiceError::Source {
+                        source_name: def.name.clone(),
+                        error: "listen is not a socket address".into(),
+                    });
+                }
+                None => def.url.clone().unwrap_or_default(),
+            };
+            let mut filters: Vec<String> = plan
+                .streams
+                .iter()
+                .filter(|s| s.source.as_deref() == Some(def.name.as_str()))
+                .filter_map(|s| s.topic.as_deref().map(subscription_filter))
+                .collect();
+            filters.dedup();
+            let max_payload = plan
+                .streams
+                .iter()
+                .filter(|s| s.source.as_deref() == Some(def.name.as_str()))
+                .map(|s| s.max_payload)
+                .max()
+                .unwrap_or(256 * 1024);
+            let settings = SourceSettings {
+                index,
+                name: def.name.clone(),
+                url,
+                conn: def.conn.clone(),
+                filters,
+                max_payload,
+                qos: rumqttc::QoS::AtLeastOnce,
+            };
+            let status = Arc::new(SourceStatus::default());
+            tasks.status.push(Arc::clone(&status));
+            let intake = Intake::new(intake.clone(), Arc::clone(&doorbell));
+            let future =
+                crate::source::mqtt::run(settings, intake, Arc::clone(&confirmations), status, sources_rx.clone());
+            let name = def.name.clone();
+            tasks.sources.push(self.handle.spawn(async move {
+                if let Err(error) = future.await {
+                    tracing::error!(source = %name, %error, "source stopped");
+                }
+            }));
+        }
+        for (name, uplink) in uplinks {
+            let Some(def) = plan.sinks.iter().find(|s| &s.name == name).cloned() else { continue };
+            let future = crate::sink::mqtt::run(Arc::clone(uplink), def, sinks_rx.clone(), DRAIN);
+            let name = name.clone();
+            tasks.sinks.push(self.handle.spawn(async move {
+                if let Err(error) = future.await {
+                    tracing::error!(sink = %name, %error, "sink stopped");
+                }
+            }));
+        }
+        *lock(&self.shared.sources) = tasks.status.clone();
+        self.shared.ready.store(false, Ordering::Release);
+        Ok(tasks)
+    }
+
+    #[cfg(feature = "embedded-broker")]
+    fn ensure_broker(&self, addr: SocketAddr, plan: &Plan, source: usize) -> Result<(), ServiceError> {
+        let mut brokers = lock(&self.shared.brokers);
+        if brokers.contains_key(&addr) {
+            return Ok(());
+        }
+        let name = &plan.sources[source].name;
+        let max_payload = plan
+            .streams
+            .iter()
+            .filter(|s| s.source.as_deref() == Some(name.as_str()))
+            .map(|s| s.max_payload)
+            .max()
+            .unwrap_or(256 * 1024);
+        let settings = crate::broker::BrokerSettings {
+            listen: addr,
+            // Payloads just above the streams' limit still reach braid, to be dead-lettered.
+            max_payload: usize::try_from(max_payload).unwrap_or(usize::MAX).saturating_mul(2).max(64 * 1024),
+            tls: None,
+        };
+        let broker = crate::broker::start(settings)
+            .map_err(|e| ServiceError::Source { source_name: name.clone(), error: e.to_string() })?;
+        tracing::info!(source = %name, %addr, "embedded broker listening");
+        brokers.insert(addr, broker);
+        Ok(())
+    }
+
+    #[cfg(not(feature = "embedded-broker"))]
+    fn ensure_broker(&self, _addr: SocketAddr, plan: &Plan, source: usize) -> Result<(), ServiceError> {
+        Err(ServiceError::Source {
+            source_name: plan.sources[source].name.clone(),
+            error: "this build has no embedded broker (cargo feature `embedded-broker`)".into(),
+        })
+    }
+
+    /// The validated configuration a SIGHUP found, if it differs from the running one.
+    pub fn take_reloaded(&self) -> Option<Plan> {
+        let (text, plan) = lock(&self.shared.reloaded).take()?;
+        *lock(&self.shared.running_text) = Some(text);
+        Some(plan)
+    }
+
+    /// The service is done: STOPPING=1, the io thread ends.
+    pub fn stopped(mut self) {
+        self.shared.notifier.stopping("stopped");
+        let _ = self.exit.send(true);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl GenerationTasks {
+    pub fn status(&self) -> (Vec<Arc<SourceStatus>>, Vec<Arc<Uplink>>) {
+        (self.status.clone(), self.uplinks.clone())
+    }
+
+    /// Stops the sources (they disconnect; what they did not hand over stays with the broker)
+    /// and waits for them.
+    pub fn stop_sources(&mut self, io: &IoThread) {
+        let _ = self.stop_sources.send(true);
+        for task in self.sources.drain(..) {
+            let _ = io.handle.block_on(task);
+        }
+    }
+
+    /// Stops the sinks: each drains its buffer while connected, for at most `drain`.
+    pub fn stop_sinks(&mut self, io: &IoThread, drain: Duration) {
+        let _ = self.stop_sinks.send(true);
+        let deadline = Instant::now() + drain + Duration::from_secs(2);
+        for task in self.sinks.drain(..) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let _ = io.handle.block_on(async { tokio::time::timeout(left, task).await });
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A poisoned lock only means another thread panicked while holding it; the data is plain.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn io_main(
+    shared: Arc<Shared>,
+    exit: watch::Receiver<bool>,
+    started: std::sync::mpsc::Sender<Result<tokio::runtime::Handle, String>>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            let _ = started.send(Err(format!("cannot build the tokio runtime: {e}")));
+            return;
+        }
+    };
+    let handle = runtime.handle().clone();
+    runtime.block_on(async move {
+        let signals = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()));
+        let (Ok(term), Ok(int), Ok(hup)) = signals else {
+            let _ = started.send(Err("cannot install signal handlers".into()));
+            return;
+        };
+        let _ = started.send(Ok(handle));
+        supervise(&shared, term, int, hup, exit).await;
+    });
+}
+
+async fn supervise(
+    shared: &Shared,
+    mut term: tokio::signal::unix::Signal,
+    mut int: tokio::signal::unix::Signal,
+    mut hup: tokio::signal::unix::Signal,
+    mut exit: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(SUPERVISE_EVERY);
+    let mut watchdog = Watchdog::new(shared.notifier.watchdog_period());
+    let mut status = StatusLine::default();
+    loop {
+        tokio::select! {
+            _ = term.recv() => stop(shared, "SIGTERM"),
+            _ = int.recv() => stop(shared, "SIGINT"),
+            _ = hup.recv() => reload(shared),
+            _ = exit.changed() => return,
+            _ = tick.tick() => {
+                announce_ready(shared);
+                watchdog.check(shared);
+                status.refresh(shared);
+            }
+        }
+    }
+}
+
+fn stop(shared: &Shared, why: &str) {
+    tracing::info!("{why}: stopping (intake first, then shards and sinks drain)");
+    shared.notifier.stopping("draining");
+    shared.control.ask(Request::Stop);
+}
+
+/// SIGHUP: re-read and validate the configuration; apply it only when it is valid and changed.
+fn reload(shared: &Shared) {
+    let Some(path) = &shared.config_path else {
+        tracing::info!("SIGHUP: no configuration file to re-read");
+        return;
+    };
+    shared.notifier.reloading();
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) => {
+            tracing::error!(path = %path.display(), %error, "SIGHUP: cannot read the configuration; keeping the running one");
+            shared.notifier.ready("running (reload failed: unreadable configuration)");
+            return;
+        }
+    };
+    if lock(&shared.running_text).as_deref() == Some(text.as_str()) {
+        tracing::info!("SIGHUP: configuration unchanged");
+        shared.notifier.ready("running (configuration unchanged)");
+        return;
+    }
+    match crate::config::parse(&path.display().to_string(), &text) {
+        Ok(plan) => {
+            tracing::info!("SIGHUP: configuration valid; applying it");
+            *lock(&shared.reloaded) = Some((text, plan));
+            shared.ready.store(false, Ordering::Release);
+            shared.control.ask(Request::Reload);
+        }
+        Err(errors) => {
+            tracing::error!("SIGHUP: {}", errors.to_string().trim_end());
+            tracing::error!(count = errors.errors.len(), "SIGHUP: configuration invalid; keeping the running one");
+            shared.notifier.ready("running (reload refused: invalid configuration)");
+        }
+    }
+}
+
+/// READY=1 once every source of the running generation has its subscriptions.
+fn announce_ready(shared: &Shared) {
+    if shared.ready.load(Ordering::Acquire) || !shared.view.is_running() {
+        return;
+    }
+    let all = lock(&shared.sources).iter().all(|s| s.subscribed.load(Ordering::Acquire));
+    if all {
+        shared.ready.store(true, Ordering::Release);
+        tracing::info!("ready: subscribed");
+        shared.notifier.ready("running");
+    }
+}
+
+/// WATCHDOG=1 every half WatchdogSec, only while the feeder loop moves: a feeder stuck behind a shard
+/// that stopped taking frames (full rings) stops the pings, and systemd restarts braid.
+struct Watchdog {
+    period: Option<Duration>,
+    last_ping: Instant,
+    last_heartbeat: u64,
+}
+
+impl Watchdog {
+    fn new(period: Option<Duration>) -> Watchdog {
+        Watchdog { period, last_ping: Instant::now(), last_heartbeat: u64::MAX }
+    }
+
+    fn check(&mut self, shared: &Shared) {
+        let Some(period) = self.period else { return };
+        // The notifier's period is already half of WatchdogSec.
+        if self.last_ping.elapsed() < period {
+            return;
+        }
+        let heartbeat = shared.control.heartbeat.load(Ordering::Relaxed);
+        if heartbeat != self.last_heartbeat {
+            self.last_heartbeat = heartbeat;
+            self.last_ping = Instant::now();
+            shared.notifier.watchdog();
+        }
+    }
+}
+
+/// STATUS= every few seconds: rates since the last one.
+#[derive(Default)]
+struct StatusLine {
+    last: Option<(Instant, super::view::Totals)>,
+}
+
+impl StatusLine {
+    fn refresh(&mut self, shared: &Shared) {
+        let now = Instant::now();
+        if self.last.as_ref().is_some_and(|(at, _)| now.duration_since(*at) < STATUS_EVERY) {
+            return;
+        }
+        let totals = shared.view.totals();
+        if let Some((at, before)) = &self.last {
+            let line = totals.status_line(before, now.duration_since(*at));
+            shared.notifier.status(&line);
+        }
+        self.last = Some((now, totals));
+    }
+}

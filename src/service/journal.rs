@@ -1,0 +1,184 @@
+//! The ingest journal: every message the service accepts, with the processing time it was taken
+//! at, appended to a durable [`Spool`] before the source acknowledges it.
+//!
+//! Why a journal and not checkpoints: the journal is what makes an acknowledged message survive
+//! `kill -9`. At the next start the service replays the journal through a fresh runtime exactly as
+//! `braid replay` would (same processing times, so the same ticks, lateness and `_id`s), which
+//! rebuilds the operators' state, and then goes on with live input. Results of the replayed part
+//! are produced again with the `_id`s they had (consumers deduplicate by `_id`, CONTRACT.md rule
+//! 10). The journal keeps `runtime.journal_retention` of processing time (older entries are
+//! released): state that depends on older input (a threshold's limit, a temporal join's version,
+//! absence's last row) is not rebuilt after a restart, so the retention should cover it.
+//!
+//! Record layout (little endian): version `1` (u8), arrival ms (i64), source name length (u8),
+//! source name, topic length (u16), topic, payload. The source goes by name so that a reload
+//! that adds or reorders sources still replays every entry into the right one. A payload above the stream's `max_payload` is kept only up to
+//! `max_payload + 1` bytes: enough to be dead-lettered as `oversized` again, with the same first
+//! KiB as `raw`.
+
+use std::path::Path;
+
+use bytes::Bytes;
+use thiserror::Error;
+
+use crate::config::Overflow;
+use crate::source::Delivery;
+use crate::spool::{Spool, SpoolError, SpoolOptions};
+
+const VERSION: u8 = 1;
+/// Version and arrival.
+const HEADER: usize = 1 + 8;
+
+#[derive(Debug, Error)]
+pub enum JournalError {
+    #[error("journal {path}: {error}")]
+    Open { path: String, error: SpoolError },
+    #[error("journal: {0}")]
+    Append(SpoolError),
+    #[error("journal: cannot sync: {0}")]
+    Sync(std::io::Error),
+}
+
+/// One journaled message.
+pub struct Entry {
+    pub source: String,
+    pub arrival: i128,
+    pub topic: String,
+    pub payload: Bytes,
+}
+
+pub struct Journal {
+    spool: Spool,
+    retention_ms: i64,
+    record: Vec<u8>,
+}
+
+impl Journal {
+    /// Opens (recovers) the journal in `dir`, holding at most `max_bytes`: beyond that the oldest
+    /// entries are released early (counted by [`dropped`](Self::dropped)) rather than refusing
+    /// input — the journal bounds how much a restart can rebuild, never what braid accepts.
+    pub fn open(dir: &Path, max_bytes: u64, retention_ms: i64) -> Result<Journal, JournalError> {
+        let options = SpoolOptions { max_bytes, segment_bytes: 4 << 20, overflow: Overflow::DropOldest };
+        let spool =
+            Spool::open(dir, options).map_err(|error| JournalError::Open { path: dir.display().to_string(), error })?;
+        Ok(Journal { spool, retention_ms, record: Vec::with_capacity(1024) })
+    }
+
+    /// Appends a delivery of source `source` taken at processing time `now`; `keep` bytes of its
+    /// payload at most.
+    pub fn append(&mut self, source: &str, delivery: &Delivery, now: i128, keep: usize) -> Result<(), JournalError> {
+        // MQTT topics hold at most 65 535 bytes; config names are short (cut defensively).
+        let topic = delivery.topic.as_bytes();
+        let topic = &topic[..topic.len().min(u16::MAX as usize)];
+        let source = &source.as_bytes()[..source.len().min(u8::MAX as usize)];
+        let payload = &delivery.payload[..delivery.payload.len().min(keep)];
+        self.record.clear();
+        self.record.push(VERSION);
+        self.record.extend_from_slice(&(now as i64).to_le_bytes());
+        self.record.push(source.len() as u8);
+        self.record.extend_from_slice(source);
+        self.record.extend_from_slice(&(topic.len() as u16).to_le_bytes());
+        self.record.extend_from_slice(topic);
+        self.record.extend_from_slice(payload);
+        self.spool.append(&self.record).map(|_| ()).map_err(JournalError::Append)
+    }
+
+    /// Forces appended entries to the disk (`durability = "power"`).
+    pub fn sync(&mut self) -> Result<(), JournalError> {
+        self.spool.sync().map_err(JournalError::Sync)
+    }
+
+    /// Every entry still held, oldest first (read at start, before live input).
+    pub fn entries(&self) -> impl Iterator<Item = Entry> + '_ {
+        (self.spool.first()..self.spool.end()).filter_map(|seq| self.spool.get(seq).and_then(decode))
+    }
+
+    /// Releases the entries older than the retention at processing time `now`.
+    pub fn release_older_than_retention(&mut self, now: i128) {
+        let horizon = now - i128::from(self.retention_ms);
+        let mut last = None;
+        for seq in self.spool.first()..self.spool.end() {
+            match self.spool.get(seq).and_then(arrival_of) {
+                Some(arrival) if arrival < horizon => last = Some(seq),
+                // Unreadable entries were cut at open; an entry inside retention ends the scan.
+                _ => break,
+            }
+        }
+        if let Some(seq) = last {
+            self.spool.release_through(seq);
+        }
+    }
+
+    pub fn queued_bytes(&self) -> u64 {
+        self.spool.queued_bytes()
+    }
+
+    /// Entries released early because the journal was full.
+    pub fn dropped(&self) -> u64 {
+        self.spool.dropped()
+    }
+}
+
+fn arrival_of(record: &[u8]) -> Option<i128> {
+    if record.len() < HEADER || record[0] != VERSION {
+        return None;
+    }
+    Some(i128::from(i64::from_le_bytes(record[1..HEADER].try_into().ok()?)))
+}
+
+fn decode(record: &[u8]) -> Option<Entry> {
+    let arrival = arrival_of(record)?;
+    let (&source_len, rest) = record[HEADER..].split_first()?;
+    let (source, rest) = rest.split_at_checked(usize::from(source_len))?;
+    let (topic_len, rest) = rest.split_at_checked(2)?;
+    let (topic, payload) = rest.split_at_checked(usize::from(u16::from_le_bytes([topic_len[0], topic_len[1]])))?;
+    Some(Entry {
+        source: String::from_utf8_lossy(source).into_owned(),
+        arrival,
+        topic: String::from_utf8_lossy(topic).into_owned(),
+        payload: Bytes::copy_from_slice(payload),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivery(topic: &str, payload: &[u8]) -> Delivery {
+        Delivery { source: 0, seq: 1, topic: topic.into(), payload: Bytes::copy_from_slice(payload), arrival: 0 }
+    }
+
+    #[test]
+    fn entries_survive_a_reopen_with_source_arrival_topic_and_cut_payload() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut journal = Journal::open(dir.path(), 1 << 20, 60_000).unwrap();
+        journal.append("devices", &delivery("devices/d1/status", b"{\"ts\":1}"), 1_000, 100).unwrap();
+        journal.append("other", &delivery("a/b", b"0123456789"), 1_500, 4).unwrap();
+        drop(journal);
+        let journal = Journal::open(dir.path(), 1 << 20, 60_000).unwrap();
+        let entries: Vec<Entry> = journal.entries().collect();
+        assert_eq!(entries.len(), 2);
+        assert_eq!((entries[0].source.as_str(), entries[0].arrival), ("devices", 1_000));
+        assert_eq!((entries[0].topic.as_str(), &entries[0].payload[..]), ("devices/d1/status", &b"{\"ts\":1}"[..]));
+        assert_eq!(
+            (entries[1].source.as_str(), entries[1].arrival, &entries[1].payload[..]),
+            ("other", 1_500, &b"0123"[..])
+        );
+    }
+
+    #[test]
+    fn entries_older_than_the_retention_are_released_and_stay_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut journal = Journal::open(dir.path(), 1 << 20, 1_000).unwrap();
+        for t in [0, 500, 1_000, 1_500, 2_000] {
+            journal.append("s", &delivery("t", b"x"), t, 10).unwrap();
+        }
+        // At 2 100 the horizon is 1 100: entries at 0, 500 and 1 000 go.
+        journal.release_older_than_retention(2_100);
+        let left: Vec<i128> = journal.entries().map(|e| e.arrival).collect();
+        assert_eq!(left, [1_500, 2_000]);
+        drop(journal);
+        let journal = Journal::open(dir.path(), 1 << 20, 1_000).unwrap();
+        assert_eq!(journal.entries().map(|e| e.arrival).collect::<Vec<_>>(), [1_500, 2_000]);
+    }
+}

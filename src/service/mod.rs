@@ -1,0 +1,217 @@
+//! `braid run`: the service.
+//!
+//! ```text
+//!  io thread (tokio, current thread)                 feeder (the calling thread)
+//!   MQTT sources ── Delivery (bounded channel) ──────► journal → rows → shard rings
+//!        ▲  PUBACK once confirmed ◄── Confirmations ──   │      (shard/: pinned shards)
+//!   MQTT sinks  ◄── outbound spool per sink ◄── results ─┘ → file / stdout sinks
+//!   signals, sd_notify (READY, WATCHDOG, STATUS), /metrics and /healthz
+//! ```
+//!
+//! A *generation* is one plan running: its journal, runtime, sinks, sources and tasks. SIGHUP
+//! re-reads and validates the configuration on the io thread; an invalid or unchanged one is
+//! logged and the running generation goes on; a changed one replaces the generation (the new one
+//! replays the journal under the new plan, so its operators start with the state the new plan
+//! gives the same input). SIGTERM or SIGINT stops intake first (unacknowledged messages stay
+//! with the broker), lets the shards finish what they hold, flushes the sinks (an MQTT sink
+//! drains its buffer while its uplink is up, bounded by [`DRAIN`]) and returns.
+
+mod feeder;
+mod ingest;
+mod io;
+mod journal;
+mod outputs;
+mod view;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::config::{Plan, SinkKind, SourceKind};
+use crate::shard::{Runtime, RuntimeError, RuntimeOptions};
+use crate::sink::mqtt::Uplink;
+use crate::source::Confirmations;
+
+use feeder::Feeder;
+pub use feeder::{Control, Request};
+use io::IoThread;
+use journal::{Journal, JournalError};
+use outputs::{OutputCounters, OutputError, Outputs};
+pub use view::LiveView;
+
+/// How long a stop may spend on the shards' last results.
+const SHARD_GRACE: Duration = Duration::from_secs(5);
+/// How long a stopping MQTT sink keeps sending its buffer (systemd's TimeoutStopSec is longer).
+pub const DRAIN: Duration = Duration::from_secs(10);
+/// Deliveries waiting between the sources and the feeder; beyond, sources stop acknowledging.
+const INTAKE: usize = 4096;
+
+#[derive(Debug, Error)]
+pub enum ServiceError {
+    #[error("state directory {path}: {error}")]
+    StateDir { path: PathBuf, error: std::io::Error },
+    #[error("state directory {0} is in use by another braid (its lock is held)")]
+    Locked(PathBuf),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error(transparent)]
+    Output(#[from] OutputError),
+    #[error("runtime: {0}")]
+    Runtime(RuntimeError),
+    #[error("sink {sink}: {error}")]
+    Uplink { sink: String, error: String },
+    #[error("source {source_name}: {error}")]
+    Source { source_name: String, error: String },
+    #[error("io thread: {0}")]
+    Io(String),
+}
+
+/// What the service needs besides the plan.
+pub struct ServiceOptions {
+    /// Re-read on SIGHUP; `None` (the demo): SIGHUP is logged and ignored.
+    pub config_path: Option<PathBuf>,
+    /// Overrides `runtime.shards`.
+    pub shards: Option<usize>,
+    /// Set by a caller that stops the service itself (the demo after `--duration`).
+    pub control: Arc<Control>,
+    /// Where the service shows its figures (the demo reads its summary from it).
+    pub view: Arc<LiveView>,
+}
+
+/// Runs the service until SIGTERM/SIGINT (or `options.control` asks for a stop).
+pub fn run(plan: Plan, options: ServiceOptions) -> Result<(), ServiceError> {
+    let state_dir = state_dir(&plan);
+    std::fs::create_dir_all(&state_dir).map_err(|error| ServiceError::StateDir { path: state_dir.clone(), error })?;
+    let _lock = lock(&state_dir)?;
+    let view = Arc::clone(&options.view);
+    let io = IoThread::start(Arc::clone(&options.control), Arc::clone(&view), options.config_path.clone())?;
+    io.serve_ops(&plan.ops_listen)?;
+    let mut plan = Arc::new(plan);
+    loop {
+        let request = generation(&plan, &state_dir, &io, &options, &view)?;
+        match request {
+            Request::Stop => break,
+            Request::Reload => match io.take_reloaded() {
+                Some(next) => {
+                    tracing::info!("configuration reloaded: restarting with the new plan");
+                    plan = Arc::new(next);
+                }
+                None => options.control.clear_reload(),
+            },
+            Request::Run => {}
+        }
+        options.control.clear_reload();
+    }
+    io.stopped();
+    Ok(())
+}
+
+/// `runtime.state_dir`, else systemd's `$STATE_DIRECTORY`, else `/var/lib/braid`.
+fn state_dir(plan: &Plan) -> PathBuf {
+    plan.runtime
+        .state_dir
+        .clone()
+        .or_else(|| std::env::var_os("STATE_DIRECTORY").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/var/lib/braid"))
+}
+
+/// An exclusive lock on `STATE_DIR/braid.lock`, held while the service runs: two services on one
+/// state directory would corrupt each other's journal and spools.
+fn lock(state_dir: &Path) -> Result<std::fs::File, ServiceError> {
+    use std::os::fd::AsRawFd;
+    let path = state_dir.join("braid.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|error| ServiceError::StateDir { path: path.clone(), error })?;
+    // SAFETY: flock on a file descriptor this function owns; no memory is involved.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    if locked { Ok(file) } else { Err(ServiceError::Locked(state_dir.to_owned())) }
+}
+
+/// Wall-clock processing time, ms since the Unix epoch (the runtime's one reading of the clock).
+#[allow(clippy::disallowed_methods)]
+pub fn wall_clock() -> i128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i128)
+}
+
+/// Runs one plan until a stop or a reload is asked for.
+fn generation(
+    plan: &Arc<Plan>,
+    state_dir: &Path,
+    io: &IoThread,
+    options: &ServiceOptions,
+    view: &Arc<LiveView>,
+) -> Result<Request, ServiceError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let uplinks = open_uplinks(plan, state_dir)?;
+    let counters = OutputCounters::new(plan.operators.len());
+    let outputs = Outputs::open(Arc::clone(plan), &uplinks, Arc::clone(&counters), Arc::clone(&stop))?;
+    let journal =
+        Journal::open(&state_dir.join("journal"), plan.runtime.journal_bytes, plan.runtime.journal_retention)?;
+    let start = journal.entries().next().map_or_else(wall_clock, |e| e.arrival);
+    // Rings and arenas start empty: the journal rebuilds the state.
+    let run_dir = state_dir.join("run");
+    let _ = std::fs::remove_dir_all(&run_dir);
+    std::fs::create_dir_all(&run_dir).map_err(|error| ServiceError::StateDir { path: run_dir.clone(), error })?;
+    let shards = options.shards.or(plan.runtime.shards).unwrap_or_else(default_shards);
+    let runtime = Runtime::start(plan, &RuntimeOptions::new(shards, &run_dir), start)?;
+    let doorbell = runtime.doorbell();
+    let (intake_tx, intake_rx) = crossbeam_channel::bounded(INTAKE);
+    let confirmations = Confirmations::new(plan.sources.len());
+    let links = feeder::Links {
+        intake: intake_rx,
+        confirmations: Arc::clone(&confirmations),
+        control: Arc::clone(&options.control),
+        view: Arc::clone(view),
+    };
+    let mut feeder = Feeder::new(plan, runtime, journal, outputs, links, start);
+    let replayed = feeder.replay_journal()?;
+    if replayed > 0 {
+        tracing::info!(entries = replayed, "journal replayed: operator state rebuilt");
+    }
+    let mut tasks = io.start_generation(plan, &uplinks, intake_tx, confirmations, doorbell)?;
+    view.set(Arc::clone(plan), counters, tasks.status(), Arc::clone(&options.control));
+    view.update_figures(Some(feeder.runtime.live_figures()));
+    let request = feeder.run(wall_clock);
+    // Intake stops first: what the sources still hold is not acknowledged, the broker keeps it.
+    tasks.stop_sources(io);
+    let stopped = feeder_stop(feeder, &stop);
+    tasks.stop_sinks(io, DRAIN);
+    view.update_figures(None);
+    stopped?;
+    request
+}
+
+fn feeder_stop(feeder: Feeder<'_>, stop: &AtomicBool) -> Result<(), ServiceError> {
+    let outputs = feeder.stop(SHARD_GRACE);
+    // Sinks blocked on a full buffer give up now (the journal produces their rows again).
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    outputs.map(drop)
+}
+
+fn default_shards() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+fn open_uplinks(plan: &Plan, state_dir: &Path) -> Result<Vec<(String, Arc<Uplink>)>, ServiceError> {
+    let mut uplinks = Vec::new();
+    for def in plan.sinks.iter().filter(|s| s.kind == SinkKind::Mqtt) {
+        let dir = state_dir.join("sinks").join(&def.name);
+        let uplink = Uplink::open(def, &dir)
+            .map_err(|e| ServiceError::Uplink { sink: def.name.clone(), error: e.to_string() })?;
+        uplinks.push((def.name.clone(), uplink));
+    }
+    Ok(uplinks)
+}
+
+/// The address an `embedded` source's broker listens on.
+pub fn embedded_listen(plan: &Plan, source: usize) -> Option<std::net::SocketAddr> {
+    let def = &plan.sources[source];
+    (def.kind == SourceKind::Embedded).then(|| def.listen.as_deref().unwrap_or("127.0.0.1:1883").parse().ok()).flatten()
+}

@@ -1,0 +1,291 @@
+//! Where the service's rows go: every `[sinks.NAME]` with the inputs it names, each row written as
+//! the JSON object replay writes (CONTRACT.md "Replay": "A sink writes each row as the same JSON
+//! object that replay writes").
+//!
+//! File and stdout sinks append JSON lines, flushed after every batch the feeder runs. An MQTT sink
+//! renders the publish topic from the row (`{field}`) and queues topic and JSON in its durable
+//! outbound spool ([`Uplink`]); a row whose value would change the topic's shape
+//! (`bad_topic_value:FIELD`) goes to `dead_letter` instead, never into another topic.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use thiserror::Error;
+
+use crate::config::{NodeRef, Plan, SinkDef, SinkKind};
+use crate::engine::Emit;
+use crate::record::{Row, Schema, json};
+use crate::replay::output::{Target, target};
+use crate::sink::mqtt::Uplink;
+use crate::sink::topic::TopicTemplate;
+
+#[derive(Debug, Error)]
+pub enum OutputError {
+    #[error("sink {sink}: cannot open {path}: {error}")]
+    Open { sink: String, path: String, error: std::io::Error },
+    #[error("sink {sink}: topic for input {input:?}: {message}")]
+    Topic { sink: String, input: String, message: String },
+    #[error("sink {sink}: input {input:?} is no stream, operator, OPERATOR.late or dead_letter")]
+    Input { sink: String, input: String },
+    #[error("sink {sink}: {error}")]
+    Uplink { sink: String, error: String },
+}
+
+/// Counters the service shows (metrics, status line, the demo's summary).
+#[derive(Debug, Default)]
+pub struct OutputCounters {
+    /// Per operator: results emitted.
+    pub results: Vec<AtomicU64>,
+    /// Per operator: late rows.
+    pub late: Vec<AtomicU64>,
+    pub dead_letters: AtomicU64,
+    /// Rows a sink refused because a topic value was unusable (they went to `dead_letter`).
+    pub bad_topic: AtomicU64,
+    /// Rows an MQTT sink could not queue because the service stopped while its buffer was full
+    /// (the journal produces them again at the next start).
+    pub unqueued_at_stop: AtomicU64,
+    /// File and stdout write errors.
+    pub write_errors: AtomicU64,
+}
+
+impl OutputCounters {
+    pub fn new(operators: usize) -> Arc<OutputCounters> {
+        Arc::new(OutputCounters {
+            results: (0..operators).map(|_| AtomicU64::new(0)).collect(),
+            late: (0..operators).map(|_| AtomicU64::new(0)).collect(),
+            ..Default::default()
+        })
+    }
+}
+
+enum Writer {
+    File(BufWriter<File>),
+    Stdout(BufWriter<std::io::Stdout>),
+    /// The sink's uplink and, per target it reads, the topic template compiled for its schema (a
+    /// late side output: one per operator input, whose rows it carries).
+    Mqtt {
+        uplink: Arc<Uplink>,
+        topics: Vec<(Target, Vec<TopicTemplate>)>,
+    },
+}
+
+struct Sink {
+    name: String,
+    targets: Vec<Target>,
+    writer: Writer,
+}
+
+pub struct Outputs {
+    plan: Arc<Plan>,
+    sinks: Vec<Sink>,
+    counters: Arc<OutputCounters>,
+    /// Set when the service stops: an MQTT sink with a full buffer stops waiting for room.
+    stop: Arc<AtomicBool>,
+    line: Vec<u8>,
+    topic: String,
+    dead: Vec<u8>,
+}
+
+impl Outputs {
+    /// Opens every sink of the plan; `uplinks` holds the opened outbound spool of each MQTT sink
+    /// by sink name.
+    pub fn open(
+        plan: Arc<Plan>,
+        uplinks: &[(String, Arc<Uplink>)],
+        counters: Arc<OutputCounters>,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Outputs, OutputError> {
+        let mut sinks = Vec::new();
+        for def in &plan.sinks {
+            sinks.push(open_sink(&plan, def, uplinks)?);
+        }
+        Ok(Outputs {
+            plan,
+            sinks,
+            counters,
+            stop,
+            line: Vec::with_capacity(512),
+            topic: String::new(),
+            dead: Vec::new(),
+        })
+    }
+
+    fn wants(&self, target: Target) -> bool {
+        self.sinks.iter().any(|s| s.targets.contains(&target))
+    }
+
+    /// A decoded row of an input stream (for sinks that list the stream itself).
+    pub fn input_row(&mut self, stream: usize, row: &Row) {
+        if self.wants(Target::Stream(stream)) {
+            let def = &self.plan.streams[stream];
+            json::write_input_row(&mut self.line, &def.schema, &def.name, row);
+            self.deliver(Target::Stream(stream), 0, Some(&row.values));
+        }
+    }
+
+    /// A payload of `stream` that could not be used.
+    pub fn dead_letter(&mut self, stream: &str, raw: &str, reason: &str) {
+        self.counters.dead_letters.fetch_add(1, Ordering::Relaxed);
+        if self.wants(Target::DeadLetter) {
+            json::write_dead_letter(&mut self.line, stream, raw, reason);
+            self.deliver(Target::DeadLetter, 0, None);
+        }
+    }
+
+    /// Flushes file and stdout sinks (after each batch: a line is never left half-written in a
+    /// buffer for long).
+    pub fn flush(&mut self) {
+        for sink in &mut self.sinks {
+            let flushed = match &mut sink.writer {
+                Writer::File(w) => w.flush(),
+                Writer::Stdout(w) => w.flush(),
+                Writer::Mqtt { .. } => Ok(()),
+            };
+            if let Err(error) = flushed {
+                self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(sink = %sink.name, %error, "cannot write");
+            }
+        }
+    }
+
+    /// Hands the JSON line in `self.line` (newline-terminated, as the JSON writers leave it) to every sink reading `target`; `values` (laid out by the
+    /// schema of the target's input `input`) fill MQTT topic templates.
+    fn deliver(&mut self, target: Target, input: usize, values: Option<&[crate::record::Value]>) {
+        let mut refused = None;
+        for sink in self.sinks.iter_mut().filter(|s| s.targets.contains(&target)) {
+            match &mut sink.writer {
+                Writer::File(w) => write_line(w, &self.line, &self.counters),
+                Writer::Stdout(w) => write_line(w, &self.line, &self.counters),
+                Writer::Mqtt { uplink, topics } => {
+                    let template = topics.iter().find(|(t, _)| *t == target).and_then(|(_, by)| by.get(input));
+                    let Some(template) = template else { continue };
+                    if let Err(error) = template.render(values.unwrap_or(&[]), &mut self.topic) {
+                        refused = Some(error.label(target_schema(&self.plan, target, input)));
+                        continue;
+                    }
+                    let payload = &self.line[..self.line.len() - 1];
+                    if let Err(error) = uplink.push(&self.topic, payload, &self.stop) {
+                        self.counters.unqueued_at_stop.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(sink = %sink.name, %error, "result not queued");
+                    }
+                }
+            }
+        }
+        if let Some(reason) = refused {
+            self.counters.bad_topic.fetch_add(1, Ordering::Relaxed);
+            let raw = String::from_utf8_lossy(&self.line[..self.line.len() - 1]).into_owned();
+            let name = target_name(&self.plan, target);
+            std::mem::swap(&mut self.line, &mut self.dead);
+            self.line.clear();
+            self.dead_letter(&name, &raw, &reason);
+            std::mem::swap(&mut self.line, &mut self.dead);
+        }
+        self.line.clear();
+    }
+}
+
+fn write_line(w: &mut impl Write, line: &[u8], counters: &OutputCounters) {
+    if w.write_all(line).is_err() {
+        counters.write_errors.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Emit for Outputs {
+    fn result(&mut self, operator: usize, row: &Row) {
+        self.counters.results[operator].fetch_add(1, Ordering::Relaxed);
+        if self.wants(Target::Operator(operator)) {
+            json::write_result(&mut self.line, &self.plan.operators[operator].output, row);
+            self.deliver(Target::Operator(operator), 0, Some(&row.values));
+        }
+    }
+
+    fn late(&mut self, operator: usize, input: usize, row: &Row) {
+        self.counters.late[operator].fetch_add(1, Ordering::Relaxed);
+        if self.wants(Target::Late(operator)) {
+            let node = self.plan.operators[operator].inputs[input];
+            let from_operator = matches!(node, NodeRef::Operator(_));
+            json::write_late(
+                &mut self.line,
+                self.plan.node_schema(node),
+                from_operator,
+                self.plan.node_name(node),
+                row,
+            );
+            self.deliver(Target::Late(operator), input, Some(&row.values));
+        }
+    }
+}
+
+fn open_sink(plan: &Plan, def: &SinkDef, uplinks: &[(String, Arc<Uplink>)]) -> Result<Sink, OutputError> {
+    let mut targets = Vec::new();
+    for input in &def.inputs {
+        let t =
+            target(plan, input).ok_or_else(|| OutputError::Input { sink: def.name.clone(), input: input.clone() })?;
+        targets.push(t);
+    }
+    let writer = match def.kind {
+        SinkKind::File => {
+            let path = def.path.as_deref().unwrap_or_default();
+            Writer::File(BufWriter::new(open_append(Path::new(path)).map_err(|error| OutputError::Open {
+                sink: def.name.clone(),
+                path: path.to_owned(),
+                error,
+            })?))
+        }
+        SinkKind::Stdout => Writer::Stdout(BufWriter::new(std::io::stdout())),
+        SinkKind::Mqtt => {
+            let uplink = uplinks.iter().find(|(n, _)| *n == def.name).map(|(_, u)| Arc::clone(u)).ok_or_else(|| {
+                OutputError::Uplink { sink: def.name.clone(), error: "no outbound spool opened".into() }
+            })?;
+            let template = def.topic.as_deref().unwrap_or_default();
+            let mut topics = Vec::new();
+            for (input, &t) in def.inputs.iter().zip(&targets) {
+                let schemas = match t {
+                    Target::Late(op) => plan.operators[op].inputs.len(),
+                    _ => 1,
+                };
+                let compiled = (0..schemas)
+                    .map(|i| TopicTemplate::compile(template, target_schema(plan, t, i)))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|message| OutputError::Topic { sink: def.name.clone(), input: input.clone(), message })?;
+                topics.push((t, compiled));
+            }
+            Writer::Mqtt { uplink, topics }
+        }
+    };
+    Ok(Sink { name: def.name.clone(), targets, writer })
+}
+
+/// Opens a file sink for appending (a restart continues it), creating its directory.
+fn open_append(path: &Path) -> std::io::Result<File> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// The schema rows of `target` are laid out by (a late side output: that of its input `input`).
+/// Dead letters have none: an empty schema, so a topic template naming a field fails to compile
+/// for them, at start.
+fn target_schema(plan: &Plan, target: Target, input: usize) -> &Schema {
+    static EMPTY: std::sync::OnceLock<Schema> = std::sync::OnceLock::new();
+    match target {
+        Target::Stream(s) => &plan.streams[s].schema,
+        Target::Operator(op) => &plan.operators[op].output,
+        Target::Late(op) => plan.node_schema(plan.operators[op].inputs[input]),
+        Target::DeadLetter => EMPTY.get_or_init(|| Schema::new(Vec::new(), None, crate::record::TimeSpec::Ingest)),
+    }
+}
+
+/// The `_stream` of a dead letter made of a row of `target`.
+fn target_name(plan: &Plan, target: Target) -> String {
+    match target {
+        Target::Stream(s) => plan.streams[s].name.clone(),
+        Target::Operator(op) => plan.operators[op].name.clone(),
+        Target::Late(op) => format!("{}.late", plan.operators[op].name),
+        Target::DeadLetter => crate::config::DEAD_LETTER.to_owned(),
+    }
+}

@@ -1,0 +1,232 @@
+//! What the running service shows: `/metrics`, `/healthz`, the STATUS= line and the demo's
+//! summary, all read from counters the threads keep anyway (never from the row path).
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::config::Plan;
+use crate::engine::Figures;
+use crate::ops::http::OpsView;
+use crate::sink::mqtt::Uplink;
+use crate::source::mqtt::SourceStatus;
+
+use super::Control;
+use super::outputs::OutputCounters;
+
+/// The running generation's figures.
+#[derive(Default)]
+pub struct LiveView {
+    current: Mutex<Option<Current>>,
+}
+
+struct Current {
+    plan: Arc<Plan>,
+    outputs: Arc<OutputCounters>,
+    sources: Vec<Arc<SourceStatus>>,
+    uplinks: Vec<Arc<Uplink>>,
+    control: Arc<Control>,
+    /// The runtime's figures, copied by the feeder about once a second.
+    figures: Option<Figures>,
+}
+
+/// Totals at one moment, for rates.
+#[derive(Clone, Debug, Default)]
+pub struct Totals {
+    pub taken: u64,
+    pub results: u64,
+    pub late: u64,
+    pub dead_letters: u64,
+    pub state_rows: usize,
+    pub state_bytes: usize,
+    pub queued_bytes: u64,
+    pub sent: u64,
+    pub connected_sinks: usize,
+    pub sinks: usize,
+}
+
+impl Totals {
+    /// `in 1200/s · results 800/s · late 0 · dead 0 · state 1.2k rows · uplink 3.1 KiB queued`
+    pub fn status_line(&self, before: &Totals, over: Duration) -> String {
+        let secs = over.as_secs_f64().max(1e-3);
+        let rate = |now: u64, then: u64| now.saturating_sub(then) as f64 / secs;
+        let mut line = format!(
+            "in {:.0}/s · results {:.0}/s · late {} · dead letters {} · state {} rows",
+            rate(self.taken, before.taken),
+            rate(self.results, before.results),
+            self.late,
+            self.dead_letters,
+            self.state_rows,
+        );
+        if self.sinks > 0 {
+            let _ = write!(
+                line,
+                " · uplink {}/{} up, {} sent, {} B queued",
+                self.connected_sinks, self.sinks, self.sent, self.queued_bytes
+            );
+        }
+        line
+    }
+}
+
+impl LiveView {
+    pub fn set(
+        &self,
+        plan: Arc<Plan>,
+        outputs: Arc<OutputCounters>,
+        (sources, uplinks): (Vec<Arc<SourceStatus>>, Vec<Arc<Uplink>>),
+        control: Arc<Control>,
+    ) {
+        *self.lock() = Some(Current { plan, outputs, sources, uplinks, control, figures: None });
+    }
+
+    /// The feeder's copy of the runtime's figures; `None`: the generation ended.
+    pub fn update_figures(&self, figures: Option<Figures>) {
+        let mut current = self.lock();
+        match figures {
+            Some(f) => {
+                if let Some(c) = current.as_mut() {
+                    c.figures = Some(f);
+                }
+            }
+            None => *current = None,
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.lock().is_some()
+    }
+
+    pub fn totals(&self) -> Totals {
+        let current = self.lock();
+        let Some(c) = current.as_ref() else { return Totals::default() };
+        let sum = |v: &[std::sync::atomic::AtomicU64]| v.iter().map(|a| a.load(Ordering::Relaxed)).sum::<u64>();
+        let state = c.figures.as_ref().map(|f| f.operator_state.iter().fold((0, 0), |a, s| (a.0 + s.0, a.1 + s.1)));
+        let (state_rows, state_bytes) = state.unwrap_or_default();
+        let stats: Vec<_> = c.uplinks.iter().map(|u| u.stats()).collect();
+        Totals {
+            taken: c.control.taken.load(Ordering::Relaxed),
+            results: sum(&c.outputs.results),
+            late: sum(&c.outputs.late),
+            dead_letters: c.outputs.dead_letters.load(Ordering::Relaxed),
+            state_rows,
+            state_bytes,
+            queued_bytes: stats.iter().map(|s| s.queued_bytes).sum(),
+            sent: stats.iter().map(|s| s.sent_total).sum(),
+            connected_sinks: stats.iter().filter(|s| s.connected).count(),
+            sinks: stats.len(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Current>> {
+        // A poisoned lock only means a reader panicked; the figures are plain data.
+        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl OpsView for LiveView {
+    fn metrics(&self) -> String {
+        let current = self.lock();
+        let Some(c) = current.as_ref() else { return String::new() };
+        let mut out = c.figures.as_ref().map(|f| crate::ops::metrics::render(&c.plan, f)).unwrap_or_default();
+        let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, String)>| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (labels, value) in samples {
+                let _ = if labels.is_empty() {
+                    writeln!(out, "{name} {value}")
+                } else {
+                    writeln!(out, "{name}{{{labels}}} {value}")
+                };
+            }
+        };
+        let sinks: Vec<(String, crate::sink::mqtt::UplinkStats)> = c
+            .plan
+            .sinks
+            .iter()
+            .filter(|s| s.kind == crate::config::SinkKind::Mqtt)
+            .map(|s| s.name.clone())
+            .zip(c.uplinks.iter().map(|u| u.stats()))
+            .collect();
+        let per_sink = |f: &dyn Fn(&crate::sink::mqtt::UplinkStats) -> String| {
+            sinks.iter().map(|(name, s)| (format!("sink=\"{name}\""), f(s))).collect::<Vec<_>>()
+        };
+        family(
+            "braid_sink_queued_bytes",
+            "gauge",
+            "Store-and-forward backlog.",
+            per_sink(&|s| s.queued_bytes.to_string()),
+        );
+        family(
+            "braid_sink_sent_total",
+            "counter",
+            "Results acknowledged upstream.",
+            per_sink(&|s| s.sent_total.to_string()),
+        );
+        family(
+            "braid_sink_connected",
+            "gauge",
+            "1 while the uplink is connected.",
+            per_sink(&|s| u8::from(s.connected).to_string()),
+        );
+        family(
+            "braid_sink_dropped_total",
+            "counter",
+            "Results dropped by overflow = \"drop_oldest\".",
+            per_sink(&|s| s.dropped_total.to_string()),
+        );
+        let sources: Vec<(String, String)> = c
+            .plan
+            .sources
+            .iter()
+            .zip(&c.sources)
+            .map(|(d, s)| (format!("source=\"{}\"", d.name), u8::from(s.connected.load(Ordering::Relaxed)).to_string()))
+            .collect();
+        family("braid_source_connected", "gauge", "1 while the source is connected to its broker.", sources);
+        let control = &c.control;
+        let one = |v: u64| vec![(String::new(), v.to_string())];
+        family(
+            "braid_journal_bytes",
+            "gauge",
+            "Bytes the ingest journal holds.",
+            one(control.journal_bytes.load(Ordering::Relaxed)),
+        );
+        family(
+            "braid_journal_dropped_total",
+            "counter",
+            "Journal entries released before their retention because the journal was full.",
+            one(control.journal_dropped.load(Ordering::Relaxed)),
+        );
+        family(
+            "braid_journal_replayed",
+            "gauge",
+            "Journal entries replayed at the last start.",
+            one(control.replayed.load(Ordering::Relaxed)),
+        );
+        family(
+            "braid_sink_bad_topic_total",
+            "counter",
+            "Rows refused by a sink topic (sent to dead_letter).",
+            vec![(String::new(), c.outputs.bad_topic.load(Ordering::Relaxed).to_string())],
+        );
+        out
+    }
+
+    fn health(&self) -> Result<(), Vec<String>> {
+        let current = self.lock();
+        let Some(c) = current.as_ref() else { return Err(vec!["starting or reloading".into()]) };
+        let mut reasons = Vec::new();
+        for (def, status) in c.plan.sources.iter().zip(&c.sources) {
+            if !status.connected.load(Ordering::Relaxed) {
+                reasons.push(format!("source {}: not connected", def.name));
+            }
+        }
+        let mqtt_sinks = c.plan.sinks.iter().filter(|s| s.kind == crate::config::SinkKind::Mqtt);
+        for (def, uplink) in mqtt_sinks.zip(&c.uplinks) {
+            if !uplink.stats().connected {
+                reasons.push(format!("sink {}: uplink down (results are buffered)", def.name));
+            }
+        }
+        if reasons.is_empty() { Ok(()) } else { Err(reasons) }
+    }
+}
