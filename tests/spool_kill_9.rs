@@ -2,6 +2,8 @@
 //! releases) in a loop and reports each call after it returned; the parent SIGKILLs it and
 //! checks on reopen that every reported append is there, intact, and every reported release
 //! stayed released.
+#![allow(clippy::unwrap_used)] // test helpers: a panic is a failed test
+#![allow(clippy::disallowed_methods)] // timing the test itself (deadlines), not engine time
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -64,7 +66,6 @@ fn spool_survives_kill_9_while_appending() {
 }
 
 /// Appends forever, releasing all but the last 100 records every 10th append.
-#[allow(clippy::unwrap_used)] // a test's helper: a panic here fails the test
 fn child(dir: &Path) {
     let mut spool = Spool::open(dir, options()).unwrap();
     let mut out = std::io::stdout().lock();
