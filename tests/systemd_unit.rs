@@ -1,6 +1,6 @@
 //! The systemd packaging: `systemd/braid.service` has what the service needs (Type=notify, the
 //! validate pre-check, reload, watchdog, restarts, state, a dedicated user, io_uring's locked
-//! memory, the hardening), `systemd/braid.toml` is a valid config matching the unit's paths, and
+//! memory, the hardening), `configs/gateway.toml` is a valid config matching the unit's paths, and
 //! braid's notifications reach a real notify socket (`common::notify::NotifyListener`).
 #![allow(clippy::unwrap_used)]
 
@@ -14,7 +14,7 @@ use braid::ops::systemd::Notifier;
 use common::notify::NotifyListener;
 
 const UNIT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/systemd/braid.service");
-const CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/systemd/braid.toml");
+const CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/configs/gateway.toml");
 
 /// `[Section]` → key → every value given to it, in order (keys like SystemCallFilter repeat).
 type Unit = BTreeMap<String, BTreeMap<String, Vec<String>>>;
@@ -108,7 +108,7 @@ fn state_config_user_and_credentials() {
     assert!(source.starts_with("/etc/braid/"), "{source}");
     let config = std::fs::read_to_string(CONFIG).unwrap();
     let wanted = format!("password_file = \"/run/credentials/braid.service/{name}\"");
-    assert!(config.contains(&wanted), "systemd/braid.toml should say {wanted}");
+    assert!(config.contains(&wanted), "configs/gateway.toml should say {wanted}");
     assert!(config.contains("state_dir = \"/var/lib/braid\""), "state_dir is the StateDirectory");
 }
 

@@ -152,13 +152,7 @@ fn drive(
             break;
         }
         let now = view.totals();
-        let joined = now.results.saturating_sub(before.results);
-        eprint!(
-            "\r{} · devices sent {} · joined {}/s      ",
-            now.status_line(&before, Duration::from_secs(1)),
-            devices.1.sent(),
-            joined
-        );
+        eprint!("\r{} · devices sent {}   ", now.status_line(&before, Duration::from_secs(1)), devices.1.sent());
         before = now;
         if duration.is_some_and(|d| started.elapsed() >= d) {
             control.ask(Request::Stop);
