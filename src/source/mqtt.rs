@@ -336,10 +336,12 @@ impl Source {
     /// The connection broke: forget what the broker will redeliver and pick the reconnect delay.
     fn on_error(&mut self, error: &ConnectionError, options: &mut MqttOptions, backoff: &mut Backoff) -> Duration {
         if self.connected {
-            tracing::warn!(source = %self.settings.name, %error, "MQTT source disconnected");
             SourceStatus::add(&self.status.reconnects, 1);
-        } else if let Some(suppressed) = self.error_log.allow() {
-            tracing::warn!(source = %self.settings.name, %error, suppressed, "MQTT source cannot connect");
+        }
+        // A flapping link would otherwise log at the backoff's pace (it resets at every ConnAck).
+        if let Some(suppressed) = self.error_log.allow() {
+            let what = if self.connected { "MQTT source disconnected" } else { "MQTT source cannot connect" };
+            tracing::warn!(source = %self.settings.name, %error, suppressed, "{what}");
         }
         self.connected = false;
         self.subscribe_due = false;
