@@ -336,10 +336,12 @@ impl Source {
     /// The connection broke: forget what the broker will redeliver and pick the reconnect delay.
     fn on_error(&mut self, error: &ConnectionError, options: &mut MqttOptions, backoff: &mut Backoff) -> Duration {
         if self.connected {
-            tracing::warn!(source = %self.settings.name, %error, "MQTT source disconnected");
             SourceStatus::add(&self.status.reconnects, 1);
-        } else if let Some(suppressed) = self.error_log.allow() {
-            tracing::warn!(source = %self.settings.name, %error, suppressed, "MQTT source cannot connect");
+        }
+        // A flapping link would otherwise log at the backoff's pace (it resets at every ConnAck).
+        if let Some(suppressed) = self.error_log.allow() {
+            let what = if self.connected { "MQTT source disconnected" } else { "MQTT source cannot connect" };
+            tracing::warn!(source = %self.settings.name, %error, suppressed, "{what}");
         }
         self.connected = false;
         self.subscribe_due = false;
@@ -425,7 +427,13 @@ impl Source {
         }
     }
 
-    /// Acks what is confirmed, then sends DISCONNECT and polls until it is written (bounded).
+    /// Acks what is confirmed, sends DISCONNECT and reads until the broker closes the link
+    /// (bounded by [`DISCONNECT_TIMEOUT`]).
+    ///
+    /// Reading to the end matters: closing a socket with unread incoming data (the broker keeps
+    /// sending into its in-flight window) makes Linux send a RST, and the broker's kernel then
+    /// discards whatever it had not read yet, the last PUBACKs included. Seen in tests: the last
+    /// three acks before a shutdown were lost and their messages redelivered.
     async fn disconnect(&mut self, eventloop: &mut EventLoop) {
         self.send_requests();
         if !self.connected {
@@ -435,16 +443,10 @@ impl Source {
             tracing::warn!(source = %self.settings.name, "MQTT source could not queue DISCONNECT; dropping the connection");
             return;
         }
-        let written = tokio::time::timeout(DISCONNECT_TIMEOUT, async {
-            loop {
-                match eventloop.poll().await {
-                    Ok(Event::Outgoing(Outgoing::Disconnect)) | Err(_) => break,
-                    Ok(_) => {}
-                }
-            }
-        });
-        if written.await.is_err() {
-            tracing::warn!(source = %self.settings.name, "MQTT source DISCONNECT timed out");
+        // Publishes read here are not acked: the broker redelivers them to the next session.
+        let closed = tokio::time::timeout(DISCONNECT_TIMEOUT, async { while eventloop.poll().await.is_ok() {} });
+        if closed.await.is_err() {
+            tracing::warn!(source = %self.settings.name, "MQTT source: the broker did not close the connection after DISCONNECT");
         }
         self.connected = false;
         SourceStatus::set(&self.status.connected, false);
