@@ -220,6 +220,13 @@ impl OpsView for LiveView {
             if !status.connected.load(Ordering::Relaxed) {
                 reasons.push(format!("source {}: not connected", def.name));
             }
+            let stuck = status.oversized_over_cap.load(Ordering::Relaxed);
+            if stuck > 0 {
+                reasons.push(format!(
+                    "source {}: {stuck} message(s) above 16 MiB are stuck at the broker (limit its max_packet_size)",
+                    def.name
+                ));
+            }
         }
         let mqtt_sinks = c.plan.sinks.iter().filter(|s| s.kind == crate::config::SinkKind::Mqtt);
         for (def, uplink) in mqtt_sinks.zip(&c.uplinks) {
