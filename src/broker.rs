@@ -81,12 +81,21 @@ pub struct BrokerTls {
 #[derive(Debug)]
 pub struct EmbeddedBroker {
     addr: SocketAddr,
+    local: SocketAddr,
 }
 
 impl EmbeddedBroker {
     /// The address it listens on (the actual port when the settings asked for port 0).
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where braid's own client connects, in plain MQTT over loopback: the devices' listener
+    /// itself without TLS (on 127.0.0.1 when it listens on every address), or with TLS a second,
+    /// plain listener on a free loopback port — braid's source then needs neither the broker's
+    /// certificate nor its host name.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
     }
 }
 
@@ -130,7 +139,12 @@ pub fn start(settings: BrokerSettings) -> Result<EmbeddedBroker, BrokerError> {
         check_tls(tls)?;
     }
     let addr = claim(settings.listen)?;
-    let mut broker = Broker::new(rumqttd_config(addr, &settings));
+    let local = match &settings.tls {
+        Some(_) => claim(SocketAddr::from(([127, 0, 0, 1], 0)))?,
+        None if addr.ip().is_unspecified() => SocketAddr::from(([127, 0, 0, 1], addr.port())),
+        None => addr,
+    };
+    let mut broker = Broker::new(rumqttd_config(addr, local, &settings));
     std::thread::Builder::new()
         .name("braid-broker".into())
         .spawn(move || {
@@ -141,8 +155,8 @@ pub fn start(settings: BrokerSettings) -> Result<EmbeddedBroker, BrokerError> {
             }
         })
         .map_err(BrokerError::Spawn)?;
-    wait_ready(addr)?;
-    Ok(EmbeddedBroker { addr })
+    wait_ready(local)?;
+    Ok(EmbeddedBroker { addr, local })
 }
 
 /// For `braid demo`: `preferred` if it can be bound now, else a free port on the same IP.
@@ -165,7 +179,7 @@ fn claim(listen: SocketAddr) -> Result<SocketAddr, BrokerError> {
     }
 }
 
-fn rumqttd_config(addr: SocketAddr, settings: &BrokerSettings) -> Config {
+fn rumqttd_config(addr: SocketAddr, local: SocketAddr, settings: &BrokerSettings) -> Config {
     let connections = ConnectionSettings {
         connection_timeout_ms: CONNECT_TIMEOUT_MS,
         max_payload_size: settings.max_payload,
@@ -179,8 +193,19 @@ fn rumqttd_config(addr: SocketAddr, settings: &BrokerSettings) -> Config {
         listen: addr,
         tls: settings.tls.as_ref().map(rumqttd_tls),
         next_connection_delay_ms: 1,
-        connections,
+        connections: connections.clone(),
     };
+    let mut servers = HashMap::from([("1".to_string(), server)]);
+    if settings.tls.is_some() {
+        let plain = ServerSettings {
+            name: "braid-broker-local".into(),
+            listen: local,
+            tls: None,
+            next_connection_delay_ms: 1,
+            connections,
+        };
+        servers.insert("2".to_string(), plain);
+    }
     let router = RouterConfig {
         max_connections: MAX_CONNECTIONS,
         max_outgoing_packet_count: 200,
@@ -190,7 +215,7 @@ fn rumqttd_config(addr: SocketAddr, settings: &BrokerSettings) -> Config {
         ..RouterConfig::default()
     };
     // No v5, websocket, console, prometheus, bridge or cluster: only the v4 listener.
-    Config { id: 0, router, v4: Some(HashMap::from([("1".to_string(), server)])), ..Config::default() }
+    Config { id: 0, router, v4: Some(servers), ..Config::default() }
 }
 
 fn rumqttd_tls(tls: &BrokerTls) -> rumqttd::TlsConfig {

@@ -268,6 +268,30 @@ mod tls {
     }
 
     #[test]
+    fn with_tls_braid_reaches_its_broker_in_plain_mqtt_on_a_loopback_listener() {
+        let dir = tempfile::tempdir().unwrap();
+        make_certs(dir.path());
+        let tls = BrokerTls {
+            cert_file: dir.path().join("server.pem"),
+            key_file: dir.path().join("server.key"),
+            ca_file: None,
+        };
+        let broker = start(BrokerSettings { tls: Some(tls), ..settings() }).unwrap();
+        let (devices, local) = (broker.addr(), broker.local_addr());
+        assert_ne!(devices, local);
+        assert!(local.ip().is_loopback());
+        let ca = dir.path().join("ca.pem");
+        runtime().block_on(async {
+            // braid's side subscribes without TLS; a device publishes with TLS.
+            let (_sub, mut el, _) = subscriber(options(local, "braid", true), "t/#", QoS::AtLeastOnce).await;
+            let msgs = messages("t/2", 5);
+            publish_acked(tls_options(devices, "device", &ca), &msgs).await;
+            let got = receive(&mut el, msgs.len()).await;
+            assert_eq!(payloads(&got), msgs.into_iter().map(|m| m.1).collect::<Vec<_>>());
+        });
+    }
+
+    #[test]
     fn bad_tls_files_and_client_certs_are_clear_errors() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("empty.pem"), "").unwrap();

@@ -133,10 +133,7 @@ impl IoThread {
         };
         for (index, def) in plan.sources.iter().enumerate() {
             let url = match embedded_listen(plan, index) {
-                Some(addr) => {
-                    self.ensure_broker(addr, plan, index)?;
-                    format!("mqtt://{addr}")
-                }
+                Some(addr) => format!("mqtt://{}", self.ensure_broker(addr, plan, index)?),
                 None if def.kind == SourceKind::Embedded => {
                     return Err(ServiceError::Source {
                         source_name: def.name.clone(),
@@ -195,11 +192,13 @@ impl IoThread {
         Ok(tasks)
     }
 
+    /// Starts the embedded broker listening on `addr` unless it runs already; returns where
+    /// braid's own source connects to it.
     #[cfg(feature = "embedded-broker")]
-    fn ensure_broker(&self, addr: SocketAddr, plan: &Plan, source: usize) -> Result<(), ServiceError> {
+    fn ensure_broker(&self, addr: SocketAddr, plan: &Plan, source: usize) -> Result<SocketAddr, ServiceError> {
         let mut brokers = lock(&self.shared.brokers);
-        if brokers.contains_key(&addr) {
-            return Ok(());
+        if let Some(broker) = brokers.get(&addr) {
+            return Ok(broker.local_addr());
         }
         let name = &plan.sources[source].name;
         let max_payload = plan
@@ -209,21 +208,32 @@ impl IoThread {
             .map(|s| s.max_payload)
             .max()
             .unwrap_or(256 * 1024);
+        let conn = &plan.sources[source].conn;
+        // Devices connect with TLS when the source names the broker's certificate and key.
+        let tls = match (&conn.cert_file, &conn.key_file) {
+            (Some(cert), Some(key)) => Some(crate::broker::BrokerTls {
+                cert_file: cert.into(),
+                key_file: key.into(),
+                ca_file: conn.ca_file.as_ref().map(Into::into),
+            }),
+            _ => None,
+        };
         let settings = crate::broker::BrokerSettings {
             listen: addr,
             // Payloads just above the streams' limit still reach braid, to be dead-lettered.
             max_payload: usize::try_from(max_payload).unwrap_or(usize::MAX).saturating_mul(2).max(64 * 1024),
-            tls: None,
+            tls,
         };
         let broker = crate::broker::start(settings)
             .map_err(|e| ServiceError::Source { source_name: name.clone(), error: e.to_string() })?;
         tracing::info!(source = %name, %addr, "embedded broker listening");
+        let local = broker.local_addr();
         brokers.insert(addr, broker);
-        Ok(())
+        Ok(local)
     }
 
     #[cfg(not(feature = "embedded-broker"))]
-    fn ensure_broker(&self, _addr: SocketAddr, plan: &Plan, source: usize) -> Result<(), ServiceError> {
+    fn ensure_broker(&self, _addr: SocketAddr, plan: &Plan, source: usize) -> Result<SocketAddr, ServiceError> {
         Err(ServiceError::Source {
             source_name: plan.sources[source].name.clone(),
             error: "this build has no embedded broker (cargo feature `embedded-broker`)".into(),
