@@ -577,12 +577,7 @@ fn decoded_rows(plan: &Plan, inputs: &Files) -> (Vec<(usize, Row, i128)>, i128) 
         let Content::Row { values, ts } = line.content else { panic!("a bad line: {line:?}") };
         let ts = ts.unwrap_or(line.arrival);
         braid::record::decode::check_time_window(ts, line.arrival, def.max_age, def.max_skew).unwrap();
-        let key = def.schema.key.and_then(|k| Key::from_value(&values[k])).unwrap_or(Key::Broadcast);
-        ids.begin().str(&def.name);
-        for &pos in &def.schema.id_order {
-            ids.value(&values[pos]);
-        }
-        let row = Row { ts, key_hash: key_hash(&key), key, id: ids.finish(), values: values.into() };
+        let row = braid::source::row_of(def, values, ts, &mut ids);
         rows.push((line.stream, row, i128::from(line.arrival)));
     }
     (rows, start)
@@ -959,5 +954,38 @@ fn a_runtime_dropped_before_the_end_stops_its_shards() {
             drop(runtime);
         });
         assert!(dropped.is_ok(), "hold {hold}, {fed} rows fed: the drop did not return: {dropped:?}");
+    }
+}
+
+#[test]
+fn a_shard_that_takes_no_frames_is_reported_stalled_and_one_that_does_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = braid::config::parse("backpressure.toml", BACKPRESSURE_CONFIG).unwrap();
+    let inputs = write_inputs(dir.path(), backpressure_inputs(40, 6));
+    let (rows, start) = decoded_rows(&plan, &inputs);
+    for hold in [true, false] {
+        let rings = ring_dir();
+        let mut out = Collected::default();
+        let options = RuntimeOptions { hold, ..RuntimeOptions::new(2, rings.path()) };
+        let mut runtime = Runtime::start(&plan, &options, start).unwrap();
+        for (stream, row, arrival) in &rows {
+            runtime.advance_to(*arrival, &mut out).unwrap();
+            runtime.ingest(*stream, row, *arrival, &mut out).unwrap();
+        }
+        runtime.flush(&mut out).unwrap();
+        if hold {
+            // Held shards take nothing: both rings keep their frames, call after call.
+            assert_eq!(runtime.stalled_shards(), 2);
+            assert_eq!(runtime.stalled_shards(), 2);
+        } else {
+            // At most ~10 s of 10 ms waits.
+            let mut waits = 0;
+            while runtime.stalled_shards() > 0 {
+                waits += 1;
+                assert!(waits < 1000, "running shards never drained their rings");
+                runtime.wait(&mut out, Duration::from_millis(10), || false).unwrap();
+            }
+        }
+        runtime.finish(&mut out).unwrap();
     }
 }

@@ -329,6 +329,12 @@ impl Producer {
         true
     }
 
+    /// How far the consumer has released (a position that only grows): a consumer that keeps
+    /// it still while frames wait is not making progress.
+    pub fn released(&self) -> u64 {
+        self.ring.counter(HEAD_AT).load(Ordering::Acquire)
+    }
+
     /// Bytes committed and not yet released by the consumer.
     pub fn used_bytes(&self) -> u64 {
         self.committed - self.ring.counter(HEAD_AT).load(Ordering::Acquire)

@@ -53,6 +53,9 @@ pub struct Control {
     pub now: AtomicU64,
     /// Journal entries replayed at the last start.
     pub replayed: AtomicU64,
+    /// Consecutive figure rounds (about a second each) in which some shard took no frame from a
+    /// non-empty ring: the watchdog stops pinging when it grows.
+    pub stalled_rounds: AtomicU64,
     /// Bytes the journal holds, and entries it let go early because it was full.
     pub journal_bytes: AtomicU64,
     pub journal_dropped: AtomicU64,
@@ -221,6 +224,9 @@ impl<'a> Feeder<'a> {
         if self.now - self.last_shown >= SHOW_EVERY_MS {
             self.last_shown = self.now;
             self.view.update_figures(Some(self.runtime.live_figures()));
+            let stalled = self.runtime.stalled_shards();
+            let rounds = if stalled > 0 { self.control.stalled_rounds.load(Ordering::Relaxed) + 1 } else { 0 };
+            self.control.stalled_rounds.store(rounds, Ordering::Relaxed);
             self.control.journal_bytes.store(self.journal.queued_bytes(), Ordering::Relaxed);
             self.control.journal_dropped.store(self.journal.dropped(), Ordering::Relaxed);
         }

@@ -26,6 +26,9 @@ use super::{Control, DRAIN, Request, ServiceError, embedded_listen};
 
 /// How often the supervisor looks at readiness, the watchdog and the status line.
 const SUPERVISE_EVERY: Duration = Duration::from_millis(100);
+/// Seconds a shard may leave frames waiting without taking any before the watchdog stops (a busy
+/// shard takes its ring in batches well within this).
+const STALLED_ROUNDS: u64 = 5;
 /// How often STATUS= is refreshed.
 const STATUS_EVERY: Duration = Duration::from_secs(5);
 
@@ -390,8 +393,9 @@ fn announce_ready(shared: &Shared) {
     }
 }
 
-/// WATCHDOG=1 every half WatchdogSec, only while the feeder loop moves: a feeder stuck behind a shard
-/// that stopped taking frames (full rings) stops the pings, and systemd restarts braid.
+/// WATCHDOG=1 every half WatchdogSec, only while the feeder loop moves and every shard takes the
+/// frames waiting for it: a shard that stopped (its ring not drained for [`STALLED_ROUNDS`]
+/// seconds) or a feeder stuck behind it stops the pings, and systemd restarts braid.
 struct Watchdog {
     period: Option<Duration>,
     last_ping: Instant,
@@ -410,7 +414,8 @@ impl Watchdog {
             return;
         }
         let heartbeat = shared.control.heartbeat.load(Ordering::Relaxed);
-        if heartbeat != self.last_heartbeat {
+        let shards_move = shared.control.stalled_rounds.load(Ordering::Relaxed) < STALLED_ROUNDS;
+        if heartbeat != self.last_heartbeat && shards_move {
             self.last_heartbeat = heartbeat;
             self.last_ping = Instant::now();
             shared.notifier.watchdog();

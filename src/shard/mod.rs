@@ -198,6 +198,8 @@ pub struct Runtime {
     cancel: Arc<AtomicBool>,
     /// Per shard: its figures as of its last tick (a live service shows them).
     live: Vec<Arc<Mutex<Option<ShardReport>>>>,
+    /// Per shard: its feed ring's release position at the last [`Runtime::stalled_shards`].
+    last_released: Vec<u64>,
     shard_bells: Vec<Arc<Doorbell>>,
     bell: Arc<Doorbell>,
     sleeper: UnixStream,
@@ -353,6 +355,7 @@ impl Runtime {
             ended,
             cancel,
             live,
+            last_released: vec![0; shards],
             shard_bells,
             bell,
             sleeper,
@@ -549,6 +552,20 @@ impl Runtime {
             Some(Ok(Err(error))) => Err(RuntimeError::Shard { shard, error }),
             Some(Err(_)) | None => Err(RuntimeError::ShardLost(shard)),
         }
+    }
+
+    /// Shards that have frames waiting in their feed ring and released none since the previous
+    /// call (a live service calls this now and then for its watchdog).
+    pub fn stalled_shards(&mut self) -> usize {
+        let mut stalled = 0;
+        for (feed, last) in self.feeds.iter().zip(&mut self.last_released) {
+            let released = feed.ring.released();
+            if feed.ring.used_bytes() > 0 && released == *last {
+                stalled += 1;
+            }
+            *last = released;
+        }
+        stalled
     }
 
     /// The figures so far: the feeder's stream counters and clocks, and each shard's operator
