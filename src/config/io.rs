@@ -207,7 +207,10 @@ pub fn sinks(section: Table<'_, '_>, streams: &Streams, graph: &Graph, errors: &
             status_topic: None,
         };
         match kind {
-            SinkKind::Mqtt => mqtt_sink(t, &mut sink, errors),
+            SinkKind::Mqtt => {
+                mqtt_sink(t, &mut sink, errors);
+                check_topic_fields(t, &sink, streams, graph, errors);
+            }
             SinkKind::File => {
                 sink.path =
                     t.required_str("path", errors, "the file to append JSON lines to").map(|(p, _)| p.to_owned())
@@ -280,6 +283,41 @@ fn mqtt_sink(t: Table<'_, '_>, sink: &mut SinkDef, errors: &mut Errors) {
         }
         topic.to_owned()
     });
+}
+
+/// Every `{field}` of an MQTT sink's topic must be a field of every input's rows (a late side
+/// output: of each of the operator's inputs; `dead_letter` rows have none), so that `run` can
+/// render the topic of every row it sends.
+fn check_topic_fields(t: Table<'_, '_>, sink: &SinkDef, streams: &Streams, graph: &Graph, errors: &mut Errors) {
+    let (Some(topic), Some((_, span))) = (&sink.topic, t.str("topic", errors)) else { return };
+    if check_topic_template(topic).is_err() {
+        return; // reported already
+    }
+    let empty = crate::record::Schema::new(Vec::new(), None, crate::record::TimeSpec::Ingest);
+    let node_schema = |node: super::NodeRef| match node {
+        super::NodeRef::Stream(i) => streams.defs.get(i).map(|d| &d.schema),
+        super::NodeRef::Operator(i) => graph.operators.get(i).map(|o| &o.output),
+    };
+    for input in &sink.inputs {
+        let schemas: Vec<&crate::record::Schema> = if input == DEAD_LETTER {
+            vec![&empty]
+        } else if let Some(op) = input.strip_suffix(".late").and_then(|n| graph.operators.iter().find(|o| o.name == n))
+        {
+            op.inputs.iter().filter_map(|&n| node_schema(n)).collect()
+        } else if let Some(op) = graph.operators.iter().find(|o| &o.name == input) {
+            vec![&op.output]
+        } else if let Some(def) = streams.defs.iter().find(|d| &d.name == input) {
+            vec![&def.schema]
+        } else {
+            continue; // unknown or broken: reported already
+        };
+        for schema in schemas {
+            if let Err(message) = crate::sink::topic::TopicTemplate::compile(topic, schema) {
+                errors.at(&span, &t.child_path("topic"), format!("for input {input:?}: {message}"));
+                break;
+            }
+        }
+    }
 }
 
 /// A topic with `{field}` placeholders: no wildcards, balanced braces, identifiers inside.
