@@ -45,6 +45,9 @@ pub enum Request {
 #[derive(Debug, Default)]
 pub struct Control {
     request: AtomicU8,
+    /// Set with any stop or reload request: a sink waiting for room in a full buffer gives up
+    /// (the journal produces its rows again at the next start), so the feeder can stop.
+    pub interrupt: Arc<std::sync::atomic::AtomicBool>,
     /// Rounds of the feeder loop (the watchdog checks that it moves).
     pub heartbeat: AtomicU64,
     /// Deliveries taken (journaled and in the rings).
@@ -79,16 +82,22 @@ impl Control {
                     self.request.compare_exchange(Request::Run as u8, other as u8, Ordering::AcqRel, Ordering::Acquire);
             }
         }
+        if request != Request::Run {
+            self.interrupt.store(true, Ordering::Release);
+        }
     }
 
     /// Back to running (after a reload was applied or refused).
     pub fn clear_reload(&self) {
-        let _ = self.request.compare_exchange(
+        let cleared = self.request.compare_exchange(
             Request::Reload as u8,
             Request::Run as u8,
             Ordering::AcqRel,
             Ordering::Acquire,
         );
+        if cleared.is_ok() {
+            self.interrupt.store(false, Ordering::Release);
+        }
     }
 }
 

@@ -25,7 +25,6 @@ mod view;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use thiserror::Error;
@@ -148,7 +147,7 @@ fn generation(
     options: &ServiceOptions,
     view: &Arc<LiveView>,
 ) -> Result<Request, ServiceError> {
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Arc::clone(&options.control.interrupt);
     let uplinks = open_uplinks(plan, state_dir)?;
     let counters = OutputCounters::new(plan.operators.len());
     let outputs = Outputs::open(Arc::clone(plan), &uplinks, Arc::clone(&counters), Arc::clone(&stop))?;
@@ -181,18 +180,11 @@ fn generation(
     let request = feeder.run(wall_clock);
     // Intake stops first: what the sources still hold is not acknowledged, the broker keeps it.
     tasks.stop_sources(io);
-    let stopped = feeder_stop(feeder, &stop);
+    let stopped = feeder.stop(SHARD_GRACE).map(drop);
     tasks.stop_sinks(io, DRAIN);
     view.update_figures(None);
     stopped?;
     request
-}
-
-fn feeder_stop(feeder: Feeder<'_>, stop: &AtomicBool) -> Result<(), ServiceError> {
-    let outputs = feeder.stop(SHARD_GRACE);
-    // Sinks blocked on a full buffer give up now (the journal produces their rows again).
-    stop.store(true, std::sync::atomic::Ordering::Release);
-    outputs.map(drop)
 }
 
 fn default_shards() -> usize {

@@ -26,7 +26,7 @@ const GOODBYE: Duration = Duration::from_secs(2);
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Publishes the spool's records upstream until `shutdown` turns true (or its sender is gone);
-/// then keeps publishing until the spool is empty or `drain` elapsed, publishes a retained
+/// then, while connected, keeps publishing until the spool is empty or `drain` elapsed, publishes a retained
 /// `offline`, disconnects and returns. Connection errors are retried with backoff forever; only
 /// settings that cannot work (a bad URL, unreadable TLS files) end it with an error.
 pub async fn run(
@@ -49,7 +49,9 @@ pub async fn run(
         deadline.as_mut().reset(Instant::now() + drain);
     }
     loop {
-        if draining && fwd.drained() {
+        // A stopping sink drains only over a live uplink: while it is down, waiting would only
+        // delay the stop (the results stay spooled for the next start).
+        if draining && (fwd.drained() || !fwd.uplink.connected.load(std::sync::atomic::Ordering::Acquire)) {
             break;
         }
         let idle = fwd.feed();
