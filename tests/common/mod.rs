@@ -12,6 +12,8 @@
 //! - [`join_workload`]: the interval-join workload generator, its brute-force reference and
 //!   shrinker (`reference_join.rs`, `properties.rs`);
 //! - [`notify`]: a stand-in for systemd's `NOTIFY_SOCKET` (readiness, watchdog pings);
+//! - [`service`]: `braid run` as a child process with the gateway configuration, a seeded
+//!   device workload, a reconnecting publisher, `/metrics` and results deduplicated by `_id`;
 //! - [`runtime_workload`]: configurations of every operator kind, alone and chained through
 //!   re-keying, over inputs full of ties (`runtime.rs`: the shard runtime against the engine).
 //!
@@ -26,6 +28,7 @@ pub mod notify;
 pub mod rng;
 pub mod run;
 pub mod runtime_workload;
+pub mod service;
 
 /// 2026-01-01T00:00:00Z in ms: event times are realistic, and a multiple of every grid used.
 pub const BASE_TS: i64 = 1_767_225_600_000;
