@@ -130,6 +130,8 @@ fn expect_upstream(sub: &Subscriber, want: &BTreeMap<String, Value>, rig: &Rig) 
     let arrived = poll_until(RESULTS, || by_id(sub.json_rows(), "upstream").len() >= want.len());
     let got = by_id(sub.json_rows(), "upstream");
     if !arrived {
+        let (_, late, _) = rig.archive();
+        eprintln!("{} late rows in the file sink; first: {:?}", late.len(), late.first());
         eprintln!("braid log:\n{}", rig.log());
     }
     assert_same_rows(&got, want, "upstream results");
@@ -192,8 +194,23 @@ fn results_of_the_gateway_join_reach_the_upstream_broker_through_the_embedded_br
 
 #[test]
 fn a_device_broker_restart_mid_stream_loses_nothing_acknowledged() {
+    device_broker_restart(3, Duration::ZERO);
+}
+
+/// The device-broker side of the bug of [`braid_down_longer_than_idle_timeout_loses_nothing_acknowledged`]:
+/// while the broker is down nothing arrives, the streams turn idle and idle advance moves the
+/// watermark on with processing time; the messages published after the outage are late.
+#[test]
+#[ignore = "BUG: a device broker outage longer than idle_timeout turns what follows late"]
+fn a_device_broker_down_longer_than_idle_timeout_loses_nothing_acknowledged() {
+    device_broker_restart(8, Duration::from_secs(3));
+}
+
+/// Restarts the device broker (SIGTERM, `downtime`, start on the same port and persistence)
+/// while a paced publisher (that republishes what was not acknowledged) is mid-stream.
+fn device_broker_restart(seed: u64, downtime: Duration) {
     let mut rig = Rig::new(false, DEVICE_TOPIC, None);
-    let msgs = devices_workload(3, 20);
+    let msgs = devices_workload(seed, 20);
     let want = by_id(rig.replay(&msgs).0, "replay");
     let sub = Subscriber::connect(rig.up.port(), "up/#", QoS::AtLeastOnce);
     let _braid = rig.start_subscribed();
@@ -202,7 +219,11 @@ fn a_device_broker_restart_mid_stream_loses_nothing_acknowledged() {
         spawn_publisher(rig.device_port, mqtt_messages(&msgs), 10, Duration::from_millis(20), acked.clone());
     assert!(poll_until(Duration::from_secs(10), || acked.load(Ordering::Relaxed) >= msgs.len() / 3));
     let at_restart = acked.load(Ordering::Relaxed);
-    rig.devices.as_mut().unwrap().restart();
+    let devices = rig.devices.as_mut().unwrap();
+    devices.stop();
+    // The outage is the scenario, not a wait for a condition.
+    std::thread::sleep(downtime);
+    devices.restart();
     publisher.join().unwrap();
     assert!(at_restart < msgs.len(), "the restart came after the last message ({at_restart} acked): nothing tested");
     expect_upstream(&sub, &want, &rig);
@@ -247,8 +268,28 @@ fn results_produced_while_the_upstream_broker_is_down_arrive_in_order_once_it_is
 
 #[test]
 fn braid_killed_with_sigkill_while_ingesting_loses_nothing_acknowledged() {
+    kill_9_and_restart(5, Duration::ZERO);
+}
+
+/// BUG (reported, not fixed): braid's own downtime counts as idleness. After a restart the feeder
+/// replays the journal and then moves processing time to the wall clock, ticking through the
+/// downtime: both streams turn idle `idle_timeout` after the last journaled row, idle advance
+/// moves the join's watermark by the rest of the downtime, and the messages the broker kept for
+/// braid meanwhile (acknowledged to their publisher, never seen by braid) arrive behind it and go
+/// to `effect.late`: their results are missing upstream. The same holds for a device broker down
+/// for longer than `idle_timeout`.
+#[test]
+#[ignore = "BUG: a downtime longer than idle_timeout turns the broker's backlog late (see the doc comment)"]
+fn braid_down_longer_than_idle_timeout_loses_nothing_acknowledged() {
+    kill_9_and_restart(7, Duration::from_secs(3));
+}
+
+/// SIGKILL braid while it ingests a paced workload, keep it down for `downtime` (the publisher
+/// goes on; the broker queues for braid's session), start it again on the same state: the
+/// upstream results equal the replay's.
+fn kill_9_and_restart(seed: u64, downtime: Duration) {
     let rig = Rig::new(false, DEVICE_TOPIC, None);
-    let msgs = devices_workload(5, 20);
+    let msgs = devices_workload(seed, 20);
     let want = by_id(rig.replay(&msgs).0, "replay");
     let sub = Subscriber::connect(rig.up.port(), "up/#", QoS::AtLeastOnce);
     let mut braid = rig.start_subscribed();
@@ -266,6 +307,8 @@ fn braid_killed_with_sigkill_while_ingesting_loses_nothing_acknowledged() {
     assert!(at_kill < msgs.len(), "braid was killed after the last message ({at_kill} acked): nothing tested");
     // Messages published meanwhile wait at the broker in braid's session.
     assert!(poll_until(Duration::from_secs(10), || acked.load(Ordering::Relaxed) > at_kill + 20));
+    // The downtime is the scenario, not a wait for a condition.
+    std::thread::sleep(downtime);
     let mut braid = rig.start();
     publisher.join().unwrap();
     braid.wait_log("journal replayed", 1, START);
