@@ -8,6 +8,10 @@
 //! (redeliveries repeat `_id`s; CONTRACT.md rule 10). Outer (`left_only`) results come once the
 //! streams are idle (`idle_timeout = "1s"`) and idle advance has moved the watermark past them,
 //! about 7 s after the last message; every wait polls until a deadline.
+//!
+//! Two tests are ignored: they show that an outage longer than `idle_timeout` (braid itself, or
+//! the device broker) turns the backlog late, so its results never reach the sinks (a bug,
+//! reported; `cargo test --test service_mqtt -- --ignored` runs them).
 #![allow(clippy::unwrap_used)]
 
 mod common;
