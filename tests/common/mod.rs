@@ -7,6 +7,8 @@
 //!   replays (`braid::replay::run`) that skip ticks or step through every one;
 //! - [`mqtt`]: a private mosquitto per test (start, SIGTERM stop, restart, kill), a recording
 //!   subscriber and a publisher that waits for every PUBACK;
+//! - [`tls`]: a test CA and certificates made with the openssl CLI, mosquitto password files,
+//!   and a mosquitto with a second listener demanding TLS, client certificates or a password;
 //! - [`multiset`]: outputs as multisets of canonical JSON texts, and readable differences;
 //! - [`config_text`]: pieces of configuration text (stream sections, select items);
 //! - [`join_workload`]: the interval-join workload generator, its brute-force reference and
@@ -26,6 +28,7 @@ pub mod notify;
 pub mod rng;
 pub mod run;
 pub mod runtime_workload;
+pub mod tls;
 
 /// 2026-01-01T00:00:00Z in ms: event times are realistic, and a multiple of every grid used.
 pub const BASE_TS: i64 = 1_767_225_600_000;
