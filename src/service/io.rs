@@ -380,9 +380,12 @@ fn reload(shared: &Shared) {
     }
 }
 
-/// READY=1 once every source of the running generation has its subscriptions.
+/// READY=1 once every source of the running generation has its subscriptions. Not while a
+/// reload or a stop is pending: the generation still running is the old one (its sources stay
+/// subscribed until they disconnect), and READY=1 after RELOADING=1 tells systemd the new
+/// configuration is in effect.
 fn announce_ready(shared: &Shared) {
-    if shared.ready.load(Ordering::Acquire) || !shared.view.is_running() {
+    if shared.ready.load(Ordering::Acquire) || !shared.view.is_running() || shared.control.request() != Request::Run {
         return;
     }
     let all = lock(&shared.sources).iter().all(|s| s.subscribed.load(Ordering::Acquire));

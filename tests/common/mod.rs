@@ -7,11 +7,15 @@
 //!   replays (`braid::replay::run`) that skip ticks or step through every one;
 //! - [`mqtt`]: a private mosquitto per test (start, SIGTERM stop, restart, kill), a recording
 //!   subscriber and a publisher that waits for every PUBACK;
+//! - [`tls`]: a test CA and certificates made with the openssl CLI, mosquitto password files,
+//!   and a mosquitto with a second listener demanding TLS, client certificates or a password;
 //! - [`multiset`]: outputs as multisets of canonical JSON texts, and readable differences;
 //! - [`config_text`]: pieces of configuration text (stream sections, select items);
 //! - [`join_workload`]: the interval-join workload generator, its brute-force reference and
 //!   shrinker (`reference_join.rs`, `properties.rs`);
 //! - [`notify`]: a stand-in for systemd's `NOTIFY_SOCKET` (readiness, watchdog pings);
+//! - [`service`]: `braid run` as a child process with the gateway configuration, a seeded
+//!   device workload, a reconnecting publisher, `/metrics` and results deduplicated by `_id`;
 //! - [`runtime_workload`]: configurations of every operator kind, alone and chained through
 //!   re-keying, over inputs full of ties (`runtime.rs`: the shard runtime against the engine).
 //!
@@ -26,6 +30,8 @@ pub mod notify;
 pub mod rng;
 pub mod run;
 pub mod runtime_workload;
+pub mod service;
+pub mod tls;
 
 /// 2026-01-01T00:00:00Z in ms: event times are realistic, and a multiple of every grid used.
 pub const BASE_TS: i64 = 1_767_225_600_000;

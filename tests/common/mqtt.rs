@@ -47,13 +47,26 @@ impl Mosquitto {
     /// Starts mosquitto on a free port with persistence in a new temporary folder; returns once
     /// it accepts connections.
     pub fn start() -> Mosquitto {
+        Mosquitto::start_with_listener("")
+    }
+
+    /// Like [`Mosquitto::start`], plus `listener` (config lines opening a second listener and
+    /// its settings) under `per_listener_settings true`: the first listener stays anonymous
+    /// whatever the second one demands (`tls.rs` uses this). Returns once the first listener
+    /// accepts; the caller waits for its own.
+    pub fn start_with_listener(listener: &str) -> Mosquitto {
         assert!(
             Path::new(MOSQUITTO).exists(),
             "{MOSQUITTO} is missing: the MQTT tests need mosquitto (apt-get install -y mosquitto)"
         );
         let dir = tempfile::Builder::new().prefix("braid-mosquitto-").tempdir().expect("temporary folder");
         let port = free_port();
-        std::fs::write(dir.path().join("mosquitto.conf"), config(port, dir.path())).expect("writing mosquitto.conf");
+        let mut conf = config(port, dir.path());
+        if !listener.is_empty() {
+            // Must come before any listener; the base listener's `allow_anonymous` is then its own.
+            conf = format!("per_listener_settings true\n{conf}{listener}");
+        }
+        std::fs::write(dir.path().join("mosquitto.conf"), conf).expect("writing mosquitto.conf");
         let mut m = Mosquitto { port, dir, child: None };
         m.spawn();
         m
@@ -132,6 +145,17 @@ impl Mosquitto {
             std::thread::sleep(POLL);
             waited += POLL;
         }
+    }
+}
+
+/// Waits until `broker`'s listener on `port` (another than its first) accepts TCP connections;
+/// fails the test with the broker's log after [`WAIT`].
+pub fn wait_accepting(port: u16, broker: &Mosquitto) {
+    let mut waited = Duration::ZERO;
+    while !accepts(port) {
+        assert!(waited < WAIT, "mosquitto did not accept on port {port} within {WAIT:?}; log:\n{}", broker.log());
+        std::thread::sleep(POLL);
+        waited += POLL;
     }
 }
 

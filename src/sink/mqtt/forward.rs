@@ -24,6 +24,9 @@ const DEFAULT_WINDOW: u16 = 100;
 const GOODBYE: Duration = Duration::from_secs(2);
 /// The longest a shutdown without `drain` could wait: effectively forever.
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+/// At most one "cannot connect" warning per this interval (the rest are counted): a refused
+/// certificate or password must show at the default log level without flooding it.
+const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Publishes the spool's records upstream until `shutdown` turns true (or its sender is gone);
 /// then, while connected, keeps publishing until the spool is empty or `drain` elapsed, publishes a retained
@@ -128,13 +131,28 @@ struct Forward {
     cursor: u64,
     connected: bool,
     ever_connected: bool,
+    /// When the last failed connection attempt was logged, and how many were not since.
+    failure_logged: Option<Instant>,
+    failures_suppressed: u64,
 }
 
 impl Forward {
     fn new(uplink: Arc<Uplink>, client: AsyncClient, qos: QoS, window: u16, status: String) -> Forward {
         let window = usize::from(window);
         let inflight = VecDeque::with_capacity(window + 2);
-        Forward { uplink, client, qos, window, status, inflight, cursor: 0, connected: false, ever_connected: false }
+        Forward {
+            uplink,
+            client,
+            qos,
+            window,
+            status,
+            inflight,
+            cursor: 0,
+            connected: false,
+            ever_connected: false,
+            failure_logged: None,
+            failures_suppressed: 0,
+        }
     }
 
     /// Hands records to rumqttc while connected and the window has room; whether there is
@@ -215,7 +233,12 @@ impl Forward {
     fn on_disconnect(&mut self, error: &ConnectionError) {
         if self.connected {
             tracing::warn!(sink = %self.uplink.name, %error, "Uplink disconnected; resending from the oldest unacknowledged result after reconnecting");
+        } else if self.failure_logged.is_none_or(|at| at.elapsed() >= FAILURE_LOG_INTERVAL) {
+            let suppressed = std::mem::take(&mut self.failures_suppressed);
+            tracing::warn!(sink = %self.uplink.name, %error, suppressed, "Uplink cannot connect; results stay spooled, retrying with backoff");
+            self.failure_logged = Some(Instant::now());
         } else {
+            self.failures_suppressed += 1;
             tracing::debug!(sink = %self.uplink.name, %error, "Uplink connection failed");
         }
         self.connected = false;
