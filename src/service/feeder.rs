@@ -16,12 +16,13 @@ use crossbeam_channel::Receiver;
 
 use crate::config::{Durability, Plan};
 use crate::shard::{Runtime, RuntimeError};
+use crate::source::mqtt::SourceStatus;
 use crate::source::{Confirmations, Delivery};
 use crate::time::next_tick;
 
 use super::ServiceError;
 use super::ingest::{Ingest, Message};
-use super::journal::Journal;
+use super::journal::{Journal, What};
 use super::outputs::Outputs;
 use super::view::LiveView;
 
@@ -126,6 +127,11 @@ pub struct Feeder<'a> {
     last_shown: i128,
     /// Per source: payload bytes worth journaling ([`keep_bytes`]).
     keep: Vec<usize>,
+    /// Per source: the streams it feeds.
+    source_streams: Vec<Vec<usize>>,
+    /// Per source (live): its connection state, and whether it was connected at the last round.
+    sources: Vec<Arc<SourceStatus>>,
+    connected: Vec<bool>,
     last_release: i128,
 }
 
@@ -153,6 +159,18 @@ impl<'a> Feeder<'a> {
             last_shown: start,
             taken: vec![0; plan.sources.len()],
             keep: (0..plan.sources.len()).map(|s| keep_bytes(plan, s)).collect(),
+            source_streams: plan
+                .sources
+                .iter()
+                .map(|src| {
+                    let fed = |(i, s): (usize, &crate::config::StreamDef)| {
+                        (s.source.as_ref() == Some(&src.name)).then_some(i)
+                    };
+                    plan.streams.iter().enumerate().filter_map(fed).collect()
+                })
+                .collect(),
+            sources: Vec::new(),
+            connected: Vec::new(),
             last_release: start,
         }
     }
@@ -162,19 +180,70 @@ impl<'a> Feeder<'a> {
         let entries: Vec<_> = self.journal.entries().collect();
         let count = entries.len() as u64;
         for entry in entries {
-            let Some(source) = self.plan.sources.iter().position(|s| s.name == entry.source) else {
+            let source = self.plan.sources.iter().position(|s| s.name == entry.source);
+            if source.is_none() && entry.what != What::Start {
                 // A reload removed the source: its messages feed no stream any more.
                 continue;
-            };
+            }
             self.now = self.now.max(entry.arrival);
-            self.runtime.advance_to(self.now, &mut self.outputs)?;
-            let message = Message { source, topic: &entry.topic, payload: &entry.payload, now: self.now };
-            self.ingest.accept(self.plan, message, &mut self.runtime, &mut self.outputs)?;
+            self.apply(source.unwrap_or(0), &entry.what)?;
         }
         self.runtime.flush(&mut self.outputs)?;
         self.outputs.flush();
         self.control.replayed.store(count, Ordering::Relaxed);
         Ok(count)
+    }
+
+    /// The service starts at wall-clock time `now`: braid's own downtime is no idleness of its
+    /// streams (the devices may well have published meanwhile; the broker kept it).
+    pub fn start_live(&mut self, now: i128, sources: Vec<Arc<SourceStatus>>) -> Result<(), ServiceError> {
+        self.now = self.now.max(now);
+        self.journal.append_event(&What::Start, "", self.now)?;
+        self.apply(0, &What::Start)?;
+        // Until a source reports its connection, its streams count as connected (the first round
+        // journals the actual state).
+        self.connected = vec![true; sources.len()];
+        self.sources = sources;
+        Ok(())
+    }
+
+    /// Does what a journal entry records, live or replayed, at `self.now`. Resuming goes before
+    /// the ticks up to now (the gap was not idleness), suspending after them.
+    fn apply(&mut self, source: usize, what: &What) -> Result<(), ServiceError> {
+        match what {
+            What::Start => {
+                let all: Vec<usize> = (0..self.plan.streams.len()).collect();
+                self.runtime.resume_streams(&all, self.now);
+            }
+            What::Connected => self.runtime.resume_streams(&self.source_streams[source], self.now),
+            What::Disconnected | What::Message { .. } => {}
+        }
+        self.runtime.advance_to(self.now, &mut self.outputs)?;
+        match what {
+            What::Disconnected => self.runtime.suspend_streams(&self.source_streams[source]),
+            What::Message { topic, payload } => {
+                let message = Message { source, topic, payload, now: self.now };
+                self.ingest.accept(self.plan, message, &mut self.runtime, &mut self.outputs)?;
+            }
+            What::Start | What::Connected => {}
+        }
+        Ok(())
+    }
+
+    /// Journals and applies every source's change of connection since the last round.
+    fn watch_connections(&mut self) -> Result<(), ServiceError> {
+        for source in 0..self.sources.len() {
+            let connected = self.sources[source].connected.load(Ordering::Acquire);
+            if connected == self.connected[source] {
+                continue;
+            }
+            self.connected[source] = connected;
+            let what = if connected { What::Connected } else { What::Disconnected };
+            let name = &self.plan.sources[source].name;
+            self.journal.append_event(&what, name, self.now)?;
+            self.apply(source, &what)?;
+        }
+        Ok(())
     }
 
     /// Runs until the io thread asks for a stop or a reload; returns which.
@@ -185,6 +254,7 @@ impl<'a> Feeder<'a> {
                 return Ok(request);
             }
             self.now = self.now.max(wall_clock());
+            self.watch_connections()?;
             self.runtime.advance_to(self.now, &mut self.outputs)?;
             self.take_batch()?;
             self.outputs.flush();

@@ -10,8 +10,15 @@
 //! released): state that depends on older input (a threshold's limit, a temporal join's version,
 //! absence's last row) is not rebuilt after a restart, so the retention should cover it.
 //!
-//! Record layout (little endian): version `1` (u8), arrival ms (i64), source name length (u8),
-//! source name, topic length (u16), topic, payload. The source goes by name so that a reload
+//! Besides messages the journal records when the service started and when a source lost or
+//! regained its broker ([`Event`]): idleness depends on them (a stream does not turn idle while
+//! braid cannot see its input, `StreamClock::suspend`), so a replayed journal ticks as the first
+//! run did.
+//!
+//! Record layout (little endian): kind (u8: `1` message, `2` event), arrival ms (i64), then for a
+//! message: source name length (u8), source name, topic length (u16), topic, payload; for an
+//! event: what happened (u8: `1` start, `2` source disconnected, `3` source connected), source
+//! name length (u8), source name (empty for a start). The source goes by name so that a reload
 //! that adds or reorders sources still replays every entry into the right one. A payload above the stream's `max_payload` is kept only up to
 //! `max_payload + 1` bytes: enough to be dead-lettered as `oversized` again, with the same first
 //! KiB as `raw`.
@@ -25,8 +32,9 @@ use crate::config::Overflow;
 use crate::source::Delivery;
 use crate::spool::{Spool, SpoolError, SpoolOptions};
 
-const VERSION: u8 = 1;
-/// Version and arrival.
+const MESSAGE: u8 = 1;
+const EVENT: u8 = 2;
+/// Kind and arrival.
 const HEADER: usize = 1 + 8;
 
 #[derive(Debug, Error)]
@@ -39,12 +47,26 @@ pub enum JournalError {
     Sync(std::io::Error),
 }
 
-/// One journaled message.
+/// One journaled entry: what happened at processing time `arrival`.
 pub struct Entry {
+    /// The source's name (empty for [`What::Start`]).
     pub source: String,
     pub arrival: i128,
-    pub topic: String,
-    pub payload: Bytes,
+    pub what: What,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum What {
+    Message {
+        topic: String,
+        payload: Bytes,
+    },
+    /// The service started (after a stop or a crash): every stream's idleness counts from here.
+    Start,
+    /// The source lost its broker: its streams stop counting towards idleness.
+    Disconnected,
+    /// The source is connected again: its streams' idleness counts from here.
+    Connected,
 }
 
 pub struct Journal {
@@ -73,13 +95,31 @@ impl Journal {
         let source = &source.as_bytes()[..source.len().min(u8::MAX as usize)];
         let payload = &delivery.payload[..delivery.payload.len().min(keep)];
         self.record.clear();
-        self.record.push(VERSION);
+        self.record.push(MESSAGE);
         self.record.extend_from_slice(&(now as i64).to_le_bytes());
         self.record.push(source.len() as u8);
         self.record.extend_from_slice(source);
         self.record.extend_from_slice(&(topic.len() as u16).to_le_bytes());
         self.record.extend_from_slice(topic);
         self.record.extend_from_slice(payload);
+        self.spool.append(&self.record).map(|_| ()).map_err(JournalError::Append)
+    }
+
+    /// Records a start or a source's connection change at processing time `now`.
+    pub fn append_event(&mut self, what: &What, source: &str, now: i128) -> Result<(), JournalError> {
+        let code = match what {
+            What::Start => 1,
+            What::Disconnected => 2,
+            What::Connected => 3,
+            What::Message { .. } => return Ok(()),
+        };
+        let source = &source.as_bytes()[..source.len().min(u8::MAX as usize)];
+        self.record.clear();
+        self.record.push(EVENT);
+        self.record.extend_from_slice(&(now as i64).to_le_bytes());
+        self.record.push(code);
+        self.record.push(source.len() as u8);
+        self.record.extend_from_slice(source);
         self.spool.append(&self.record).map(|_| ()).map_err(JournalError::Append)
     }
 
@@ -120,7 +160,7 @@ impl Journal {
 }
 
 fn arrival_of(record: &[u8]) -> Option<i128> {
-    if record.len() < HEADER || record[0] != VERSION {
+    if record.len() < HEADER || !matches!(record[0], MESSAGE | EVENT) {
         return None;
     }
     Some(i128::from(i64::from_le_bytes(record[1..HEADER].try_into().ok()?)))
@@ -128,16 +168,33 @@ fn arrival_of(record: &[u8]) -> Option<i128> {
 
 fn decode(record: &[u8]) -> Option<Entry> {
     let arrival = arrival_of(record)?;
-    let (&source_len, rest) = record[HEADER..].split_first()?;
+    let mut rest = &record[HEADER..];
+    let event = if record[0] == EVENT {
+        let (&code, after) = rest.split_first()?;
+        rest = after;
+        Some(code)
+    } else {
+        None
+    };
+    let (&source_len, rest) = rest.split_first()?;
     let (source, rest) = rest.split_at_checked(usize::from(source_len))?;
-    let (topic_len, rest) = rest.split_at_checked(2)?;
-    let (topic, payload) = rest.split_at_checked(usize::from(u16::from_le_bytes([topic_len[0], topic_len[1]])))?;
-    Some(Entry {
-        source: String::from_utf8_lossy(source).into_owned(),
-        arrival,
-        topic: String::from_utf8_lossy(topic).into_owned(),
-        payload: Bytes::copy_from_slice(payload),
-    })
+    let source = String::from_utf8_lossy(source).into_owned();
+    let what = match event {
+        Some(1) => What::Start,
+        Some(2) => What::Disconnected,
+        Some(3) => What::Connected,
+        Some(_) => return None,
+        None => {
+            let (topic_len, rest) = rest.split_at_checked(2)?;
+            let (topic, payload) =
+                rest.split_at_checked(usize::from(u16::from_le_bytes([topic_len[0], topic_len[1]])))?;
+            What::Message {
+                topic: String::from_utf8_lossy(topic).into_owned(),
+                payload: Bytes::copy_from_slice(payload),
+            }
+        }
+    };
+    Some(Entry { source, arrival, what })
 }
 
 #[cfg(test)]
@@ -159,10 +216,35 @@ mod tests {
         let entries: Vec<Entry> = journal.entries().collect();
         assert_eq!(entries.len(), 2);
         assert_eq!((entries[0].source.as_str(), entries[0].arrival), ("devices", 1_000));
-        assert_eq!((entries[0].topic.as_str(), &entries[0].payload[..]), ("devices/d1/status", &b"{\"ts\":1}"[..]));
+        let message = |topic: &str, payload: &[u8]| What::Message {
+            topic: topic.into(),
+            payload: Bytes::copy_from_slice(payload),
+        };
+        assert_eq!(entries[0].what, message("devices/d1/status", b"{\"ts\":1}"));
+        assert_eq!((entries[1].source.as_str(), entries[1].arrival), ("other", 1_500));
+        assert_eq!(entries[1].what, message("a/b", b"0123"));
+    }
+
+    #[test]
+    fn starts_and_connection_changes_are_journaled_between_messages() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut journal = Journal::open(dir.path(), 1 << 20, 60_000).unwrap();
+        journal.append_event(&What::Start, "", 100).unwrap();
+        journal.append_event(&What::Connected, "devices", 150).unwrap();
+        journal.append("devices", &delivery("t", b"x"), 200, 10).unwrap();
+        journal.append_event(&What::Disconnected, "devices", 300).unwrap();
+        drop(journal);
+        let journal = Journal::open(dir.path(), 1 << 20, 60_000).unwrap();
+        let got: Vec<(String, i128, What)> = journal.entries().map(|e| (e.source, e.arrival, e.what)).collect();
+        let message = What::Message { topic: "t".into(), payload: Bytes::from_static(b"x") };
         assert_eq!(
-            (entries[1].source.as_str(), entries[1].arrival, &entries[1].payload[..]),
-            ("other", 1_500, &b"0123"[..])
+            got,
+            [
+                (String::new(), 100, What::Start),
+                ("devices".into(), 150, What::Connected),
+                ("devices".into(), 200, message),
+                ("devices".into(), 300, What::Disconnected),
+            ]
         );
     }
 

@@ -175,6 +175,7 @@ fn generation(
         tracing::info!(entries = replayed, "journal replayed: operator state rebuilt");
     }
     let mut tasks = io.start_generation(plan, &uplinks, intake_tx, confirmations, doorbell)?;
+    feeder.start_live(wall_clock(), tasks.status().0)?;
     view.set(Arc::clone(plan), counters, tasks.status(), Arc::clone(&options.control));
     view.update_figures(Some(feeder.runtime.live_figures()));
     let request = feeder.run(wall_clock);

@@ -445,6 +445,22 @@ impl Runtime {
         Ok(())
     }
 
+    /// `braid run`: the input of `streams` cannot reach braid (their source is disconnected):
+    /// they do not turn idle until [`resume_streams`](Self::resume_streams).
+    pub fn suspend_streams(&mut self, streams: &[usize]) {
+        for &s in streams {
+            self.streams[s].suspend();
+        }
+    }
+
+    /// The input of `streams` reaches braid again at processing time `now` (call before
+    /// `advance_to(now)`): idleness counts from `now`.
+    pub fn resume_streams(&mut self, streams: &[usize], now: i128) {
+        for &s in streams {
+            self.streams[s].resume(now);
+        }
+    }
+
     /// A line of stream `stream` went to `dead_letter`.
     pub fn count_dead_letter(&mut self, stream: usize, reason: &str) {
         let counters = &mut self.stream_counters[stream];

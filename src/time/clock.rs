@@ -16,6 +16,9 @@ pub struct StreamClock {
     last_arrival: i128,
     rows_since_tick: bool,
     idle: bool,
+    /// The service cannot see this stream's input (its source is disconnected): it does not
+    /// turn idle meanwhile ([`suspend`](Self::suspend)).
+    suspended: bool,
     watermark: Time,
 }
 
@@ -30,8 +33,23 @@ impl StreamClock {
             last_arrival: start,
             rows_since_tick: false,
             idle: false,
+            suspended: false,
             watermark: Time::NEG_INF,
         }
+    }
+
+    /// `braid run`: the stream's input cannot reach braid (its source is disconnected). Silence
+    /// then says nothing about the devices, so the stream does not turn idle — its watermark
+    /// holds the operators reading it back, and what the broker kept arrives in time.
+    pub fn suspend(&mut self) {
+        self.suspended = true;
+    }
+
+    /// The input can reach braid again at processing time `now` (the source reconnected, or the
+    /// service started): idleness counts from `now`. An idle stream stays idle until a row.
+    pub fn resume(&mut self, now: i128) {
+        self.suspended = false;
+        self.last_arrival = self.last_arrival.max(now);
     }
 
     pub fn on_row(&mut self, ts: i64, arrival: i128) {
@@ -44,7 +62,7 @@ impl StreamClock {
         if self.rows_since_tick {
             self.idle = false;
             self.rows_since_tick = false;
-        } else if self.idle_timeout > 0 && t - self.last_arrival >= i128::from(self.idle_timeout) {
+        } else if !self.suspended && self.idle_timeout > 0 && t - self.last_arrival >= i128::from(self.idle_timeout) {
             self.idle = true;
         }
         if let Some(max_ts) = self.max_ts {
@@ -68,7 +86,7 @@ impl StreamClock {
     /// The first tick at which this stream would turn idle if nothing arrives (None: never, or
     /// already idle).
     pub fn idle_due(&self) -> Option<i128> {
-        (!self.idle && self.idle_timeout > 0)
+        (!self.idle && !self.suspended && self.idle_timeout > 0)
             .then(|| tick_at_or_after(self.last_arrival + i128::from(self.idle_timeout)))
     }
 }
@@ -150,6 +168,27 @@ mod tests {
         s.tick(1_600);
         assert!(!s.is_idle());
         assert_eq!(s.watermark(), Time::ms(9_499), "max ts, not the last ts");
+    }
+
+    #[test]
+    fn a_suspended_stream_never_turns_idle_and_counts_again_from_its_resumption() {
+        let mut s = StreamClock::new(0, 1000, 0);
+        s.on_row(100, 100);
+        s.tick(200);
+        s.suspend();
+        assert_eq!(s.idle_due(), None, "no idleness is due while suspended");
+        s.tick(60_000);
+        assert!(!s.is_idle(), "a minute without input while suspended is not idleness");
+        s.resume(60_000);
+        assert_eq!(s.idle_due(), Some(61_000));
+        s.tick(60_800);
+        assert!(!s.is_idle());
+        s.tick(61_000);
+        assert!(s.is_idle(), "idle once idle_timeout passed after the resumption");
+        s.suspend();
+        s.resume(70_000);
+        s.tick(80_000);
+        assert!(s.is_idle(), "an idle stream stays idle until a row, resumed or not");
     }
 
     #[test]

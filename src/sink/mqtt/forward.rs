@@ -1,9 +1,9 @@
 //! The forwarding loop: spool → broker, release after PUBACK (the parent's doc has the rules).
 //!
-//! One `rumqttc` event loop polled from one task. `poll()` is only ever interrupted by the
-//! "new data" notification while nothing is in flight and nothing is left to send (then it can
-//! only be waiting to read, which loses nothing), by the reconnect timer, by shutdown and by the
-//! drain deadline; never in the middle of writing our publishes.
+//! One `rumqttc` event loop polled from one task. Its `poll()` future stays pending across the
+//! loop's rounds, so new results go out while it waits (it also drains rumqttc's request
+//! channel); it is dropped only when it has returned, or when the loop ends (shutdown, the drain
+//! deadline) — never in the middle of writing our publishes.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -40,7 +40,7 @@ pub async fn run(
 ) -> Result<(), UplinkError> {
     let (options, status, window) = settings(&uplink, &def)?;
     let seed = u64::from(crc32c::crc32c(options.client_id().as_bytes()));
-    let (client, mut events) = AsyncClient::new(options, usize::from(window) + 8);
+    let (client, events) = AsyncClient::new(options, usize::from(window) + 8);
     let qos = if def.qos == 0 { QoS::AtMostOnce } else { QoS::AtLeastOnce };
     let mut fwd = Forward::new(uplink, client, qos, window, status);
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30), seed);
@@ -51,39 +51,83 @@ pub async fn run(
         draining = true;
         deadline.as_mut().reset(Instant::now() + drain);
     }
+    // One `poll()` stays pending across rounds (boxed so it can outlive a round): new results
+    // are handed to rumqttc's request channel as soon as they are queued, which the pending
+    // poll writes out, instead of waiting for the next network event — a PUBACK the broker may
+    // delay by tens of ms (Nagle against a delayed ACK). It is dropped only to reconnect or stop.
+    let mut parked = Some(events);
+    let mut polling: Option<PendingPoll> = None;
     loop {
         // A stopping sink drains only over a live uplink: while it is down, waiting would only
         // delay the stop (the results stay spooled for the next start).
-        if draining && (fwd.drained() || !fwd.uplink.connected.load(std::sync::atomic::Ordering::Acquire)) {
+        if draining && (fwd.drained() || !fwd.uplink.connected.load(Ordering::Acquire)) {
             break;
         }
-        let idle = fwd.feed();
-        tokio::select! {
-            event = events.poll(), if !waiting => match event {
-                Ok(event) => {
-                    if fwd.on_event(event) {
-                        backoff.reset();
-                    }
+        let room = fwd.feed_and_room();
+        if polling.is_none() && !waiting {
+            polling = parked.take().map(poll_owned);
+        }
+        let step = tokio::select! {
+            (events, event) = next_event(&mut polling) => Step::Event(events, event),
+            () = &mut retry, if waiting => Step::Retry,
+            () = fwd.uplink.data.notified(), if room => Step::Data,
+            changed = shutdown.changed(), if !draining => Step::Shutdown(changed.is_err() || *shutdown.borrow()),
+            () = &mut deadline, if draining => break,
+        };
+        match step {
+            Step::Event(events, Ok(event)) => {
+                (polling, parked) = (None, Some(events));
+                if fwd.on_event(event) {
+                    backoff.reset();
                 }
-                Err(error) => {
-                    fwd.on_disconnect(&error);
-                    retry.as_mut().reset(Instant::now() + backoff.next());
-                    waiting = true;
-                }
-            },
-            () = &mut retry, if waiting => waiting = false,
-            () = fwd.uplink.data.notified(), if idle => {}
-            changed = shutdown.changed(), if !draining => {
-                if changed.is_err() || *shutdown.borrow() {
+            }
+            Step::Event(events, Err(error)) => {
+                (polling, parked) = (None, Some(events));
+                fwd.on_disconnect(&error);
+                retry.as_mut().reset(Instant::now() + backoff.next());
+                waiting = true;
+            }
+            Step::Retry => waiting = false,
+            Step::Data => {}
+            Step::Shutdown(stop) => {
+                if stop {
                     draining = true;
                     deadline.as_mut().reset(Instant::now() + drain);
                 }
             }
-            () = &mut deadline, if draining => break,
         }
     }
-    fwd.goodbye(&mut events).await;
+    fwd.goodbye(parked, polling).await;
     Ok(())
+}
+
+/// A `poll()` of the event loop kept pending across rounds of [`run`]; it owns the loop and
+/// hands it back with the event.
+type PendingPoll = std::pin::Pin<Box<dyn std::future::Future<Output = (EventLoop, PollResult)> + Send>>;
+type PollResult = Result<Event, ConnectionError>;
+
+fn poll_owned(mut events: EventLoop) -> PendingPoll {
+    Box::pin(async move {
+        let event = events.poll().await;
+        (events, event)
+    })
+}
+
+/// What woke a round of [`run`]. Short-lived, one per round: its size does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Step {
+    Event(EventLoop, PollResult),
+    Retry,
+    Data,
+    Shutdown(bool),
+}
+
+/// The pending poll's outcome; never, when there is none (reconnect backoff).
+async fn next_event(polling: &mut Option<PendingPoll>) -> (EventLoop, PollResult) {
+    match polling.as_mut() {
+        Some(poll) => poll.await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The connection options, the status topic and the window.
@@ -155,14 +199,14 @@ impl Forward {
         }
     }
 
-    /// Hands records to rumqttc while connected and the window has room; whether there is
-    /// nothing left to do until new data arrives.
-    fn feed(&mut self) -> bool {
+    /// Hands records to rumqttc while connected and the window has room; whether the window
+    /// still has room (then new data is worth waking up for).
+    fn feed_and_room(&mut self) -> bool {
         if !self.connected {
             return false;
         }
         let mut skipped = false;
-        let idle = {
+        {
             let spool = self.uplink.lock();
             self.cursor = self.cursor.max(spool.first());
             while self.inflight.len() < self.window && self.cursor < spool.end() {
@@ -181,12 +225,11 @@ impl Forward {
                 self.inflight.push_back(Flight { seq: Some(seq), written: false, pkid: 0, acked: false });
                 self.cursor += 1;
             }
-            self.inflight.is_empty() && self.cursor >= spool.end()
-        };
+        }
         if skipped {
             self.settle();
         }
-        idle
+        self.inflight.len() < self.window
     }
 
     /// Reacts to one event; whether it was a ConnAck.
@@ -265,11 +308,21 @@ impl Forward {
     }
 
     /// Publishes `offline` and disconnects, waiting at most [`GOODBYE`] for both to be written.
-    async fn goodbye(&mut self, events: &mut EventLoop) {
+    /// `parked`: the event loop, or `polling`: a poll that owns it (the requests queued here
+    /// wake it).
+    async fn goodbye(&mut self, parked: Option<EventLoop>, polling: Option<PendingPoll>) {
         if self.connected {
             let said = self.client.try_publish(&self.status, QoS::AtLeastOnce, true, "offline").is_ok();
             if said && self.client.try_disconnect().is_ok() {
                 let _ = timeout(GOODBYE, async {
+                    let mut events = match (parked, polling) {
+                        (Some(events), _) => events,
+                        (None, Some(poll)) => match poll.await {
+                            (_, Ok(Event::Outgoing(Outgoing::Disconnect)) | Err(_)) => return,
+                            (events, Ok(_)) => events,
+                        },
+                        (None, None) => return,
+                    };
                     loop {
                         match events.poll().await {
                             Ok(Event::Outgoing(Outgoing::Disconnect)) | Err(_) => break,
