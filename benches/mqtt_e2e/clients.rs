@@ -181,7 +181,8 @@ impl Subscriber {
         let (count, stop) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
         let ignored = Arc::new(AtomicU64::new(0));
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let opts = options(port, &format!("bench-sub-{}-{}", std::process::id(), filter.len()));
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let opts = options(port, &format!("bench-sub-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
         let counters = Counters { count: Arc::clone(&count), ignored: Arc::clone(&ignored), stop: Arc::clone(&stop) };
         let (filter, wanted) = (filter.to_owned(), Wanted { ignore_suffix, latency });
         let thread = std::thread::Builder::new()
