@@ -186,6 +186,12 @@ impl OpsView for LiveView {
         let control = &c.control;
         let one = |v: u64| vec![(String::new(), v.to_string())];
         family(
+            "braid_ingest_taken_total",
+            "counter",
+            "MQTT messages the feeder took (journaled, in the shards' rings); live, unlike the engine's figures, which are copied about once a second.",
+            one(control.taken.load(Ordering::Relaxed)),
+        );
+        family(
             "braid_journal_bytes",
             "gauge",
             "Bytes the ingest journal holds.",

@@ -1,0 +1,551 @@
+//! MQTT end to end through mosquitto on loopback: is braid ever the bottleneck? (DESIGN.md
+//! "Performance targets": braid's ingest ≥ 95 % of the rate mosquitto alone delivers to a plain
+//! subscriber.) Not criterion: one measurement is a few processes talking over TCP for seconds.
+//!
+//! `cargo bench --bench mqtt_e2e` (about 1.5 minutes). Flags after `--`: `--messages N` (the
+//! saturation load, default [`MESSAGES`]), `--runs K` (default 3), `--sniff PREFIX` (diagnosis
+//! only: a `mosquitto_sub -t '#'` records every message of the fixed-load runs with its receipt
+//! time in `PREFIX-RUN-nodelay|default`, to split latency into hops; it adds a subscriber to the
+//! broker). The bench runs only when Cargo passes `--bench`, so `cargo test --benches` builds it
+//! and returns at once: never a timed test.
+//!
+//! Processes: a private mosquitto for every measurement (127.0.0.1, a free port, never 1883; no
+//! persistence; `max_queued_messages 0`, so nothing is dropped when a subscriber falls behind;
+//! `max_inflight_messages 1000`); the `braid` binary that `cargo bench` builds with the bench
+//! profile next to this bench (`env!("CARGO_BIN_EXE_braid")`: Cargo builds a package's binaries
+//! before its benches and integration tests and tells them the path), running `braid run` on the
+//! gateway join of configs/gateway.toml (command ⋈ status on device, [−3 s, +5 s], left outer,
+//! shards "auto") with its source on that mosquitto, its results sent back to the same mosquitto
+//! (`up/effect/{device}`, QoS 1) by an MQTT sink, a fresh temporary state directory and
+//! `[ops] listen` on a free port; and this bench's rumqttc clients.
+//!
+//! 1. **Saturation**, (a), (b), (c) in turn, `runs` times, each on a fresh mosquitto:
+//!    - (a) baseline: the load generator (2 clients, QoS 1, ≤ 1000 un-acked each, as fast as the
+//!      broker acks) publishes N prepared messages on `devices/ID/status|command` and a plain
+//!      rumqttc subscriber (QoS 1, `devices/#`) counts them: rate = N / (first → last receipt);
+//!    - (b) the same load with braid subscribed instead, and a subscriber on `up/#` counting its
+//!      results: braid's ingest rate = N / (first → last change of `braid_ingest_taken_total`,
+//!      the messages the feeder journaled and put into the shards' rings, read on `/metrics`
+//!      every 10 ms); results/s = results received / (first → last receipt). **Ratio = (b) / (a).**
+//!    - (c) diagnosis: as (b), but braid writes its results to a file: the broker then carries
+//!      the same traffic as in (a), so (c) / (a) is braid's ingest against mosquitto with the
+//!      results' extra broker work taken out.
+//!
+//!    Workload: N/2 devices, each one status then one command, all with the same event time (no
+//!    row can be late), so every command matches exactly one status: N/2 `match` results
+//!    (checked). The messages are prepared before the clock starts. Before each measurement braid
+//!    is warmed up: a status and a command of device `warmup` until its result comes back
+//!    (subscribed, joining, sink connected); the warm-up's results are not counted.
+//! 2. **Fixed load below saturation**: `braid::demo::devices` (10 000 devices, 20 % commands,
+//!    most followed by a status change 0.2–3 s later; `ts` = wall clock when the message is made)
+//!    paced by its token bucket at min(½ × median baseline, 5 000 msg/s) for 5 s, into mosquitto
+//!    as configured above (Nagle's algorithm on, its default) and with `set_tcp_nodelay true`,
+//!    alternating. A subscriber on `up/#` times every `match` result: receipt − `_ts` (the later
+//!    row's `ts`, i.e. its publish time). Results carry only the selected fields and `_ts` is in
+//!    ms, so latencies are truncated to the ms (0–1 ms too long). Delivered = messages braid took
+//!    / messages PUBACKed to the simulator.
+//!
+//! During every measured phase the bench reads CPU time per process and per braid thread from
+//! `/proc` (`braid`: the feeder; `braid-io`: MQTT source and sink, `/metrics`; `braid-shard-N`)
+//! and the cores' busy time from `/proc/stat` ("others": work of other processes on the
+//! machine). On a 2-core machine braid, mosquitto and the load generator share the CPU.
+#![allow(clippy::unwrap_used, clippy::print_stdout, clippy::disallowed_methods)]
+
+#[path = "mqtt_e2e/clients.rs"]
+mod clients;
+#[path = "mqtt_e2e/procs.rs"]
+mod procs;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clients::{Subscriber, publish_all, publish_pair, saturation_messages, wall_us};
+use procs::{ALL_THREADS, Braid, Egress, Mosquitto, SystemTimes, ThreadTimes, load1, metric, metrics};
+
+/// Messages per saturation phase (a few seconds of mosquitto's rate here).
+const MESSAGES: usize = 100_000;
+const RUNS: usize = 3;
+/// Load generator clients.
+const CLIENTS: usize = 2;
+/// How often braid's `/metrics` is read while it ingests.
+const POLL: Duration = Duration::from_millis(10);
+/// The bound on waiting for braid to take or emit what it was given.
+const DRAIN: Duration = Duration::from_secs(60);
+/// The fixed load: at most this rate, for this long, from this many devices.
+const FIXED_RATE_CAP: f64 = 5_000.0;
+const FIXED_SECONDS: f64 = 5.0;
+const FIXED_DEVICES: usize = 10_000;
+/// The warm-up device (its results are not counted).
+const WARMUP: &str = "warmup";
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if !args.iter().any(|a| a == "--bench") {
+        eprintln!("mqtt_e2e: a benchmark, not a test; run it with `cargo bench --bench mqtt_e2e`");
+        return;
+    }
+    let value = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let number = |name: &str, default: usize| value(name).map_or(default, |v| v.parse().unwrap());
+    let (messages, runs) = (number("--messages", MESSAGES) / 2 * 2, number("--runs", RUNS).max(1));
+    let sniff = value("--sniff");
+    assert!(Path::new(procs::MOSQUITTO).exists(), "{} is missing: apt-get install -y mosquitto", procs::MOSQUITTO);
+    let bin = procs::braid_binary();
+    let started = Instant::now();
+    println!("mqtt_e2e: {}", procs::machine());
+    println!("mqtt_e2e: braid = {}", bin.display());
+    println!(
+        "mqtt_e2e: saturation: {messages} messages ({} devices × status + command), {CLIENTS} publishers, {runs} runs",
+        messages / 2
+    );
+    let mut saturation = Vec::new();
+    for run in 1..=runs {
+        let a = baseline(messages);
+        println!("  run {run} (a) mosquitto alone      {}", a.line());
+        let b = through_braid(&bin, messages, Egress::Mqtt);
+        println!("  run {run} (b) braid, results MQTT  {}", b.line());
+        let c = through_braid(&bin, messages, Egress::File);
+        println!("  run {run} (c) braid, results file  {}", c.line());
+        saturation.push(Saturation { a, b, c });
+    }
+    let mut baselines: Vec<f64> = saturation.iter().map(|s| s.a.delivered).collect();
+    baselines.sort_by(f64::total_cmp);
+    let rate = (baselines[baselines.len() / 2] / 2.0).min(FIXED_RATE_CAP).floor();
+    println!("mqtt_e2e: fixed load: {rate} msg/s for {FIXED_SECONDS} s from {FIXED_DEVICES} devices, {runs} runs each");
+    let mut fixed = Vec::new();
+    for run in 1..=runs {
+        for nodelay in [false, true] {
+            let sniff = sniff.as_ref().map(|p| format!("{p}-{run}-{}", if nodelay { "nodelay" } else { "default" }));
+            let f = fixed_load(&bin, rate, run as u64, nodelay, sniff.as_deref());
+            println!("  run {run} {}", f.line());
+            fixed.push(f);
+        }
+    }
+    print_tables(messages, &saturation, rate, &fixed);
+    println!("\nmqtt_e2e: {:.0} s in all", started.elapsed().as_secs_f64());
+}
+
+/// CPU use over a measured phase.
+struct Cpu {
+    seconds: f64,
+    /// Average busy cores (0 … nproc) of the whole machine.
+    cores_busy: f64,
+    /// (process, share of one core), busiest first.
+    processes: Vec<(String, f64)>,
+    /// braid's threads: (name, share of one core), busiest first.
+    braid_threads: Vec<(String, f64)>,
+    /// Context switches of braid's threads (sleeping and waking: hand-offs between threads).
+    braid_switches: u64,
+    load1: f64,
+}
+
+impl Cpu {
+    fn share(&self, process: &str) -> f64 {
+        self.processes.iter().find(|(p, _)| p == process).map_or(0.0, |(_, s)| *s)
+    }
+
+    /// CPU time of `process` per message, µs.
+    fn us_per(&self, process: &str, messages: u64) -> f64 {
+        self.share(process) * self.seconds / messages.max(1) as f64 * 1e6
+    }
+
+    fn summary(&self) -> String {
+        let ours: f64 = self.processes.iter().map(|(_, s)| s).sum();
+        let processes: Vec<String> = self.processes.iter().map(|(p, s)| format!("{p} {s:.2}")).collect();
+        let threads: Vec<String> = self.braid_threads.iter().map(|(t, s)| format!("{t} {:.0}%", s * 100.0)).collect();
+        let mut line = format!(
+            "load {:.2}, cores busy {:.2} = {} + others {:.2}",
+            self.load1,
+            self.cores_busy,
+            processes.join(" + "),
+            (self.cores_busy - ours).max(0.0)
+        );
+        if !threads.is_empty() {
+            line += &format!("; braid threads: {}; {} context switches", threads.join(", "), self.braid_switches);
+        }
+        line
+    }
+}
+
+/// Reads CPU times at the start of a phase; [`CpuWatch::stop`] at its end.
+struct CpuWatch {
+    pids: Vec<(&'static str, u32)>,
+    threads: ThreadTimes,
+    system: SystemTimes,
+    at: Instant,
+    load1: f64,
+}
+
+impl CpuWatch {
+    fn start(pids: Vec<(&'static str, u32)>) -> CpuWatch {
+        let load1 = load1();
+        CpuWatch { threads: ThreadTimes::read(&pids), system: SystemTimes::read(), at: Instant::now(), pids, load1 }
+    }
+
+    fn stop(&self) -> Cpu {
+        let seconds = self.at.elapsed().as_secs_f64();
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let now = ThreadTimes::read(&self.pids);
+        let busy = now.busy_since(&self.threads, seconds);
+        let processes = busy.iter().filter(|(_, t, _)| t == ALL_THREADS).map(|(p, _, s)| (p.clone(), *s)).collect();
+        let braid_threads =
+            busy.iter().filter(|(p, t, _)| p == "braid" && t != ALL_THREADS).map(|(_, t, s)| (t.clone(), *s)).collect();
+        Cpu {
+            seconds,
+            cores_busy: SystemTimes::read().cores_busy_since(&self.system, cores),
+            processes,
+            braid_threads,
+            braid_switches: now.switches_since(&self.threads, "braid"),
+            load1: self.load1,
+        }
+    }
+}
+
+/// One saturation run.
+struct Saturation {
+    a: Baseline,
+    b: ThroughBraid,
+    c: ThroughBraid,
+}
+
+/// (a): mosquitto alone to a plain subscriber.
+struct Baseline {
+    /// Messages per second the subscriber received (first → last receipt).
+    delivered: f64,
+    /// Messages per second the broker acknowledged to the publishers.
+    accepted: f64,
+    cpu: Cpu,
+}
+
+impl Baseline {
+    fn line(&self) -> String {
+        format!(
+            "delivered {:>6.0}/s (publishers acked {:>6.0}/s) | {}",
+            self.delivered,
+            self.accepted,
+            self.cpu.summary()
+        )
+    }
+}
+
+fn baseline(messages: usize) -> Baseline {
+    let broker = Mosquitto::start(false);
+    let subscriber = Subscriber::start(broker.port, "devices/#", "/none", false);
+    let lists = saturation_messages(messages / 2, CLIENTS, wall_us() / 1000);
+    let watch = CpuWatch::start(vec![("mosquitto", broker.pid()), ("bench", std::process::id())]);
+    let published = publish_all(broker.port, lists, "a");
+    let all = subscriber.wait_for(messages as u64, DRAIN);
+    let cpu = watch.stop();
+    let received = subscriber.finish();
+    assert!(all, "the plain subscriber got {} of {messages}; mosquitto log:\n{}", received.count, broker.log());
+    Baseline {
+        delivered: received.rate(),
+        accepted: published.messages as f64 / (published.end - published.start).as_secs_f64(),
+        cpu,
+    }
+}
+
+/// (b) or (c): the same load through braid.
+struct ThroughBraid {
+    /// Messages per second braid took (first → last change of `braid_ingest_taken_total`).
+    ingest: f64,
+    accepted: f64,
+    /// Results: received on `up/#` (MQTT egress) or counted by braid (file egress).
+    results: u64,
+    /// Results per second received on `up/#` (first → last receipt); NaN for file egress.
+    result_rate: f64,
+    /// From the first publish to the last result received (MQTT egress).
+    done: Option<Duration>,
+    late: u64,
+    dead_letters: u64,
+    cpu: Cpu,
+}
+
+impl ThroughBraid {
+    fn line(&self) -> String {
+        let out = match self.done {
+            Some(done) => format!(", out {:.0}/s, last after {:.2} s", self.result_rate, done.as_secs_f64()),
+            None => String::new(),
+        };
+        format!(
+            "ingest {:>6.0}/s (publishers acked {:>6.0}/s), {} results{out}, late {}, dead {} | {}",
+            self.ingest,
+            self.accepted,
+            self.results,
+            self.late,
+            self.dead_letters,
+            self.cpu.summary()
+        )
+    }
+}
+
+fn taken(braid: &Braid) -> Option<u64> {
+    metrics(braid.ops_port).map(|m| metric(&m, "braid_ingest_taken_total", ""))
+}
+
+fn matches(braid: &Braid) -> u64 {
+    metrics(braid.ops_port).map_or(0, |m| metric(&m, "braid_operator_results_total", "kind=\"match\""))
+}
+
+/// Publishes warm-up pairs until braid has joined one: its result arrived on `up/#` (MQTT
+/// egress) or braid counted it (file egress). Returns braid's taken count and match count once
+/// they stand still.
+fn warm_up(broker: &Mosquitto, braid: &Braid, results: Option<&Subscriber>) -> (u64, u64) {
+    let joined = || match results {
+        Some(r) => r.ignored() > 0,
+        None => matches(braid) > 0,
+    };
+    let since = Instant::now();
+    while !joined() {
+        assert!(since.elapsed() < Duration::from_secs(30), "braid joined no warm-up pair; its log:\n{}", braid.log());
+        publish_pair(broker.port, WARMUP);
+        let tried = Instant::now();
+        // braid's own figures are copied once a second.
+        let patience = Duration::from_millis(if results.is_some() { 300 } else { 1200 });
+        while !joined() && tried.elapsed() < patience {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let mut last = (taken(braid).unwrap(), matches(braid));
+    loop {
+        std::thread::sleep(Duration::from_millis(if results.is_some() { 100 } else { 1100 }));
+        let now = (taken(braid).unwrap(), matches(braid));
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}
+
+/// Polls `braid_ingest_taken_total` until it reaches `target`; returns when it first moved past
+/// `from` and when it reached `target` (each seen within [`POLL`]), and the CPU use until then.
+fn watch_ingest(braid: &Braid, from: u64, target: u64, watch: &CpuWatch) -> (Instant, Instant, Cpu) {
+    let since = Instant::now();
+    let mut first = None;
+    loop {
+        let now = taken(braid).unwrap_or(from);
+        let at = Instant::now();
+        if now > from {
+            first.get_or_insert(at);
+        }
+        if now >= target {
+            return (first.unwrap_or(at), at, watch.stop());
+        }
+        assert!(
+            since.elapsed() < DRAIN,
+            "braid took {} of {} messages within {DRAIN:?}; its log:\n{}",
+            now - from,
+            target - from,
+            braid.log()
+        );
+        std::thread::sleep(POLL);
+    }
+}
+
+fn through_braid(bin: &Path, messages: usize, egress: Egress) -> ThroughBraid {
+    let broker = Mosquitto::start(false);
+    let mut braid = Braid::start(bin, broker.port, egress);
+    let results = (egress == Egress::Mqtt).then(|| Subscriber::start(broker.port, "up/#", WARMUP, false));
+    let (from, matched_before) = warm_up(&broker, &braid, results.as_ref());
+    let lists = saturation_messages(messages / 2, CLIENTS, wall_us() / 1000);
+    let watch =
+        CpuWatch::start(vec![("braid", braid.pid()), ("mosquitto", broker.pid()), ("bench", std::process::id())]);
+    let (published, (first, last, cpu)) = std::thread::scope(|s| {
+        let poller = s.spawn(|| watch_ingest(&braid, from, from + messages as u64, &watch));
+        let published = publish_all(broker.port, lists, "b");
+        (published, poller.join().unwrap())
+    });
+    let expected = messages as u64 / 2;
+    let (results, result_rate, done) = match results {
+        Some(subscriber) => {
+            let all = subscriber.wait_for(expected, DRAIN);
+            let received = subscriber.finish();
+            assert!(all, "braid's results: {} of {expected} arrived; its log:\n{}", received.count, braid.log());
+            (received.count, received.rate(), received.last.map(|l| l - published.start))
+        }
+        None => {
+            // braid's figures are copied about once a second.
+            let since = Instant::now();
+            while matches(&braid) < matched_before + expected && since.elapsed() < DRAIN {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            (matches(&braid) - matched_before, f64::NAN, None)
+        }
+    };
+    let m = metrics(braid.ops_port).unwrap_or_default();
+    braid.stop();
+    assert_eq!(results, expected, "braid's results; its log:\n{}", braid.log());
+    ThroughBraid {
+        ingest: messages as f64 / (last - first).as_secs_f64(),
+        accepted: published.messages as f64 / (published.end - published.start).as_secs_f64(),
+        results,
+        result_rate,
+        done,
+        late: metric(&m, "braid_operator_late_total", ""),
+        dead_letters: metric(&m, "braid_stream_dead_letter_total", ""),
+        cpu,
+    }
+}
+
+/// 2: a fixed offered load through braid.
+struct Fixed {
+    nodelay: bool,
+    published: u64,
+    taken: u64,
+    /// Publishes the simulator lost (connection drops, missing PUBACKs).
+    errors: u64,
+    matches: u64,
+    /// Results of another kind seen (`left_only` comes ≥ 5.5 s after its command: rarely here).
+    unmatched: u64,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+    cpu: Cpu,
+}
+
+impl Fixed {
+    fn mosquitto(&self) -> &'static str {
+        if self.nodelay { "set_tcp_nodelay true" } else { "default (Nagle on)" }
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "{}: published {} taken {} ({:.4}) errors {}, {} match results (+{} other): p50 {:.1} ms p99 {:.1} ms max {:.1} ms | {}",
+            self.mosquitto(),
+            self.published,
+            self.taken,
+            self.taken as f64 / self.published.max(1) as f64,
+            self.errors,
+            self.matches,
+            self.unmatched,
+            self.p50_ms,
+            self.p99_ms,
+            self.max_ms,
+            self.cpu.summary()
+        )
+    }
+}
+
+fn fixed_load(bin: &Path, rate: f64, seed: u64, nodelay: bool, sniff: Option<&str>) -> Fixed {
+    let broker = Mosquitto::start(nodelay);
+    let mut braid = Braid::start(bin, broker.port, Egress::Mqtt);
+    let results = Subscriber::start(broker.port, "up/#", WARMUP, true);
+    let (from, _) = warm_up(&broker, &braid, Some(&results));
+    let mut sniffer = sniff.map(|file| {
+        let child = std::process::Command::new("mosquitto_sub")
+            .args(["-p", &broker.port.to_string(), "-q", "1", "-t", "#", "-F", "%U %t %p"])
+            .stdout(std::fs::File::create(file).unwrap())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        child
+    });
+    let sim = braid::demo::devices::DeviceSim {
+        url_host: "127.0.0.1".into(),
+        port: broker.port,
+        devices: FIXED_DEVICES,
+        rate,
+        seed,
+        qos: rumqttc::QoS::AtLeastOnce,
+        limit: Some((rate * FIXED_SECONDS) as u64),
+    };
+    let watch =
+        CpuWatch::start(vec![("braid", braid.pid()), ("mosquitto", broker.pid()), ("bench", std::process::id())]);
+    let (handle, _) = braid::demo::devices::spawn(sim, Arc::new(AtomicBool::new(false))).unwrap();
+    let stats = handle.join().unwrap();
+    let published = stats.sent();
+    let (_, _, cpu) = watch_ingest(&braid, from, from + published, &watch);
+    // Results still on their way: wait until braid's sink has nothing queued and the count rests.
+    let since = Instant::now();
+    let mut last = results.count();
+    while since.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(200));
+        let queued = metrics(braid.ops_port).map_or(0, |m| metric(&m, "braid_sink_queued_bytes", ""));
+        if queued == 0 && results.count() == last {
+            break;
+        }
+        last = results.count();
+    }
+    let taken = taken(&braid).unwrap_or(from) - from;
+    if let Some(child) = sniffer.as_mut() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let received = results.finish();
+    braid.stop();
+    let h = &received.latency_us;
+    let ms = |us: u64| us as f64 / 1000.0;
+    Fixed {
+        nodelay,
+        published,
+        taken,
+        errors: stats.errors.load(Ordering::Relaxed),
+        matches: h.len(),
+        unmatched: received.unmatched,
+        p50_ms: ms(h.value_at_quantile(0.5)),
+        p99_ms: ms(h.value_at_quantile(0.99)),
+        max_ms: ms(h.max()),
+        cpu,
+    }
+}
+
+fn print_tables(messages: usize, saturation: &[Saturation], rate: f64, fixed: &[Fixed]) {
+    let n = messages as u64;
+    println!();
+    println!(
+        "Saturation: {messages} messages, QoS 1, {CLIENTS} publishers. Rates in messages/s; CPU in µs per input message."
+    );
+    println!();
+    println!(
+        "| run | load (1 min) | (a) mosquitto → subscriber | (b) braid ingest | **(b)/(a)** | (b) results out | (c) braid ingest, results to a file | (c)/(a) | CPU (a) mosquitto | CPU (b) mosquitto | CPU (b) braid | CPU (c) braid | braid switches / msg (b) / (c) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (i, Saturation { a, b, c }) in saturation.iter().enumerate() {
+        println!(
+            "| {} | {:.2} / {:.2} / {:.2} | {:.0} | {:.0} | **{:.2}** | {:.0} | {:.0} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} / {:.2} |",
+            i + 1,
+            a.cpu.load1,
+            b.cpu.load1,
+            c.cpu.load1,
+            a.delivered,
+            b.ingest,
+            b.ingest / a.delivered,
+            b.result_rate,
+            c.ingest,
+            c.ingest / a.delivered,
+            a.cpu.us_per("mosquitto", n),
+            b.cpu.us_per("mosquitto", n),
+            b.cpu.us_per("braid", n),
+            c.cpu.us_per("braid", n),
+            b.cpu.braid_switches as f64 / n as f64,
+            c.cpu.braid_switches as f64 / n as f64,
+        );
+    }
+    println!();
+    println!(
+        "Fixed load: {rate} msg/s for {FIXED_SECONDS} s, {FIXED_DEVICES} devices. Latency: publish → result received."
+    );
+    println!();
+    println!(
+        "| run | mosquitto | load (1 min) | published | taken / published | match results | p50 | p99 | max | CPU braid | CPU mosquitto | braid switches / msg |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (i, f) in fixed.iter().enumerate() {
+        println!(
+            "| {} | {} | {:.2} | {} | {:.4} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} µs | {:.1} µs | {:.2} |",
+            i / 2 + 1,
+            f.mosquitto(),
+            f.cpu.load1,
+            f.published,
+            f.taken as f64 / f.published.max(1) as f64,
+            f.matches,
+            f.p50_ms,
+            f.p99_ms,
+            f.max_ms,
+            f.cpu.us_per("braid", f.published),
+            f.cpu.us_per("mosquitto", f.published),
+            f.cpu.braid_switches as f64 / f.published.max(1) as f64,
+        );
+    }
+}

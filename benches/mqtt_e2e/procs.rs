@@ -1,0 +1,389 @@
+//! The processes of the MQTT end-to-end bench and what it reads about them: a private mosquitto,
+//! the release `braid run`, its `/metrics`, and CPU time per thread from `/proc`.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Debian's mosquitto.
+pub const MOSQUITTO: &str = "/usr/sbin/mosquitto";
+/// Un-acked QoS 1 messages mosquitto keeps in flight to one client (its default is 20). The same
+/// for the plain subscriber and for braid's source, so neither waits on acknowledgement round
+/// trips more than the other.
+pub const MAX_INFLIGHT: u16 = 1000;
+/// How long a process may take to start or stop.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// A free TCP port on 127.0.0.1 (bound once and released).
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+fn accepts(port: u16) -> bool {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+}
+
+/// A mosquitto of its own for one measurement: 127.0.0.1 on a free port, no persistence (nothing
+/// is written to disk while it runs), unlimited queues (`max_queued_messages 0`: a subscriber
+/// slower than the publishers makes the broker queue, never drop) and [`MAX_INFLIGHT`].
+/// `nodelay` sets `set_tcp_nodelay true` (TCP_NODELAY on its client sockets; mosquitto's default
+/// leaves Nagle's algorithm on).
+pub struct Mosquitto {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl Mosquitto {
+    pub fn start(nodelay: bool) -> Mosquitto {
+        let dir = tempfile::Builder::new().prefix("braid-bench-mosquitto-").tempdir().unwrap();
+        let port = free_port();
+        let config = format!(
+            "listener {port} 127.0.0.1\n\
+             allow_anonymous true\n\
+             user root\n\
+             persistence false\n\
+             max_queued_messages 0\n\
+             max_inflight_messages {MAX_INFLIGHT}\n\
+             set_tcp_nodelay {nodelay}\n\
+             log_dest file {}/mosquitto.log\n\
+             log_type error\n\
+             log_type warning\n",
+            dir.path().display()
+        );
+        let conf = dir.path().join("mosquitto.conf");
+        std::fs::write(&conf, config).unwrap();
+        let child = Command::new(MOSQUITTO)
+            .arg("-c")
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {MOSQUITTO}: {e} (apt-get install -y mosquitto)"));
+        let mut broker = Mosquitto { port, dir, child };
+        let since = Instant::now();
+        while !accepts(port) {
+            if let Ok(Some(status)) = broker.child.try_wait() {
+                panic!("mosquitto exited with {status}; log:\n{}", broker.log());
+            }
+            assert!(since.elapsed() < PATIENCE, "mosquitto did not listen on {port}; log:\n{}", broker.log());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        broker
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("mosquitto.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Mosquitto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Where braid's results go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Egress {
+    /// An MQTT sink to the devices' broker, topic `up/effect/{device}` (QoS 1, default window).
+    Mqtt,
+    /// A file sink in the state directory (no MQTT traffic for results).
+    File,
+}
+
+/// The gateway join of configs/gateway.toml with its devices on `mqtt_port` and its results
+/// sent where `egress` says.
+pub fn braid_config(mqtt_port: u16, ops_port: u16, state_dir: &Path, egress: Egress) -> String {
+    let sink = match egress {
+        Egress::Mqtt => format!(
+            "[sinks.up]\nkind = \"mqtt\"\ninputs = [\"effect\"]\nurl = \"mqtt://127.0.0.1:{mqtt_port}\"\n\
+             topic = \"up/effect/{{device}}\"\nqos = 1\n"
+        ),
+        Egress::File => format!(
+            "[sinks.up]\nkind = \"file\"\ninputs = [\"effect\"]\npath = \"{}\"\n",
+            state_dir.join("effect.jsonl").display()
+        ),
+    };
+    format!(
+        r#"[runtime]
+shards = "auto"
+idle_advance = true
+state_dir = "{state}"
+
+[ops]
+listen = "127.0.0.1:{ops_port}"
+
+[sources.devices]
+kind = "mqtt"
+url = "mqtt://127.0.0.1:{mqtt_port}"
+
+[streams.status]
+source = "devices"
+topic = "devices/+device/status"
+key = "device"
+time = {{ field = "ts", unit = "ms" }}
+max_out_of_orderness = "500ms"
+idle_timeout = "5s"
+fields = {{ device = "string", ts = "int", temp = "float", state = "string", seq = "int" }}
+
+[streams.command]
+source = "devices"
+topic = "devices/+device/command"
+key = "device"
+time = {{ field = "ts", unit = "ms" }}
+max_out_of_orderness = "500ms"
+idle_timeout = "5s"
+fields = {{ device = "string", ts = "int", cmd = "string", arg = "string", cmd_id = "string" }}
+
+[operators.effect]
+kind = "interval_join"
+left = "command"
+right = "status"
+lower = "-3s"
+upper = "5s"
+join = "left"
+select = ["left.cmd_id", "left.cmd", "right.state", "right.seq", "right.ts AS status_ts"]
+
+{sink}"#,
+        state = state_dir.display()
+    )
+}
+
+/// `braid run` on a fresh state directory; SIGTERM and wait when dropped.
+pub struct Braid {
+    pub ops_port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Braid {
+    /// Starts `bin` on [`braid_config`]; returns once `/metrics` answers.
+    pub fn start(bin: &Path, mqtt_port: u16, egress: Egress) -> Braid {
+        let dir = tempfile::Builder::new().prefix("braid-bench-state-").tempdir().unwrap();
+        let ops_port = free_port();
+        let config = dir.path().join("braid.toml");
+        std::fs::write(&config, braid_config(mqtt_port, ops_port, &dir.path().join("state"), egress)).unwrap();
+        let log = std::fs::File::create(dir.path().join("braid.log")).unwrap();
+        let child = Command::new(bin)
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        let mut braid = Braid { ops_port, dir, child: Some(child) };
+        let since = Instant::now();
+        while metrics(ops_port).is_none() {
+            if let Some(Ok(Some(status))) = braid.child.as_mut().map(Child::try_wait) {
+                panic!("braid exited with {status}; log:\n{}", braid.log());
+            }
+            assert!(since.elapsed() < PATIENCE, "braid's /metrics did not answer; log:\n{}", braid.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        braid
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("braid.log")).unwrap_or_default()
+    }
+
+    /// SIGTERM, then wait (bounded, then SIGKILL).
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else { return };
+        let pid = libc::pid_t::try_from(child.id()).unwrap();
+        // SAFETY: kill(2) on our own child, not yet waited for, so the pid is still ours.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let since = Instant::now();
+        while since.elapsed() < PATIENCE * 2 {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("mqtt_e2e: braid did not stop within {:?} of SIGTERM; killing it", PATIENCE * 2);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Braid {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `GET /metrics` on 127.0.0.1:`port` (None while nothing answers).
+pub fn metrics(port: u16) -> Option<String> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+}
+
+/// The sum of a metric's samples whose labels contain `labels` ("" for all).
+pub fn metric(text: &str, name: &str, labels: &str) -> u64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+            (metric == name && rest.contains(labels)).then(|| value.parse::<f64>().ok())?
+        })
+        .sum::<f64>() as u64
+}
+
+/// CPU time (user + system, clock ticks) of some processes, in all and per thread name.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadTimes {
+    /// (process label, thread name) → ticks, summed over threads of the same name; the thread
+    /// name [`ALL_THREADS`] holds the whole process, threads that already ended included.
+    ticks: BTreeMap<(String, String), u64>,
+    /// Process label → context switches (voluntary + involuntary) of its living threads.
+    switches: BTreeMap<String, u64>,
+}
+
+/// The "thread name" of a process's total.
+pub const ALL_THREADS: &str = "*";
+
+/// utime + stime of a `/proc/…/stat` line, and its comm.
+fn stat_ticks(stat: &str) -> Option<(String, u64)> {
+    // pid (comm) state ppid …: comm may hold spaces, so split at the last ')'.
+    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+    let fields: Vec<&str> = stat.get(close + 2..)?.split(' ').collect();
+    // After the comm: state is field 3, utime 14 and stime 15 (proc(5)).
+    let used = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some((stat[open + 1..close].to_owned(), used))
+}
+
+impl ThreadTimes {
+    pub fn read(processes: &[(&str, u32)]) -> ThreadTimes {
+        let (mut ticks, mut switches) = (BTreeMap::new(), BTreeMap::new());
+        for &(label, pid) in processes {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if let Some((_, used)) = stat_ticks(&stat) {
+                ticks.insert((label.to_owned(), ALL_THREADS.to_owned()), used);
+            }
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
+            for task in tasks.flatten() {
+                let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+                if let Some((name, used)) = stat_ticks(&stat) {
+                    *ticks.entry((label.to_owned(), name)).or_insert(0) += used;
+                }
+                let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+                let n: u64 = status
+                    .lines()
+                    .filter(|l| {
+                        l.starts_with("voluntary_ctxt_switches:") || l.starts_with("nonvoluntary_ctxt_switches:")
+                    })
+                    .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                    .sum();
+                *switches.entry(label.to_owned()).or_insert(0) += n;
+            }
+        }
+        ThreadTimes { ticks, switches }
+    }
+
+    /// Context switches of `process`'s threads since `before` (threads that ended in between are
+    /// not counted).
+    pub fn switches_since(&self, before: &ThreadTimes, process: &str) -> u64 {
+        let now = self.switches.get(process).copied().unwrap_or(0);
+        now.saturating_sub(before.switches.get(process).copied().unwrap_or(0))
+    }
+
+    /// Per (process, thread name or [`ALL_THREADS`]): the share of one core used between
+    /// `before` and `self`, over `seconds`, busiest first.
+    pub fn busy_since(&self, before: &ThreadTimes, seconds: f64) -> Vec<(String, String, f64)> {
+        // SAFETY: sysconf reads a constant of the system; no memory is involved.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let mut out: Vec<_> = self
+            .ticks
+            .iter()
+            .map(|((process, thread), &t)| {
+                let was = before.ticks.get(&(process.clone(), thread.clone())).copied().unwrap_or(0);
+                (process.clone(), thread.clone(), t.saturating_sub(was) as f64 / hz / seconds.max(1e-9))
+            })
+            .filter(|(_, _, share)| *share >= 0.005)
+            .collect();
+        out.sort_by(|a, b| b.2.total_cmp(&a.2));
+        out
+    }
+}
+
+/// Busy and total jiffies of all cores (`/proc/stat`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemTimes {
+    busy: u64,
+    total: u64,
+}
+
+impl SystemTimes {
+    pub fn read() -> SystemTimes {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let Some(cpu) = stat.lines().find(|l| l.starts_with("cpu ")) else { return SystemTimes::default() };
+        let v: Vec<u64> = cpu.split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
+        // user nice system idle iowait irq softirq steal (guest time is inside user).
+        let total: u64 = v.iter().take(8).sum();
+        let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+        SystemTimes { busy: total - idle, total }
+    }
+
+    /// Cores busy on average since `before` (0 … number of cores).
+    pub fn cores_busy_since(&self, before: &SystemTimes, cores: usize) -> f64 {
+        let total = self.total.saturating_sub(before.total) as f64;
+        if total == 0.0 { 0.0 } else { self.busy.saturating_sub(before.busy) as f64 / total * cores as f64 }
+    }
+}
+
+/// `/proc/loadavg`'s 1-minute figure.
+pub fn load1() -> f64 {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().next().and_then(|l| l.parse().ok()).unwrap_or(f64::NAN)
+}
+
+/// The machine, as BENCHMARKS.md records it.
+pub fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned()))
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mosquitto = Command::new(MOSQUITTO)
+        .arg("-h")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(str::to_owned))
+        .unwrap_or_default();
+    format!("{cores} × {model}, Linux {}, {mosquitto}", kernel.trim())
+}
+
+/// Where the bench finds the braid binary: the `braid` bin target that `cargo bench` builds, with
+/// the bench profile, next to this bench (Cargo sets `CARGO_BIN_EXE_<name>` for benches and
+/// integration tests, and builds the package's binaries before them).
+pub fn braid_binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_braid"))
+}
