@@ -538,6 +538,41 @@ fn sighup_with_an_invalid_or_unchanged_config_keeps_the_running_one() {
     assert!(exit.success(), "exit {exit} after SIGTERM (after a refused reload); stderr:\n{}", service.stderr());
 }
 
+/// A configuration that validates but cannot start (its file sink's folder is a regular file):
+/// the service goes back to the running configuration instead of exiting.
+#[test]
+fn sighup_with_a_config_that_cannot_start_goes_back_to_the_running_one() {
+    let broker = Mosquitto::start();
+    let gateway = Gateway::new(broker.port());
+    let mut systemd = NotifyListener::bind();
+    let mut service = gateway.run(Some(&systemd), None);
+    wait_ready(&mut systemd, &service);
+    let results = gateway.results("a");
+    let before = ids("before", 5);
+    publish_all(broker.port(), &pairs(&before), QoS::AtLeastOnce);
+    assert!(wait_results(&results, &before, RESULT_WAIT), "no results: {}", service.stderr());
+
+    let blocker = gateway.results("blocker");
+    std::fs::write(&blocker, "a file, not a folder").unwrap();
+    gateway.write_config(&blocker.join("x.jsonl"), "");
+    service.signal(libc::SIGHUP);
+    assert!(systemd.wait_for(is_reloading, Duration::from_secs(5)).is_some(), "no RELOADING=1");
+    wait_ready(&mut systemd, &service);
+    let stderr = poll_until(Duration::from_secs(5), || {
+        Some(service.stderr()).filter(|e| e.contains("going back to the running one"))
+    });
+    assert!(stderr.is_some(), "no fallback logged: {}", service.stderr());
+    let after = ids("after", 5);
+    publish_all(broker.port(), &pairs(&after), QoS::AtLeastOnce);
+    assert!(
+        wait_results(&results, &after, RESULT_WAIT),
+        "results stopped after a reload that could not start; stderr:\n{}",
+        service.stderr()
+    );
+    let exit = service.terminate();
+    assert!(exit.success(), "exit {exit} after SIGTERM; stderr:\n{}", service.stderr());
+}
+
 #[test]
 fn healthz_and_metrics_follow_the_source_broker() {
     let mut broker = Mosquitto::start();

@@ -49,6 +49,8 @@ struct Shared {
     reloaded: Mutex<Option<(String, Plan)>>,
     /// The text of the running configuration (an unchanged file is not reloaded).
     running_text: Mutex<Option<String>>,
+    /// The text a reload replaced, until the new configuration has started.
+    replaced_text: Mutex<Option<String>>,
     /// The sources of the running generation (readiness: all subscribed).
     sources: Mutex<Vec<Arc<SourceStatus>>>,
     /// READY=1 was sent for the running generation.
@@ -84,6 +86,7 @@ impl IoThread {
             notifier: Notifier::from_env(),
             reloaded: Mutex::new(None),
             running_text: Mutex::new(running_text),
+            replaced_text: Mutex::new(None),
             sources: Mutex::new(Vec::new()),
             ready: Default::default(),
             #[cfg(feature = "embedded-broker")]
@@ -246,8 +249,15 @@ impl IoThread {
     /// The validated configuration a SIGHUP found, if it differs from the running one.
     pub fn take_reloaded(&self) -> Option<Plan> {
         let (text, plan) = lock(&self.shared.reloaded).take()?;
-        *lock(&self.shared.running_text) = Some(text);
+        *lock(&self.shared.replaced_text) = lock(&self.shared.running_text).replace(text);
         Some(plan)
+    }
+
+    /// The reloaded configuration could not start and the previous one runs again: so does its
+    /// text (a later SIGHUP with the same failing file tries it again).
+    pub fn reload_failed(&self) {
+        let previous = lock(&self.shared.replaced_text).take();
+        *lock(&self.shared.running_text) = previous;
     }
 
     /// The service is done: STOPPING=1, the io thread ends.

@@ -89,17 +89,33 @@ pub fn run(plan: Plan, options: ServiceOptions) -> Result<(), ServiceError> {
     let io = IoThread::start(Arc::clone(&options.control), Arc::clone(&view), options.config_path.clone())?;
     io.serve_ops(&plan.ops_listen)?;
     let mut plan = Arc::new(plan);
+    // The plan that ran before a reload: the fallback when the new one cannot start.
+    let mut previous: Option<Arc<Plan>> = None;
     loop {
-        let request = generation(&plan, &state_dir, &io, &options, &view)?;
+        let mut started = false;
+        let request = match generation(&plan, &state_dir, &io, &options, &view, &mut started) {
+            Ok(request) => request,
+            Err(error) if !started && previous.is_some() => {
+                tracing::error!(%error, "the reloaded configuration cannot start; going back to the running one");
+                plan = previous.take().unwrap_or(plan);
+                io.reload_failed();
+                options.control.clear_reload();
+                continue;
+            }
+            Err(error) => {
+                io.stopped();
+                return Err(error);
+            }
+        };
+        previous = None;
         match request {
             Request::Stop => break,
-            Request::Reload => match io.take_reloaded() {
-                Some(next) => {
+            Request::Reload => {
+                if let Some(next) = io.take_reloaded() {
                     tracing::info!("configuration reloaded: restarting with the new plan");
-                    plan = Arc::new(next);
+                    previous = Some(std::mem::replace(&mut plan, Arc::new(next)));
                 }
-                None => options.control.clear_reload(),
-            },
+            }
             Request::Run => {}
         }
         options.control.clear_reload();
@@ -139,13 +155,15 @@ pub fn wall_clock() -> i128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i128)
 }
 
-/// Runs one plan until a stop or a reload is asked for.
+/// Runs one plan until a stop or a reload is asked for. `started` turns true once it runs live
+/// (an error before that leaves nothing running: tasks end when their senders are dropped).
 fn generation(
     plan: &Arc<Plan>,
     state_dir: &Path,
     io: &IoThread,
     options: &ServiceOptions,
     view: &Arc<LiveView>,
+    started: &mut bool,
 ) -> Result<Request, ServiceError> {
     let stop = Arc::clone(&options.control.interrupt);
     let uplinks = open_uplinks(plan, state_dir)?;
@@ -178,6 +196,7 @@ fn generation(
     feeder.start_live(wall_clock(), tasks.status().0)?;
     view.set(Arc::clone(plan), counters, tasks.status(), Arc::clone(&options.control));
     view.update_figures(Some(feeder.runtime.live_figures()));
+    *started = true;
     let request = feeder.run(wall_clock);
     // Intake stops first: what the sources still hold is not acknowledged, the broker keeps it.
     tasks.stop_sources(io);
