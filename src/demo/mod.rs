@@ -27,8 +27,9 @@ pub struct DemoFlags {
     /// broker on 1883), a free one on the same address is used and printed.
     #[arg(long, default_value = "127.0.0.1:1883")]
     pub listen: SocketAddr,
-    /// Simulated devices.
-    #[arg(long, default_value_t = 1000)]
+    /// Simulated devices (with the default rate each reports a status change every few seconds,
+    /// so some commands find none and are reported as `left_only`).
+    #[arg(long, default_value_t = 5000)]
     pub devices: usize,
     /// Messages per second, all devices together.
     #[arg(long, default_value_t = 2000.0)]
