@@ -4,6 +4,6 @@
 pub mod http;
 pub mod metrics;
 pub mod systemd;
-mod throttle;
+pub(crate) mod throttle;
 
 pub use http::{OpsError, OpsView};

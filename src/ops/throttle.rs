@@ -1,6 +1,7 @@
 //! Rate limiting of repeated warnings (STYLE.md 14: log lines are rate limited).
 //!
-//! A failing `accept` or an unreachable notify socket fails the same way on every attempt; one
+//! A failing `accept`, an unreachable notify socket or a broker refusing braid fails the same way
+//! on every attempt; one
 //! line per `every` (with how many were held back) says as much as thousands would, and keeps
 //! the journal of a small gateway readable.
 
@@ -32,8 +33,8 @@ impl Throttle {
     }
 }
 
-/// The clock for [`Throttle::admit`]. The ops module is control-plane runtime code, where
-/// reading the clock is allowed (clippy.toml bans it in operators and the engine).
+/// The clock for [`Throttle::admit`]. Control-plane code (ops, the MQTT clients) may read the
+/// clock (clippy.toml bans it in operators and the engine).
 #[allow(clippy::disallowed_methods)]
 pub(crate) fn now() -> Instant {
     Instant::now()

@@ -48,6 +48,7 @@ use tokio::time::Instant;
 use super::{Confirmations, Delivery, Intake};
 use crate::config::MqttConn;
 use crate::mqtt::{Backoff, ConnError, default_client_id};
+use crate::ops::throttle::{self, Throttle};
 
 /// Incoming packet room beyond the payload: a topic of up to 65 535 bytes plus its 2-byte
 /// length, the 2-byte packet id and some slack.
@@ -237,7 +238,7 @@ struct Source {
     session_subscribed: bool,
     /// The incoming limit was raised for an oversized packet; restore it at the next ConnAck.
     limit_raised: bool,
-    error_log: LogLimiter,
+    error_log: Throttle,
 }
 
 impl Source {
@@ -261,7 +262,7 @@ impl Source {
             subscribe_due: false,
             session_subscribed: false,
             limit_raised: false,
-            error_log: LogLimiter::default(),
+            error_log: Throttle::new(ERROR_LOG_INTERVAL),
         }
     }
 
@@ -339,7 +340,7 @@ impl Source {
             SourceStatus::add(&self.status.reconnects, 1);
         }
         // A flapping link would otherwise log at the backoff's pace (it resets at every ConnAck).
-        if let Some(suppressed) = self.error_log.allow() {
+        if let Some(suppressed) = self.error_log.admit(throttle::now()) {
             let what = if self.connected { "MQTT source disconnected" } else { "MQTT source cannot connect" };
             tracing::warn!(source = %self.settings.name, %error, suppressed, "{what}");
         }
@@ -520,26 +521,6 @@ fn ack_stub(pkid: u16) -> Publish {
     publish
 }
 
-/// One log line per [`ERROR_LOG_INTERVAL`]; counts the suppressed ones.
-#[derive(Debug, Default)]
-struct LogLimiter {
-    last: Option<Instant>,
-    suppressed: u64,
-}
-
-impl LogLimiter {
-    /// `Some(suppressed since the last line)` when a line may be written now.
-    fn allow(&mut self) -> Option<u64> {
-        let now = Instant::now();
-        if self.last.is_some_and(|last| now.duration_since(last) < ERROR_LOG_INTERVAL) {
-            self.suppressed += 1;
-            return None;
-        }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.suppressed))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -583,15 +564,6 @@ mod tests {
         assert_eq!(queue.pending.front(), Some(&(5, 5)));
         queue.clear();
         assert!(!queue.ready(u64::MAX));
-    }
-
-    #[test]
-    fn the_error_log_is_rate_limited() {
-        let mut limiter = LogLimiter::default();
-        assert_eq!(limiter.allow(), Some(0));
-        assert_eq!(limiter.allow(), None);
-        assert_eq!(limiter.allow(), None);
-        assert_eq!(limiter.suppressed, 2);
     }
 
     #[test]

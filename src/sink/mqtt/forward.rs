@@ -17,6 +17,7 @@ use tokio::time::{Instant, sleep, timeout};
 use super::{Uplink, UplinkError, split_record};
 use crate::config::SinkDef;
 use crate::mqtt::{self, Backoff};
+use crate::ops::throttle::{self, Throttle};
 
 /// Window when the sink's `max_inflight` is not set.
 const DEFAULT_WINDOW: u16 = 100;
@@ -176,8 +177,8 @@ struct Forward {
     connected: bool,
     ever_connected: bool,
     /// When the last failed connection attempt was logged, and how many were not since.
-    failure_logged: Option<Instant>,
-    failures_suppressed: u64,
+    /// Failures to connect are logged at most every [`FAILURE_LOG_INTERVAL`].
+    failure_log: Throttle,
 }
 
 impl Forward {
@@ -194,8 +195,7 @@ impl Forward {
             cursor: 0,
             connected: false,
             ever_connected: false,
-            failure_logged: None,
-            failures_suppressed: 0,
+            failure_log: Throttle::new(FAILURE_LOG_INTERVAL),
         }
     }
 
@@ -276,12 +276,9 @@ impl Forward {
     fn on_disconnect(&mut self, error: &ConnectionError) {
         if self.connected {
             tracing::warn!(sink = %self.uplink.name, %error, "Uplink disconnected; resending from the oldest unacknowledged result after reconnecting");
-        } else if self.failure_logged.is_none_or(|at| at.elapsed() >= FAILURE_LOG_INTERVAL) {
-            let suppressed = std::mem::take(&mut self.failures_suppressed);
+        } else if let Some(suppressed) = self.failure_log.admit(throttle::now()) {
             tracing::warn!(sink = %self.uplink.name, %error, suppressed, "Uplink cannot connect; results stay spooled, retrying with backoff");
-            self.failure_logged = Some(Instant::now());
         } else {
-            self.failures_suppressed += 1;
             tracing::debug!(sink = %self.uplink.name, %error, "Uplink connection failed");
         }
         self.connected = false;
