@@ -154,6 +154,18 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The streams source `source` feeds, with their indices.
+    pub fn source_streams(&self, source: usize) -> impl Iterator<Item = (usize, &StreamDef)> {
+        let name = self.sources.get(source).map(|s| s.name.as_str());
+        self.streams.iter().enumerate().filter(move |(_, s)| s.source.is_some() && s.source.as_deref() == name)
+    }
+
+    /// The largest `max_payload` of the streams source `source` feeds (256 KiB, the default,
+    /// when it feeds none).
+    pub fn source_max_payload(&self, source: usize) -> u64 {
+        self.source_streams(source).map(|(_, s)| s.max_payload).max().unwrap_or(256 * 1024)
+    }
+
     pub fn stream(&self, name: &str) -> Option<usize> {
         self.streams.iter().position(|s| s.name == name)
     }

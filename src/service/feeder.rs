@@ -125,7 +125,7 @@ pub struct Feeder<'a> {
     /// Per source: the highest delivery taken so far.
     taken: Vec<u64>,
     last_shown: i128,
-    /// Per source: payload bytes worth journaling ([`keep_bytes`]).
+    /// Per source: payload bytes worth journaling.
     keep: Vec<usize>,
     /// Per source: the streams it feeds.
     source_streams: Vec<Vec<usize>>,
@@ -158,17 +158,12 @@ impl<'a> Feeder<'a> {
             now: start,
             last_shown: start,
             taken: vec![0; plan.sources.len()],
-            keep: (0..plan.sources.len()).map(|s| keep_bytes(plan, s)).collect(),
-            source_streams: plan
-                .sources
-                .iter()
-                .map(|src| {
-                    let fed = |(i, s): (usize, &crate::config::StreamDef)| {
-                        (s.source.as_ref() == Some(&src.name)).then_some(i)
-                    };
-                    plan.streams.iter().enumerate().filter_map(fed).collect()
-                })
+            // One byte more than a source's largest payload: an oversized payload is
+            // dead-lettered again on replay, with the same first KiB.
+            keep: (0..plan.sources.len())
+                .map(|s| usize::try_from(plan.source_max_payload(s).saturating_add(1)).unwrap_or(usize::MAX))
                 .collect(),
+            source_streams: (0..plan.sources.len()).map(|s| plan.source_streams(s).map(|(i, _)| i).collect()).collect(),
             sources: Vec::new(),
             connected: Vec::new(),
             last_release: start,
@@ -177,9 +172,11 @@ impl<'a> Feeder<'a> {
 
     /// Feeds every journal entry at the processing time it was first taken at.
     pub fn replay_journal(&mut self) -> Result<u64, ServiceError> {
-        let entries: Vec<_> = self.journal.entries().collect();
-        let count = entries.len() as u64;
-        for entry in entries {
+        let mut count = 0;
+        for position in self.journal.positions() {
+            // One at a time: the journal may hold far more than memory should.
+            let Some(entry) = self.journal.entry(position) else { continue };
+            count += 1;
             let source = self.plan.sources.iter().position(|s| s.name == entry.source);
             if source.is_none() && entry.what != What::Start {
                 // A reload removed the source: its messages feed no stream any more.
@@ -327,14 +324,6 @@ impl<'a> Feeder<'a> {
         result.map_err(ServiceError::from)?;
         Ok(outputs)
     }
-}
-
-/// Payload bytes worth journaling for a source: one more than its streams' largest `max_payload`
-/// (an oversized payload is dead-lettered again on replay, with the same first KiB).
-fn keep_bytes(plan: &Plan, source: usize) -> usize {
-    let name = &plan.sources[source].name;
-    let max = plan.streams.iter().filter(|s| s.source.as_ref() == Some(name)).map(|s| s.max_payload).max();
-    usize::try_from(max.unwrap_or(0).saturating_add(1)).unwrap_or(usize::MAX)
 }
 
 impl From<RuntimeError> for ServiceError {

@@ -39,12 +39,13 @@ impl Ingest {
     /// stream whose filter did is left out and logged).
     pub fn new(plan: &Plan) -> Ingest {
         let mut routers = vec![Router::default(); plan.sources.len()];
-        for (stream, def) in plan.streams.iter().enumerate() {
-            let (Some(source), Some(topic)) = (def.source.as_deref(), def.topic.as_deref()) else { continue };
-            let Some(index) = plan.sources.iter().position(|s| s.name == source) else { continue };
-            match TopicFilter::compile(topic, &def.schema) {
-                Ok(filter) => routers[index].add(stream, filter),
-                Err(error) => tracing::error!(stream = %def.name, %error, "topic filter left out"),
+        for (source, router) in routers.iter_mut().enumerate() {
+            for (stream, def) in plan.source_streams(source) {
+                let Some(topic) = def.topic.as_deref() else { continue };
+                match TopicFilter::compile(topic, &def.schema) {
+                    Ok(filter) => router.add(stream, filter),
+                    Err(error) => tracing::error!(stream = %def.name, %error, "topic filter left out"),
+                }
             }
         }
         Ingest { routers, ids: IdHasher::default(), captured: Vec::new(), unrouted: 0 }

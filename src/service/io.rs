@@ -148,27 +148,16 @@ impl IoThread {
                 }
                 None => def.url.clone().unwrap_or_default(),
             };
-            let mut filters: Vec<String> = plan
-                .streams
-                .iter()
-                .filter(|s| s.source.as_deref() == Some(def.name.as_str()))
-                .filter_map(|s| s.topic.as_deref().map(subscription_filter))
-                .collect();
+            let mut filters: Vec<String> =
+                plan.source_streams(index).filter_map(|(_, s)| s.topic.as_deref().map(subscription_filter)).collect();
             filters.dedup();
-            let max_payload = plan
-                .streams
-                .iter()
-                .filter(|s| s.source.as_deref() == Some(def.name.as_str()))
-                .map(|s| s.max_payload)
-                .max()
-                .unwrap_or(256 * 1024);
             let settings = SourceSettings {
                 index,
                 name: def.name.clone(),
                 url,
                 conn: def.conn.clone(),
                 filters,
-                max_payload,
+                max_payload: plan.source_max_payload(index),
                 qos: rumqttc::QoS::AtLeastOnce,
             };
             let status = Arc::new(SourceStatus::default());
@@ -207,13 +196,7 @@ impl IoThread {
             return Ok(broker.local_addr());
         }
         let name = &plan.sources[source].name;
-        let max_payload = plan
-            .streams
-            .iter()
-            .filter(|s| s.source.as_deref() == Some(name.as_str()))
-            .map(|s| s.max_payload)
-            .max()
-            .unwrap_or(256 * 1024);
+        let max_payload = plan.source_max_payload(source);
         let conn = &plan.sources[source].conn;
         // Devices connect with TLS when the source names the broker's certificate and key.
         let tls = match (&conn.cert_file, &conn.key_file) {

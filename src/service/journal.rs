@@ -72,7 +72,6 @@ pub enum What {
 pub struct Journal {
     spool: Spool,
     retention_ms: i64,
-    record: Vec<u8>,
 }
 
 impl Journal {
@@ -83,7 +82,7 @@ impl Journal {
         let options = SpoolOptions { max_bytes, segment_bytes: 4 << 20, overflow: Overflow::DropOldest };
         let spool =
             Spool::open(dir, options).map_err(|error| JournalError::Open { path: dir.display().to_string(), error })?;
-        Ok(Journal { spool, retention_ms, record: Vec::with_capacity(1024) })
+        Ok(Journal { spool, retention_ms })
     }
 
     /// Appends a delivery of source `source` taken at processing time `now`; `keep` bytes of its
@@ -94,15 +93,12 @@ impl Journal {
         let topic = &topic[..topic.len().min(u16::MAX as usize)];
         let source = &source.as_bytes()[..source.len().min(u8::MAX as usize)];
         let payload = &delivery.payload[..delivery.payload.len().min(keep)];
-        self.record.clear();
-        self.record.push(MESSAGE);
-        self.record.extend_from_slice(&(now as i64).to_le_bytes());
-        self.record.push(source.len() as u8);
-        self.record.extend_from_slice(source);
-        self.record.extend_from_slice(&(topic.len() as u16).to_le_bytes());
-        self.record.extend_from_slice(topic);
-        self.record.extend_from_slice(payload);
-        self.spool.append(&self.record).map(|_| ()).map_err(JournalError::Append)
+        let head = header(MESSAGE, now);
+        let lens = [source.len() as u8];
+        let topic_len = (topic.len() as u16).to_le_bytes();
+        // Written into the spool in place: no copy of the payload.
+        let parts: [&[u8]; 6] = [&head, &lens, source, &topic_len, topic, payload];
+        self.spool.append_parts(&parts).map(|_| ()).map_err(JournalError::Append)
     }
 
     /// Records a start or a source's connection change at processing time `now`.
@@ -114,13 +110,9 @@ impl Journal {
             What::Message { .. } => return Ok(()),
         };
         let source = &source.as_bytes()[..source.len().min(u8::MAX as usize)];
-        self.record.clear();
-        self.record.push(EVENT);
-        self.record.extend_from_slice(&(now as i64).to_le_bytes());
-        self.record.push(code);
-        self.record.push(source.len() as u8);
-        self.record.extend_from_slice(source);
-        self.spool.append(&self.record).map(|_| ()).map_err(JournalError::Append)
+        let head = header(EVENT, now);
+        let parts: [&[u8]; 3] = [&head, &[code, source.len() as u8], source];
+        self.spool.append_parts(&parts).map(|_| ()).map_err(JournalError::Append)
     }
 
     /// Forces appended entries to the disk (`durability = "power"`).
@@ -128,9 +120,19 @@ impl Journal {
         self.spool.sync().map_err(JournalError::Sync)
     }
 
-    /// Every entry still held, oldest first (read at start, before live input).
+    /// The positions of the entries still held, oldest first (read at start, before live input).
+    pub fn positions(&self) -> std::ops::Range<u64> {
+        self.spool.first()..self.spool.end()
+    }
+
+    /// The entry at `position` (`None`: released, or unreadable — the spool cut damage at open).
+    pub fn entry(&self, position: u64) -> Option<Entry> {
+        self.spool.get(position).and_then(decode)
+    }
+
+    /// Every entry still held, oldest first.
     pub fn entries(&self) -> impl Iterator<Item = Entry> + '_ {
-        (self.spool.first()..self.spool.end()).filter_map(|seq| self.spool.get(seq).and_then(decode))
+        self.positions().filter_map(|seq| self.entry(seq))
     }
 
     /// Releases the entries older than the retention at processing time `now`.
@@ -157,6 +159,14 @@ impl Journal {
     pub fn dropped(&self) -> u64 {
         self.spool.dropped()
     }
+}
+
+/// Kind and arrival: how every record starts.
+fn header(kind: u8, arrival: i128) -> [u8; HEADER] {
+    let mut head = [0; HEADER];
+    head[0] = kind;
+    head[1..].copy_from_slice(&(arrival as i64).to_le_bytes());
+    head
 }
 
 fn arrival_of(record: &[u8]) -> Option<i128> {

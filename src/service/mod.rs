@@ -136,7 +136,6 @@ fn state_dir(plan: &Plan) -> PathBuf {
 /// An exclusive lock on `STATE_DIR/braid.lock`, held while the service runs: two services on one
 /// state directory would corrupt each other's journal and spools.
 fn lock(state_dir: &Path) -> Result<std::fs::File, ServiceError> {
-    use std::os::fd::AsRawFd;
     let path = state_dir.join("braid.lock");
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -144,9 +143,12 @@ fn lock(state_dir: &Path) -> Result<std::fs::File, ServiceError> {
         .write(true)
         .open(&path)
         .map_err(|error| ServiceError::StateDir { path: path.clone(), error })?;
-    // SAFETY: flock on a file descriptor this function owns; no memory is involved.
-    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-    if locked { Ok(file) } else { Err(ServiceError::Locked(state_dir.to_owned())) }
+    // The same advisory lock as every mapped file (mapped_file.rs, point 1).
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(ServiceError::Locked(state_dir.to_owned())),
+        Err(std::fs::TryLockError::Error(error)) => Err(ServiceError::StateDir { path, error }),
+    }
 }
 
 /// Wall-clock processing time, ms since the Unix epoch (the runtime's one reading of the clock).

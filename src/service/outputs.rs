@@ -86,7 +86,6 @@ pub struct Outputs {
     stop: Arc<AtomicBool>,
     line: Vec<u8>,
     topic: String,
-    dead: Vec<u8>,
 }
 
 impl Outputs {
@@ -102,15 +101,7 @@ impl Outputs {
         for def in &plan.sinks {
             sinks.push(open_sink(&plan, def, uplinks)?);
         }
-        Ok(Outputs {
-            plan,
-            sinks,
-            counters,
-            stop,
-            line: Vec::with_capacity(512),
-            topic: String::new(),
-            dead: Vec::new(),
-        })
+        Ok(Outputs { plan, sinks, counters, stop, line: Vec::with_capacity(512), topic: String::new() })
     }
 
     fn wants(&self, target: Target) -> bool {
@@ -151,8 +142,9 @@ impl Outputs {
         }
     }
 
-    /// Hands the JSON line in `self.line` (newline-terminated, as the JSON writers leave it) to every sink reading `target`; `values` (laid out by the
-    /// schema of the target's input `input`) fill MQTT topic templates.
+    /// Hands the JSON line in `self.line` (newline-terminated, as the JSON writers leave it) to
+    /// every sink reading `target`; `values` (laid out by the schema of the target's input
+    /// `input`) fill MQTT topic templates.
     fn deliver(&mut self, target: Target, input: usize, values: Option<&[crate::record::Value]>) {
         let mut refused = None;
         for sink in self.sinks.iter_mut().filter(|s| s.targets.contains(&target)) {
@@ -178,10 +170,8 @@ impl Outputs {
             self.counters.bad_topic.fetch_add(1, Ordering::Relaxed);
             let raw = String::from_utf8_lossy(&self.line[..self.line.len() - 1]).into_owned();
             let name = target_name(&self.plan, target);
-            std::mem::swap(&mut self.line, &mut self.dead);
             self.line.clear();
             self.dead_letter(&name, &raw, &reason);
-            std::mem::swap(&mut self.line, &mut self.dead);
         }
         self.line.clear();
     }
