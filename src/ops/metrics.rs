@@ -8,14 +8,25 @@ use crate::config::Plan;
 use crate::engine::Figures;
 use crate::operator::ResultKind;
 
+/// One metric family: its HELP and TYPE lines, then a sample per (labels, value); empty labels
+/// write the bare name.
+pub fn write_family(out: &mut String, name: &str, kind: &str, help: &str, samples: Vec<(String, String)>) {
+    // Writing into a String cannot fail.
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (labels, value) in samples {
+        let _ = if labels.is_empty() {
+            writeln!(out, "{name} {value}")
+        } else {
+            writeln!(out, "{name}{{{labels}}} {value}")
+        };
+    }
+}
+
 /// The metrics of a run of `plan`, in Prometheus text format.
 pub fn render(plan: &Plan, figures: &Figures) -> String {
     let mut out = String::new();
     let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, String)>| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (labels, value) in samples {
-            let _ = writeln!(out, "{name}{{{labels}}} {value}");
-        }
+        write_family(&mut out, name, kind, help, samples);
     };
     let streams = || plan.streams.iter().enumerate();
     let operators = || plan.operators.iter().enumerate();

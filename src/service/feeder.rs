@@ -53,8 +53,8 @@ pub struct Control {
     pub heartbeat: AtomicU64,
     /// Deliveries taken (journaled and in the rings).
     pub taken: AtomicU64,
-    /// Processing time of the last round, ms.
-    pub now: AtomicU64,
+    /// Messages whose topic fed no stream of their source.
+    pub unrouted: AtomicU64,
     /// Journal entries replayed at the last start.
     pub replayed: AtomicU64,
     /// Consecutive figure rounds (about a second each) in which some shard took no frame from a
@@ -218,11 +218,17 @@ impl<'a> Feeder<'a> {
         self.runtime.advance_to(self.now, &mut self.outputs)?;
         match what {
             What::Disconnected => self.runtime.suspend_streams(&self.source_streams[source]),
-            What::Message { topic, payload } => {
-                let message = Message { source, topic, payload, now: self.now };
-                self.ingest.accept(self.plan, message, &mut self.runtime, &mut self.outputs)?;
-            }
+            What::Message { topic, payload } => self.accept(source, topic, payload)?,
             What::Start | What::Connected => {}
+        }
+        Ok(())
+    }
+
+    /// Feeds one message (live or journaled) at `self.now`; counts it when no stream took it.
+    fn accept(&mut self, source: usize, topic: &str, payload: &[u8]) -> Result<(), ServiceError> {
+        let message = Message { source, topic, payload, now: self.now };
+        if !self.ingest.accept(self.plan, message, &mut self.runtime, &mut self.outputs)? {
+            self.control.unrouted.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -258,7 +264,6 @@ impl<'a> Feeder<'a> {
             self.release_old_entries();
             self.show_figures();
             self.control.heartbeat.fetch_add(1, Ordering::Relaxed);
-            self.control.now.store(self.now as u64, Ordering::Relaxed);
             let until_tick = Duration::from_millis((next_tick(self.now) - self.now).clamp(1, 200) as u64);
             let (intake, control) = (&self.intake, &self.control);
             self.runtime
@@ -270,13 +275,12 @@ impl<'a> Feeder<'a> {
     /// then confirms them to their sources.
     fn take_batch(&mut self) -> Result<(), ServiceError> {
         let mut any = false;
-        for delivery in self.intake.try_iter().take(BATCH) {
+        for _ in 0..BATCH {
+            let Ok(delivery) = self.intake.try_recv() else { break };
             any = true;
             let name = &self.plan.sources[delivery.source].name;
             self.journal.append(name, &delivery, self.now, self.keep[delivery.source])?;
-            let message =
-                Message { source: delivery.source, topic: &delivery.topic, payload: &delivery.payload, now: self.now };
-            self.ingest.accept(self.plan, message, &mut self.runtime, &mut self.outputs)?;
+            self.accept(delivery.source, &delivery.topic, &delivery.payload)?;
             self.taken[delivery.source] = self.taken[delivery.source].max(delivery.seq);
             self.control.taken.fetch_add(1, Ordering::Relaxed);
         }

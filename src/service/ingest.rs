@@ -29,9 +29,6 @@ pub struct Ingest {
     routers: Vec<Router>,
     ids: IdHasher,
     captured: Vec<(usize, Value)>,
-    /// Messages whose topic matched no stream of their source (a subscription braid did not make
-    /// cannot deliver them; counted, never silent).
-    pub unrouted: u64,
 }
 
 impl Ingest {
@@ -48,22 +45,20 @@ impl Ingest {
                 }
             }
         }
-        Ingest { routers, ids: IdHasher::default(), captured: Vec::new(), unrouted: 0 }
+        Ingest { routers, ids: IdHasher::default(), captured: Vec::new() }
     }
 
-    /// Feeds one message to every stream its topic matches.
+    /// Feeds one message to every stream its topic matches; whether any did (a topic braid did
+    /// not subscribe to matches none: the caller counts it, never silently).
     pub fn accept(
         &mut self,
         plan: &Plan,
         message: Message<'_>,
         runtime: &mut Runtime,
         outputs: &mut Outputs,
-    ) -> Result<(), RuntimeError> {
+    ) -> Result<bool, RuntimeError> {
         let Message { source, topic, payload, now } = message;
-        let Some(router) = self.routers.get(source) else {
-            self.unrouted += 1;
-            return Ok(());
-        };
+        let Some(router) = self.routers.get(source) else { return Ok(false) };
         let mut matched = false;
         for (stream, captures) in router.route(topic) {
             matched = true;
@@ -97,9 +92,6 @@ impl Ingest {
                 }
             }
         }
-        if !matched {
-            self.unrouted += 1;
-        }
-        Ok(())
+        Ok(matched)
     }
 }

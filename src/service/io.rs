@@ -122,7 +122,7 @@ impl IoThread {
     pub fn start_generation(
         &self,
         plan: &Arc<Plan>,
-        uplinks: &[(String, Arc<Uplink>)],
+        uplinks: &[Arc<Uplink>],
         intake: crossbeam_channel::Sender<Delivery>,
         confirmations: Arc<Confirmations>,
         doorbell: Arc<Doorbell>,
@@ -135,7 +135,7 @@ impl IoThread {
             sources: Vec::new(),
             sinks: Vec::new(),
             status: Vec::new(),
-            uplinks: uplinks.iter().map(|(_, u)| Arc::clone(u)).collect(),
+            uplinks: uplinks.to_vec(),
         };
         for (index, def) in plan.sources.iter().enumerate() {
             let url = match embedded_listen(plan, index) {
@@ -172,10 +172,10 @@ impl IoThread {
                 }
             }));
         }
-        for (name, uplink) in uplinks {
-            let Some(def) = plan.sinks.iter().find(|s| &s.name == name).cloned() else { continue };
+        for uplink in uplinks {
+            let name = uplink.name().to_owned();
+            let Some(def) = plan.sinks.iter().find(|s| s.name == name).cloned() else { continue };
             let future = crate::sink::mqtt::run(Arc::clone(uplink), def, sinks_rx.clone(), DRAIN);
-            let name = name.clone();
             tasks.sinks.push(self.handle.spawn(async move {
                 if let Err(error) = future.await {
                     tracing::error!(sink = %name, %error, "sink stopped");

@@ -213,13 +213,13 @@ fn default_shards() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
 
-fn open_uplinks(plan: &Plan, state_dir: &Path) -> Result<Vec<(String, Arc<Uplink>)>, ServiceError> {
+fn open_uplinks(plan: &Plan, state_dir: &Path) -> Result<Vec<Arc<Uplink>>, ServiceError> {
     let mut uplinks = Vec::new();
     for def in plan.sinks.iter().filter(|s| s.kind == SinkKind::Mqtt) {
         let dir = state_dir.join("sinks").join(&def.name);
         let uplink = Uplink::open(def, &dir)
             .map_err(|e| ServiceError::Uplink { sink: def.name.clone(), error: e.to_string() })?;
-        uplinks.push((def.name.clone(), uplink));
+        uplinks.push(uplink);
     }
     Ok(uplinks)
 }

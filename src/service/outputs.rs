@@ -89,11 +89,10 @@ pub struct Outputs {
 }
 
 impl Outputs {
-    /// Opens every sink of the plan; `uplinks` holds the opened outbound spool of each MQTT sink
-    /// by sink name.
+    /// Opens every sink of the plan; `uplinks` holds the opened outbound spool of each MQTT sink.
     pub fn open(
         plan: Arc<Plan>,
-        uplinks: &[(String, Arc<Uplink>)],
+        uplinks: &[Arc<Uplink>],
         counters: Arc<OutputCounters>,
         stop: Arc<AtomicBool>,
     ) -> Result<Outputs, OutputError> {
@@ -209,7 +208,7 @@ impl Emit for Outputs {
     }
 }
 
-fn open_sink(plan: &Plan, def: &SinkDef, uplinks: &[(String, Arc<Uplink>)]) -> Result<Sink, OutputError> {
+fn open_sink(plan: &Plan, def: &SinkDef, uplinks: &[Arc<Uplink>]) -> Result<Sink, OutputError> {
     let mut targets = Vec::new();
     for input in &def.inputs {
         let t =
@@ -227,7 +226,7 @@ fn open_sink(plan: &Plan, def: &SinkDef, uplinks: &[(String, Arc<Uplink>)]) -> R
         }
         SinkKind::Stdout => Writer::Stdout(BufWriter::new(std::io::stdout())),
         SinkKind::Mqtt => {
-            let uplink = uplinks.iter().find(|(n, _)| *n == def.name).map(|(_, u)| Arc::clone(u)).ok_or_else(|| {
+            let uplink = uplinks.iter().find(|u| u.name() == def.name).map(Arc::clone).ok_or_else(|| {
                 OutputError::Uplink { sink: def.name.clone(), error: "no outbound spool opened".into() }
             })?;
             let template = def.topic.as_deref().unwrap_or_default();

@@ -131,23 +131,10 @@ impl OpsView for LiveView {
         let Some(c) = current.as_ref() else { return String::new() };
         let mut out = c.figures.as_ref().map(|f| crate::ops::metrics::render(&c.plan, f)).unwrap_or_default();
         let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, String)>| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (labels, value) in samples {
-                let _ = if labels.is_empty() {
-                    writeln!(out, "{name} {value}")
-                } else {
-                    writeln!(out, "{name}{{{labels}}} {value}")
-                };
-            }
+            crate::ops::metrics::write_family(&mut out, name, kind, help, samples);
         };
-        let sinks: Vec<(String, crate::sink::mqtt::UplinkStats)> = c
-            .plan
-            .sinks
-            .iter()
-            .filter(|s| s.kind == crate::config::SinkKind::Mqtt)
-            .map(|s| s.name.clone())
-            .zip(c.uplinks.iter().map(|u| u.stats()))
-            .collect();
+        let sinks: Vec<(&str, crate::sink::mqtt::UplinkStats)> =
+            c.uplinks.iter().map(|u| (u.name(), u.stats())).collect();
         let per_sink = |f: &dyn Fn(&crate::sink::mqtt::UplinkStats) -> String| {
             sinks.iter().map(|(name, s)| (format!("sink=\"{name}\""), f(s))).collect::<Vec<_>>()
         };
@@ -210,10 +197,29 @@ impl OpsView for LiveView {
             one(control.replayed.load(Ordering::Relaxed)),
         );
         family(
+            "braid_source_unrouted_total",
+            "counter",
+            "Messages whose topic fed no stream of their source.",
+            one(control.unrouted.load(Ordering::Relaxed)),
+        );
+        let counter = |v: &std::sync::atomic::AtomicU64| one(v.load(Ordering::Relaxed));
+        family(
+            "braid_sink_write_errors_total",
+            "counter",
+            "Failed writes of file and stdout sinks.",
+            counter(&c.outputs.write_errors),
+        );
+        family(
+            "braid_sink_unqueued_at_stop_total",
+            "counter",
+            "Results a full MQTT sink buffer could not take when the service stopped (the journal produces them again).",
+            counter(&c.outputs.unqueued_at_stop),
+        );
+        family(
             "braid_sink_bad_topic_total",
             "counter",
             "Rows refused by a sink topic (sent to dead_letter).",
-            vec![(String::new(), c.outputs.bad_topic.load(Ordering::Relaxed).to_string())],
+            counter(&c.outputs.bad_topic),
         );
         out
     }
@@ -234,10 +240,9 @@ impl OpsView for LiveView {
                 ));
             }
         }
-        let mqtt_sinks = c.plan.sinks.iter().filter(|s| s.kind == crate::config::SinkKind::Mqtt);
-        for (def, uplink) in mqtt_sinks.zip(&c.uplinks) {
+        for uplink in &c.uplinks {
             if !uplink.stats().connected {
-                reasons.push(format!("sink {}: uplink down (results are buffered)", def.name));
+                reasons.push(format!("sink {}: uplink down (results are buffered)", uplink.name()));
             }
         }
         if reasons.is_empty() { Ok(()) } else { Err(reasons) }

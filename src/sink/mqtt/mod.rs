@@ -122,6 +122,11 @@ impl Uplink {
         Ok(())
     }
 
+    /// The sink's name (`[sinks.NAME]`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     pub fn stats(&self) -> UplinkStats {
         let spool = self.lock();
         UplinkStats {
