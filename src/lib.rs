@@ -26,4 +26,6 @@ pub mod sink;
 pub mod source;
 pub mod spool;
 pub mod state;
+#[cfg(test)]
+mod test_pki;
 pub mod time;

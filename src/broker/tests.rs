@@ -183,7 +183,6 @@ fn tls_without_the_feature_is_a_clear_error() {
 #[cfg(feature = "embedded-broker-tls")]
 mod tls {
     use std::path::Path;
-    use std::process::Command;
     use std::sync::Arc;
 
     use rumqttc::{TlsConfiguration, Transport};
@@ -191,44 +190,11 @@ mod tls {
     use rustls::pki_types::pem::PemObject;
 
     use super::*;
+    use crate::test_pki::Pki;
 
-    fn openssl(dir: &Path, args: &[&str]) {
-        let out = Command::new("openssl").args(args).current_dir(dir).output().expect("the openssl CLI is needed");
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    /// A CA and a server certificate for IP 127.0.0.1 signed by it, P-256 keys (quick to make).
-    fn make_certs(dir: &Path) {
-        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-        let mut ca = vec!["req", "-x509", "-days", "2", "-subj", "/CN=braid-test-ca"];
-        ca.extend(ec);
-        ca.extend(["-keyout", "ca.key", "-out", "ca.pem", "-addext", "basicConstraints=critical,CA:TRUE"]);
-        ca.extend(["-addext", "keyUsage=critical,keyCertSign"]);
-        openssl(dir, &ca);
-        let mut csr = vec!["req", "-subj", "/CN=127.0.0.1", "-keyout", "server.key", "-out", "server.csr"];
-        csr.extend(ec);
-        openssl(dir, &csr);
-        std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                "server.csr",
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-days",
-                "2",
-                "-extfile",
-                "ext.cnf",
-                "-out",
-                "server.pem",
-            ],
-        );
+    /// The server certificate of a fresh test PKI, for the broker's TLS listener.
+    fn server_tls(pki: &Pki) -> BrokerTls {
+        BrokerTls { cert_file: pki.dir().join("server.pem"), key_file: pki.dir().join("server.key"), ca_file: None }
     }
 
     fn tls_options(addr: SocketAddr, id: &str, ca: &Path) -> MqttOptions {
@@ -248,16 +214,10 @@ mod tls {
 
     #[test]
     fn qos1_over_tls() {
-        let dir = tempfile::tempdir().unwrap();
-        make_certs(dir.path());
-        let tls = BrokerTls {
-            cert_file: dir.path().join("server.pem"),
-            key_file: dir.path().join("server.key"),
-            ca_file: None,
-        };
-        let broker = start(BrokerSettings { tls: Some(tls), ..settings() }).unwrap();
+        let pki = Pki::make();
+        let broker = start(BrokerSettings { tls: Some(server_tls(&pki)), ..settings() }).unwrap();
         let addr = broker.addr();
-        let ca = dir.path().join("ca.pem");
+        let ca = pki.dir().join("ca.pem");
         runtime().block_on(async {
             let (_sub, mut el, _) = subscriber(tls_options(addr, "sub", &ca), "t/#", QoS::AtLeastOnce).await;
             let msgs = messages("t/1", 5);
@@ -269,18 +229,12 @@ mod tls {
 
     #[test]
     fn with_tls_braid_reaches_its_broker_in_plain_mqtt_on_a_loopback_listener() {
-        let dir = tempfile::tempdir().unwrap();
-        make_certs(dir.path());
-        let tls = BrokerTls {
-            cert_file: dir.path().join("server.pem"),
-            key_file: dir.path().join("server.key"),
-            ca_file: None,
-        };
-        let broker = start(BrokerSettings { tls: Some(tls), ..settings() }).unwrap();
+        let pki = Pki::make();
+        let broker = start(BrokerSettings { tls: Some(server_tls(&pki)), ..settings() }).unwrap();
         let (devices, local) = (broker.addr(), broker.local_addr());
         assert_ne!(devices, local);
         assert!(local.ip().is_loopback());
-        let ca = dir.path().join("ca.pem");
+        let ca = pki.dir().join("ca.pem");
         runtime().block_on(async {
             // braid's side subscribes without TLS; a device publishes with TLS.
             let (_sub, mut el, _) = subscriber(options(local, "braid", true), "t/#", QoS::AtLeastOnce).await;

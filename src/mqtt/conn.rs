@@ -285,20 +285,20 @@ mod tests {
 
     #[test]
     fn tls_from_a_real_ca_and_mutual_tls_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let Some(files) = test_certificates(dir.path()) else { return };
-        let conn = MqttConn { ca_file: Some(files.ca.clone()), ..MqttConn::default() };
+        let pki = crate::test_pki::Pki::make();
+        let file = |name: &str| pki.dir().join(name).display().to_string();
+        let conn = MqttConn { ca_file: Some(file("ca.pem")), ..MqttConn::default() };
         let tls = options("mqtts://localhost", &conn, "id").unwrap();
         assert!(matches!(tls.transport(), Transport::Tls(TlsConfiguration::Rustls(_))));
 
         let mutual =
-            MqttConn { cert_file: Some(files.cert.clone()), key_file: Some(files.key.clone()), ..conn.clone() };
+            MqttConn { cert_file: Some(file("client.pem")), key_file: Some(file("client.key")), ..conn.clone() };
         if let Err(error) = options("mqtts://localhost", &mutual, "id") {
             panic!("mutual TLS refused: {error}");
         }
 
         let key_missing =
-            MqttConn { cert_file: Some(files.cert), key_file: Some("/nonexistent/key.pem".into()), ..conn };
+            MqttConn { cert_file: Some(file("client.pem")), key_file: Some("/nonexistent/key.pem".into()), ..conn };
         let error = options("mqtts://localhost", &key_missing, "id").unwrap_err().to_string();
         assert!(error.contains("key_file") && error.contains("/nonexistent/key.pem"), "{error}");
     }
@@ -309,72 +309,5 @@ mod tests {
         assert_eq!(id, default_client_id("devices in/hall"));
         assert!(id.starts_with("braid-") && id.ends_with("-devices_in_hall"), "{id}");
         assert!(id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)), "{id}");
-    }
-
-    struct CertFiles {
-        ca: String,
-        cert: String,
-        key: String,
-    }
-
-    /// A self-signed CA and a client certificate signed by it, made with the openssl CLI (absent:
-    /// the test is skipped with a note, the rest of the TLS tests do not need it).
-    fn test_certificates(dir: &Path) -> Option<CertFiles> {
-        let path = |name: &str| dir.join(name).display().to_string();
-        let openssl = |args: &[&str]| {
-            std::process::Command::new("openssl")
-                .args(args)
-                .stderr(std::process::Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        let (ca_key, ca, key, csr, cert, ext) = (
-            path("ca.key"),
-            path("ca.pem"),
-            path("client.key"),
-            path("client.csr"),
-            path("client.pem"),
-            path("client.ext"),
-        );
-        // webpki refuses v1 certificates; extensions make `x509 -req` write a v3 one.
-        std::fs::write(&ext, "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n").ok()?;
-        let ok = openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=braid test CA",
-            "-keyout",
-            &ca_key,
-            "-out",
-            &ca,
-        ]) && openssl(&[
-            "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=gw", "-keyout", &key, "-out", &csr,
-        ]) && openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            &ca,
-            "-CAkey",
-            &ca_key,
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            &ext,
-            "-out",
-            &cert,
-        ]);
-        if !ok {
-            eprintln!("openssl CLI not available: skipping the TLS success path");
-            return None;
-        }
-        Some(CertFiles { ca, cert, key })
     }
 }
