@@ -108,8 +108,13 @@ impl Gateway {
         self.dir.path().join(format!("effect-{name}.jsonl"))
     }
 
+    /// The gateway join of configs/gateway.toml on this test's broker, results to `results`;
+    /// `extra_operator_key` (TOML) joins the operator's keys.
     fn config_text(&self, results: &Path, extra_operator_key: &str) -> String {
-        format!(
+        let mut pipeline = common::service::gateway_pipeline();
+        let extra: toml::Table = extra_operator_key.parse().unwrap();
+        pipeline["operators"]["effect"].as_table_mut().unwrap().extend(extra);
+        let deployment = format!(
             r#"[runtime]
 shards = 1
 state_dir = "{state}"
@@ -121,33 +126,6 @@ listen = "127.0.0.1:{ops}"
 kind = "mqtt"
 url = "mqtt://127.0.0.1:{broker}"
 
-[streams.status]
-source = "devices"
-topic = "devices/+device/status"
-key = "device"
-time = {{ field = "ts", unit = "ms" }}
-max_out_of_orderness = "500ms"
-idle_timeout = "5s"
-fields = {{ device = "string", ts = "int", temp = "float", state = "string", seq = "int" }}
-
-[streams.command]
-source = "devices"
-topic = "devices/+device/command"
-key = "device"
-time = {{ field = "ts", unit = "ms" }}
-max_out_of_orderness = "500ms"
-idle_timeout = "5s"
-fields = {{ device = "string", ts = "int", cmd = "string", arg = "string", cmd_id = "string" }}
-
-[operators.effect]
-kind = "interval_join"
-left = "command"
-right = "status"
-lower = "-3s"
-upper = "5s"
-join = "inner"
-select = ["left.cmd_id", "left.cmd", "right.state", "right.seq", "right.ts AS status_ts"]
-{extra_operator_key}
 [sinks.archive]
 kind = "file"
 inputs = ["effect"]
@@ -157,7 +135,8 @@ path = "{results}"
             ops = self.ops_port,
             broker = self.broker_port,
             results = results.display(),
-        )
+        );
+        common::service::with_sections(pipeline, &deployment)
     }
 
     /// (Re)writes the config file: results to `results`, plus an extra line in the operator.

@@ -103,8 +103,8 @@ pub enum Egress {
     File,
 }
 
-/// The gateway join of configs/gateway.toml with its devices on `mqtt_port` and its results
-/// sent where `egress` says.
+/// The gateway join of configs/gateway.toml (its streams and operator, as deployed) with its
+/// devices on `mqtt_port` and its results sent where `egress` says.
 pub fn braid_config(mqtt_port: u16, ops_port: u16, state_dir: &Path, egress: Egress) -> String {
     let sink = match egress {
         Egress::Mqtt => format!(
@@ -116,49 +116,16 @@ pub fn braid_config(mqtt_port: u16, ops_port: u16, state_dir: &Path, egress: Egr
             state_dir.join("effect.jsonl").display()
         ),
     };
-    format!(
-        r#"[runtime]
-shards = "auto"
-idle_advance = true
-state_dir = "{state}"
-
-[ops]
-listen = "127.0.0.1:{ops_port}"
-
-[sources.devices]
-kind = "mqtt"
-url = "mqtt://127.0.0.1:{mqtt_port}"
-
-[streams.status]
-source = "devices"
-topic = "devices/+device/status"
-key = "device"
-time = {{ field = "ts", unit = "ms" }}
-max_out_of_orderness = "500ms"
-idle_timeout = "5s"
-fields = {{ device = "string", ts = "int", temp = "float", state = "string", seq = "int" }}
-
-[streams.command]
-source = "devices"
-topic = "devices/+device/command"
-key = "device"
-time = {{ field = "ts", unit = "ms" }}
-max_out_of_orderness = "500ms"
-idle_timeout = "5s"
-fields = {{ device = "string", ts = "int", cmd = "string", arg = "string", cmd_id = "string" }}
-
-[operators.effect]
-kind = "interval_join"
-left = "command"
-right = "status"
-lower = "-3s"
-upper = "5s"
-join = "left"
-select = ["left.cmd_id", "left.cmd", "right.state", "right.seq", "right.ts AS status_ts"]
-
-{sink}"#,
+    let deployment = format!(
+        "[runtime]\nshards = \"auto\"\nidle_advance = true\nstate_dir = \"{state}\"\n\n\
+         [ops]\nlisten = \"127.0.0.1:{ops_port}\"\n\n\
+         [sources.devices]\nkind = \"mqtt\"\nurl = \"mqtt://127.0.0.1:{mqtt_port}\"\n\n{sink}",
         state = state_dir.display()
-    )
+    );
+    let mut config: toml::Table = include_str!("../../configs/gateway.toml").parse().expect("configs/gateway.toml");
+    config.retain(|section, _| section == "streams" || section == "operators");
+    config.extend(deployment.parse::<toml::Table>().expect("the bench's deployment sections"));
+    toml::to_string(&config).expect("a config table")
 }
 
 /// `braid run` on a fresh state directory; SIGTERM and wait when dropped.

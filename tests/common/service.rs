@@ -67,45 +67,50 @@ pub struct Setup<'a> {
     pub idle_timeout: &'a str,
 }
 
-/// The gateway join (`systemd/braid.toml`): streams `status` and `command` on
+/// The streams and the join of `configs/gateway.toml` (the default deployment), without its
+/// deployment sections (`[runtime]`, `[ops]`, `[sources]`, `[sinks]`): tests add their own.
+pub fn gateway_pipeline() -> toml::Table {
+    let mut table: toml::Table = include_str!("../../configs/gateway.toml").parse().expect("configs/gateway.toml");
+    table.retain(|section, _| section == "streams" || section == "operators");
+    table
+}
+
+/// Merges the TOML `text` into `table`, section by section.
+pub fn with_sections(mut table: toml::Table, text: &str) -> String {
+    table.extend(text.parse::<toml::Table>().expect("test config sections"));
+    toml::to_string(&table).expect("a config table")
+}
+
+/// The gateway join (configs/gateway.toml): streams `status` and `command` on
 /// `devices/+device/...`, interval join `effect` (left, −3 s..5 s), an MQTT sink `up` of `effect`
 /// and a file sink `archive` of `effect`, `effect.late` and `dead_letter`.
 pub fn gateway_config(s: &Setup<'_>) -> String {
+    let mut pipeline = gateway_pipeline();
+    let streams = pipeline["streams"].as_table_mut().expect("[streams]");
+    for (_, stream) in streams.iter_mut() {
+        let stream = stream.as_table_mut().expect("a stream table");
+        stream.insert("idle_timeout".into(), s.idle_timeout.into());
+        if let Some(max_payload) = s.max_payload {
+            stream.insert("max_payload".into(), max_payload.into());
+        }
+    }
     let source = match &s.source {
         Source::Mqtt(url) => format!("kind = \"mqtt\"\nurl = \"{url}\"\nkeep_alive = \"5s\""),
         Source::Embedded(port) => format!("kind = \"embedded\"\nlisten = \"127.0.0.1:{port}\""),
     };
-    let max_payload = s.max_payload.map(|m| format!("max_payload = \"{m}\"\n")).unwrap_or_default();
-    let stream = |name: &str, fields: &str| {
-        format!(
-            "[streams.{name}]\nsource = \"devices\"\ntopic = \"devices/+device/{name}\"\nkey = \"device\"\n\
-             time = {{ field = \"ts\", unit = \"ms\" }}\nmax_out_of_orderness = \"500ms\"\n\
-             idle_timeout = \"{}\"\n{max_payload}fields = {{ {fields} }}\n",
-            s.idle_timeout
-        )
-    };
-    format!(
+    let deployment = format!(
         "[runtime]\nshards = 2\nstate_dir = \"{state}\"\nidle_advance = true\n\n\
          [ops]\nlisten = \"127.0.0.1:{ops}\"\n\n\
          [sources.devices]\n{source}\n\n\
-         {status}\n{command}\n\
-         [operators.effect]\nkind = \"interval_join\"\nleft = \"command\"\nright = \"status\"\n\
-         lower = \"-3s\"\nupper = \"5s\"\njoin = \"left\"\n\
-         select = [\"left.cmd_id\", \"left.cmd\", \"right.state\", \"right.seq\", \"right.ts AS status_ts\"]\n\n\
          [sinks.up]\nkind = \"mqtt\"\ninputs = [\"effect\"]\nurl = \"{up}\"\ntopic = \"{topic}\"\nqos = 1\n\n\
          [sinks.archive]\nkind = \"file\"\ninputs = [\"effect\", \"effect.late\", \"dead_letter\"]\npath = \"{file}\"\n",
         state = s.state_dir.display(),
         ops = s.ops_port,
-        status =
-            stream("status", "device = \"string\", ts = \"int\", temp = \"float\", state = \"string\", seq = \"int\""),
-        command = stream(
-            "command",
-            "device = \"string\", ts = \"int\", cmd = \"string\", arg = \"string\", cmd_id = \"string\""
-        ),
         up = s.upstream_url,
         topic = s.topic,
         file = s.file.display(),
-    )
+    );
+    with_sections(pipeline, &deployment)
 }
 
 /// One device message: its stream, device (the topic's `+device`), event time and payload
