@@ -252,6 +252,14 @@ fn pairs(cmd_ids: &[String]) -> Vec<(String, Vec<u8>)> {
     msgs
 }
 
+/// Publishes 5 command/status pairs tagged `tag` and waits until their results are in
+/// `results`; false when they are not there within [`RESULT_WAIT`].
+fn joined(broker: &Mosquitto, results: &Path, tag: &str) -> bool {
+    let wanted = ids(tag, 5);
+    publish_all(broker.port(), &pairs(&wanted), QoS::AtLeastOnce);
+    wait_results(results, &wanted, RESULT_WAIT)
+}
+
 fn ids(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
@@ -429,9 +437,7 @@ fn sighup_with_a_changed_config_applies_it() {
     let mut service = gateway.run(Some(&systemd), None);
     wait_ready(&mut systemd, &service);
     let (old, new) = (gateway.results("a"), gateway.results("b"));
-    let before = ids("before", 5);
-    publish_all(broker.port(), &pairs(&before), QoS::AtLeastOnce);
-    assert!(wait_results(&old, &before, RESULT_WAIT), "no results before the reload: {}", service.stderr());
+    assert!(joined(&broker, &old, "before"), "no results before the reload: {}", service.stderr());
 
     gateway.write_config(&new, "");
     service.signal(libc::SIGHUP);
@@ -453,15 +459,14 @@ fn sighup_with_a_changed_config_applies_it() {
     let stderr = service.stderr();
     assert!(stderr.contains("restarting with the new plan"), "{stderr}");
 
-    let after = ids("after", 5);
-    publish_all(broker.port(), &pairs(&after), QoS::AtLeastOnce);
     assert!(
-        wait_results(&new, &after, RESULT_WAIT),
+        joined(&broker, &new, "after"),
         "results after the reload are not in the new path: {:?}; stderr:\n{}",
         result_ids(&new),
         service.stderr()
     );
     let in_old = result_ids(&old);
+    let after = ids("after", 5);
     assert!(after.iter().all(|id| !in_old.contains(id)), "results after the reload went to the old path too");
 
     let exit = service.terminate();
@@ -476,9 +481,7 @@ fn sighup_with_an_invalid_or_unchanged_config_keeps_the_running_one() {
     let mut service = gateway.run(Some(&systemd), None);
     wait_ready(&mut systemd, &service);
     let results = gateway.results("a");
-    let before = ids("before", 5);
-    publish_all(broker.port(), &pairs(&before), QoS::AtLeastOnce);
-    assert!(wait_results(&results, &before, RESULT_WAIT), "no results: {}", service.stderr());
+    assert!(joined(&broker, &results, "before"), "no results: {}", service.stderr());
     let original = std::fs::read_to_string(gateway.config()).unwrap();
 
     // Invalid: an unknown key (and a new path, which must not be used).
@@ -489,10 +492,8 @@ fn sighup_with_an_invalid_or_unchanged_config_keeps_the_running_one() {
     assert!(ready.contains("invalid"), "READY=1 after a refused reload says why: {ready:?}");
     let stderr = service.stderr();
     assert!(stderr.contains("no_such_key") && stderr.contains("keeping the running one"), "{stderr}");
-    let invalid = ids("invalid", 5);
-    publish_all(broker.port(), &pairs(&invalid), QoS::AtLeastOnce);
     assert!(
-        wait_results(&results, &invalid, RESULT_WAIT),
+        joined(&broker, &results, "invalid"),
         "results stopped after an invalid reload; stderr:\n{}",
         service.stderr()
     );
@@ -509,9 +510,7 @@ fn sighup_with_an_invalid_or_unchanged_config_keeps_the_running_one() {
     assert_eq!(complete_rows(&results).len(), lines, "an unchanged config re-emitted results (restarted)");
     let stderr = service.stderr();
     assert!(!stderr.contains("restarting with the new plan"), "{stderr}");
-    let unchanged = ids("unchanged", 5);
-    publish_all(broker.port(), &pairs(&unchanged), QoS::AtLeastOnce);
-    assert!(wait_results(&results, &unchanged, RESULT_WAIT), "no results after SIGHUP: {}", service.stderr());
+    assert!(joined(&broker, &results, "unchanged"), "no results after SIGHUP: {}", service.stderr());
 
     let exit = service.terminate();
     assert!(exit.success(), "exit {exit} after SIGTERM (after a refused reload); stderr:\n{}", service.stderr());
@@ -527,9 +526,7 @@ fn sighup_with_a_config_that_cannot_start_goes_back_to_the_running_one() {
     let mut service = gateway.run(Some(&systemd), None);
     wait_ready(&mut systemd, &service);
     let results = gateway.results("a");
-    let before = ids("before", 5);
-    publish_all(broker.port(), &pairs(&before), QoS::AtLeastOnce);
-    assert!(wait_results(&results, &before, RESULT_WAIT), "no results: {}", service.stderr());
+    assert!(joined(&broker, &results, "before"), "no results: {}", service.stderr());
 
     let blocker = gateway.results("blocker");
     std::fs::write(&blocker, "a file, not a folder").unwrap();
@@ -541,10 +538,8 @@ fn sighup_with_a_config_that_cannot_start_goes_back_to_the_running_one() {
         Some(service.stderr()).filter(|e| e.contains("going back to the running one"))
     });
     assert!(stderr.is_some(), "no fallback logged: {}", service.stderr());
-    let after = ids("after", 5);
-    publish_all(broker.port(), &pairs(&after), QoS::AtLeastOnce);
     assert!(
-        wait_results(&results, &after, RESULT_WAIT),
+        joined(&broker, &results, "after"),
         "results stopped after a reload that could not start; stderr:\n{}",
         service.stderr()
     );

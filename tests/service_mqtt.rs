@@ -170,22 +170,19 @@ fn assert_workload_has_outer_results(want: &BTreeMap<String, Value>) {
 
 #[test]
 fn results_of_the_gateway_join_reach_the_upstream_broker_and_the_file_through_mosquitto() {
-    let rig = Rig::new(false, DEVICE_TOPIC, None);
-    let msgs = devices_workload(1, 20);
-    let want = by_id(rig.replay(&msgs).0, "replay");
-    assert_workload_has_outer_results(&want);
-    let sub = Subscriber::connect(rig.up.port(), "up/#", QoS::AtLeastOnce);
-    let mut braid = rig.start_subscribed();
-    publish_all(rig.device_port, &mqtt_messages(&msgs), QoS::AtLeastOnce);
-    expect_upstream(&sub, &want, &rig);
-    expect_archive(&rig, &want);
-    assert!(braid.terminate(Duration::from_secs(20)).success(), "braid run did not exit 0 after SIGTERM");
+    end_to_end(false, 1, 20);
 }
 
 #[test]
 fn results_of_the_gateway_join_reach_the_upstream_broker_through_the_embedded_broker() {
-    let rig = Rig::new(true, DEVICE_TOPIC, None);
-    let msgs = devices_workload(2, 12);
+    end_to_end(true, 2, 12);
+}
+
+/// A seeded workload of `devices` published to the device broker (braid's embedded one or
+/// mosquitto) reaches upstream and the file sink exactly as replay joins it; SIGTERM exits 0.
+fn end_to_end(embedded: bool, seed: u64, devices: usize) {
+    let rig = Rig::new(embedded, DEVICE_TOPIC, None);
+    let msgs = devices_workload(seed, devices);
     let want = by_id(rig.replay(&msgs).0, "replay");
     assert_workload_has_outer_results(&want);
     let sub = Subscriber::connect(rig.up.port(), "up/#", QoS::AtLeastOnce);
