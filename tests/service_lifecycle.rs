@@ -561,6 +561,7 @@ fn healthz_and_metrics_follow_the_source_broker() {
     let (code, metrics) = gateway.get("/metrics").unwrap();
     assert_eq!(code, 200);
     assert!(metrics.contains("braid_source_connected{source=\"devices\"} 1"), "{metrics}");
+    assert!(metrics.contains("braid_shard_ring_used_bytes{shard=\"0\"} "), "CONTRACT.md metric missing: {metrics}");
 
     broker.kill();
     let degraded = poll_until(Duration::from_secs(10), || gateway.get("/healthz").filter(|(code, _)| *code == 503));

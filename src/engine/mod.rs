@@ -104,6 +104,8 @@ pub struct Figures {
     pub operator_state: Vec<(usize, usize)>,
     /// Per shard thread: the monoio driver it ran on (none for the single-threaded engine).
     pub drivers: Vec<&'static str>,
+    /// Per shard thread: bytes of frames waiting in its feed ring (none for the engine).
+    pub shard_ring_used_bytes: Vec<u64>,
 }
 
 /// Counters of one input stream.
@@ -479,6 +481,7 @@ impl Engine {
             operator_watermarks: ops.clone().map(|op| self.operator_watermark(op)).collect(),
             operator_state: ops.map(|op| self.operator_state(op)).collect(),
             drivers: Vec::new(),
+            shard_ring_used_bytes: Vec::new(),
         }
     }
 

@@ -135,5 +135,16 @@ pub fn render(plan: &Plan, figures: &Figures) -> String {
             .map(|(shard, driver)| (format!("shard=\"{shard}\",driver=\"{driver}\""), "1".to_owned()))
             .collect(),
     );
+    family(
+        "braid_shard_ring_used_bytes",
+        "gauge",
+        "Bytes of frames waiting in the shard's feed ring.",
+        figures
+            .shard_ring_used_bytes
+            .iter()
+            .enumerate()
+            .map(|(shard, used)| (format!("shard=\"{shard}\""), used.to_string()))
+            .collect(),
+    );
     out
 }

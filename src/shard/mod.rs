@@ -605,6 +605,7 @@ impl Runtime {
             operator_watermarks: vec![Time::NEG_INF; ops],
             operator_state: vec![(0, 0); ops],
             drivers: reports.iter().map(|r| r.driver.as_str()).collect(),
+            shard_ring_used_bytes: self.feeds.iter().map(|f| f.ring.used_bytes()).collect(),
         };
         for report in &reports {
             for op in 0..ops {
