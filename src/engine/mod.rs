@@ -36,86 +36,18 @@
 //! whatever the shard count; anything else is emitted by one instance, in its order. So results
 //! never depend on the shard count.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use crate::config::{NodeRef, Plan};
 use crate::operator::connect::END_OF_INPUT;
-use crate::operator::{Operator, Output, ResultKind};
+use crate::operator::{Operator, Output};
 use crate::record::{Key, Row};
 use crate::time::clock::InputTime;
 use crate::time::{OperatorClock, StreamClock, Time, next_tick, tick_at_or_before};
 
-/// The rank of a result among everything its operator's instances emit at once (a watermark,
-/// processing time, the end, a broadcast row): the stable hash of the key of the row it came from
-/// (at `origin`, [`Plan::origin_key_position`]; its own key when there is none). All of one key's
-/// results come from one instance, so ranking by it (stably) keeps each key's order and makes the
-/// order across keys independent of how keys fall on shards.
-pub fn origin_rank(row: &Row, origin: Option<usize>) -> u64 {
-    origin
-        .and_then(|pos| row.values.get(pos))
-        .and_then(crate::record::view::KeyRef::from_value)
-        .map_or(row.key_hash, crate::record::id::key_ref_hash)
-}
-
-/// Where the engine's outputs go.
-pub trait Emit {
-    /// Operator `operator` emitted `row`.
-    fn result(&mut self, operator: usize, row: &Row);
-    /// `row` reached operator `operator` on input `input` late.
-    fn late(&mut self, operator: usize, input: usize, row: &Row);
-}
-
-/// Counters of one operator (CONTRACT.md "Metrics").
-#[derive(Clone, Debug, Default)]
-pub struct OperatorCounters {
-    pub rows_in: Vec<u64>,
-    pub late: Vec<u64>,
-    /// By [`ResultKind`] in `ResultKind::ALL` order.
-    pub results: [u64; ResultKind::ALL.len()],
-}
-
-impl OperatorCounters {
-    pub fn new(inputs: usize) -> OperatorCounters {
-        OperatorCounters { rows_in: vec![0; inputs], late: vec![0; inputs], results: [0; ResultKind::ALL.len()] }
-    }
-
-    pub fn add(&mut self, other: &OperatorCounters) {
-        for (a, b) in self.rows_in.iter_mut().zip(&other.rows_in) {
-            *a += b;
-        }
-        for (a, b) in self.late.iter_mut().zip(&other.late) {
-            *a += b;
-        }
-        for (a, b) in self.results.iter_mut().zip(&other.results) {
-            *a += b;
-        }
-    }
-}
-
-/// What a run leaves to report (CONTRACT.md "Metrics"), from the engine or the shard runtime.
-#[derive(Clone, Debug, Default)]
-pub struct Figures {
-    pub streams: Vec<StreamCounters>,
-    pub stream_watermarks: Vec<Time>,
-    pub stream_idle: Vec<bool>,
-    pub operator_counters: Vec<OperatorCounters>,
-    pub operator_watermarks: Vec<Time>,
-    /// Per operator over all shards: (rows, bytes).
-    pub operator_state: Vec<(usize, usize)>,
-    /// Per shard thread: the monoio driver it ran on (none for the single-threaded engine).
-    pub drivers: Vec<&'static str>,
-    /// Per shard thread: bytes of frames waiting in its feed ring (none for the engine).
-    pub shard_ring_used_bytes: Vec<u64>,
-}
-
-/// Counters of one input stream.
-#[derive(Clone, Debug, Default)]
-pub struct StreamCounters {
-    /// Rows received, decoded or not.
-    pub rows: u64,
-    /// Dead letters by reason label (`missing_field:ts`, …).
-    pub dead_letters: BTreeMap<String, u64>,
-}
+// Temporarily re-exported from their new homes until this module goes.
+pub use crate::operator::host::{OperatorCounters, origin_rank};
+pub use crate::shard::{Emit, Figures, StreamCounters};
 
 struct StreamNode {
     clock: StreamClock,

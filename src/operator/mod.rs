@@ -12,6 +12,7 @@ pub mod absence;
 pub mod cogroup;
 pub mod connect;
 pub mod expr;
+pub mod host;
 pub mod interval_join;
 pub mod projection;
 pub mod temporal_join;

@@ -26,12 +26,12 @@ impl Driver {
     }
 }
 
-pub struct ShardRuntime {
+pub struct MonoioRuntime {
     runtime: FusionRuntime<IoUringDriver, LegacyDriver>,
 }
 
-impl ShardRuntime {
-    pub fn build() -> std::io::Result<ShardRuntime> {
+impl MonoioRuntime {
+    pub fn build() -> std::io::Result<MonoioRuntime> {
         let runtime = match RuntimeBuilder::<FusionDriver>::new().build() {
             Ok(runtime) => runtime,
             Err(error) => {
@@ -39,7 +39,7 @@ impl ShardRuntime {
                 RuntimeBuilder::<LegacyDriver>::new().build()?.into()
             }
         };
-        Ok(ShardRuntime { runtime })
+        Ok(MonoioRuntime { runtime })
     }
 
     pub fn driver(&self) -> Driver {

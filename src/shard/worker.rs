@@ -15,14 +15,13 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
-use crate::engine::OperatorCounters;
-use crate::operator::connect::END_OF_INPUT;
-use crate::operator::{Operator, Output, ResultKind};
+use crate::operator::Output;
+use crate::operator::host::OperatorHost;
 use crate::record::frame::to_row;
 use crate::record::{ArchivedKey, ArchivedRow, Key, Row};
 use crate::ring::FrameKind;
+use crate::time::Time;
 use crate::time::clock::InputTime;
-use crate::time::{OperatorClock, Time};
 
 use super::tag::{Tag, finish_phase, tick_phase};
 use super::wake::{Inbox, Outbox, TooLarge};
@@ -88,8 +87,8 @@ pub struct Links {
 struct Core {
     id: usize,
     topo: Arc<Topology>,
-    instances: Vec<Operator>,
-    clocks: Vec<OperatorClock>,
+    /// This shard's instance of every operator, in plan order.
+    hosts: Vec<OperatorHost>,
     pending: Vec<BinaryHeap<Reverse<Pending>>>,
     exchange_out: Vec<Option<Outbox>>,
     output: Outbox,
@@ -100,7 +99,6 @@ struct Core {
     announced: Vec<Tag>,
     /// `[reader op][input][shard]`: upstream output watermarks per tick sequence.
     tick_watermarks: Vec<Vec<Vec<TickWatermarks>>>,
-    counters: Vec<OperatorCounters>,
     scratch: Output,
     writer: Writer,
     error: Option<ShardError>,
@@ -131,11 +129,14 @@ impl Worker {
     ) -> Result<Worker, ShardError> {
         let ops = topo.ops.len();
         let shards = topo.shards;
-        let instances = topo.ops.iter().map(|o| o.spec.build_in(state)).collect::<Result<Vec<_>, _>>()?;
+        let hosts = topo
+            .ops
+            .iter()
+            .map(|o| Ok(OperatorHost::new(o.spec.build_in(state)?, o.inputs.len(), o.origin, id)))
+            .collect::<Result<Vec<_>, ShardError>>()?;
         let core = Core {
             id,
-            instances,
-            clocks: vec![OperatorClock::default(); ops],
+            hosts,
             pending: (0..ops).map(|_| BinaryHeap::new()).collect(),
             exchange_out: links.exchange_out,
             output: links.output,
@@ -146,15 +147,6 @@ impl Worker {
                 .ops
                 .iter()
                 .map(|o| o.inputs.iter().map(|_| vec![VecDeque::new(); shards]).collect())
-                .collect(),
-            counters: topo
-                .ops
-                .iter()
-                .map(|o| OperatorCounters {
-                    rows_in: vec![0; o.inputs.len()],
-                    late: vec![0; o.inputs.len()],
-                    results: [0; ResultKind::ALL.len()],
-                })
                 .collect(),
             scratch: Output::default(),
             writer: Writer::default(),
@@ -225,26 +217,20 @@ impl Worker {
             || self.exchange_in.iter().any(|(_, i)| i.ring.has_frames())
     }
 
-    pub fn report(self, driver: super::driver::Driver) -> ShardReport {
-        let core = self.core;
+    pub fn report(&self) -> ShardReport {
+        let hosts = &self.core.hosts;
         ShardReport {
-            counters: core.counters,
-            watermarks: core.clocks.iter().map(OperatorClock::watermark).collect(),
-            state: core.instances.iter().map(|i| (i.state_rows(), i.state_bytes())).collect(),
-            driver,
+            counters: hosts.iter().map(|h| h.counters().clone()).collect(),
+            watermarks: hosts.iter().map(OperatorHost::watermark).collect(),
+            state: hosts.iter().map(OperatorHost::state).collect(),
+            driver: self.driver,
         }
     }
 
     /// Copies the shard's counters, watermarks and state sizes for the live service (a few
     /// small vectors per operator, once per tick: not on the row path).
     fn show_live(&self) {
-        let core = &self.core;
-        let report = ShardReport {
-            counters: core.counters.clone(),
-            watermarks: core.clocks.iter().map(OperatorClock::watermark).collect(),
-            state: core.instances.iter().map(|i| (i.state_rows(), i.state_bytes())).collect(),
-            driver: self.driver,
-        };
+        let report = self.report();
         // A poisoned lock only means a reader panicked; the figures are still worth replacing.
         *self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(report);
     }
@@ -407,28 +393,23 @@ impl Core {
         match work {
             Work::Row { input: i, row } => {
                 input = i;
-                ranked = row.key == Key::Broadcast && tag.depth == 0;
-                self.take_row(op, i, row.key == Key::Broadcast, &mut out, |instance, out| instance.on_row(i, row, out));
+                let broadcast = row.key == Key::Broadcast;
+                ranked = broadcast && tag.depth == 0;
+                self.hosts[op].on_row(i, row, broadcast, &mut out);
             }
             Work::Frame { input: i, row, bytes } => {
                 input = i;
                 ranked = matches!(row.key, ArchivedKey::Broadcast);
-                self.take_row(op, i, ranked, &mut out, |instance, out| instance.on_frame(i, row, bytes, out));
+                self.hosts[op].on_frame(i, row, bytes, ranked, &mut out);
             }
             Work::Tick(tick) => {
                 let inputs = self.input_times(op, &tick);
-                if let Some(watermark) = self.clocks[op].tick(tick.t, &inputs, idle_advance) {
-                    self.instances[op].on_watermark(watermark, &mut out);
-                }
+                self.hosts[op].on_tick(tick.t, &inputs, idle_advance, &mut out);
                 tick_done = Some(tick.seq);
             }
-            Work::ProcessingTime(now) => self.instances[op].on_processing_time(now, &mut out),
-            Work::FinishTimers => self.instances[op].on_processing_time(END_OF_INPUT, &mut out),
-            Work::FinishWatermark => {
-                if let Some(watermark) = self.clocks[op].advance_to(Time::POS_INF) {
-                    self.instances[op].on_watermark(watermark, &mut out);
-                }
-            }
+            Work::ProcessingTime(now) => self.hosts[op].on_processing_time(now, &mut out),
+            Work::FinishTimers => self.hosts[op].finish_timers(&mut out),
+            Work::FinishWatermark => self.hosts[op].finish_watermark(&mut out),
         }
         self.route(op, input, &tag, ranked, &mut out);
         self.scratch = out;
@@ -437,28 +418,9 @@ impl Core {
         }
     }
 
-    /// A row on input `input` of `op`. Every instance judges a broadcast row against the same
-    /// watermark: its rows count and a late one is reported once, by shard 0, as in the engine.
-    fn take_row(
-        &mut self,
-        op: usize,
-        input: usize,
-        broadcast: bool,
-        out: &mut Output,
-        take: impl FnOnce(&mut Operator, &mut Output),
-    ) {
-        if !broadcast || self.id == 0 {
-            self.counters[op].rows_in[input] += 1;
-        }
-        take(&mut self.instances[op], out);
-        if broadcast && self.id > 0 {
-            out.late.clear();
-        }
-    }
-
     /// After a tick: this instance's output watermark, for the operators reading it.
     fn tick_done(&mut self, op: usize, seq: u64) {
-        let watermark = self.instances[op].output_watermark();
+        let watermark = self.hosts[op].output_watermark();
         self.record_tick(op, self.id, seq, watermark);
         self.writer.tick_done(op, seq, watermark);
         self.written_to_other_shards(FrameKind::TickDone);
@@ -506,17 +468,15 @@ impl Core {
     /// the instances of the operators reading them.
     fn route(&mut self, op: usize, input: usize, tag: &Tag, ranked: bool, out: &mut Output) {
         for (late_input, row) in out.late.drain(..) {
-            self.counters[op].late[late_input] += 1;
             self.send_output(op, late_input as u32, &row);
         }
         let readers = self.topo.ops[op].readers.len();
-        for (index, (kind, row)) in out.results.drain(..).enumerate() {
-            self.counters[op].results[kind as usize] += 1;
+        for (index, (_, row)) in out.results.drain(..).enumerate() {
             self.send_output(op, RESULT, &row);
             if readers == 0 {
                 continue;
             }
-            let rank = ranked.then(|| crate::engine::origin_rank(&row, self.topo.ops[op].origin));
+            let rank = ranked.then(|| self.hosts[op].rank(&row));
             let Some(child) = tag.child(op, input, self.id, index, rank) else {
                 self.fail(ShardError::TooDeep);
                 continue;

@@ -7,8 +7,10 @@
 
 pub mod clock;
 pub mod rfc3339;
+pub mod ticks;
 
 pub use clock::{OperatorClock, StreamClock};
+pub use ticks::{Tick, TickPlanner};
 
 /// Watermark ticks happen at every processing time that is a multiple of this (rule 3).
 pub const TICK_MS: i128 = 200;

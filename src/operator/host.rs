@@ -1,0 +1,173 @@
+//! The operator host: one shard's instance of an operator with everything around it that is not
+//! the operator's own semantics — its watermark clock, its counters, the late rule for broadcast
+//! rows and the rank of what it emits. Every path (replay, `braid run`, `braid bench`) runs
+//! operators through a host on a shard thread; nothing else advances an operator's watermark.
+//!
+//! - **Watermark** (rule 5): at every tick the host's [`OperatorClock`] takes
+//!   `max(previous, min over non-idle inputs)` — or moves on with processing time when every
+//!   input is idle and `idle_advance` is on — and the operator hears of it only when it moved.
+//!   At the end of input it goes to +∞, after the last processing-time timers fired.
+//! - **Broadcast rows** reach every shard's instance and every instance judges them against the
+//!   same operator watermark, so they agree on lateness: the row is counted, and a late one
+//!   reported, by shard 0 alone.
+//! - **Rank**: what all instances of an operator emit at once (at a watermark, on processing
+//!   time, at the end, for a broadcast row) reaches downstream operators ranked by
+//!   [`origin_rank`], the stable hash of the key each result came from. All of one key's results
+//!   come from one instance, so ranking (stably) keeps each key's own order and makes the order
+//!   across keys independent of how keys fall on shards.
+
+use super::connect::END_OF_INPUT;
+use super::{Operator, Output, ResultKind};
+use crate::record::{ArchivedRow, Row};
+use crate::time::clock::InputTime;
+use crate::time::{OperatorClock, Time};
+
+/// The rank of a result among everything its operator's instances emit at once: the stable hash
+/// of the key of the row it came from (at `origin`, the plan's origin key position; its own key
+/// when there is none).
+pub fn origin_rank(row: &Row, origin: Option<usize>) -> u64 {
+    origin
+        .and_then(|pos| row.values.get(pos))
+        .and_then(crate::record::view::KeyRef::from_value)
+        .map_or(row.key_hash, crate::record::id::key_ref_hash)
+}
+
+/// Counters of one operator (CONTRACT.md "Metrics").
+#[derive(Clone, Debug, Default)]
+pub struct OperatorCounters {
+    pub rows_in: Vec<u64>,
+    pub late: Vec<u64>,
+    /// By [`ResultKind`] in `ResultKind::ALL` order.
+    pub results: [u64; ResultKind::ALL.len()],
+}
+
+impl OperatorCounters {
+    pub fn new(inputs: usize) -> OperatorCounters {
+        OperatorCounters { rows_in: vec![0; inputs], late: vec![0; inputs], results: [0; ResultKind::ALL.len()] }
+    }
+
+    pub fn add(&mut self, other: &OperatorCounters) {
+        for (a, b) in self.rows_in.iter_mut().zip(&other.rows_in) {
+            *a += b;
+        }
+        for (a, b) in self.late.iter_mut().zip(&other.late) {
+            *a += b;
+        }
+        for (a, b) in self.results.iter_mut().zip(&other.results) {
+            *a += b;
+        }
+    }
+
+    /// Counts what one activation produced (the whole of `out`, drained after each).
+    fn count(&mut self, out: &Output) {
+        for (input, _) in &out.late {
+            self.late[*input] += 1;
+        }
+        for (kind, _) in &out.results {
+            self.results[*kind as usize] += 1;
+        }
+    }
+}
+
+/// One shard's instance of an operator, hosted. Every activation takes an empty [`Output`] and
+/// leaves in it what the operator produced, counted; the caller drains it.
+pub struct OperatorHost {
+    operator: Operator,
+    clock: OperatorClock,
+    counters: OperatorCounters,
+    /// Where its results carry the key they came from ([`origin_rank`]).
+    origin: Option<usize>,
+    /// This instance counts and reports broadcast rows for all (shard 0's).
+    speaks_for_broadcast: bool,
+}
+
+impl OperatorHost {
+    pub fn new(operator: Operator, inputs: usize, origin: Option<usize>, shard: usize) -> OperatorHost {
+        OperatorHost {
+            operator,
+            clock: OperatorClock::default(),
+            counters: OperatorCounters::new(inputs),
+            origin,
+            speaks_for_broadcast: shard == 0,
+        }
+    }
+
+    /// A row (`broadcast`: one every shard receives) reached input `input`.
+    pub fn on_row(&mut self, input: usize, row: Row, broadcast: bool, out: &mut Output) {
+        self.take_row(input, broadcast, out, |operator, out| operator.on_row(input, row, out));
+    }
+
+    /// A row read in place from a ring frame (`bytes`: its archive) reached input `input`.
+    pub fn on_frame(&mut self, input: usize, row: &ArchivedRow, bytes: &[u8], broadcast: bool, out: &mut Output) {
+        self.take_row(input, broadcast, out, |operator, out| operator.on_frame(input, row, bytes, out));
+    }
+
+    fn take_row(&mut self, input: usize, broadcast: bool, out: &mut Output, take: impl FnOnce(&mut Operator, &mut Output)) {
+        let speaks = !broadcast || self.speaks_for_broadcast;
+        if speaks {
+            self.counters.rows_in[input] += 1;
+        }
+        take(&mut self.operator, out);
+        if !speaks {
+            out.late.clear();
+        }
+        self.counters.count(out);
+    }
+
+    /// Tick `t`: the watermark from what the inputs show; the operator hears of it if it moved.
+    pub fn on_tick(&mut self, t: i128, inputs: &[InputTime], idle_advance: bool, out: &mut Output) {
+        if let Some(watermark) = self.clock.tick(t, inputs, idle_advance) {
+            self.watermark_to(watermark, out);
+        }
+    }
+
+    /// Processing time reached `now`: timers due by then fire.
+    pub fn on_processing_time(&mut self, now: i128, out: &mut Output) {
+        self.activate(out, |operator, out| operator.on_processing_time(now, out));
+    }
+
+    /// End of input, first step: every pending processing-time timer fires.
+    pub fn finish_timers(&mut self, out: &mut Output) {
+        self.on_processing_time(END_OF_INPUT, out);
+    }
+
+    /// End of input, last step: the watermark goes to +∞ (rule 6).
+    pub fn finish_watermark(&mut self, out: &mut Output) {
+        if let Some(watermark) = self.clock.advance_to(Time::POS_INF) {
+            self.watermark_to(watermark, out);
+        }
+    }
+
+    fn watermark_to(&mut self, watermark: Time, out: &mut Output) {
+        self.activate(out, |operator, out| operator.on_watermark(watermark, out));
+    }
+
+    fn activate(&mut self, out: &mut Output, call: impl FnOnce(&mut Operator, &mut Output)) {
+        call(&mut self.operator, out);
+        self.counters.count(out);
+    }
+
+    /// The rank of one of this operator's results among what all its instances emit at once.
+    pub fn rank(&self, row: &Row) -> u64 {
+        origin_rank(row, self.origin)
+    }
+
+    /// The operator's own watermark (the minimum over its inputs).
+    pub fn watermark(&self) -> Time {
+        self.clock.watermark()
+    }
+
+    /// A lower bound on the `_ts` of every result this instance may still emit.
+    pub fn output_watermark(&self) -> Time {
+        self.operator.output_watermark()
+    }
+
+    pub fn counters(&self) -> &OperatorCounters {
+        &self.counters
+    }
+
+    /// Live state of this instance: (rows, bytes).
+    pub fn state(&self) -> (usize, usize) {
+        (self.operator.state_rows(), self.operator.state_bytes())
+    }
+}

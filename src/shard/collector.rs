@@ -1,0 +1,169 @@
+//! The collector: the calling thread's side that drains the shards' output rings into an
+//! [`Emit`] (replay's files, the service's sinks, the bench's counters) and gathers the figures
+//! of a run (CONTRACT.md "Metrics") from the feeder's stream counters and the shards' reports.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+use crate::operator::host::OperatorCounters;
+use crate::record::Row;
+use crate::record::frame::to_row;
+use crate::ring::FrameKind;
+use crate::time::Time;
+
+use super::driver::Driver;
+use super::wire::{self, Frame};
+use super::{Runtime, RuntimeError};
+
+/// Where a run's outputs go, on the calling thread.
+pub trait Emit {
+    /// Operator `operator` emitted `row`.
+    fn result(&mut self, operator: usize, row: &Row);
+    /// `row` reached operator `operator` on input `input` late.
+    fn late(&mut self, operator: usize, input: usize, row: &Row);
+}
+
+/// What a run leaves to report (CONTRACT.md "Metrics").
+#[derive(Clone, Debug, Default)]
+pub struct Figures {
+    pub streams: Vec<StreamCounters>,
+    pub stream_watermarks: Vec<Time>,
+    pub stream_idle: Vec<bool>,
+    pub operator_counters: Vec<OperatorCounters>,
+    pub operator_watermarks: Vec<Time>,
+    /// Per operator over all shards: (rows, bytes).
+    pub operator_state: Vec<(usize, usize)>,
+    /// Per shard thread: the monoio driver it ran on.
+    pub drivers: Vec<&'static str>,
+    /// Per shard thread: bytes of frames waiting in its feed ring.
+    pub shard_ring_used_bytes: Vec<u64>,
+}
+
+/// Counters of one input stream.
+#[derive(Clone, Debug, Default)]
+pub struct StreamCounters {
+    /// Rows received, decoded or not.
+    pub rows: u64,
+    /// Dead letters by reason label (`missing_field:ts`, …).
+    pub dead_letters: BTreeMap<String, u64>,
+}
+
+/// What a shard thread hands back when it ends (and shows a live service once per tick).
+#[derive(Clone)]
+pub struct ShardReport {
+    pub counters: Vec<OperatorCounters>,
+    pub watermarks: Vec<Time>,
+    /// Per operator: (rows, bytes).
+    pub state: Vec<(usize, usize)>,
+    pub driver: Driver,
+}
+
+impl Runtime {
+    /// End of input: every operator goes to +∞; waits for the shards to finish and drains them.
+    pub fn finish(mut self, emit: &mut impl Emit) -> Result<Figures, RuntimeError> {
+        self.seq += 1;
+        self.writer.event(self.seq, None);
+        self.send_written(None, FrameKind::EndOfInput, emit)?;
+        self.publish(emit)?;
+        self.release();
+        let mut reports: Vec<Option<ShardReport>> = (0..self.shards).map(|_| None).collect();
+        while reports.iter().any(Option::is_none) {
+            self.bell.prepare_sleep();
+            let drained = self.collect(emit);
+            // Any shard that ended is joined at once: one that failed may leave the others
+            // waiting for it forever, so its error must not wait behind them.
+            let ended: Vec<usize> =
+                (0..self.shards).filter(|&s| reports[s].is_none() && self.ended[s].load(Ordering::SeqCst)).collect();
+            for &shard in &ended {
+                reports[shard] = Some(self.join(shard)?);
+            }
+            if drained || !ended.is_empty() {
+                self.bell.awake();
+            } else {
+                self.bell.wait_blocking(&mut self.sleeper);
+            }
+        }
+        self.collect(emit);
+        Ok(self.figures(reports.into_iter().flatten().collect()))
+    }
+
+    /// Drains results; when there are none and `has_input` says no input waits, sleeps until a
+    /// shard or a source rings the doorbell, or `timeout` passes. A shard that ended (it can only
+    /// fail before `finish`) is an error.
+    pub fn wait(
+        &mut self,
+        emit: &mut impl Emit,
+        timeout: std::time::Duration,
+        has_input: impl Fn() -> bool,
+    ) -> Result<(), RuntimeError> {
+        self.bell.prepare_sleep();
+        if self.collect(emit) || has_input() {
+            self.bell.awake();
+            return Ok(());
+        }
+        if let Some(lost) = self.lost_shard() {
+            return Err(lost);
+        }
+        // A zero timeout would mean "block forever" to the socket.
+        let timeout = timeout.max(std::time::Duration::from_millis(1));
+        if self.sleeper.set_read_timeout(Some(timeout)).is_ok() {
+            self.bell.wait_blocking(&mut self.sleeper);
+        } else {
+            self.bell.awake();
+        }
+        Ok(())
+    }
+
+    /// The figures so far: the feeder's stream counters and clocks, and each shard's operator
+    /// figures as of its last tick.
+    pub fn live_figures(&self) -> Figures {
+        let reports: Vec<ShardReport> = self
+            .live
+            .iter()
+            .filter_map(|l| l.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone())
+            .collect();
+        self.figures(reports)
+    }
+
+    fn figures(&self, reports: Vec<ShardReport>) -> Figures {
+        let ops = self.op_inputs.len();
+        let streams = 0..self.stream_counters.len();
+        let mut figures = Figures {
+            streams: self.stream_counters.clone(),
+            stream_watermarks: streams.clone().map(|s| self.planner.stream_watermark(s)).collect(),
+            stream_idle: streams.map(|s| self.planner.stream_idle(s)).collect(),
+            operator_counters: self.op_inputs.iter().map(|&inputs| OperatorCounters::new(inputs)).collect(),
+            operator_watermarks: vec![Time::NEG_INF; ops],
+            operator_state: vec![(0, 0); ops],
+            drivers: reports.iter().map(|r| r.driver.as_str()).collect(),
+            shard_ring_used_bytes: self.feeds.iter().map(|f| f.ring.used_bytes()).collect(),
+        };
+        for report in &reports {
+            for op in 0..ops {
+                figures.operator_counters[op].add(&report.counters[op]);
+                figures.operator_watermarks[op] = report.watermarks[op];
+                figures.operator_state[op].0 += report.state[op].0;
+                figures.operator_state[op].1 += report.state[op].1;
+            }
+        }
+        figures
+    }
+
+    /// Writes every result the shards have sent so far. Returns whether there was any.
+    pub(super) fn collect(&mut self, emit: &mut impl Emit) -> bool {
+        let mut any = false;
+        for inbox in &mut self.results {
+            any |= inbox.read(|f| {
+                if let Frame::Output { op, input, row } = wire::read(f.kind, f.payload) {
+                    let row = to_row(row);
+                    if input == wire::RESULT {
+                        emit.result(op, &row);
+                    } else {
+                        emit.late(op, input as usize, &row);
+                    }
+                }
+            }) > 0;
+        }
+        any
+    }
+}

@@ -1,0 +1,301 @@
+//! Starting and stopping the shard threads: the rings between them, pinning, each thread's
+//! monoio runtime and its loop of rounds, and the ways a run ends (finish in collector.rs, stop,
+//! drop).
+
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread::JoinHandle;
+
+use crate::config::Plan;
+use crate::ring::{FrameKind, Ring};
+use crate::time::TickPlanner;
+
+use super::driver::MonoioRuntime;
+use super::topology::Topology;
+use super::wake::{Doorbell, Inbox, Outbox};
+use super::wire::Writer;
+use super::worker::{Links, Worker};
+use super::{
+    Emit, Feed, MAX_DEPTH, Runtime, RuntimeError, RuntimeOptions, ShardError, ShardReport, StreamCounters,
+};
+
+/// The rings of a run, seen from both ends.
+struct Wiring {
+    /// The feeder's doorbell and the socket it sleeps on.
+    bell: Arc<Doorbell>,
+    sleeper: UnixStream,
+    shard_bells: Vec<Arc<Doorbell>>,
+    shard_sleepers: Vec<UnixStream>,
+    feeds: Vec<Feed>,
+    results: Vec<Inbox>,
+    links: Vec<Links>,
+}
+
+impl Runtime {
+    /// Creates the rings in `options.dir` and starts the shard threads. `start`: processing time
+    /// of the first line of all inputs (idleness counts from there).
+    pub fn start(plan: &Plan, options: &RuntimeOptions<'_>, start: i128) -> Result<Runtime, RuntimeError> {
+        let shards = options.shards.max(1);
+        if shards > crate::config::MAX_SHARDS as usize {
+            return Err(RuntimeError::TooManyShards(shards));
+        }
+        let topo = Arc::new(Topology::new(plan, shards));
+        if topo.depth() > MAX_DEPTH {
+            return Err(RuntimeError::TooDeep);
+        }
+        let Wiring { bell, sleeper, shard_bells, shard_sleepers, mut feeds, results, links } = wire(options, shards)?;
+        let gate = options.hold.then(|| Arc::new(Barrier::new(shards + 1)));
+        let ended: Vec<Arc<AtomicBool>> = (0..shards).map(|_| Arc::default()).collect();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let live: Vec<Arc<Mutex<Option<ShardReport>>>> = (0..shards).map(|_| Arc::default()).collect();
+        let cores = core_affinity::get_core_ids().unwrap_or_default();
+        if shards > cores.len() && !cores.is_empty() {
+            tracing::warn!(shards, cores = cores.len(), "more shards than cores: shards share cores round-robin");
+        }
+        let mut threads = Vec::new();
+        for (j, (links, sleeper)) in links.into_iter().zip(shard_sleepers).enumerate() {
+            let shard = Shard {
+                id: j,
+                topo: Arc::clone(&topo),
+                links,
+                sleeper,
+                bell: Arc::clone(&shard_bells[j]),
+                wake_feeder: WakeOnDrop(Arc::clone(&ended[j]), Arc::clone(&bell)),
+                gate: gate.clone(),
+                cancel: Arc::clone(&cancel),
+                live: Arc::clone(&live[j]),
+                state: options.dir.join(format!("shard-{j}")),
+                core: cores.get(j % cores.len().max(1)).copied(),
+            };
+            let thread = std::thread::Builder::new()
+                .name(format!("braid-shard-{j}"))
+                .spawn(move || shard.run())
+                .map_err(RuntimeError::Spawn)?;
+            threads.push(Some(thread));
+        }
+        let clocked = topo.ops.iter().any(|o| o.clocked);
+        let mut seq = 0;
+        if clocked {
+            // Processing time starts at `start` (connect instances learn it before anything else).
+            seq += 1;
+            let mut writer = Writer::default();
+            let payload = writer.event(seq, Some(start));
+            for feed in &mut feeds {
+                // The rings are empty: a small frame always fits.
+                feed.ring
+                    .push(FrameKind::ProcessingTime, payload)
+                    .map_err(|_| RuntimeError::TooLarge(payload.len()))?;
+            }
+        }
+        Ok(Runtime {
+            shards,
+            feeds,
+            results,
+            threads,
+            gate,
+            ended,
+            cancel,
+            live,
+            last_released: vec![0; shards],
+            shard_bells,
+            bell,
+            sleeper,
+            planner: TickPlanner::new(plan, start, options.every_tick),
+            stream_counters: vec![StreamCounters::default(); plan.streams.len()],
+            op_inputs: plan.operators.iter().map(|o| o.inputs.len()).collect(),
+            clocked,
+            chained: topo.ops.iter().any(|o| o.chained),
+            seq,
+            unpublished: 0,
+            writer: Writer::default(),
+        })
+    }
+
+    /// Stops without ending the input (a service stopping or reloading; its journal restores the
+    /// state at the next start): publishes what was ingested, waits up to `grace` until the
+    /// shards have taken every frame and their results are drained, then stops them.
+    #[allow(clippy::disallowed_methods)] // the runtime bounds its own wait by the clock
+    pub fn stop(mut self, emit: &mut impl Emit, grace: std::time::Duration) -> Result<(), RuntimeError> {
+        self.publish(emit)?;
+        self.release();
+        let deadline = std::time::Instant::now() + grace;
+        let mut quiet_rounds = 0;
+        while std::time::Instant::now() < deadline && quiet_rounds < 3 {
+            let pending = self.feeds.iter().any(|f| f.ring.used_bytes() > 0);
+            let drained = self.collect(emit);
+            quiet_rounds = if pending || drained { 0 } else { quiet_rounds + 1 };
+            self.wait(emit, std::time::Duration::from_millis(5), || false)?;
+        }
+        Ok(())
+    }
+
+    /// Lets held shards start.
+    pub(super) fn release(&mut self) {
+        if let Some(gate) = self.gate.take() {
+            gate.wait();
+        }
+    }
+
+    pub(super) fn join(&mut self, shard: usize) -> Result<ShardReport, RuntimeError> {
+        match self.threads[shard].take().map(JoinHandle::join) {
+            Some(Ok(Ok(report))) => Ok(report),
+            Some(Ok(Err(error))) => Err(RuntimeError::Shard { shard, error }),
+            Some(Err(_)) | None => Err(RuntimeError::ShardLost(shard)),
+        }
+    }
+
+    /// The first shard whose thread ended, with its error (before `finish`, a shard can only end
+    /// by failing). The feeder stops sleeping first: it is about to return the error.
+    pub(super) fn lost_shard(&mut self) -> Option<RuntimeError> {
+        let lost = self.ended.iter().position(|e| e.load(Ordering::SeqCst))?;
+        self.bell.awake();
+        Some(self.join(lost).err().unwrap_or(RuntimeError::ShardLost(lost)))
+    }
+
+    /// Shards that have frames waiting in their feed ring and released none since the previous
+    /// call (a live service calls this now and then for its watchdog).
+    pub fn stalled_shards(&mut self) -> usize {
+        let mut stalled = 0;
+        for (feed, last) in self.feeds.iter().zip(&mut self.last_released) {
+            let released = feed.ring.released();
+            if feed.ring.used_bytes() > 0 && released == *last {
+                stalled += 1;
+            }
+            *last = released;
+        }
+        stalled
+    }
+}
+
+/// Creates every ring and doorbell of a run with `shards` shards.
+fn wire(options: &RuntimeOptions<'_>, shards: usize) -> Result<Wiring, RuntimeError> {
+    let (bell, sleeper) = Doorbell::new().map_err(RuntimeError::Doorbell)?;
+    let mut shard_bells = Vec::new();
+    let mut shard_sleepers = Vec::new();
+    for _ in 0..shards {
+        let (b, s) = Doorbell::new().map_err(RuntimeError::Doorbell)?;
+        shard_bells.push(b);
+        shard_sleepers.push(s);
+    }
+    let ring = |name: String, bytes: usize| Ring::create(&options.dir.join(name), bytes);
+    let mut feeds = Vec::new();
+    let mut results = Vec::new();
+    let mut links = Vec::new();
+    for (j, shard_bell) in shard_bells.iter().enumerate() {
+        let (feed, input) = ring(format!("shard-{j}.in.ring"), options.feed_ring_bytes)?;
+        let (output, result) = ring(format!("shard-{j}.out.ring"), options.feed_ring_bytes)?;
+        feeds.push(Feed { ring: feed, bell: Arc::clone(shard_bell) });
+        results.push(Inbox { ring: result, bell: Arc::clone(shard_bell) });
+        links.push(Links {
+            input: Inbox { ring: input, bell: Arc::clone(&bell) },
+            exchange_in: Vec::new(),
+            exchange_out: (0..shards).map(|_| None).collect(),
+            output: Outbox::new(output, Arc::clone(&bell)),
+        });
+    }
+    for i in 0..shards {
+        for j in (0..shards).filter(|&j| j != i) {
+            let (out, inbox) = ring(format!("shard-{i}-to-{j}.ring"), options.exchange_ring_bytes)?;
+            links[i].exchange_out[j] = Some(Outbox::new(out, Arc::clone(&shard_bells[j])));
+            links[j].exchange_in.push((i, Inbox { ring: inbox, bell: Arc::clone(&shard_bells[i]) }));
+        }
+    }
+    Ok(Wiring { bell, sleeper, shard_bells, shard_sleepers, feeds, results, links })
+}
+
+impl Drop for Runtime {
+    /// A runtime dropped before `finish` (an error): the shards are told to stop, woken, and
+    /// joined, so no thread is left waiting for input that will never come.
+    fn drop(&mut self) {
+        if self.threads.iter().all(Option::is_none) {
+            return;
+        }
+        self.cancel.store(true, Ordering::SeqCst);
+        self.release();
+        for bell in &self.shard_bells {
+            bell.ring();
+        }
+        for thread in self.threads.iter_mut().filter_map(Option::take) {
+            // Its outcome no longer matters: the run already failed.
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Marks a shard ended and wakes the feeder, however the shard's thread ends, so the feeder never
+/// waits on a dead shard.
+struct WakeOnDrop(Arc<AtomicBool>, Arc<Doorbell>);
+
+impl Drop for WakeOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+        self.1.ring();
+    }
+}
+
+/// What a shard thread starts with.
+struct Shard {
+    id: usize,
+    topo: Arc<Topology>,
+    links: Links,
+    sleeper: UnixStream,
+    bell: Arc<Doorbell>,
+    wake_feeder: WakeOnDrop,
+    /// Held shards wait here until the feeder releases them.
+    gate: Option<Arc<Barrier>>,
+    cancel: Arc<AtomicBool>,
+    live: Arc<Mutex<Option<ShardReport>>>,
+    /// Its operators' state directory.
+    state: std::path::PathBuf,
+    core: Option<core_affinity::CoreId>,
+}
+
+impl Shard {
+    /// The thread's body: pinned, its monoio runtime, rounds of work, sleeping on its doorbell
+    /// when idle.
+    fn run(self) -> Result<ShardReport, ShardError> {
+        let Shard { id, topo, links, sleeper, bell, wake_feeder, gate, cancel, live, state, core } = self;
+        let _wake_feeder = wake_feeder;
+        if let Some(core) = core {
+            core_affinity::set_for_current(core);
+        }
+        if let Some(gate) = gate {
+            gate.wait();
+        }
+        let mut worker = Worker::new(id, topo, links, &state, live)?;
+        let mut runtime = MonoioRuntime::build().map_err(ShardError::Runtime)?;
+        worker.driver = runtime.driver();
+        tracing::debug!(shard = id, driver = worker.driver.as_str(), "shard started");
+        runtime.block_on(async move {
+            sleeper.set_nonblocking(true).map_err(ShardError::Wait)?;
+            let mut sleeper = monoio::net::UnixStream::from_std(sleeper).map_err(ShardError::Wait)?;
+            let mut buf = vec![0u8; 64];
+            loop {
+                if cancel.load(Ordering::Relaxed) {
+                    return Err(ShardError::Cancelled);
+                }
+                if worker.round()? {
+                    continue;
+                }
+                if worker.finished() {
+                    break;
+                }
+                bell.prepare_sleep();
+                // SeqCst against the dropping runtime's store then ring (the doorbell's Dekker pair).
+                if worker.has_work() || cancel.load(Ordering::SeqCst) {
+                    bell.awake();
+                    continue;
+                }
+                use monoio::io::AsyncReadRent;
+                let (read, returned) = sleeper.read(buf).await;
+                buf = returned;
+                bell.awake();
+                if let Err(e) = read {
+                    return Err(ShardError::Wait(e));
+                }
+            }
+            Ok::<_, ShardError>(worker.report())
+        })
+    }
+}
