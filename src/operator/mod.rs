@@ -1,9 +1,9 @@
 //! Operators: sans-IO state machines (STYLE.md 4–6).
 //!
 //! An operator never reads a clock and never does I/O: rows and watermarks come in as arguments,
-//! results and late rows go into a borrowed [`Output`]. The engine owns time (it computes each
-//! operator's watermark from its inputs, rule 5), routing and metrics; one operator instance runs
-//! per shard and sees only that shard's keys.
+//! results and late rows go into a borrowed [`Output`]. Its [`host`] owns its time (it computes the
+//! operator's watermark from its inputs, rule 5) and counters, the shard runtime its routing; one
+//! operator instance runs per shard and sees only that shard's keys.
 //!
 //! Every kind is listed in [`OperatorSpec`] and [`Operator`]; adding one means adding a variant
 //! and the compiler shows every `match` to extend.
@@ -68,7 +68,7 @@ impl ResultKind {
     }
 }
 
-/// What one activation of an operator produced; the engine drains it after every call.
+/// What one activation of an operator produced; the runtime drains it after every call.
 #[derive(Default, Debug)]
 pub struct Output {
     pub results: Vec<(ResultKind, Row)>,
@@ -82,7 +82,7 @@ impl Output {
     }
 }
 
-/// A checked operator configuration: what the engine instantiates once per shard.
+/// A checked operator configuration: what the runtime instantiates once per shard.
 #[derive(Clone, Debug)]
 pub enum OperatorSpec {
     Union(UnionSpec),

@@ -1,11 +1,11 @@
-//! Prometheus text exposition of the engine's counters (CONTRACT.md "Metrics" names).
+//! Prometheus text exposition of a run's figures (CONTRACT.md "Metrics" names).
 //!
-//! Rendered on demand from the engine's counters, never in the row path (STYLE.md 7).
+//! Rendered on demand from the runtime's figures, never in the row path (STYLE.md 7).
 
 use std::fmt::Write;
 
 use crate::config::Plan;
-use crate::engine::Figures;
+use crate::shard::Figures;
 use crate::operator::ResultKind;
 
 /// One metric family: its HELP and TYPE lines, then a sample per (labels, value); empty labels
@@ -67,7 +67,7 @@ pub fn render(plan: &Plan, figures: &Figures) -> String {
             .map(|(i, s)| (format!("stream=\"{}\"", s.name), u8::from(figures.stream_idle[i]).to_string()))
             .collect(),
     );
-    let per_input = |values: fn(&crate::engine::OperatorCounters) -> &Vec<u64>| {
+    let per_input = |values: fn(&crate::operator::host::OperatorCounters) -> &Vec<u64>| {
         operators()
             .flat_map(|(i, o)| {
                 values(&figures.operator_counters[i]).iter().zip(&o.inputs).map(move |(n, input)| {

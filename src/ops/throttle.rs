@@ -34,7 +34,7 @@ impl Throttle {
 }
 
 /// The clock for [`Throttle::admit`]. Control-plane code (ops, the MQTT clients) may read the
-/// clock (clippy.toml bans it in operators and the engine).
+/// clock (clippy.toml bans it in operators and the runtime).
 #[allow(clippy::disallowed_methods)]
 pub(crate) fn now() -> Instant {
     Instant::now()

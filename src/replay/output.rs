@@ -6,7 +6,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use crate::config::{DEAD_LETTER, NodeRef, Plan};
-use crate::engine::Emit;
+use crate::shard::Emit;
 use crate::record::{Row, json};
 
 /// What an output name refers to.

@@ -1,7 +1,7 @@
 //! One MQTT message → rows of the streams its topic feeds, or dead letters.
 //!
 //! The same path runs for live messages and for journal entries replayed at start, so a restart
-//! rebuilds exactly the rows the first run had. Processing time is the feeder's clock when it took
+//! rebuilds exactly the rows the first run had. Processing time is the intake's clock when it took
 //! the message (journaled with it), never a field of the payload.
 
 use crate::config::Plan;
@@ -14,13 +14,13 @@ use crate::source::row_of;
 
 use super::outputs::Outputs;
 
-/// One message as the feeder takes it.
+/// One message as the intake takes it.
 pub struct Message<'m> {
     /// The source's index in `Plan::sources`.
     pub source: usize,
     pub topic: &'m str,
     pub payload: &'m [u8],
-    /// Processing time when the feeder took it (journaled with it).
+    /// Processing time when the intake took it (journaled with it).
     pub now: i128,
 }
 

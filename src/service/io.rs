@@ -39,7 +39,7 @@ pub struct IoThread {
     shared: Arc<Shared>,
 }
 
-/// What the io thread and the feeder thread both see.
+/// What the io thread and the intake thread both see.
 struct Shared {
     control: Arc<Control>,
     view: Arc<LiveView>,
@@ -389,9 +389,9 @@ fn announce_ready(shared: &Shared) {
     }
 }
 
-/// WATCHDOG=1 every half WatchdogSec, only while the feeder loop moves and every shard takes the
+/// WATCHDOG=1 every half WatchdogSec, only while the intake loop moves and every shard takes the
 /// frames waiting for it: a shard that stopped (its ring not drained for [`STALLED_ROUNDS`]
-/// seconds) or a feeder stuck behind it stops the pings, and systemd restarts braid.
+/// seconds) or an intake stuck behind it stops the pings, and systemd restarts braid.
 struct Watchdog {
     period: Option<Duration>,
     last_ping: Instant,

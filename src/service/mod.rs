@@ -1,7 +1,7 @@
 //! `braid run`: the service.
 //!
 //! ```text
-//!  io thread (tokio, current thread)                 feeder (the calling thread)
+//!  io thread (tokio, current thread)                 intake (the calling thread)
 //!   MQTT sources ── Delivery (bounded channel) ──────► journal → rows → shard rings
 //!        ▲  PUBACK once confirmed ◄── Confirmations ──   │      (shard/: pinned shards)
 //!   MQTT sinks  ◄── outbound spool per sink ◄── results ─┘ → file / stdout sinks
@@ -16,7 +16,7 @@
 //! with the broker), lets the shards finish what they hold, flushes the sinks (an MQTT sink
 //! drains its buffer while its uplink is up, bounded by [`DRAIN`]) and returns.
 
-mod feeder;
+mod intake;
 mod ingest;
 mod io;
 mod journal;
@@ -34,8 +34,8 @@ use crate::shard::{Runtime, RuntimeError, RuntimeOptions};
 use crate::sink::mqtt::Uplink;
 use crate::source::Confirmations;
 
-use feeder::Feeder;
-pub use feeder::{Control, Request};
+use intake::Intake;
+pub use intake::{Control, Request};
 use io::IoThread;
 use journal::{Journal, JournalError};
 use outputs::{OutputCounters, OutputError, Outputs};
@@ -45,7 +45,7 @@ pub use view::LiveView;
 const SHARD_GRACE: Duration = Duration::from_secs(5);
 /// How long a stopping MQTT sink keeps sending its buffer (systemd's TimeoutStopSec is longer).
 pub const DRAIN: Duration = Duration::from_secs(10);
-/// Deliveries waiting between the sources and the feeder; beyond, sources stop acknowledging.
+/// Deliveries waiting between the sources and the intake thread; beyond, sources stop acknowledging.
 const INTAKE: usize = 4096;
 
 #[derive(Debug, Error)]
@@ -183,26 +183,26 @@ fn generation(
     let doorbell = runtime.doorbell();
     let (intake_tx, intake_rx) = crossbeam_channel::bounded(INTAKE);
     let confirmations = Confirmations::new(plan.sources.len());
-    let links = feeder::Links {
+    let links = intake::Links {
         intake: intake_rx,
         confirmations: Arc::clone(&confirmations),
         control: Arc::clone(&options.control),
         view: Arc::clone(view),
     };
-    let mut feeder = Feeder::new(plan, runtime, journal, outputs, links, start);
-    let replayed = feeder.replay_journal()?;
+    let mut intake = Intake::new(plan, runtime, journal, outputs, links, start);
+    let replayed = intake.replay_journal()?;
     if replayed > 0 {
         tracing::info!(entries = replayed, "journal replayed: operator state rebuilt");
     }
     let mut tasks = io.start_generation(plan, &uplinks, intake_tx, confirmations, doorbell)?;
-    feeder.start_live(wall_clock(), tasks.status().0)?;
+    intake.start_live(wall_clock(), tasks.status().0)?;
     view.set(Arc::clone(plan), counters, tasks.status(), Arc::clone(&options.control));
-    view.update_figures(Some(feeder.runtime.live_figures()));
+    view.update_figures(Some(intake.runtime.live_figures()));
     *started = true;
-    let request = feeder.run(wall_clock);
+    let request = intake.run(wall_clock);
     // Intake stops first: what the sources still hold is not acknowledged, the broker keeps it.
     tasks.stop_sources(io);
-    let stopped = feeder.stop(SHARD_GRACE).map(drop);
+    let stopped = intake.stop(SHARD_GRACE).map(drop);
     tasks.stop_sinks(io, DRAIN);
     view.update_figures(None);
     stopped?;

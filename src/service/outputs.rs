@@ -2,7 +2,7 @@
 //! the JSON object replay writes (CONTRACT.md "Replay": "A sink writes each row as the same JSON
 //! object that replay writes").
 //!
-//! File and stdout sinks append JSON lines, flushed after every batch the feeder runs. An MQTT sink
+//! File and stdout sinks append JSON lines, flushed after every batch the intake runs. An MQTT sink
 //! renders the publish topic from the row (`{field}`) and queues topic and JSON in its durable
 //! outbound spool ([`Uplink`]); a row whose value would change the topic's shape
 //! (`bad_topic_value:FIELD`) goes to `dead_letter` instead, never into another topic.
@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use thiserror::Error;
 
 use crate::config::{NodeRef, Plan, SinkDef, SinkKind};
-use crate::engine::Emit;
+use crate::shard::Emit;
 use crate::record::{Row, Schema, json};
 use crate::replay::output::{Target, target};
 use crate::sink::mqtt::Uplink;

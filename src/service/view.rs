@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::config::Plan;
-use crate::engine::Figures;
+use crate::shard::Figures;
 use crate::ops::http::OpsView;
 use crate::sink::mqtt::Uplink;
 use crate::source::mqtt::SourceStatus;
@@ -27,7 +27,7 @@ struct Current {
     sources: Vec<Arc<SourceStatus>>,
     uplinks: Vec<Arc<Uplink>>,
     control: Arc<Control>,
-    /// The runtime's figures, copied by the feeder about once a second.
+    /// The runtime's figures, copied by the intake thread about once a second.
     figures: Option<Figures>,
 }
 
@@ -81,7 +81,7 @@ impl LiveView {
         *self.lock() = Some(Current { plan, outputs, sources, uplinks, control, figures: None });
     }
 
-    /// The feeder's copy of the runtime's figures; `None`: the generation ended.
+    /// The intake thread's copy of the runtime's figures; `None`: the generation ended.
     pub fn update_figures(&self, figures: Option<Figures>) {
         let mut current = self.lock();
         match figures {
@@ -175,7 +175,7 @@ impl OpsView for LiveView {
         family(
             "braid_ingest_taken_total",
             "counter",
-            "MQTT messages the feeder took (journaled, in the shards' rings); live, unlike the engine's figures, which are copied about once a second.",
+            "MQTT messages the intake took (journaled, in the shards' rings); live, unlike the runtime's figures, which are copied about once a second.",
             one(control.taken.load(Ordering::Relaxed)),
         );
         family(

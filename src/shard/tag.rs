@@ -1,19 +1,19 @@
-//! Where a row stands in the single-threaded order, so that shards can reproduce it.
+//! Where an activation stands in the single-threaded order, so that shards can reproduce it.
 //!
-//! The sans-IO [`Engine`](crate::engine::Engine) defines the order in which every operator
-//! instance sees its inputs: events (a row, a tick, processing time, the end) one after the other;
-//! within an event, phases (one operator's activation at a tick, over all its instances) in turn;
-//! within a phase, breadth first from the root activation: everything one hop away, then two hops,
-//! each hop in the order its parents were delivered, then by reading operator, then by emission.
-//! A root activation that runs on every shard (a watermark, processing time, the end, a broadcast
-//! row) ranks its results by the key they came from ([`origin_rank`](crate::engine::origin_rank)),
-//! so their order does not depend on how keys fall on shards; any other activation runs on one
-//! instance and keeps its emission order. A [`Tag`]
-//! spells that position out — event, phase, depth, the root step with its rank, and the path of
-//! (operator, input, shard, emission index) steps after it — and the derived `Ord` compares tags
-//! in exactly that order. Order-sensitive operators (threshold's latest limit, reconcile's and
-//! temporal join's ties, first/last) then see their inputs as the single-threaded engine feeds
-//! them, whatever the shard count.
+//! The order (CONTRACT.md "Exact replay semantics", made exact where the contract leaves it
+//! open) in which every operator instance sees its inputs: events (a row, a tick, processing
+//! time, the end) one after the other; within an event, phases (one operator's activation at a
+//! tick, over all its instances) in turn; within a phase, breadth first from the root activation:
+//! everything one hop away, then two hops, each hop in the order its parents were delivered, then
+//! by reading operator, then by emission. A root activation that runs on every shard (a
+//! watermark, processing time, the end, a broadcast row) ranks its results by the key they came
+//! from ([`origin_rank`](crate::operator::host::origin_rank)), so their order does not depend on
+//! how keys fall on shards; any other activation runs on one instance and keeps its emission
+//! order. A [`Tag`] spells that position out — event, phase, depth, the root step with its rank,
+//! and the path of (operator, input, shard, emission index) steps after it — and the derived
+//! `Ord` compares tags in exactly that order. Order-sensitive operators (threshold's latest
+//! limit, reconcile's and temporal join's ties, first/last) then see their inputs in one order
+//! whatever the shard count (tests/it/runtime.rs checks it against an independent oracle).
 
 /// How many operators a chain may hold: the longest path from a root activation.
 pub const MAX_DEPTH: usize = 8;

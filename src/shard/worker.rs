@@ -1,5 +1,5 @@
-//! One shard: its instance of every operator, fed from the feeder's ring and from the other
-//! shards, in exactly the order the single-threaded engine would feed them.
+//! One shard: its [`OperatorHost`] of every operator, fed from the feeder's ring and from the
+//! other shards, in exactly the single-threaded order of `tag.rs`.
 //!
 //! Operators that read only streams (the first level) take events straight from the feeder's
 //! ring, which carries them in order. An operator that reads another operator's output (chained)
@@ -8,7 +8,7 @@
 //! is processed only once every source has promised nothing earlier will come: the feeder by
 //! sequence number, each upstream instance by the `Frontier` frames it sends after its rows. A
 //! tick of a chained operator also waits for every upstream instance's output watermark of that
-//! tick (`TickDone`), the minimum of which is the input's watermark, as in the engine.
+//! tick (`TickDone`), the minimum of which is the input's watermark.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};

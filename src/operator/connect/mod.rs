@@ -6,7 +6,7 @@
 //!
 //! - lateness (rule 7): a row of either input with `ts < watermark` goes to `NAME.late` and
 //!   reaches no handler;
-//! - time: the engine moves the watermark (event timers strictly past their time fire, in order)
+//! - time: the host moves the watermark (event timers strictly past their time fire, in order)
 //!   and processing time (processing timers due fire; at the end of input every pending one);
 //! - output watermark (rule 5): `min(watermark, smallest hold of a pending timer)` — "the
 //!   smallest `_ts` still waiting to be emitted";
@@ -145,7 +145,7 @@ pub struct Connect {
     spec: ConnectSpec,
     function: Function,
     watermark: Time,
-    /// Processing time as last told by the engine.
+    /// Processing time as last told by the runtime.
     now: i128,
     state: KeyedState,
     timers: TimerService,

@@ -3,7 +3,7 @@
 //! rule 11; DESIGN.md "Operators").
 //!
 //! - State: one limit row per key (slot [`LIMITS`]); a broadcast limit is stored under
-//!   [`Key::Broadcast`], and the engine hands a broadcast row to every shard, so every shard holds
+//!   [`Key::Broadcast`], and the runtime hands a broadcast row to every shard, so every shard holds
 //!   the same latest limit. "Most recently processed" is processing order, not event time: a
 //!   limit with an older ts that arrives later still replaces the stored one.
 //! - A left row before any limit of its key produces nothing; nothing waits, so the output

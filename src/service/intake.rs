@@ -1,4 +1,4 @@
-//! The service's feeder: the thread that owns the shard [`Runtime`] and is its only producer.
+//! The service's intake: the thread that owns the shard [`Runtime`] and is its only producer.
 //!
 //! It replays the journal first (rebuilding the state a previous run had), then loops: move
 //! processing time to the wall clock (monotonic: a clock stepped back holds time still), take the
@@ -33,7 +33,7 @@ const RETENTION_EVERY_MS: i128 = 1000;
 /// How often the live figures are copied.
 const SHOW_EVERY_MS: i128 = 1000;
 
-/// What the io thread asks of the feeder.
+/// What the io thread asks of the intake thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Request {
@@ -42,14 +42,14 @@ pub enum Request {
     Reload = 2,
 }
 
-/// Shared between the io thread (signals) and the feeder.
+/// Shared between the io thread (signals) and the intake thread.
 #[derive(Debug, Default)]
 pub struct Control {
     request: AtomicU8,
     /// Set with any stop or reload request: a sink waiting for room in a full buffer gives up
-    /// (the journal produces its rows again at the next start), so the feeder can stop.
+    /// (the journal produces its rows again at the next start), so the intake thread can stop.
     pub interrupt: Arc<std::sync::atomic::AtomicBool>,
-    /// Rounds of the feeder loop (the watchdog checks that it moves).
+    /// Rounds of the intake loop (the watchdog checks that it moves).
     pub heartbeat: AtomicU64,
     /// Deliveries taken (journaled and in the rings).
     pub taken: AtomicU64,
@@ -102,7 +102,7 @@ impl Control {
     }
 }
 
-/// How the feeder talks to the io thread.
+/// How the intake thread talks to the io thread.
 pub struct Links {
     pub intake: Receiver<Delivery>,
     pub confirmations: Arc<Confirmations>,
@@ -110,7 +110,7 @@ pub struct Links {
     pub view: Arc<LiveView>,
 }
 
-pub struct Feeder<'a> {
+pub struct Intake<'a> {
     pub plan: &'a Plan,
     pub runtime: Runtime,
     pub journal: Journal,
@@ -135,7 +135,7 @@ pub struct Feeder<'a> {
     last_release: i128,
 }
 
-impl<'a> Feeder<'a> {
+impl<'a> Intake<'a> {
     pub fn new(
         plan: &'a Plan,
         runtime: Runtime,
@@ -143,9 +143,9 @@ impl<'a> Feeder<'a> {
         outputs: Outputs,
         links: Links,
         start: i128,
-    ) -> Feeder<'a> {
+    ) -> Intake<'a> {
         let Links { intake, confirmations, control, view } = links;
-        Feeder {
+        Intake {
             plan,
             runtime,
             journal,
@@ -322,7 +322,7 @@ impl<'a> Feeder<'a> {
     /// Stops the shards without ending the input (the journal restores the state at the next
     /// start), after draining what they can finish within `grace`.
     pub fn stop(self, grace: Duration) -> Result<Outputs, ServiceError> {
-        let Feeder { runtime, mut outputs, .. } = self;
+        let Intake { runtime, mut outputs, .. } = self;
         let result = runtime.stop(&mut outputs, grace);
         outputs.flush();
         result.map_err(ServiceError::from)?;
