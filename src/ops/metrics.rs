@@ -5,8 +5,8 @@
 use std::fmt::Write;
 
 use crate::config::Plan;
-use crate::shard::Figures;
 use crate::operator::ResultKind;
+use crate::shard::Figures;
 
 /// One metric family: its HELP and TYPE lines, then a sample per (labels, value); empty labels
 /// write the bare name.

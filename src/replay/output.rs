@@ -6,8 +6,8 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use crate::config::{DEAD_LETTER, NodeRef, Plan};
-use crate::shard::Emit;
 use crate::record::{Row, json};
+use crate::shard::Emit;
 
 /// What an output name refers to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,8 +16,8 @@
 //! with the broker), lets the shards finish what they hold, flushes the sinks (an MQTT sink
 //! drains its buffer while its uplink is up, bounded by [`DRAIN`]) and returns.
 
-mod intake;
 mod ingest;
+mod intake;
 mod io;
 mod journal;
 mod outputs;

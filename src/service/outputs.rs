@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use thiserror::Error;
 
 use crate::config::{NodeRef, Plan, SinkDef, SinkKind};
-use crate::shard::Emit;
 use crate::record::{Row, Schema, json};
 use crate::replay::output::{Target, target};
+use crate::shard::Emit;
 use crate::sink::mqtt::Uplink;
 use crate::sink::topic::TopicTemplate;
 

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::config::Plan;
-use crate::shard::Figures;
 use crate::ops::http::OpsView;
+use crate::shard::Figures;
 use crate::sink::mqtt::Uplink;
 use crate::source::mqtt::SourceStatus;
 

@@ -100,7 +100,13 @@ impl Runtime {
     }
 
     /// Pushes a frame to a shard, waiting (and draining results) while its ring is full.
-    fn send(&mut self, shard: usize, kind: FrameKind, payload: &[u8], emit: &mut impl Emit) -> Result<(), RuntimeError> {
+    fn send(
+        &mut self,
+        shard: usize,
+        kind: FrameKind,
+        payload: &[u8],
+        emit: &mut impl Emit,
+    ) -> Result<(), RuntimeError> {
         loop {
             match self.feeds[shard].ring.push(kind, payload) {
                 Ok(()) => return Ok(()),

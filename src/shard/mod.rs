@@ -141,7 +141,6 @@ pub struct Runtime {
     writer: Writer,
 }
 
-
 pub struct RuntimeOptions<'a> {
     pub shards: usize,
     /// Where the ring files (created fresh) and each shard's state directory `shard-N/` (its

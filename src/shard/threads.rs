@@ -16,9 +16,7 @@ use super::topology::Topology;
 use super::wake::{Doorbell, Inbox, Outbox};
 use super::wire::Writer;
 use super::worker::{Links, Worker};
-use super::{
-    Emit, Feed, MAX_DEPTH, Runtime, RuntimeError, RuntimeOptions, ShardError, ShardReport, StreamCounters,
-};
+use super::{Emit, Feed, MAX_DEPTH, Runtime, RuntimeError, RuntimeOptions, ShardError, ShardReport, StreamCounters};
 
 /// The rings of a run, seen from both ends.
 struct Wiring {

@@ -140,3 +140,92 @@ impl TickPlanner {
         self.streams[stream].is_idle()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::Time;
+
+    /// Two streams (`b` turns idle after 1 s) joined by one interval join.
+    fn plan(runtime: &str) -> Plan {
+        let text = format!(
+            "{runtime}
+[streams.a]
+key = \"k\"
+time = {{ field = \"ts\", unit = \"ms\" }}
+fields = {{ k = \"string\", ts = \"int\" }}
+[streams.b]
+key = \"k\"
+time = {{ field = \"ts\", unit = \"ms\" }}
+idle_timeout = \"1s\"
+fields = {{ k = \"string\", ts = \"int\" }}
+[operators.j]
+kind = \"interval_join\"
+left = \"a\"
+right = \"b\"
+lower = \"0ms\"
+upper = \"1s\"
+select = [\"left.ts\"]
+"
+        );
+        crate::config::parse("test.toml", &text).unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    /// Every tick the planner runs in (now, to].
+    fn run(planner: &mut TickPlanner, to: i128) -> Vec<i128> {
+        let mut ran = Vec::new();
+        while let Some(t) = planner.next_tick(to) {
+            ran.push(planner.tick(t).t);
+        }
+        planner.move_to(to);
+        ran
+    }
+
+    #[test]
+    fn without_rows_only_idleness_transitions_run() {
+        let mut planner = TickPlanner::new(&plan(""), 0, false);
+        assert_eq!(run(&mut planner, 10_000), vec![1_000], "b turns idle at 1 s; nothing else can change");
+        assert!(planner.stream_idle(1));
+        assert_eq!(run(&mut planner, 20_000), Vec::<i128>::new());
+        assert_eq!(planner.now(), 20_000);
+    }
+
+    #[test]
+    fn a_row_makes_the_next_tick_run_and_moves_the_watermark() {
+        let mut planner = TickPlanner::new(&plan(""), 0, false);
+        planner.on_row(0, 5_000, 150);
+        assert_eq!(run(&mut planner, 150), Vec::<i128>::new(), "the tick at 200 is after 150");
+        assert_eq!(run(&mut planner, 700), vec![200]);
+        assert_eq!(planner.stream_watermark(0), Time::ms(4_999));
+    }
+
+    #[test]
+    fn every_tick_runs_when_asked_or_while_an_operator_advances_with_processing_time() {
+        let mut asked = TickPlanner::new(&plan(""), 0, true);
+        assert_eq!(run(&mut asked, 1_000), vec![200, 400, 600, 800, 1_000]);
+        let mut advancing = TickPlanner::new(&plan("[runtime]\nidle_advance = true"), 0, false);
+        // `a` never turns idle (no idle_timeout): the join is not all idle, nothing advances.
+        assert_eq!(run(&mut advancing, 2_000), vec![1_000]);
+    }
+
+    #[test]
+    fn a_suspended_stream_does_not_turn_idle_and_resumes_counting_from_its_reconnection() {
+        let mut planner = TickPlanner::new(&plan(""), 0, false);
+        planner.suspend(&[1]);
+        assert_eq!(run(&mut planner, 5_000), Vec::<i128>::new());
+        planner.resume(&[1], 5_000);
+        assert_eq!(run(&mut planner, 7_000), vec![6_000]);
+        assert!(planner.stream_idle(1));
+    }
+
+    #[test]
+    fn an_operator_is_idle_when_all_its_inputs_are() {
+        let text = "[streams.a]\nkey = \"k\"\ntime = { field = \"ts\", unit = \"ms\" }\nidle_timeout = \"1s\"\n\
+                    fields = { k = \"string\", ts = \"int\" }\n\
+                    [operators.u]\nkind = \"union\"\ninputs = [\"a\"]\n";
+        let plan = crate::config::parse("test.toml", text).unwrap_or_else(|e| panic!("{e:?}"));
+        let mut planner = TickPlanner::new(&plan, 0, false);
+        let t = planner.next_tick(10_000).unwrap_or_default();
+        assert_eq!(planner.tick(t).op_idle, vec![true]);
+    }
+}
