@@ -33,8 +33,10 @@
 //!
 //! - **Salt.** The crc covers the record's seq (numbered) or the segment's id, so a record left
 //!   over from a recycled file's earlier life never passes as one of its current life.
-//! - **Append** writes the payload, then the header (crc last), then zeroes the 16 bytes after the
-//!   record where they fit: the **end mark**. A crash in the middle leaves a record whose crc fails.
+//! - **Append** writes the payload, then zeroes the 16 bytes after the record where they fit (the
+//!   new **end mark**), then the header (crc last). Until the header lands, the old end mark at the
+//!   record's place ends the log: a crash or a failed write in the middle leaves no record, and a
+//!   torn header fails its crc. The log's state moves only once the header is written.
 //! - **Reset** (recycling a segment) writes the end mark at the first record first, then the new
 //!   segment header: a crash in between leaves the old id with no records or the new one with none.
 //! - **Sync** is `msync(MS_SYNC)` of a range ([`Segment::flush`], [`Segment::flush_all`]).
@@ -294,11 +296,14 @@ impl Segment {
         }
         let padding = size - format.record_header - len;
         self.file.write(at, &[0; 16][..padding])?;
+        // The end mark after the record, then the header: until the header lands, the old end
+        // mark at `off` still ends the log, so a failed or torn append leaves no record.
+        let after = off + size;
+        self.file.write(after, &[0; END_MARK][..END_MARK.min(self.data_len() - after)])?;
         header[4..8].copy_from_slice(&crc.to_le_bytes());
         self.file.write(off, header)?;
-        self.end = off + size;
+        self.end = after;
         self.records += 1;
-        self.write_end_mark()?;
         Ok(off)
     }
 
