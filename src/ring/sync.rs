@@ -41,8 +41,8 @@ pub(super) use modelled::Region;
 #[cfg(not(all(test, braid_loom)))]
 mod mapped {
     use super::AtomicU64;
-    use crate::storage::mapped_file::MappedFile;
     use crate::ring::FRAMES_AT;
+    use crate::storage::mapped_file::MappedFile;
 
     /// The ring's memory: its mapped file.
     pub(in crate::ring) struct Region {
@@ -120,8 +120,8 @@ mod modelled {
     use loom::cell::UnsafeCell;
 
     use super::AtomicU64;
-    use crate::storage::mapped_file::MappedFile;
     use crate::ring::{CAPACITY_AT, FRAME_HEADER, FRAMES_AT, HEAD_AT, TAIL_AT};
+    use crate::storage::mapped_file::MappedFile;
 
     /// The ring's memory under loom: modelled counters and a tracked heap buffer.
     pub(in crate::ring) struct Region {

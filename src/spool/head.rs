@@ -74,5 +74,4 @@ impl Head {
     pub(super) fn flush(&self) -> Result<(), MappedFileError> {
         self.file.flush_data(0, self.file.data_len())
     }
-
 }

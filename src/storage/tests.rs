@@ -211,7 +211,10 @@ fn todays_spool_segment_is_read_byte_for_byte() {
     for (i, record) in records.iter().enumerate() {
         let seq = base + i as u64;
         let rlen = record.len() as u32;
-        let crc = crc32c::crc32c_append(crc32c::crc32c_append(crc32c::crc32c(&seq.to_le_bytes()), &rlen.to_le_bytes()), record);
+        let crc = crc32c::crc32c_append(
+            crc32c::crc32c_append(crc32c::crc32c(&seq.to_le_bytes()), &rlen.to_le_bytes()),
+            record,
+        );
         data[off..off + 4].copy_from_slice(&rlen.to_le_bytes());
         data[off + 4..off + 8].copy_from_slice(&crc.to_le_bytes());
         data[off + 8..off + 16].copy_from_slice(&seq.to_le_bytes());

@@ -116,11 +116,11 @@ use thiserror::Error;
 
 use self::segment::{OpenError, RECORD_HEADER, SEGMENT_HEADER, Segment, record_size};
 use super::{KeyedStore, Removed, RowHandle};
-use crate::storage::mapped_file::{HEADER_LEN, MappedFileError};
-use crate::storage::{Mmap, Storage};
 use crate::record::frame::{self, FrameError, RowEncoder};
 use crate::record::view::{KeyRef, RowView};
 use crate::record::{ArchivedRow, Key, Row};
+use crate::storage::mapped_file::{HEADER_LEN, MappedFileError};
+use crate::storage::{Mmap, Storage};
 
 /// Sequence numbers run from 1 to this; handles of rows kept in memory have the top bit set.
 const MAX_SEQ: u32 = (1 << 31) - 1;
