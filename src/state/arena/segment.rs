@@ -42,7 +42,7 @@ pub(super) const RECORD_ALIGN: usize = PAYLOAD_ALIGN;
 
 /// Bytes a record with a `payload_len`-byte payload takes in a segment.
 pub(super) fn record_size(payload_len: usize) -> usize {
-    RECORD_HEADER + payload_len.next_multiple_of(RECORD_ALIGN)
+    FORMAT.record_size(payload_len)
 }
 
 /// A mapped segment file and where its next record goes.
