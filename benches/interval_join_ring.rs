@@ -128,7 +128,7 @@ fn bench_keys(c: &mut Criterion, devices: usize, seconds: i64) {
     frames.fill(&mut producer);
     assert_eq!(ring_join(&mut consumer, &frames.inputs), expected);
     frames.fill(&mut producer);
-    let state = tempfile::tempdir_in(braid::mapped_file::scratch_base()).unwrap();
+    let state = tempfile::tempdir_in(braid::storage::mapped_file::scratch_base()).unwrap();
     assert_eq!(ring_join_in_place(&mut consumer, &frames.inputs, state.path()), expected);
     eprintln!(
         "workload {devices} keys, {seconds} s: {n} rows, {expected} results; payloads {} B ({:.0} B/row), ring {} B \
@@ -153,7 +153,7 @@ fn bench_keys(c: &mut Criterion, devices: usize, seconds: i64) {
         b.iter_batched(
             || {
                 frames.fill(&mut producer);
-                tempfile::tempdir_in(braid::mapped_file::scratch_base()).unwrap()
+                tempfile::tempdir_in(braid::storage::mapped_file::scratch_base()).unwrap()
             },
             |state| black_box(ring_join_in_place(&mut consumer, &frames.inputs, state.path())),
             BatchSize::PerIteration,

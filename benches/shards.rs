@@ -160,7 +160,7 @@ fn fed(plan: &Plan, inputs: &[Input], shards: usize, dir: &Path, ring_bytes: usi
 
 /// A new directory for the ring files: on `/dev/shm` (tmpfs) when there is one.
 fn tempdir() -> tempfile::TempDir {
-    tempfile::tempdir_in(braid::mapped_file::scratch_base()).unwrap()
+    tempfile::tempdir_in(braid::storage::mapped_file::scratch_base()).unwrap()
 }
 
 fn setup(devices: usize, seconds: i64) -> Workload {

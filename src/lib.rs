@@ -3,7 +3,7 @@
 //! The modules follow the data path: [`config`] checks the TOML and yields a plan; [`record`]
 //! turns payloads into positional rows; [`engine`] drives [`time`] (watermarks, idleness) and the
 //! [`operator`]s, which keep their rows in [`state`]; [`shard`] runs them on pinned threads fed
-//! through [`ring`]s of rkyv frames in [`mapped_file`]s; [`replay`] feeds the runtime from files;
+//! through [`ring`]s of rkyv frames in mapped files ([`storage`]); [`replay`] feeds the runtime from files;
 //! [`ops`] renders its metrics. [`source`] routes MQTT topics to streams and [`sink`] renders
 //! publish topics. [`broker`] (feature `embedded-broker`) is braid's own MQTT broker and
 //! [`demo`] simulates devices publishing to one.
@@ -13,7 +13,6 @@ pub mod broker;
 pub mod config;
 pub mod demo;
 pub mod engine;
-pub mod mapped_file;
 pub mod mqtt;
 pub mod operator;
 pub mod ops;
@@ -26,6 +25,7 @@ pub mod sink;
 pub mod source;
 pub mod spool;
 pub mod state;
+pub mod storage;
 #[cfg(test)]
 mod test_pki;
 pub mod time;

@@ -76,7 +76,10 @@ fn first_seed() -> u64 {
 /// A fresh folder for a runtime's ring files: in `/dev/shm` when there is one (creating rings
 /// on a disk costs an msync each, a third of a small replay's time), else the temporary folder.
 fn ring_dir() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("braid-runtime-test-").tempdir_in(braid::mapped_file::scratch_base()).unwrap()
+    tempfile::Builder::new()
+        .prefix("braid-runtime-test-")
+        .tempdir_in(braid::storage::mapped_file::scratch_base())
+        .unwrap()
 }
 
 /// Sorted lines of every output, by name.

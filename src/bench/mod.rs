@@ -197,7 +197,7 @@ pub struct Report {
 /// A directory for the arenas, removed at the end; in `/dev/shm` their pages count in the
 /// resident set, not in the anonymous memory.
 fn private_state_dir() -> Option<tempfile::TempDir> {
-    tempfile::Builder::new().prefix("braid-bench-").tempdir_in(braid::mapped_file::scratch_base()).ok()
+    tempfile::Builder::new().prefix("braid-bench-").tempdir_in(braid::storage::mapped_file::scratch_base()).ok()
 }
 
 /// The bench's only clock: the bench is the one place in braid that measures wall-clock time

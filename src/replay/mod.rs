@@ -243,7 +243,7 @@ impl StateDir {
                 .map(|()| StateDir::Configured)
                 .map_err(|error| ReplayError::StateDir { path: path.clone(), error }),
             None => {
-                let base = crate::mapped_file::scratch_base();
+                let base = crate::storage::mapped_file::scratch_base();
                 remove_abandoned(&base);
                 let prefix = format!("{PRIVATE_PREFIX}{}-", std::process::id());
                 tempfile::Builder::new()

@@ -45,7 +45,7 @@ use std::path::Path;
 
 use thiserror::Error;
 
-use crate::mapped_file::{MappedFile, MappedFileError};
+use crate::storage::mapped_file::{MappedFile, MappedFileError};
 use sync::{Arc, AtomicU64, Ordering, Region};
 
 mod sync;

@@ -41,8 +41,8 @@ pub(super) use modelled::Region;
 #[cfg(not(all(test, braid_loom)))]
 mod mapped {
     use super::AtomicU64;
-    use crate::mapped_file::MappedFile;
     use crate::ring::FRAMES_AT;
+    use crate::storage::mapped_file::MappedFile;
 
     /// The ring's memory: its mapped file.
     pub(in crate::ring) struct Region {
@@ -63,7 +63,7 @@ mod mapped {
         pub(in crate::ring) fn counter(&self, at: usize) -> &AtomicU64 {
             debug_assert!(at + 8 <= FRAMES_AT && at.is_multiple_of(8));
             // SAFETY: `at` is one of TAIL_AT, HEAD_AT, CAPACITY_AT: 8-byte slots inside the first
-            // FRAMES_AT bytes of the data region, which is 16-byte aligned (mapped_file::data_ptr)
+            // FRAMES_AT bytes of the data region, which is 16-byte aligned (storage::mapped_file::MappedFile::data_ptr)
             // and lives as long as `self`. Every access to these bytes goes through this atomic.
             unsafe { AtomicU64::from_ptr(self.file.data_ptr().add(at).cast::<u64>()) }
         }
@@ -120,8 +120,8 @@ mod modelled {
     use loom::cell::UnsafeCell;
 
     use super::AtomicU64;
-    use crate::mapped_file::MappedFile;
     use crate::ring::{CAPACITY_AT, FRAME_HEADER, FRAMES_AT, HEAD_AT, TAIL_AT};
+    use crate::storage::mapped_file::MappedFile;
 
     /// The ring's memory under loom: modelled counters and a tracked heap buffer.
     pub(in crate::ring) struct Region {

@@ -97,7 +97,7 @@ fn a_torn_frame_ends_the_ring_on_reopen() {
         p.commit();
     }
     let mut bytes = std::fs::read(&path).unwrap();
-    let second_payload = crate::mapped_file::HEADER_LEN + FRAMES_AT + 32 + FRAME_HEADER;
+    let second_payload = crate::storage::mapped_file::HEADER_LEN + FRAMES_AT + 32 + FRAME_HEADER;
     assert_eq!(&bytes[second_payload..second_payload + 4], b"torn");
     bytes[second_payload] ^= 0xff;
     std::fs::write(&path, &bytes).unwrap();

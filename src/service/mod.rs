@@ -143,7 +143,7 @@ fn lock(state_dir: &Path) -> Result<std::fs::File, ServiceError> {
         .write(true)
         .open(&path)
         .map_err(|error| ServiceError::StateDir { path: path.clone(), error })?;
-    // The same advisory lock as every mapped file (mapped_file.rs, point 1).
+    // The same advisory lock as every mapped file (storage/mapped_file.rs, point 1).
     match file.try_lock() {
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => Err(ServiceError::Locked(state_dir.to_owned())),

@@ -7,8 +7,8 @@
 
 use std::path::Path;
 
-use super::segment::{dword, word};
-use crate::mapped_file::{MappedFile, MappedFileError};
+use crate::storage::log::{dword, word};
+use crate::storage::mapped_file::{MappedFile, MappedFileError};
 
 const MAGIC: [u8; 8] = *b"braidsph";
 const VERSION: u32 = 1;
@@ -46,7 +46,7 @@ impl Head {
     }
 
     fn read(&self, slot: usize) -> Option<(u64, HeadState)> {
-        let bytes = self.bytes().get(slot * SLOT..(slot + 1) * SLOT)?;
+        let bytes = self.file.data().get(slot * SLOT..(slot + 1) * SLOT)?;
         let crc = u32::from_le_bytes(word(bytes, CRC_AT));
         if crc32c::crc32c(&bytes[..CRC_AT]) != crc {
             return None;
@@ -66,23 +66,12 @@ impl Head {
         let crc = crc32c::crc32c(&slot[..CRC_AT]);
         slot[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         let at = (self.counter % 2) as usize * SLOT;
-        if let Some(target) = self.bytes_mut().get_mut(at..at + SLOT) {
+        if let Some(target) = self.file.data_mut().get_mut(at..at + SLOT) {
             target.copy_from_slice(&slot);
         }
     }
 
     pub(super) fn flush(&self) -> Result<(), MappedFileError> {
         self.file.flush_data(0, self.file.data_len())
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: as in segment.rs `bytes`: valid, initialised, owned mapping of a locked file;
-        // nothing writes it while `self` is borrowed.
-        unsafe { std::slice::from_raw_parts(self.file.data_ptr(), self.file.data_len()) }
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `bytes`; the exclusive borrow of `self` makes this the only slice alive.
-        unsafe { std::slice::from_raw_parts_mut(self.file.data_ptr(), self.file.data_len()) }
     }
 }

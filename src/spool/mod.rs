@@ -8,10 +8,11 @@
 //! # Files
 //!
 //! A spool is a directory: `head` (where the unreleased records start) and segment files
-//! `NNNNNNNNNN.spool` (4 MiB by default, [`SpoolOptions::segment_bytes`]), each a
-//! [`MappedFile`](crate::mapped_file::MappedFile) — locked, preallocated, header-checked;
-//! mapped_file.rs has the soundness argument. The number in a file name only tells files apart;
-//! a segment's place in the FIFO is the base sequence number in its header.
+//! `NNNNNNNNNN.spool` (4 MiB by default, [`SpoolOptions::segment_bytes`]), each a numbered
+//! [segment log](crate::storage::log) in a [`MappedFile`](crate::storage::MappedFile) — locked,
+//! preallocated, header-checked; storage/mapped_file.rs has the soundness argument, storage/log.rs
+//! the record layout, the walk and the recovery rule. The number in a file name only tells files
+//! apart; a segment's place in the FIFO is the base sequence number in its header.
 //!
 //! ```text
 //! segment:  [MappedFile header 64 B][segment header 32 B][record][record]…[0 × 16: end mark]
@@ -21,10 +22,13 @@
 //! head:     [MappedFile header 64 B][slot 32 B][slot 32 B]   (head.rs)
 //! ```
 //!
-//! - **Append** writes payload, header (crc last) and then zeroes the next 16 bytes. A segment's
-//!   records must carry `base, base + 1, …`; the walk on open stops at the first record that is
-//!   cut short, fails its crc or has another seq. So a torn last record is cut, and records left
-//!   over from a recycled file's earlier life (smaller seqs) never come back.
+//! - **Append** writes payload, end mark and header (crc last). A segment's records carry `base,
+//!   base + 1, …` and each crc is salted with its seq, so records left over from a recycled
+//!   file's earlier life (smaller seqs) never come back. On open, the segment log's one rule
+//!   applies (storage/log.rs, "Recovery"): a damaged record followed by an intact one is skipped
+//!   and reported — its seq stays taken, [`Spool::get`] returns `None` for it, it is counted by
+//!   [`Spool::damaged`] and logged — and the records after it stay; a torn last record is cut and
+//!   its seq is taken by the next append.
 //! - **Release** advances `first` and writes it to the head file (two crc'd slots written in
 //!   turn: a torn write leaves the other). A segment whose records are all released, other than
 //!   the one being appended to, is recycled: kept as the one spare (reset when a new segment is
@@ -44,7 +48,11 @@
 //! released, and nothing comes back that was never appended. After a power loss, only what
 //! [`Spool::sync`] (msync) covered. A segment whose segment header or file header is damaged is
 //! set aside (file header: renamed `*.damaged`) and its records are lost, logged; a gap in the
-//! seqs is then possible and [`Spool::get`] returns `None` for the missing ones.
+//! seqs is then possible and [`Spool::get`] returns `None` for the missing ones, as for a record
+//! skipped as damaged.
+//!
+//! Faults: every write and sync goes through the [`Storage`] trait, and a failed one is an error
+//! of [`Spool::append`] or [`Spool::sync`] with the spool unchanged (storage/faulty.rs tests).
 
 mod head;
 mod segment;
@@ -53,13 +61,15 @@ mod tests;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use thiserror::Error;
 
 use self::head::{Head, HeadState};
 use self::segment::{END_MARK, RECORD_HEADER, SEGMENT_HEADER, Segment, record_size};
 use crate::config::Overflow;
-use crate::mapped_file::{HEADER_LEN, MappedFileError};
+use crate::storage::mapped_file::{HEADER_LEN, MappedFileError};
+use crate::storage::{Mmap, Storage};
 
 /// How big a spool may grow and what happens when it is full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +106,7 @@ pub enum SpoolError {
 /// A durable FIFO of byte records; see the module doc.
 pub struct Spool {
     dir: PathBuf,
+    storage: Arc<dyn Storage>,
     options: SpoolOptions,
     head: Head,
     /// By base seq; the last one takes the appends.
@@ -106,17 +117,25 @@ pub struct Spool {
     end: u64,
     queued: u64,
     dropped: u64,
+    /// Records skipped as damaged when the segments were opened.
+    damaged: u64,
 }
 
 impl Spool {
     /// Opens the spool in `dir`, or creates it (and `dir`) when there is none.
     pub fn open(dir: &Path, options: SpoolOptions) -> Result<Spool, SpoolError> {
+        Spool::open_on(Mmap::shared(), dir, options)
+    }
+
+    /// [`open`](Self::open) with the segment files on `storage` (tests inject faults with it).
+    pub fn open_on(storage: Arc<dyn Storage>, dir: &Path, options: SpoolOptions) -> Result<Spool, SpoolError> {
         check_options(&options)?;
         std::fs::create_dir_all(dir).map_err(|source| SpoolError::Io { path: dir.to_owned(), source })?;
         let (head, state) = Head::open(&dir.join("head"))?;
-        let (found, next_file) = open_segments(dir)?;
+        let (found, next_file, damaged) = open_segments(&*storage, dir)?;
         let mut spool = Spool {
             dir: dir.to_owned(),
+            storage,
             options,
             head,
             segments: VecDeque::new(),
@@ -126,6 +145,7 @@ impl Spool {
             end: state.first,
             queued: 0,
             dropped: state.dropped,
+            damaged,
         };
         spool.adopt(found);
         Ok(spool)
@@ -183,7 +203,7 @@ impl Spool {
             }
         }
         let seq = self.end;
-        self.active_for(size)?.append(parts, len);
+        self.active_for(size)?.append(parts, len)?;
         self.end += 1;
         self.queued += size as u64;
         Ok(seq)
@@ -207,7 +227,10 @@ impl Spool {
         if !usable {
             let segment = match self.spare.take() {
                 Some(mut spare) if spare.fits(size) => {
-                    spare.reset(self.end);
+                    if let Err(error) = spare.reset(self.end) {
+                        self.delete(spare);
+                        return Err(error.into());
+                    }
                     spare
                 }
                 other => {
@@ -216,7 +239,7 @@ impl Spool {
                     }
                     let path = self.dir.join(format!("{:010}.spool", self.next_file));
                     self.next_file += 1;
-                    Segment::create(&path, self.end, self.options.segment_bytes - HEADER_LEN)?
+                    Segment::create(&*self.storage, &path, self.end, self.options.segment_bytes - HEADER_LEN)?
                 }
             };
             self.segments.push_back(segment);
@@ -287,8 +310,9 @@ impl Spool {
 
     /// Unlinks the file while it is still mapped, then unmaps it (never truncated while mapped).
     fn delete(&self, segment: Segment) {
-        if let Err(error) = std::fs::remove_file(segment.path()) {
-            tracing::warn!(path = %segment.path().display(), %error, "Spool segment could not be deleted");
+        let path = segment.path().to_owned();
+        if let Err(error) = segment.remove() {
+            tracing::warn!(path = %path.display(), %error, "Spool segment could not be deleted");
         }
     }
 
@@ -309,6 +333,12 @@ impl Spool {
     pub fn dropped(&self) -> u64 {
         self.dropped
     }
+
+    /// Records skipped as damaged when this spool was opened (storage/log.rs, "Recovery"): their
+    /// seqs stay taken and [`get`](Self::get) returns `None` for them.
+    pub fn damaged(&self) -> u64 {
+        self.damaged
+    }
 }
 
 fn check_options(options: &SpoolOptions) -> Result<(), SpoolError> {
@@ -322,19 +352,29 @@ fn check_options(options: &SpoolOptions) -> Result<(), SpoolError> {
     Ok(())
 }
 
-/// Opens every segment file in `dir`; also the number for the next new file. Files whose headers
-/// are damaged are renamed `*.damaged` and skipped; segments with a damaged segment header come
-/// back with no records (to be recycled).
-fn open_segments(dir: &Path) -> Result<(Vec<Segment>, u64), SpoolError> {
+/// Opens every segment file in `dir`; also the number for the next new file and the records
+/// skipped as damaged. Files whose headers are damaged are renamed `*.damaged` and skipped;
+/// segments with a damaged segment header come back with no records (to be recycled).
+fn open_segments(storage: &dyn Storage, dir: &Path) -> Result<(Vec<Segment>, u64, u64), SpoolError> {
     let io = |source| SpoolError::Io { path: dir.to_owned(), source };
-    let (mut found, mut next_file) = (Vec::new(), 0);
+    let (mut found, mut next_file, mut damaged) = (Vec::new(), 0, 0);
     for entry in std::fs::read_dir(dir).map_err(io)? {
         let path = entry.map_err(io)?.path();
         let Some(number) = segment_number(&path) else { continue };
         next_file = next_file.max(number + 1);
-        match Segment::open(&path) {
-            Ok((segment, Some(_))) => found.push(segment),
-            Ok((segment, None)) => {
+        match Segment::open(storage, &path) {
+            Ok((segment, Some(_), walk)) => {
+                if !walk.skipped.is_empty() {
+                    let seqs: Vec<u64> = walk.skipped.iter().map(|p| segment.base + p).collect();
+                    tracing::warn!(path = %path.display(), ?seqs, "Spool records damaged; skipped");
+                    damaged += seqs.len() as u64;
+                }
+                if walk.torn > 0 {
+                    tracing::info!(path = %path.display(), records = walk.torn, "Spool torn tail cut");
+                }
+                found.push(segment);
+            }
+            Ok((segment, None, _)) => {
                 tracing::warn!(path = %path.display(), "Spool segment header damaged; its records are lost");
                 found.push(segment);
             }
@@ -345,7 +385,7 @@ fn open_segments(dir: &Path) -> Result<(Vec<Segment>, u64), SpoolError> {
             Err(e) => return Err(e.into()),
         }
     }
-    Ok((found, next_file))
+    Ok((found, next_file, damaged))
 }
 
 fn segment_number(path: &Path) -> Option<u64> {

@@ -173,10 +173,12 @@ fn a_torn_or_corrupt_tail_is_cut_on_open() {
         assert_eq!(spool.queued_bytes(), 19 * record_size(40) as u64);
         assert_eq!(spool.append(b"after").unwrap(), 19, "the next append takes its place");
     }
-    corrupt(dir.path(), 3); // record 17 of 0..=19: it and everything after it go
+    corrupt(dir.path(), 3); // record 17 of 0..=19: skipped and reported, the ones after it stay
     let spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
-    assert_eq!(spool.end(), 17);
+    assert_eq!((spool.end(), spool.damaged()), (20, 1));
     assert_eq!(spool.get(16).unwrap(), &record[..]);
+    assert_eq!(spool.get(17), None, "the damaged record is never handed out");
+    assert_eq!((spool.get(18).unwrap(), spool.get(19).unwrap()), (&record[..], &b"after"[..]));
 }
 
 #[test]

@@ -10,8 +10,10 @@
 //! # Files
 //!
 //! A store is a directory of segment files `seg-NNNNNN.arena` (1 MiB by default,
-//! [`ArenaConfig::segment_bytes`]), each a [`MappedFile`](crate::mapped_file::MappedFile) (magic `braidarn`,
-//! version 1: locked, preallocated, header-checked; mapped_file.rs has the soundness argument).
+//! [`ArenaConfig::segment_bytes`]), each a [segment log](crate::storage::log) with the arena's
+//! format in a [`MappedFile`](crate::storage::MappedFile) (magic `braidarn`, version 1: locked,
+//! preallocated, header-checked; storage/mapped_file.rs has the soundness argument, storage/log.rs
+//! the walk and the recovery rule shared with the spool).
 //! Other files in the directory are ignored. The number in a name only tells the files apart; the
 //! order of the segments is the sequence number in their header (a recycled file keeps its name and
 //! gets a new number).
@@ -82,10 +84,11 @@
 //!
 //! [`ArenaStore::open`] maps every segment file of the directory and walks them in sequence
 //! order. A record is kept when its crc matches, its flags are 0 or 1, [`frame::access`] accepts
-//! its payload and the payload's key hash equals the header's; dead records are skipped. A
-//! damaged record is dropped and the walk goes on after it if its length is plausible (the next
-//! record has its own crc), else the segment ends there; a torn last record — a crash in the
-//! middle of an append — thus ends its segment, and the next append overwrites it. The index is
+//! its payload and the payload's key hash equals the header's; dead records are skipped. The rest
+//! is the segment log's one rule (storage/log.rs, "Recovery", shared with the spool): a damaged
+//! record followed by an intact one is skipped and reported (counted in
+//! [`Recovery::damaged_records`], logged), and the walk goes on after it; a torn last record — a
+//! crash in the middle of an append — is cut (counted too), and the next append overwrites it. The index is
 //! rebuilt with the matched flags as stored and the same handles; the active segment is the one
 //! with the highest sequence number; all-dead segments are recycled.
 //!
@@ -107,15 +110,17 @@ mod segment;
 mod tests;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use thiserror::Error;
 
 use self::segment::{OpenError, RECORD_HEADER, SEGMENT_HEADER, Segment, record_size};
 use super::{KeyedStore, Removed, RowHandle};
-use crate::mapped_file::{HEADER_LEN, MappedFileError};
 use crate::record::frame::{self, FrameError, RowEncoder};
 use crate::record::view::{KeyRef, RowView};
 use crate::record::{ArchivedRow, Key, Row};
+use crate::storage::mapped_file::{HEADER_LEN, MappedFileError};
+use crate::storage::{Mmap, Storage};
 
 /// Sequence numbers run from 1 to this; handles of rows kept in memory have the top bit set.
 const MAX_SEQ: u32 = (1 << 31) - 1;
@@ -199,6 +204,7 @@ struct Entry {
 /// The segment files of a store.
 struct Segments {
     dir: PathBuf,
+    storage: Arc<dyn Storage>,
     config: ArenaConfig,
     /// Index entries name segments by slot; a recycled segment leaves its slot empty.
     slots: Vec<Option<Segment>>,
@@ -229,6 +235,12 @@ impl ArenaStore {
 
     /// Opens (or creates) the store in `dir`, recovering its rows (module doc, "Recovery").
     pub fn open_with(dir: &Path, config: ArenaConfig) -> Result<ArenaStore, ArenaError> {
+        ArenaStore::open_on(Mmap::shared(), dir, config)
+    }
+
+    /// [`open_with`](Self::open_with) with the segment files on `storage` (tests inject faults
+    /// with it).
+    pub fn open_on(storage: Arc<dyn Storage>, dir: &Path, config: ArenaConfig) -> Result<ArenaStore, ArenaError> {
         let bytes = config.segment_bytes;
         if !bytes.is_multiple_of(4096) || !(4096..=1 << 30).contains(&bytes) {
             return Err(ArenaError::BadConfig(bytes));
@@ -249,7 +261,7 @@ impl ArenaStore {
         let mut unreadable = Vec::new();
         for &number in &numbers {
             let path = dir.join(file_name(number));
-            match Segment::open(&path) {
+            match Segment::open(&*storage, &path) {
                 Ok((segment, Some(seq))) => ordered.push((seq, segment)),
                 Ok((segment, None)) => {
                     tracing::warn!(path = %path.display(), "Arena segment header damaged; its rows are dropped");
@@ -271,6 +283,7 @@ impl ArenaStore {
         let mut store = ArenaStore {
             segments: Segments {
                 dir: dir.to_owned(),
+                storage,
                 config,
                 slots: Vec::new(),
                 free_slots: Vec::new(),
@@ -298,7 +311,7 @@ impl ArenaStore {
                 index.entry(row.key_hash.to_native()).or_default().push(Entry { handle, matched, place });
                 *rows += 1;
                 *bytes += size;
-            });
+            })?;
             if walk.damaged > 0 {
                 tracing::warn!(path = %segment.path().display(), records = walk.damaged, "Arena records damaged; dropped");
             }
@@ -556,7 +569,7 @@ impl Segments {
         let Some(segment) = self.get_mut(active) else {
             return Err(ArenaError::Damaged { path: self.dir.clone(), reason: "no active segment".into() });
         };
-        Ok((active, segment.append(payload, key_hash, ts, matched)))
+        Ok((active, segment.append(payload, key_hash, ts, matched)?))
     }
 
     /// Marks the record dead; its size. Recycles its segment when that was its last live record.
@@ -577,13 +590,16 @@ impl Segments {
         }
         let segment = match self.spares.pop() {
             Some(mut spare) => {
-                spare.reset(seq);
+                if let Err(error) = spare.reset(seq) {
+                    self.delete(spare);
+                    return Err(error.into());
+                }
                 spare
             }
             None => {
                 let number = self.next_number;
                 let path = self.dir.join(file_name(number));
-                let segment = Segment::create(&path, seq, self.config.data_len())?;
+                let segment = Segment::create(&*self.storage, &path, seq, self.config.data_len())?;
                 self.next_number += 1;
                 segment
             }
@@ -622,11 +638,15 @@ impl Segments {
             self.spares.push(segment);
             return;
         }
-        // Unlinked while still mapped and locked, then unmapped: never truncated under a mapping.
-        if let Err(error) = std::fs::remove_file(segment.path()) {
-            tracing::warn!(path = %segment.path().display(), %error, "Cannot delete a dead arena segment");
+        self.delete(segment);
+    }
+
+    /// Unlinked while still mapped and locked, then unmapped: never truncated under a mapping.
+    fn delete(&self, segment: Segment) {
+        let path = segment.path().to_owned();
+        if let Err(error) = segment.remove() {
+            tracing::warn!(path = %path.display(), %error, "Cannot delete a dead arena segment");
         }
-        drop(segment);
     }
 }
 

@@ -1,8 +1,11 @@
-//! Memory-mapped files: the only `memmap2` call site in braid.
+//! Memory-mapped files: the only `memmap2` call site in braid, and the one place where the
+//! soundness of braid's mappings is argued. Every other module that reads or writes a mapped file
+//! — the segment log of the spools and arenas ([`super::log`]), the spool's head file, the rings —
+//! relies on the argument below instead of repeating it.
 //!
-//! Rings, state arenas and checkpoints live in files mapped into memory. A mapped file is sound
-//! to use only if nothing changes its length or contents behind the mapping's back; this module
-//! is where that is guaranteed, and the argument is:
+//! Rings, state arenas, spools and checkpoints live in files mapped into memory. A mapped file is
+//! sound to use only if nothing changes its length or contents behind the mapping's back; this
+//! module is where that is guaranteed, and the argument is:
 //!
 //! 1. **One braid per file.** Every file is locked with `flock(LOCK_EX | LOCK_NB)` before it is
 //!    mapped and stays locked while mapped (the lock lives in the [`MappedFile`]); a second braid
@@ -11,13 +14,22 @@
 //!    `posix_fallocate`; writing into a mapped hole on a full disk raises SIGBUS rather than an
 //!    error, and a fully allocated file has no holes.
 //! 3. **Never shrunk while mapped.** The length is set once, before mapping, and nothing in braid
-//!    truncates a mapped file (touching a page past the end of a shrunk file is SIGBUS).
+//!    truncates a mapped file (touching a page past the end of a shrunk file is SIGBUS). A file
+//!    that is no longer needed is unlinked while still mapped, then unmapped.
 //! 4. **Validated before trusted.** [`MappedFile::open`] checks the length, the magic, the version
 //!    and the header's crc32c before any other byte is read; what lies beyond the header (ring
-//!    frames, arena records) carries its own crc, checked by its module on recovery.
-//! 5. **Raw pointers only.** The mapping is a `memmap2::MmapRaw`: it hands out raw pointers, never
-//!    references, so Rust's aliasing rules are stated by the modules that turn those pointers into
-//!    slices or atomics (the ring, the arena), each with its `SAFETY:` argument.
+//!    frames, segment records) carries its own crc, checked by its module on recovery.
+//! 5. **One mapping, one owner, borrows for access.** A `MappedFile` is the only mapping of its
+//!    file in this process (it is not `Clone`, and point 1 keeps other processes out), and the
+//!    mapping is initialised (a created file is zeroed, an opened one holds its bytes). So
+//!    [`data`](MappedFile::data) hands out a shared slice borrowed from `&self` and
+//!    [`data_mut`](MappedFile::data_mut) an exclusive one borrowed from `&mut self`: the borrow
+//!    checker then guarantees that nothing writes the bytes while a shared slice lives. These two
+//!    are the only `unsafe` blocks that turn the mapping into slices.
+//! 6. **Shared memory goes through raw pointers.** The ring is written by one thread and read by
+//!    another through the same `&MappedFile`; it uses [`data_ptr`](MappedFile::data_ptr) and
+//!    atomics (its own `SAFETY:` arguments) and never calls `data`/`data_mut`, which would alias
+//!    its concurrent writes.
 //!
 //! What this cannot prevent: another program (or a person) truncating or rewriting the file
 //! without taking the lock. Like any database, braid owns its `state_dir`.
@@ -77,7 +89,7 @@ impl MappedFile {
         file.set_len(0).map_err(io)?;
         allocate(&file, len).map_err(io)?;
         let map = MmapRaw::map_raw(&file).map_err(io)?;
-        let mapped = MappedFile { map, path: path.to_owned(), _file: file };
+        let mut mapped = MappedFile { map, path: path.to_owned(), _file: file };
         mapped.write_header(magic, version, len as u64);
         mapped.flush_range(0, HEADER_LEN)?;
         Ok(mapped)
@@ -120,29 +132,55 @@ impl MappedFile {
 
     fn header(&self) -> [u8; HEADER_LEN] {
         let mut header = [0u8; HEADER_LEN];
-        // SAFETY: the mapping is at least HEADER_LEN bytes long (create allocates it, open checks
-        // the length before mapping) and is never shrunk while mapped (module doc, point 3).
-        unsafe { std::ptr::copy_nonoverlapping(self.map.as_ptr(), header.as_mut_ptr(), HEADER_LEN) };
+        // The mapping is at least HEADER_LEN bytes long: create allocates it, open checks the
+        // length before mapping, and it is never shrunk while mapped (module doc, point 3).
+        header.copy_from_slice(&self.all()[..HEADER_LEN]);
         header
     }
 
-    fn write_header(&self, magic: [u8; 8], version: u32, len: u64) {
+    /// Written only here, at creation, while the file is locked and before anyone else sees it.
+    fn write_header(&mut self, magic: [u8; 8], version: u32, len: u64) {
         let mut header = [0u8; HEADER_LEN];
         header[..8].copy_from_slice(&magic);
         header[8..12].copy_from_slice(&version.to_le_bytes());
         header[16..24].copy_from_slice(&len.to_le_bytes());
         let crc = crc32c::crc32c(&header[..CRC_AT]);
         header[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
-        // SAFETY: as in `header`; the header bytes are written only here, at creation, while the
-        // file is locked and before the mapping is shared with anyone.
-        unsafe { std::ptr::copy_nonoverlapping(header.as_ptr(), self.map.as_mut_ptr(), HEADER_LEN) };
+        self.all_mut()[..HEADER_LEN].copy_from_slice(&header);
     }
 
-    /// The data after the header: a pointer valid for [`data_len`](Self::data_len) bytes for as
-    /// long as `self` lives (16-byte aligned: mappings are page aligned and the header is 64).
+    /// The whole mapping, header included.
+    fn all(&self) -> &[u8] {
+        // SAFETY: module doc, point 5: the mapping is valid and initialised for `len` bytes while
+        // `self` lives, this `MappedFile` is its only owner, and writers need `&mut self` (or,
+        // for the ring, never overlap a slice: point 6), so nothing writes while this borrow lives.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr(), self.map.len()) }
+    }
+
+    /// The whole mapping, exclusively.
+    fn all_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `all`; the exclusive borrow of `self` makes this the only slice alive.
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr(), self.map.len()) }
+    }
+
+    /// The data after the header (16-byte aligned: mappings are page aligned and the header is
+    /// 64 bytes).
+    pub fn data(&self) -> &[u8] {
+        &self.all()[HEADER_LEN..]
+    }
+
+    /// The data after the header, exclusively.
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        &mut self.all_mut()[HEADER_LEN..]
+    }
+
+    /// The data after the header as a raw pointer, for memory shared between threads (the ring;
+    /// module doc, point 6): valid for [`data_len`](Self::data_len) bytes for as long as `self`
+    /// lives, 16-byte aligned. Writing through it while a [`data`](Self::data) slice lives is
+    /// undefined behaviour; the caller's `SAFETY:` argument rules that out.
     pub fn data_ptr(&self) -> *mut u8 {
-        // SAFETY: HEADER_LEN ≤ the mapping's length (see `header`), so the offset stays inside it.
-        unsafe { self.map.as_mut_ptr().add(HEADER_LEN) }
+        // In bounds: HEADER_LEN ≤ the mapping's length (see `header`).
+        self.map.as_mut_ptr().wrapping_add(HEADER_LEN)
     }
 
     pub fn data_len(&self) -> usize {
@@ -194,16 +232,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         {
-            let f = MappedFile::create(&path, MAGIC, 3, 4096).unwrap();
+            let mut f = MappedFile::create(&path, MAGIC, 3, 4096).unwrap();
             assert_eq!(f.data_len(), 4096);
             assert_eq!(f.data_ptr() as usize % 16, 0);
-            // SAFETY: the data region is 4096 bytes and only this test touches it.
-            unsafe { f.data_ptr().add(100).write(42) };
+            f.data_mut()[100] = 42;
             f.flush_data(0, 4096).unwrap();
         }
         let f = MappedFile::open(&path, MAGIC, 3).unwrap();
-        // SAFETY: as above.
-        assert_eq!(unsafe { f.data_ptr().add(100).read() }, 42);
+        assert_eq!(f.data()[100], 42);
+        assert_eq!(f.data().as_ptr(), f.data_ptr().cast_const());
         let blocks = std::fs::metadata(&path).map(|m| std::os::unix::fs::MetadataExt::blocks(&m)).unwrap();
         assert!(blocks * 512 >= 4096 + HEADER_LEN as u64, "fully allocated, no holes");
     }

@@ -1,0 +1,123 @@
+//! Byte-level storage: the files under the spools (journal, sink buffers) and the state arenas.
+//!
+//! Three layers, bottom up:
+//!
+//! - [`mapped_file`]: a locked, preallocated, header-checked file mapped into memory — the only
+//!   `memmap2` call site, and the one place where the mmap soundness argument is written.
+//! - [`Storage`] / [`StoredFile`]: the small trait the segment log is written against (STYLE.md
+//!   11): `create`, `open`, `read`, `write`, `sync`, `remove`. [`Mmap`] is the product's backend
+//!   (a [`MappedFile`] behind it); [`faulty`] (tests only) wraps any backend and fails a chosen
+//!   call with ENOSPC, EIO, a torn write or a flipped bit, so tests can show that every fault is an
+//!   error or a reported skip, never a panic or a silent loss.
+//! - [`log`]: one segment log — one record layout, one walk, one recovery rule — that the spool
+//!   and the arena both store their records in. Its module doc has the byte layout.
+//!
+//! Why the trait has no `truncate`: a mapped file is never shrunk while mapped (mapped_file.rs,
+//! point 3). "Truncating" a segment log is writing its end mark earlier ([`log::Segment::reset`]
+//! and the torn-tail cut on open); a file that is no longer needed is [`StoredFile::remove`]d.
+//! Why files have a fixed length: a segment is created at its full size, so an append never
+//! allocates and a full disk shows up as an error at `create`, never as SIGBUS at a write.
+
+#[cfg(test)]
+pub mod faulty;
+pub mod log;
+pub mod mapped_file;
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+use std::sync::Arc;
+
+pub use self::mapped_file::{HEADER_LEN, MappedFile, MappedFileError, scratch_base};
+
+/// Makes and opens [`StoredFile`]s: a directory's worth of segment files.
+pub trait Storage: Send + Sync {
+    /// Creates (or replaces) `path` with `data_len` zeroed bytes after a checked header with
+    /// `magic` and `version`.
+    fn create(
+        &self,
+        path: &Path,
+        magic: [u8; 8],
+        version: u32,
+        data_len: usize,
+    ) -> Result<Box<dyn StoredFile>, MappedFileError>;
+
+    /// Opens an existing file, checking its header (length, magic, version, crc).
+    fn open(&self, path: &Path, magic: [u8; 8], version: u32) -> Result<Box<dyn StoredFile>, MappedFileError>;
+}
+
+/// One fixed-length file's data area (what follows its header).
+pub trait StoredFile: Send + Sync {
+    fn path(&self) -> &Path;
+
+    /// The whole data area, in place.
+    fn read(&self) -> &[u8];
+
+    /// Writes `bytes` at data offset `at`. The caller keeps `at + bytes.len()` within
+    /// [`read`](Self::read)`().len()`; a write outside it is an error, never a panic.
+    fn write(&mut self, at: usize, bytes: &[u8]) -> Result<(), MappedFileError>;
+
+    /// Makes data bytes `at..at + len` durable (`msync(MS_SYNC)` for the mmap backend).
+    fn sync(&self, at: usize, len: usize) -> Result<(), MappedFileError>;
+
+    /// Deletes the file: unlinked while still mapped and locked, then unmapped — never truncated
+    /// under a mapping.
+    fn remove(self: Box<Self>) -> Result<(), MappedFileError>;
+}
+
+/// The product's backend: every file a [`MappedFile`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Mmap;
+
+impl Mmap {
+    /// The shared handle the spool and the arena take by default.
+    pub fn shared() -> Arc<dyn Storage> {
+        Arc::new(Mmap)
+    }
+}
+
+impl Storage for Mmap {
+    fn create(
+        &self,
+        path: &Path,
+        magic: [u8; 8],
+        version: u32,
+        data_len: usize,
+    ) -> Result<Box<dyn StoredFile>, MappedFileError> {
+        Ok(Box::new(MappedFile::create(path, magic, version, data_len)?))
+    }
+
+    fn open(&self, path: &Path, magic: [u8; 8], version: u32) -> Result<Box<dyn StoredFile>, MappedFileError> {
+        Ok(Box::new(MappedFile::open(path, magic, version)?))
+    }
+}
+
+impl StoredFile for MappedFile {
+    fn path(&self) -> &Path {
+        MappedFile::path(self)
+    }
+
+    fn read(&self) -> &[u8] {
+        self.data()
+    }
+
+    fn write(&mut self, at: usize, bytes: &[u8]) -> Result<(), MappedFileError> {
+        let path = self.path().to_owned();
+        let target = at.checked_add(bytes.len()).and_then(|end| self.data_mut().get_mut(at..end));
+        let Some(target) = target else {
+            let source = std::io::Error::other(format!("write of {} bytes at {at} outside the file", bytes.len()));
+            return Err(MappedFileError::Io { path, source });
+        };
+        target.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn sync(&self, at: usize, len: usize) -> Result<(), MappedFileError> {
+        self.flush_data(at, len)
+    }
+
+    fn remove(self: Box<Self>) -> Result<(), MappedFileError> {
+        // Unlinked while still mapped and locked; the mapping goes when `self` drops.
+        std::fs::remove_file(self.path()).map_err(|source| MappedFileError::Io { path: self.path().to_owned(), source })
+    }
+}
