@@ -32,7 +32,8 @@ use std::cell::OnceCell;
 use std::hint::black_box;
 use std::time::Duration;
 
-use braid::config::{self, Plan};
+use braid::config;
+use braid::plan::Plan;
 use braid::engine::{Emit, Engine};
 use braid::operator::ResultKind;
 use braid::record::id::IdHasher;

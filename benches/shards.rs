@@ -35,7 +35,8 @@ use std::hint::black_box;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use braid::config::{self, Plan};
+use braid::config;
+use braid::plan::Plan;
 use braid::engine::Emit;
 use braid::record::Row;
 use braid::record::id::IdHasher;

@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use braid::config::{NodeRef, Plan};
+use braid::plan::{NodeRef, Plan};
 use braid::operator::OperatorSpec;
 use braid::operator::window::WindowKind;
 use braid::record::id::{IdHasher, key_hash};

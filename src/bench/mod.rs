@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use braid::config::Plan;
+use braid::plan::Plan;
 use braid::engine::{Emit, Engine};
 use braid::operator::{OperatorSpec, ResultKind};
 use braid::record::Row;

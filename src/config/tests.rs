@@ -1,4 +1,6 @@
 use super::*;
+use crate::operator::OperatorSpec;
+use crate::plan::NodeRef;
 
 const VALID: &str = r#"
 [streams.status]

@@ -38,7 +38,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::config::{NodeRef, Plan};
+use crate::plan::{NodeRef, Plan};
 use crate::operator::connect::END_OF_INPUT;
 use crate::operator::{Operator, Output, ResultKind};
 use crate::record::{Key, Row};

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use crate::config::Plan;
+use crate::plan::Plan;
 use crate::engine::Figures;
 use crate::operator::ResultKind;
 

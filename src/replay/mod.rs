@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use crate::config::Plan;
+use crate::plan::Plan;
 use crate::engine::{Emit, Engine, Figures};
 use crate::record::Row;
 use crate::record::decode::check_time_window;

@@ -14,7 +14,8 @@ use tokio::time::Instant;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
-use crate::config::{Plan, SourceKind};
+use crate::config::SourceKind;
+use crate::plan::Plan;
 use crate::ops::systemd::Notifier;
 use crate::shard::wake::Doorbell;
 use crate::sink::mqtt::Uplink;

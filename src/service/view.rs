@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::config::Plan;
+use crate::plan::Plan;
 use crate::engine::Figures;
 use crate::ops::http::OpsView;
 use crate::sink::mqtt::Uplink;

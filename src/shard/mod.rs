@@ -42,7 +42,7 @@ use std::thread::JoinHandle;
 
 use thiserror::Error;
 
-use crate::config::{NodeRef, Plan};
+use crate::plan::{MAX_CHAIN_DEPTH, MAX_SHARDS, NodeRef, Plan};
 use crate::engine::{Emit, Figures, OperatorCounters, StreamCounters};
 use crate::operator::OperatorSpec;
 use crate::record::frame::to_row;
@@ -51,7 +51,6 @@ use crate::ring::{FrameKind, Producer, PushError, Ring, RingError};
 use crate::time::clock::InputTime;
 use crate::time::{StreamClock, Time, next_tick};
 use driver::{Driver, ShardRuntime};
-use tag::MAX_DEPTH;
 use wake::{Doorbell, Inbox, Outbox};
 use wire::{Frame, TickEvent, Writer};
 use worker::{Links, Worker};
@@ -79,9 +78,9 @@ pub enum RuntimeError {
     TooLarge(usize),
     #[error("encoding a row: {0}")]
     Frame(String),
-    #[error("an operator chain longer than {MAX_DEPTH} operators")]
+    #[error("an operator chain longer than {MAX_CHAIN_DEPTH} operators")]
     TooDeep,
-    #[error("{0} shards: at most 256 are supported")]
+    #[error("{0} shards: at most {MAX_SHARDS} are supported")]
     TooManyShards(usize),
 }
 
@@ -95,7 +94,7 @@ pub enum ShardError {
     TooLarge(usize),
     #[error("encoding a row: {0}")]
     Frame(String),
-    #[error("an operator chain longer than {MAX_DEPTH} operators")]
+    #[error("an operator chain longer than {MAX_CHAIN_DEPTH} operators")]
     TooDeep,
     #[error("protocol: {0}")]
     Protocol(&'static str),
@@ -154,7 +153,7 @@ impl Topology {
         Topology { shards, ops, stream_readers, idle_advance: plan.runtime.idle_advance }
     }
 
-    /// Operators on the longest chain (a tag's path holds at most [`MAX_DEPTH`]).
+    /// Operators on the longest chain (a tag's path holds at most [`MAX_CHAIN_DEPTH`]).
     fn depth(&self) -> usize {
         let mut depth = vec![0usize; self.ops.len()];
         for (op, node) in self.ops.iter().enumerate() {
@@ -253,11 +252,11 @@ impl Runtime {
     /// of the first line of all inputs (idleness counts from there).
     pub fn start(plan: &Plan, options: &RuntimeOptions<'_>, start: i128) -> Result<Runtime, RuntimeError> {
         let shards = options.shards.max(1);
-        if shards > crate::config::MAX_SHARDS as usize {
+        if shards > MAX_SHARDS {
             return Err(RuntimeError::TooManyShards(shards));
         }
         let topo = Arc::new(Topology::new(plan, shards));
-        if topo.depth() > MAX_DEPTH {
+        if topo.depth() > MAX_CHAIN_DEPTH {
             return Err(RuntimeError::TooDeep);
         }
         let (bell, sleeper) = Doorbell::new().map_err(RuntimeError::Doorbell)?;
@@ -623,7 +622,9 @@ impl Runtime {
         let mut any = false;
         for inbox in &mut self.results {
             any |= inbox.read(|f| {
-                if let Frame::Output { op, input, row } = wire::read(f.kind, f.payload) {
+                // SAFETY: a result ring, created fresh by `start` and filled only by its shard's
+                // `Writer` payloads (`Worker`'s output), read in place (16-byte aligned).
+                if let Frame::Output { op, input, row } = unsafe { wire::read(f.kind, f.payload) } {
                     let row = to_row(row);
                     if input == wire::RESULT {
                         emit.result(op, &row);

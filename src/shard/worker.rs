@@ -182,13 +182,21 @@ impl Worker {
         let mut moved = core.flush();
         for (from, inbox) in &mut self.exchange_in {
             let from = *from;
-            moved |= inbox.read(|f| core.on_exchange(from, wire::read(f.kind, f.payload))) > 0;
+            moved |= inbox
+                .read(|f| {
+                    // SAFETY: an exchange ring, created fresh by `Runtime::start` and filled only
+                    // with shard `from`'s `Writer` payloads, read in place (16-byte aligned).
+                    core.on_exchange(from, unsafe { wire::read(f.kind, f.payload) })
+                })
+                > 0;
         }
         if !core.backed_up() {
             let ticks = &mut self.ticks_seen;
             moved |= self.input.read(|f| {
                 *ticks += u64::from(f.kind == FrameKind::Tick);
-                core.on_event(wire::read(f.kind, f.payload))
+                // SAFETY: the feed ring, created fresh by `Runtime::start` and filled only with
+                // the feeder's `Writer` payloads, read in place (16-byte aligned).
+                core.on_event(unsafe { wire::read(f.kind, f.payload) })
             }) > 0;
         }
         core.first_level_done();
@@ -376,7 +384,7 @@ impl Core {
     fn input_frontier(&self, op: usize) -> Tag {
         let mut frontier = self.feeder_frontier;
         for node in &self.topo.ops[op].inputs {
-            if let crate::config::NodeRef::Operator(u) = *node {
+            if let crate::plan::NodeRef::Operator(u) = *node {
                 frontier = self.frontiers[u].iter().fold(frontier, |f, &t| f.min(t));
             }
         }
@@ -482,8 +490,8 @@ impl Core {
             .iter()
             .enumerate()
             .map(|(input, node)| match *node {
-                crate::config::NodeRef::Stream(s) => tick.streams[s],
-                crate::config::NodeRef::Operator(u) => {
+                crate::plan::NodeRef::Stream(s) => tick.streams[s],
+                crate::plan::NodeRef::Operator(u) => {
                     let mut watermark = Time::POS_INF;
                     for per_shard in &mut tick_watermarks[op][input] {
                         while per_shard.front().is_some_and(|&(seq, _)| seq < tick.seq) {
