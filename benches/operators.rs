@@ -33,9 +33,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use braid::config;
-use braid::plan::Plan;
 use braid::engine::{Emit, Engine};
 use braid::operator::ResultKind;
+use braid::plan::Plan;
 use braid::record::id::IdHasher;
 use braid::record::{Row, TimeSpec, Value};
 use common::EPOCH_MS;

@@ -36,8 +36,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use braid::config;
-use braid::plan::Plan;
 use braid::engine::Emit;
+use braid::plan::Plan;
 use braid::record::Row;
 use braid::record::id::IdHasher;
 use braid::ring::FRAME_HEADER;

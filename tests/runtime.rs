@@ -47,8 +47,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use braid::plan::Plan;
 use braid::engine::{Emit, Engine};
+use braid::plan::Plan;
 use braid::record::id::{IdHasher, key_hash};
 use braid::record::{Key, Row};
 use braid::replay::ReplayArgs;

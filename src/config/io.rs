@@ -4,10 +4,10 @@
 use toml::de::DeValue;
 
 use super::DEAD_LETTER;
-use crate::plan::NodeRef;
 use super::operators::Graph;
 use super::streams::Streams;
 use super::walk::{Errors, Table, type_name};
+use crate::plan::NodeRef;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SourceKind {

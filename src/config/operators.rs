@@ -13,9 +13,9 @@ use std::ops::Range;
 
 use toml::de::DeValue;
 
+use super::RESERVED_FIELDS;
 use super::streams::{Streams, bad_name};
 use super::walk::{Errors, Table, type_name};
-use super::RESERVED_FIELDS;
 use crate::operator::interval_join::{JoinType, LEFT, RIGHT};
 use crate::operator::projection::Column;
 use crate::operator::{self, OperatorKind, OperatorSpec};
@@ -40,9 +40,7 @@ fn allowed_keys(kind: OperatorKind) -> &'static [&'static str] {
         OperatorKind::WindowJoin => &["kind", "left", "right", "window", "allowed_lateness", "where", "select", "key"],
         OperatorKind::CoGroup => &["kind", "left", "right", "window", "allowed_lateness", "join", "aggregate", "key"],
         OperatorKind::TemporalJoin => &["kind", "left", "right", "join", "select", "key"],
-        OperatorKind::Connect => {
-            &["kind", "function", "left", "right", "value", "limit", "timeout", "select", "key"]
-        }
+        OperatorKind::Connect => &["kind", "function", "left", "right", "value", "limit", "timeout", "select", "key"],
         OperatorKind::Absence => &["kind", "input", "timeout", "key"],
     }
 }
@@ -225,11 +223,7 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
         }?;
         debug_assert_eq!(built.spec.kind(), kind, "operator {name}: a kind's check builds its own spec");
         if built.inputs.len() > MAX_INPUTS {
-            t.error(
-                "inputs",
-                errors,
-                format!("{} inputs: an operator reads at most {MAX_INPUTS}", built.inputs.len()),
-            );
+            t.error("inputs", errors, format!("{} inputs: an operator reads at most {MAX_INPUTS}", built.inputs.len()));
             return None;
         }
         let depth = chain_depth(&built.inputs, |u| self.checked[u].depth);

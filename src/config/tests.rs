@@ -134,9 +134,7 @@ fn an_unknown_kind_lists_every_kind() {
     let got = errors(&VALID.replace("kind = \"interval_join\"", "kind = \"merge\""));
     assert_eq!(
         got,
-        [
-            "t.toml:13:1: operators.effect.kind: must be one of union, connect, window_join, cogroup, interval_join, \
-             temporal_join, absence"
-        ]
+        ["t.toml:13:1: operators.effect.kind: must be one of union, connect, window_join, cogroup, interval_join, \
+             temporal_join, absence"]
     );
 }

@@ -4,9 +4,9 @@
 
 use std::fmt::Write;
 
-use crate::plan::Plan;
 use crate::engine::Figures;
 use crate::operator::ResultKind;
+use crate::plan::Plan;
 
 /// One metric family: its HELP and TYPE lines, then a sample per (labels, value); empty labels
 /// write the bare name.

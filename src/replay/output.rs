@@ -6,8 +6,8 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use crate::config::DEAD_LETTER;
-use crate::plan::{NodeRef, Plan};
 use crate::engine::Emit;
+use crate::plan::{NodeRef, Plan};
 use crate::record::{Row, json};
 
 /// What an output name refers to.

@@ -15,8 +15,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
 use crate::config::SourceKind;
-use crate::plan::Plan;
 use crate::ops::systemd::Notifier;
+use crate::plan::Plan;
 use crate::shard::wake::Doorbell;
 use crate::sink::mqtt::Uplink;
 use crate::source::mqtt::{SourceSettings, SourceStatus, subscription_filter};

@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use thiserror::Error;
 
 use crate::config::{SinkDef, SinkKind};
-use crate::plan::{NodeRef, Plan};
 use crate::engine::Emit;
+use crate::plan::{NodeRef, Plan};
 use crate::record::{Row, Schema, json};
 use crate::replay::output::{Target, target};
 use crate::sink::mqtt::Uplink;

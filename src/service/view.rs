@@ -6,9 +6,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::plan::Plan;
 use crate::engine::Figures;
 use crate::ops::http::OpsView;
+use crate::plan::Plan;
 use crate::sink::mqtt::Uplink;
 use crate::source::mqtt::SourceStatus;
 

@@ -42,9 +42,9 @@ use std::thread::JoinHandle;
 
 use thiserror::Error;
 
-use crate::plan::{MAX_CHAIN_DEPTH, MAX_SHARDS, NodeRef, Plan};
 use crate::engine::{Emit, Figures, OperatorCounters, StreamCounters};
 use crate::operator::OperatorSpec;
+use crate::plan::{MAX_CHAIN_DEPTH, MAX_SHARDS, NodeRef, Plan};
 use crate::record::frame::to_row;
 use crate::record::{Key, Row};
 use crate::ring::{FrameKind, Producer, PushError, Ring, RingError};

@@ -182,13 +182,11 @@ impl Worker {
         let mut moved = core.flush();
         for (from, inbox) in &mut self.exchange_in {
             let from = *from;
-            moved |= inbox
-                .read(|f| {
-                    // SAFETY: an exchange ring, created fresh by `Runtime::start` and filled only
-                    // with shard `from`'s `Writer` payloads, read in place (16-byte aligned).
-                    core.on_exchange(from, unsafe { wire::read(f.kind, f.payload) })
-                })
-                > 0;
+            moved |= inbox.read(|f| {
+                // SAFETY: an exchange ring, created fresh by `Runtime::start` and filled only
+                // with shard `from`'s `Writer` payloads, read in place (16-byte aligned).
+                core.on_exchange(from, unsafe { wire::read(f.kind, f.payload) })
+            }) > 0;
         }
         if !core.backed_up() {
             let ticks = &mut self.ticks_seen;
