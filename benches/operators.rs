@@ -32,9 +32,10 @@ use std::cell::OnceCell;
 use std::hint::black_box;
 use std::time::Duration;
 
-use braid::config::{self, Plan};
+use braid::config;
 use braid::engine::{Emit, Engine};
 use braid::operator::ResultKind;
+use braid::plan::Plan;
 use braid::record::id::IdHasher;
 use braid::record::{Row, TimeSpec, Value};
 use common::EPOCH_MS;

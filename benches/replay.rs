@@ -23,7 +23,8 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use braid::config::{self, Plan};
+use braid::config;
+use braid::plan::Plan;
 use braid::record::decode::decode_line;
 use braid::replay::{self, ReplayArgs};
 use common::EPOCH_MS;

@@ -35,8 +35,9 @@ use std::hint::black_box;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use braid::config::{self, Plan};
+use braid::config;
 use braid::engine::Emit;
+use braid::plan::Plan;
 use braid::record::Row;
 use braid::record::id::IdHasher;
 use braid::ring::FRAME_HEADER;

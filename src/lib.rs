@@ -1,6 +1,7 @@
 //! braid: a stream-join appliance for edge and IoT gateways.
 //!
-//! The modules follow the data path: [`config`] checks the TOML and yields a plan; [`record`]
+//! The modules follow the data path: [`config`] checks the TOML and yields a [`plan`] (the graph,
+//! what it derives once, the runtime limits); [`record`]
 //! turns payloads into positional rows; [`engine`] drives [`time`] (watermarks, idleness) and the
 //! [`operator`]s, which keep their rows in [`state`]; [`shard`] runs them on pinned threads fed
 //! through [`ring`]s of rkyv frames in mapped files ([`storage`]); [`replay`] feeds the runtime from files;
@@ -16,6 +17,7 @@ pub mod engine;
 pub mod mqtt;
 pub mod operator;
 pub mod ops;
+pub mod plan;
 pub mod record;
 pub mod replay;
 pub mod ring;

@@ -9,7 +9,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use braid::config::{self, Plan};
+use braid::config;
+use braid::plan::{MAX_SHARDS, Plan};
 use braid::replay::{self, ReplayArgs};
 
 /// EX_CONFIG: the configuration is invalid (as systemd and `vector validate` expect).
@@ -34,7 +35,7 @@ enum Command {
         #[arg(long, env = "BRAID_CONFIG")]
         config: PathBuf,
         /// Overrides `runtime.shards`.
-        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=MAX_SHARDS as i64))]
         shards: Option<u16>,
         /// STREAM=FILE: one JSON object per line in the stream's schema.
         #[arg(long = "input", value_name = "STREAM=FILE", value_parser = name_and_path)]
@@ -61,7 +62,7 @@ enum Command {
         #[arg(long, env = "BRAID_CONFIG")]
         config: PathBuf,
         /// Overrides `runtime.shards`.
-        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=MAX_SHARDS as i64))]
         shards: Option<u16>,
     },
     /// Embedded broker + simulated devices + the gateway join, with a live summary (Ctrl-C ends).

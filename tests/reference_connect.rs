@@ -968,7 +968,7 @@ mod custom {
         fn on_right(&mut self, _row: Row, _ctx: &mut Context<'_>) {}
     }
 
-    pub fn install(plan: &mut braid::config::Plan, function: fn() -> Box<dyn CoProcess>) {
+    pub fn install(plan: &mut braid::plan::Plan, function: fn() -> Box<dyn CoProcess>) {
         let op = plan.operators.iter_mut().find(|o| o.name == "u").unwrap();
         let OperatorSpec::Connect(spec) = op.spec.clone() else { panic!("u is a connect operator") };
         op.spec = OperatorSpec::Connect(spec.with_function(function));

@@ -47,8 +47,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use braid::config::Plan;
 use braid::engine::{Emit, Engine};
+use braid::plan::Plan;
 use braid::record::id::{IdHasher, key_hash};
 use braid::record::{Key, Row};
 use braid::replay::ReplayArgs;
@@ -432,7 +432,7 @@ mod spread {
 
     /// Operator `u` (a threshold in the config, so that its right side may be broadcast) runs
     /// [`Spread`].
-    pub fn install(plan: &mut braid::config::Plan) {
+    pub fn install(plan: &mut braid::plan::Plan) {
         let op = plan.operators.iter_mut().find(|o| o.name == "u").unwrap();
         let OperatorSpec::Connect(spec) = op.spec.clone() else { panic!("u is a connect operator") };
         op.spec = OperatorSpec::Connect(spec.with_function(|| Box::<Spread>::default()));

@@ -9,9 +9,9 @@
 
 use std::collections::VecDeque;
 
-use braid::config::{NodeRef, Plan};
 use braid::operator::OperatorSpec;
 use braid::operator::window::WindowKind;
+use braid::plan::{NodeRef, Plan};
 use braid::record::id::{IdHasher, key_hash};
 use braid::record::schema::Field;
 use braid::record::{FieldType, Key, Row, TimeSpec, TimeUnit, Value};

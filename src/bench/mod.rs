@@ -48,9 +48,9 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use braid::config::Plan;
 use braid::engine::{Emit, Engine};
 use braid::operator::{OperatorSpec, ResultKind};
+use braid::plan::Plan;
 use braid::record::Row;
 
 use load::{Generator, Input};

@@ -7,6 +7,7 @@ use super::DEAD_LETTER;
 use super::operators::Graph;
 use super::streams::Streams;
 use super::walk::{Errors, Table, type_name};
+use crate::plan::NodeRef;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SourceKind {
@@ -294,9 +295,9 @@ fn check_topic_fields(t: Table<'_, '_>, sink: &SinkDef, streams: &Streams, graph
         return; // reported already
     }
     let empty = crate::record::Schema::new(Vec::new(), None, crate::record::TimeSpec::Ingest);
-    let node_schema = |node: super::NodeRef| match node {
-        super::NodeRef::Stream(i) => streams.defs.get(i).map(|d| &d.schema),
-        super::NodeRef::Operator(i) => graph.operators.get(i).map(|o| &o.output),
+    let node_schema = |node: NodeRef| match node {
+        NodeRef::Stream(i) => streams.defs.get(i).map(|d| &d.schema),
+        NodeRef::Operator(i) => graph.operators.get(i).map(|o| &o.output),
     };
     for input in &sink.inputs {
         let schemas: Vec<&crate::record::Schema> = if input == DEAD_LETTER {

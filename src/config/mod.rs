@@ -3,9 +3,15 @@
 //! Two phases over toml's spanned document (STYLE.md 12): structure (unknown keys, types) and
 //! meaning (references, key types, bounds, select fields), both collecting *every* error with the
 //! line and column of the offending key or value and the component it belongs to. The result is
-//! a [`Plan`]: streams with positional schemas and operators in topological order, names
-//! resolved to positions, ready to run. Every command loads the whole file the same way, so
-//! `validate` passes exactly what `run` and `replay` accept.
+//! a [`Plan`] (`src/plan.rs`): streams with positional schemas and operators in topological
+//! order, names resolved to positions, ready to run. This module only turns text into a plan; what
+//! a plan is, what it derives (readers, chain depth) and the limits it is checked against
+//! ([`crate::plan::MAX_SHARDS`] and the rest) live in [`crate::plan`]. Every command loads the whole
+//! file the same way, so `validate` passes exactly what `run` and `replay` accept.
+//!
+//! An operator's `kind` is parsed once into an [`OperatorKind`](crate::operator::OperatorKind);
+//! its allowed keys and its checks are chosen by an exhaustive `match` on it
+//! (`operators.rs`), so a new kind does not compile until it has both.
 
 mod io;
 pub(crate) mod operators;
@@ -17,8 +23,7 @@ use std::path::{Path, PathBuf};
 
 use toml::de::DeTable;
 
-use crate::operator::OperatorSpec;
-use crate::record::Schema;
+use crate::plan::{MAX_SHARDS, Plan};
 use walk::{Errors, Table};
 
 pub use io::{MqttConn, Overflow, SinkDef, SinkKind, SourceDef, SourceKind};
@@ -103,9 +108,6 @@ pub enum Durability {
     Power,
 }
 
-/// The most shards a runtime runs (a row's place in the exchange order names its shard in 8 bits).
-pub const MAX_SHARDS: i64 = 256;
-
 #[derive(Clone, Debug)]
 pub struct Runtime {
     /// `None`: one shard per core.
@@ -120,82 +122,6 @@ pub struct Runtime {
     /// `braid run`: bytes the ingest journal may hold (default 1 GiB); beyond, its oldest entries
     /// go early (counted).
     pub journal_bytes: u64,
-}
-
-/// What an operator reads: an input stream or another operator's output.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NodeRef {
-    Stream(usize),
-    Operator(usize),
-}
-
-#[derive(Clone, Debug)]
-pub struct OperatorDef {
-    pub name: String,
-    pub inputs: Vec<NodeRef>,
-    /// The schema of its results (what a downstream operator reads).
-    pub output: Schema,
-    pub spec: OperatorSpec,
-}
-
-/// A checked configuration.
-#[derive(Clone, Debug)]
-pub struct Plan {
-    pub runtime: Runtime,
-    /// `[ops] listen`; empty turns the endpoint off.
-    pub ops_listen: String,
-    pub sources: Vec<SourceDef>,
-    pub streams: Vec<StreamDef>,
-    /// Upstream first.
-    pub operators: Vec<OperatorDef>,
-    pub sinks: Vec<SinkDef>,
-    /// Valid settings that make matches unlikely, as `FILE:LINE:COL: warning: PATH: message`.
-    pub warnings: Vec<String>,
-}
-
-impl Plan {
-    /// The streams source `source` feeds, with their indices.
-    pub fn source_streams(&self, source: usize) -> impl Iterator<Item = (usize, &StreamDef)> {
-        let name = self.sources.get(source).map(|s| s.name.as_str());
-        self.streams.iter().enumerate().filter(move |(_, s)| s.source.is_some() && s.source.as_deref() == name)
-    }
-
-    /// The largest `max_payload` of the streams source `source` feeds (256 KiB, the default,
-    /// when it feeds none).
-    pub fn source_max_payload(&self, source: usize) -> u64 {
-        self.source_streams(source).map(|(_, s)| s.max_payload).max().unwrap_or(256 * 1024)
-    }
-
-    pub fn stream(&self, name: &str) -> Option<usize> {
-        self.streams.iter().position(|s| s.name == name)
-    }
-
-    pub fn operator(&self, name: &str) -> Option<usize> {
-        self.operators.iter().position(|o| o.name == name)
-    }
-
-    /// Where operator `op`'s results carry the key of the row they came from (rule 9: under the
-    /// key field name of its left or only input), whatever `key =` re-keys them by.
-    pub fn origin_key_position(&self, op: usize) -> Option<usize> {
-        let def = &self.operators[op];
-        let input = self.node_schema(*def.inputs.first()?);
-        let name = &input.fields[input.key?].name;
-        def.output.fields.iter().position(|f| f.name == *name)
-    }
-
-    pub fn node_name(&self, node: NodeRef) -> &str {
-        match node {
-            NodeRef::Stream(i) => &self.streams[i].name,
-            NodeRef::Operator(i) => &self.operators[i].name,
-        }
-    }
-
-    pub fn node_schema(&self, node: NodeRef) -> &Schema {
-        match node {
-            NodeRef::Stream(i) => &self.streams[i].schema,
-            NodeRef::Operator(i) => &self.operators[i].output,
-        }
-    }
 }
 
 /// Reads and checks a configuration file.
@@ -269,15 +195,7 @@ fn check(root: Table<'_, '_>, errors: &mut Errors) -> Option<Plan> {
     let streams = streams::streams(streams_t, &sources, errors);
     let graph = operators::operators(operators_t, &streams, errors);
     let sinks = io::sinks(sinks_t, &streams, &graph, errors);
-    Some(Plan {
-        runtime,
-        ops_listen,
-        sources,
-        streams: streams.defs,
-        operators: graph.operators,
-        sinks,
-        warnings: Vec::new(),
-    })
+    Some(Plan::new(runtime, ops_listen, sources, streams.defs, graph.operators, sinks))
 }
 
 fn runtime(t: Table<'_, '_>, errors: &mut Errors) -> Runtime {
@@ -296,15 +214,17 @@ fn runtime(t: Table<'_, '_>, errors: &mut Errors) -> Runtime {
     let shards = match t.get("shards").map(|v| v.get_ref()) {
         None => None,
         Some(toml::de::DeValue::String(s)) if s == "auto" => None,
-        Some(toml::de::DeValue::Integer(_)) => match t.int("shards", errors) {
-            Some((n, _)) if (1..=MAX_SHARDS).contains(&n) => usize::try_from(n).ok(),
-            _ => {
-                t.error("shards", errors, "expected \"auto\" or a number from 1 to 256");
-                None
+        Some(toml::de::DeValue::Integer(_)) => {
+            match t.int("shards", errors).and_then(|(n, _)| usize::try_from(n).ok()) {
+                Some(n) if (1..=MAX_SHARDS).contains(&n) => Some(n),
+                _ => {
+                    t.error("shards", errors, format!("expected \"auto\" or a number from 1 to {MAX_SHARDS}"));
+                    None
+                }
             }
-        },
+        }
         Some(_) => {
-            t.error("shards", errors, "expected \"auto\" or a number from 1 to 256");
+            t.error("shards", errors, format!("expected \"auto\" or a number from 1 to {MAX_SHARDS}"));
             None
         }
     };

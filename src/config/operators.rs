@@ -1,18 +1,25 @@
 //! `[operators.NAME]`: every kind is parsed and checked, inputs resolved (upstream first, cycles
 //! refused) and output schemas derived, so chains validate end to end. Each kind's own checks
 //! live beside its runtime, in `src/operator/<kind>.rs`.
+//!
+//! `kind` is parsed once into an [`OperatorKind`]; [`allowed_keys`] and the choice of check are
+//! exhaustive matches on it (an unknown kind is an error at the `kind` value, listing every kind).
+//! The plan's limits ([`crate::plan`]) are checked here: at most [`MAX_OPERATORS`] operators,
+//! [`MAX_INPUTS`] inputs each, chains of at most [`MAX_CHAIN_DEPTH`] operators, counted with the
+//! plan's own rule ([`chain_depth`]) as each operator is built.
 
 use std::collections::HashMap;
 use std::ops::Range;
 
 use toml::de::DeValue;
 
+use super::RESERVED_FIELDS;
 use super::streams::{Streams, bad_name};
 use super::walk::{Errors, Table, type_name};
-use super::{NodeRef, OperatorDef, RESERVED_FIELDS};
 use crate::operator::interval_join::{JoinType, LEFT, RIGHT};
 use crate::operator::projection::Column;
-use crate::operator::{self, OperatorSpec};
+use crate::operator::{self, OperatorKind, OperatorSpec};
+use crate::plan::{MAX_CHAIN_DEPTH, MAX_INPUTS, MAX_OPERATORS, NodeRef, OperatorDef, chain_depth};
 use crate::record::schema::Field;
 use crate::record::{FieldType, Schema, TimeSpec};
 
@@ -23,20 +30,24 @@ pub struct Graph {
     pub outputs: HashMap<String, Option<Schema>>,
 }
 
-const KINDS: [&str; 7] = ["union", "connect", "window_join", "cogroup", "interval_join", "temporal_join", "absence"];
-
-fn allowed_keys(kind: &str) -> &'static [&'static str] {
+/// The keys `[operators.NAME]` of `kind` may have.
+fn allowed_keys(kind: OperatorKind) -> &'static [&'static str] {
     match kind {
-        "union" => &["kind", "inputs", "key"],
-        "interval_join" => {
+        OperatorKind::Union => &["kind", "inputs", "key"],
+        OperatorKind::IntervalJoin => {
             &["kind", "left", "right", "lower", "upper", "lower_exclusive", "upper_exclusive", "join", "select", "key"]
         }
-        "window_join" => &["kind", "left", "right", "window", "allowed_lateness", "where", "select", "key"],
-        "cogroup" => &["kind", "left", "right", "window", "allowed_lateness", "join", "aggregate", "key"],
-        "temporal_join" => &["kind", "left", "right", "join", "select", "key"],
-        "connect" => &["kind", "function", "left", "right", "value", "limit", "timeout", "select", "key"],
-        _ => &["kind", "input", "timeout", "key"],
+        OperatorKind::WindowJoin => &["kind", "left", "right", "window", "allowed_lateness", "where", "select", "key"],
+        OperatorKind::CoGroup => &["kind", "left", "right", "window", "allowed_lateness", "join", "aggregate", "key"],
+        OperatorKind::TemporalJoin => &["kind", "left", "right", "join", "select", "key"],
+        OperatorKind::Connect => &["kind", "function", "left", "right", "value", "limit", "timeout", "select", "key"],
+        OperatorKind::Absence => &["kind", "input", "timeout", "key"],
     }
+}
+
+/// `union, connect, …`: every kind's name, for error messages.
+fn kind_names() -> String {
+    OperatorKind::ALL.map(OperatorKind::name).join(", ")
 }
 
 /// An input as an operator sees it.
@@ -64,6 +75,8 @@ struct Checked {
     inputs: Vec<NodeRef>,
     output: Schema,
     spec: OperatorSpec,
+    /// [`chain_depth`]: operators on the longest chain ending here.
+    depth: usize,
 }
 
 /// Resolves operator inputs (checking upstream operators first) while each kind checks its table.
@@ -75,6 +88,10 @@ pub struct Builder<'s, 'a, 'i> {
 }
 
 pub fn operators(section: Table<'_, '_>, streams: &Streams, errors: &mut Errors) -> Graph {
+    let declared = section.entries().count();
+    if declared > MAX_OPERATORS {
+        errors.at(section.span, section.path, format!("{declared} operators: a plan holds at most {MAX_OPERATORS}"));
+    }
     let mut builder = Builder { section, streams, status: HashMap::new(), checked: Vec::new() };
     for (name, span, _) in section.entries() {
         if let Some(problem) = bad_name(name) {
@@ -167,22 +184,12 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
             return None;
         }
         let i = self.build(name, errors)?;
-        if self.chain_length(i) >= crate::shard::tag::MAX_DEPTH {
-            let max = crate::shard::tag::MAX_DEPTH;
-            errors.at(span, &path, format!("reading {name:?} makes a chain of more than {max} operators"));
+        if self.checked[i].depth >= MAX_CHAIN_DEPTH {
+            errors.at(span, &path, format!("reading {name:?} makes a chain of more than {MAX_CHAIN_DEPTH} operators"));
             return None;
         }
         let schema = self.checked[i].output.clone();
         Some(Input { node: NodeRef::Operator(i), name: name.to_owned(), schema })
-    }
-
-    /// Operators on the longest chain ending at checked operator `i`.
-    fn chain_length(&self, i: usize) -> usize {
-        let upstream = self.checked[i].inputs.iter().filter_map(|n| match *n {
-            NodeRef::Operator(u) => Some(self.chain_length(u)),
-            NodeRef::Stream(_) => None,
-        });
-        1 + upstream.max().unwrap_or(0)
     }
 
     /// The `max_out_of_orderness` of an input stream (`None` for an operator's output).
@@ -199,22 +206,28 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
     }
 
     fn check(&mut self, name: &str, t: Table<'_, '_>, errors: &mut Errors) -> Option<Checked> {
-        let (kind, kind_span) = t.required_str("kind", errors, &format!("one of {}", KINDS.join(", ")))?;
-        if !KINDS.contains(&kind) {
-            errors.at(&kind_span, &t.child_path("kind"), format!("must be one of {}", KINDS.join(", ")));
+        let (kind, kind_span) = t.required_str("kind", errors, &format!("one of {}", kind_names()))?;
+        let Some(kind) = OperatorKind::parse(kind) else {
+            errors.at(&kind_span, &t.child_path("kind"), format!("must be one of {}", kind_names()));
             return None;
-        }
+        };
         t.check_keys(allowed_keys(kind), errors);
         let built = match kind {
-            "interval_join" => operator::interval_join::check(self, name, t, errors),
-            "window_join" => operator::window_join::check(self, name, t, errors),
-            "cogroup" => operator::cogroup::check(self, name, t, errors),
-            "temporal_join" => operator::temporal_join::check(self, name, t, errors),
-            "connect" => operator::connect::check(self, name, t, errors),
-            "union" => operator::union::check(self, name, t, errors),
-            _ => operator::absence::check(self, name, t, errors),
-        };
-        built.map(|b| Checked { name: name.to_owned(), inputs: b.inputs, output: b.output, spec: b.spec })
+            OperatorKind::IntervalJoin => operator::interval_join::check(self, name, t, errors),
+            OperatorKind::WindowJoin => operator::window_join::check(self, name, t, errors),
+            OperatorKind::CoGroup => operator::cogroup::check(self, name, t, errors),
+            OperatorKind::TemporalJoin => operator::temporal_join::check(self, name, t, errors),
+            OperatorKind::Connect => operator::connect::check(self, name, t, errors),
+            OperatorKind::Union => operator::union::check(self, name, t, errors),
+            OperatorKind::Absence => operator::absence::check(self, name, t, errors),
+        }?;
+        debug_assert_eq!(built.spec.kind(), kind, "operator {name}: a kind's check builds its own spec");
+        if built.inputs.len() > MAX_INPUTS {
+            t.error("inputs", errors, format!("{} inputs: an operator reads at most {MAX_INPUTS}", built.inputs.len()));
+            return None;
+        }
+        let depth = chain_depth(&built.inputs, |u| self.checked[u].depth);
+        Some(Checked { name: name.to_owned(), inputs: built.inputs, output: built.output, spec: built.spec, depth })
     }
 
     /// `left` and `right`: keyed alike (string vs int keys never match), broadcast only where

@@ -1,4 +1,6 @@
 use super::*;
+use crate::operator::OperatorSpec;
+use crate::plan::NodeRef;
 
 const VALID: &str = r#"
 [streams.status]
@@ -114,4 +116,25 @@ fn an_mqtt_sink_takes_a_status_topic() {
     let got = errors(&format!("{VALID}\n{sink}status_topic = \"gw/{{device}}\"\n"));
     assert_eq!(got.len(), 1);
     assert!(got[0].contains("sinks.up.status_topic: a publish topic"), "{got:?}");
+}
+
+#[test]
+fn a_union_reads_at_most_max_inputs() {
+    let union = |n: usize| {
+        let inputs = vec!["\"status\""; n].join(", ");
+        format!("{VALID}\n[operators.all]\nkind = \"union\"\ninputs = [{inputs}]\n")
+    };
+    assert!(parse("t.toml", &union(crate::plan::MAX_INPUTS)).is_ok());
+    let got = errors(&union(crate::plan::MAX_INPUTS + 1));
+    assert_eq!(got, ["t.toml:24:1: operators.all.inputs: 257 inputs: an operator reads at most 256"]);
+}
+
+#[test]
+fn an_unknown_kind_lists_every_kind() {
+    let got = errors(&VALID.replace("kind = \"interval_join\"", "kind = \"merge\""));
+    assert_eq!(
+        got,
+        ["t.toml:13:1: operators.effect.kind: must be one of union, connect, window_join, cogroup, interval_join, \
+             temporal_join, absence"]
+    );
 }

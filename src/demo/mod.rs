@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::config::{Overflow, Plan, SinkDef, SinkKind, SourceKind};
+use crate::config::{Overflow, SinkDef, SinkKind, SourceKind};
+use crate::plan::Plan;
 use crate::service::{Control, LiveView, Request, ServiceOptions};
 
 /// The demo's configuration: the gateway join of `configs/gateway.toml`, with its devices on the

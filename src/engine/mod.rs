@@ -38,9 +38,9 @@
 
 use std::collections::VecDeque;
 
-use crate::config::{NodeRef, Plan};
 use crate::operator::connect::END_OF_INPUT;
 use crate::operator::{Operator, Output};
+use crate::plan::{NodeRef, Plan};
 use crate::record::{Key, Row};
 use crate::time::clock::InputTime;
 use crate::time::{OperatorClock, StreamClock, Time, next_tick, tick_at_or_before};

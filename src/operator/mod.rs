@@ -5,8 +5,17 @@
 //! operator's watermark from its inputs, rule 5) and counters, the shard runtime its routing; one
 //! operator instance runs per shard and sees only that shard's keys.
 //!
-//! Every kind is listed in [`OperatorSpec`] and [`Operator`]; adding one means adding a variant
-//! and the compiler shows every `match` to extend.
+//! # The registry
+//!
+//! What exists is listed here, three times in one place, with no macro and no wildcard:
+//! [`OperatorKind`] (what the `kind` key names: parsed once by `config`, which picks each kind's
+//! allowed keys and checks by matching on it), [`OperatorSpec`] (a kind's checked settings, what a
+//! [`Plan`](crate::plan::Plan) holds) and [`Operator`] (one shard's running instance). Every
+//! `match` over them — here, in `config/operators.rs`, in [`OperatorSpec::kind`] — names every
+//! variant, so adding a kind means adding a variant to each, and the compiler then lists every
+//! place that must handle it (STYLE.md 3). The one list the compiler cannot check for
+//! completeness, [`OperatorKind::ALL`] (what `parse` searches), has a const assertion that it is
+//! in declaration order.
 
 pub mod absence;
 pub mod cogroup;
@@ -82,6 +91,74 @@ impl Output {
     }
 }
 
+/// An operator kind: the value of `[operators.NAME] kind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OperatorKind {
+    Union,
+    Connect,
+    WindowJoin,
+    CoGroup,
+    IntervalJoin,
+    TemporalJoin,
+    Absence,
+}
+
+impl OperatorKind {
+    /// Every kind, in variant order (the order error messages list them in).
+    pub const ALL: [OperatorKind; 7] = [
+        OperatorKind::Union,
+        OperatorKind::Connect,
+        OperatorKind::WindowJoin,
+        OperatorKind::CoGroup,
+        OperatorKind::IntervalJoin,
+        OperatorKind::TemporalJoin,
+        OperatorKind::Absence,
+    ];
+
+    /// The kind's name in a configuration.
+    pub const fn name(self) -> &'static str {
+        match self {
+            OperatorKind::Union => "union",
+            OperatorKind::Connect => "connect",
+            OperatorKind::WindowJoin => "window_join",
+            OperatorKind::CoGroup => "cogroup",
+            OperatorKind::IntervalJoin => "interval_join",
+            OperatorKind::TemporalJoin => "temporal_join",
+            OperatorKind::Absence => "absence",
+        }
+    }
+
+    /// The kind named `name`, if any.
+    pub fn parse(name: &str) -> Option<OperatorKind> {
+        OperatorKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Instances may hold processing-time timers (only connect's functions set them): the runtime
+    /// sends them processing time and runs every tick while they exist.
+    pub const fn is_clocked(self) -> bool {
+        match self {
+            OperatorKind::Connect => true,
+            OperatorKind::Union
+            | OperatorKind::WindowJoin
+            | OperatorKind::CoGroup
+            | OperatorKind::IntervalJoin
+            | OperatorKind::TemporalJoin
+            | OperatorKind::Absence => false,
+        }
+    }
+}
+
+// `ALL` lists the variants in declaration order, each once: entry i has discriminant i (a variant
+// inserted in the middle fails this until `ALL` has it; one appended at the end is caught by the
+// first config test of the new kind, which `parse` would refuse).
+const _: () = {
+    let mut i = 0;
+    while i < OperatorKind::ALL.len() {
+        assert!(OperatorKind::ALL[i] as usize == i);
+        i += 1;
+    }
+};
+
 /// A checked operator configuration: what the runtime instantiates once per shard.
 #[derive(Clone, Debug)]
 pub enum OperatorSpec {
@@ -95,6 +172,18 @@ pub enum OperatorSpec {
 }
 
 impl OperatorSpec {
+    pub fn kind(&self) -> OperatorKind {
+        match self {
+            OperatorSpec::Union(_) => OperatorKind::Union,
+            OperatorSpec::Connect(_) => OperatorKind::Connect,
+            OperatorSpec::WindowJoin(_) => OperatorKind::WindowJoin,
+            OperatorSpec::CoGroup(_) => OperatorKind::CoGroup,
+            OperatorSpec::IntervalJoin(_) => OperatorKind::IntervalJoin,
+            OperatorSpec::TemporalJoin(_) => OperatorKind::TemporalJoin,
+            OperatorSpec::Absence(_) => OperatorKind::Absence,
+        }
+    }
+
     /// An instance keeping its state in memory.
     pub fn build(&self) -> Operator {
         match self {
@@ -128,7 +217,10 @@ impl OperatorSpec {
                 let right = ArenaStore::open(&dir.join(format!("{}.right", spec.name)))?;
                 Operator::TemporalJoin(TemporalJoin::with_state(spec.clone(), [Box::new(left), Box::new(right)]))
             }
-            _ => self.build(),
+            OperatorSpec::Union(_)
+            | OperatorSpec::WindowJoin(_)
+            | OperatorSpec::CoGroup(_)
+            | OperatorSpec::Absence(_) => self.build(),
         })
     }
 }
@@ -146,21 +238,6 @@ pub enum Operator {
     Absence(Absence),
 }
 
-/// Calls the same method on whichever operator this is.
-macro_rules! dispatch {
-    ($self:expr, $op:ident => $call:expr) => {
-        match $self {
-            Operator::Union($op) => $call,
-            Operator::Connect($op) => $call,
-            Operator::WindowJoin($op) => $call,
-            Operator::CoGroup($op) => $call,
-            Operator::IntervalJoin($op) => $call,
-            Operator::TemporalJoin($op) => $call,
-            Operator::Absence($op) => $call,
-        }
-    };
-}
-
 impl Operator {
     /// A row read in place from a ring frame (`bytes`: its archive) reached input `input`. Each
     /// kind copies out only what it keeps: the interval and temporal joins store the archive as
@@ -174,35 +251,74 @@ impl Operator {
             Operator::Union(op) => op.on_frame(input, row, out),
             Operator::Absence(op) => op.on_frame(input, row, out),
             Operator::CoGroup(op) => op.on_frame(input, row, out),
-            other => other.on_row(input, crate::record::frame::to_row(row), out),
+            Operator::WindowJoin(op) => op.on_row(input, crate::record::frame::to_row(row), out),
+            Operator::Connect(op) => op.on_row(input, crate::record::frame::to_row(row), out),
         }
     }
 
     /// A row reached input `input` (its index in the operator's inputs).
     pub fn on_row(&mut self, input: usize, row: Row, out: &mut Output) {
-        dispatch!(self, op => op.on_row(input, row, out))
+        match self {
+            Operator::Union(op) => op.on_row(input, row, out),
+            Operator::Connect(op) => op.on_row(input, row, out),
+            Operator::WindowJoin(op) => op.on_row(input, row, out),
+            Operator::CoGroup(op) => op.on_row(input, row, out),
+            Operator::IntervalJoin(op) => op.on_row(input, row, out),
+            Operator::TemporalJoin(op) => op.on_row(input, row, out),
+            Operator::Absence(op) => op.on_row(input, row, out),
+        }
     }
 
     /// The operator's watermark moved forward to `watermark` (+∞ at the end of input).
     pub fn on_watermark(&mut self, watermark: Time, out: &mut Output) {
-        dispatch!(self, op => op.on_watermark(watermark, out))
+        match self {
+            Operator::Union(op) => op.on_watermark(watermark, out),
+            Operator::Connect(op) => op.on_watermark(watermark, out),
+            Operator::WindowJoin(op) => op.on_watermark(watermark, out),
+            Operator::CoGroup(op) => op.on_watermark(watermark, out),
+            Operator::IntervalJoin(op) => op.on_watermark(watermark, out),
+            Operator::TemporalJoin(op) => op.on_watermark(watermark, out),
+            Operator::Absence(op) => op.on_watermark(watermark, out),
+        }
     }
 
     /// A lower bound on the `_ts` of every result this instance may still emit (rule 5).
     pub fn output_watermark(&self) -> Time {
-        dispatch!(self, op => op.output_watermark())
+        match self {
+            Operator::Union(op) => op.output_watermark(),
+            Operator::Connect(op) => op.output_watermark(),
+            Operator::WindowJoin(op) => op.output_watermark(),
+            Operator::CoGroup(op) => op.output_watermark(),
+            Operator::IntervalJoin(op) => op.output_watermark(),
+            Operator::TemporalJoin(op) => op.output_watermark(),
+            Operator::Absence(op) => op.output_watermark(),
+        }
     }
 
     /// Nothing is pending that a moving watermark could emit (no timers).
     pub fn is_quiescent(&self) -> bool {
-        dispatch!(self, op => op.is_quiescent())
+        match self {
+            Operator::Union(op) => op.is_quiescent(),
+            Operator::Connect(op) => op.is_quiescent(),
+            Operator::WindowJoin(op) => op.is_quiescent(),
+            Operator::CoGroup(op) => op.is_quiescent(),
+            Operator::IntervalJoin(op) => op.is_quiescent(),
+            Operator::TemporalJoin(op) => op.is_quiescent(),
+            Operator::Absence(op) => op.is_quiescent(),
+        }
     }
 
     /// Processing time reached `now` (`connect::END_OF_INPUT` at the end of input): timers due
     /// by then fire. Only connect has processing-time timers.
     pub fn on_processing_time(&mut self, now: i128, out: &mut Output) {
-        if let Operator::Connect(op) = self {
-            op.on_processing_time(now, out);
+        match self {
+            Operator::Connect(op) => op.on_processing_time(now, out),
+            Operator::Union(_)
+            | Operator::WindowJoin(_)
+            | Operator::CoGroup(_)
+            | Operator::IntervalJoin(_)
+            | Operator::TemporalJoin(_)
+            | Operator::Absence(_) => {}
         }
     }
 
@@ -210,15 +326,36 @@ impl Operator {
     pub fn next_processing_timer(&self) -> Option<i128> {
         match self {
             Operator::Connect(op) => op.next_processing_timer(),
-            _ => None,
+            Operator::Union(_)
+            | Operator::WindowJoin(_)
+            | Operator::CoGroup(_)
+            | Operator::IntervalJoin(_)
+            | Operator::TemporalJoin(_)
+            | Operator::Absence(_) => None,
         }
     }
 
     pub fn state_rows(&self) -> usize {
-        dispatch!(self, op => op.state_rows())
+        match self {
+            Operator::Union(op) => op.state_rows(),
+            Operator::Connect(op) => op.state_rows(),
+            Operator::WindowJoin(op) => op.state_rows(),
+            Operator::CoGroup(op) => op.state_rows(),
+            Operator::IntervalJoin(op) => op.state_rows(),
+            Operator::TemporalJoin(op) => op.state_rows(),
+            Operator::Absence(op) => op.state_rows(),
+        }
     }
 
     pub fn state_bytes(&self) -> usize {
-        dispatch!(self, op => op.state_bytes())
+        match self {
+            Operator::Union(op) => op.state_bytes(),
+            Operator::Connect(op) => op.state_bytes(),
+            Operator::WindowJoin(op) => op.state_bytes(),
+            Operator::CoGroup(op) => op.state_bytes(),
+            Operator::IntervalJoin(op) => op.state_bytes(),
+            Operator::TemporalJoin(op) => op.state_bytes(),
+            Operator::Absence(op) => op.state_bytes(),
+        }
     }
 }

@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use crate::config::Plan;
 use crate::operator::ResultKind;
+use crate::plan::Plan;
 use crate::shard::Figures;
 
 /// One metric family: its HELP and TYPE lines, then a sample per (labels, value); empty labels

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use crate::config::Plan;
 use crate::engine::{Emit, Engine, Figures};
+use crate::plan::Plan;
 use crate::record::Row;
 use crate::record::decode::check_time_window;
 use crate::record::id::IdHasher;

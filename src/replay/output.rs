@@ -5,7 +5,8 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use crate::config::{DEAD_LETTER, NodeRef, Plan};
+use crate::config::DEAD_LETTER;
+use crate::plan::{NodeRef, Plan};
 use crate::record::{Row, json};
 use crate::shard::Emit;
 

@@ -4,7 +4,7 @@
 //! rebuilds exactly the rows the first run had. Processing time is the intake's clock when it took
 //! the message (journaled with it), never a field of the payload.
 
-use crate::config::Plan;
+use crate::plan::Plan;
 use crate::record::Value;
 use crate::record::decode::{check_time_window, dead_letter_raw, decode_payload};
 use crate::record::id::IdHasher;

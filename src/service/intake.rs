@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 
-use crate::config::{Durability, Plan};
+use crate::config::Durability;
+use crate::plan::Plan;
 use crate::shard::{Runtime, RuntimeError};
 use crate::source::mqtt::SourceStatus;
 use crate::source::{Confirmations, Delivery};

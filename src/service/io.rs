@@ -14,8 +14,9 @@ use tokio::time::Instant;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
-use crate::config::{Plan, SourceKind};
+use crate::config::SourceKind;
 use crate::ops::systemd::Notifier;
+use crate::plan::Plan;
 use crate::shard::wake::Doorbell;
 use crate::sink::mqtt::Uplink;
 use crate::source::mqtt::{SourceSettings, SourceStatus, subscription_filter};

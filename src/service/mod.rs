@@ -29,7 +29,8 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::config::{Plan, SinkKind, SourceKind};
+use crate::config::{SinkKind, SourceKind};
+use crate::plan::Plan;
 use crate::shard::{Runtime, RuntimeError, RuntimeOptions};
 use crate::sink::mqtt::Uplink;
 use crate::source::Confirmations;

@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use thiserror::Error;
 
-use crate::config::{NodeRef, Plan, SinkDef, SinkKind};
+use crate::config::{SinkDef, SinkKind};
+use crate::plan::{NodeRef, Plan};
 use crate::record::{Row, Schema, json};
 use crate::replay::output::{Target, target};
 use crate::shard::Emit;

@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::config::Plan;
 use crate::ops::http::OpsView;
+use crate::plan::Plan;
 use crate::shard::Figures;
 use crate::sink::mqtt::Uplink;
 use crate::source::mqtt::SourceStatus;

@@ -153,8 +153,8 @@ impl Runtime {
     pub(super) fn collect(&mut self, emit: &mut impl Emit) -> bool {
         let mut any = false;
         for inbox in &mut self.results {
-            any |= inbox.read(|f| {
-                if let Frame::Output { op, input, row } = wire::read(f.kind, f.payload) {
+            any |= inbox.read_frames(|frame| {
+                if let Frame::Output { op, input, row } = frame {
                     let row = to_row(row);
                     if input == wire::RESULT {
                         emit.result(op, &row);

@@ -32,7 +32,6 @@ pub mod driver;
 mod feeder;
 pub mod tag;
 mod threads;
-mod topology;
 pub mod wake;
 pub mod wire;
 mod worker;
@@ -45,14 +44,13 @@ use std::thread::JoinHandle;
 
 use thiserror::Error;
 
+use crate::plan::{MAX_CHAIN_DEPTH, MAX_SHARDS};
 use crate::ring::{Producer, RingError};
 use crate::time::TickPlanner;
-use tag::MAX_DEPTH;
 use wake::{Doorbell, Inbox};
 use wire::Writer;
 
 pub use collector::{Emit, Figures, ShardReport, StreamCounters};
-pub use topology::{OpNode, Topology};
 
 /// Bytes of frames in a feeder → shard ring and in a shard → collector ring.
 pub const FEED_RING_BYTES: usize = 4 << 20;
@@ -77,9 +75,9 @@ pub enum RuntimeError {
     TooLarge(usize),
     #[error("encoding a row: {0}")]
     Frame(String),
-    #[error("an operator chain longer than {MAX_DEPTH} operators")]
+    #[error("an operator chain longer than {MAX_CHAIN_DEPTH} operators")]
     TooDeep,
-    #[error("{0} shards: at most 256 are supported")]
+    #[error("{0} shards: at most {MAX_SHARDS} are supported")]
     TooManyShards(usize),
 }
 
@@ -93,7 +91,7 @@ pub enum ShardError {
     TooLarge(usize),
     #[error("encoding a row: {0}")]
     Frame(String),
-    #[error("an operator chain longer than {MAX_DEPTH} operators")]
+    #[error("an operator chain longer than {MAX_CHAIN_DEPTH} operators")]
     TooDeep,
     #[error("protocol: {0}")]
     Protocol(&'static str),

@@ -14,9 +14,48 @@
 //! `Ord` compares tags in exactly that order. Order-sensitive operators (threshold's latest
 //! limit, reconcile's and temporal join's ties, first/last) then see their inputs in one order
 //! whatever the shard count (tests/it/runtime.rs checks it against an independent oracle).
+//!
+//! # Layout, and the limits it implies
+//!
+//! A tag is `3 + 3 + MAX_CHAIN_DEPTH` little-endian u64 words ([`TAG_BYTES`] = 112, a multiple of
+//! 16 so a row archive after it in a frame stays aligned):
+//!
+//! ```text
+//! seq | phase | depth | root: reader, rank, place | path: MAX_CHAIN_DEPTH steps (the last unused)
+//! reader = operator << 8 | input                 (operator: 16 bits in a step, input: 8 bits)
+//! place  = shard << 32 | emission index          (shard: 8 bits, index: 32 bits)
+//! step   = reader << 40 | place                  (24 + 8 + 32 = 64 bits)
+//! ```
+//!
+//! The root activation's results get depth 1 (their step is `root`), each further hop one path
+//! word, so a chain of `MAX_CHAIN_DEPTH` operators uses `MAX_CHAIN_DEPTH - 1` path words. The
+//! plan's limits ([`crate::plan`]: shards, operators, inputs, chain depth) are what these bit
+//! fields hold; the `const` assertions below prove it, so raising a limit without widening the
+//! layout does not compile. The emission index is cut to 32 bits: one activation emitting more
+//! than 2³² rows would misorder them (not checked; no operator comes near).
 
-/// How many operators a chain may hold: the longest path from a root activation.
-pub const MAX_DEPTH: usize = 8;
+use crate::plan::{MAX_CHAIN_DEPTH, MAX_INPUTS, MAX_OPERATORS, MAX_SHARDS};
+
+/// Bits of a step naming the reading operator's input.
+const INPUT_BITS: u32 = 8;
+/// Bits of a step naming the reading operator.
+const OPERATOR_BITS: u32 = 16;
+/// Bits of a place naming the shard.
+const SHARD_BITS: u32 = 8;
+/// Bits of a place counting the emissions of one activation.
+const INDEX_BITS: u32 = 32;
+/// Words of the path: one per hop after the root, plus one that keeps [`TAG_BYTES`] a multiple
+/// of 16.
+const PATH_WORDS: usize = MAX_CHAIN_DEPTH;
+
+const _: () = {
+    assert!(INPUT_BITS + OPERATOR_BITS + SHARD_BITS + INDEX_BITS == u64::BITS);
+    assert!(MAX_INPUTS <= 1 << INPUT_BITS);
+    assert!(MAX_OPERATORS <= 1 << OPERATOR_BITS);
+    assert!(MAX_SHARDS <= 1 << SHARD_BITS);
+    assert!(MAX_CHAIN_DEPTH >= 1 && PATH_WORDS >= MAX_CHAIN_DEPTH - 1);
+    assert!(TAG_BYTES.is_multiple_of(16));
+};
 
 /// A position in the single-threaded order; compared field by field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -28,18 +67,18 @@ pub struct Tag {
     pub root: [u64; 3],
     /// The steps after the root, one word each (the last word is never used: it keeps the
     /// encoded tag a multiple of 16 bytes).
-    pub path: [u64; MAX_DEPTH],
+    pub path: [u64; PATH_WORDS],
 }
 
 /// Encoded size of a tag: a multiple of 16.
-pub const TAG_BYTES: usize = 8 * (3 + 3 + MAX_DEPTH);
+pub const TAG_BYTES: usize = 8 * (3 + 3 + PATH_WORDS);
 
 impl Tag {
     /// Before everything.
-    pub const MIN: Tag = Tag { seq: 0, phase: 0, depth: 0, root: [0; 3], path: [0; MAX_DEPTH] };
+    pub const MIN: Tag = Tag { seq: 0, phase: 0, depth: 0, root: [0; 3], path: [0; PATH_WORDS] };
     /// After everything: the frontier of a finished source.
     pub const MAX: Tag =
-        Tag { seq: u64::MAX, phase: u64::MAX, depth: u64::MAX, root: [u64::MAX; 3], path: [u64::MAX; MAX_DEPTH] };
+        Tag { seq: u64::MAX, phase: u64::MAX, depth: u64::MAX, root: [u64::MAX; 3], path: [u64::MAX; PATH_WORDS] };
 
     /// The first position of event `seq`.
     pub fn event(seq: u64) -> Tag {
@@ -53,14 +92,14 @@ impl Tag {
 
     /// The tag of the `index`-th row emitted while processing the row (or root) tagged `self`,
     /// by `op` on `input`, on `shard`; `rank` orders the results of a root that runs on every
-    /// shard. `None` past [`MAX_DEPTH`] (the plan is checked against it).
+    /// shard. `None` past [`MAX_CHAIN_DEPTH`] (the plan is checked against it).
     pub fn child(&self, op: usize, input: usize, shard: usize, index: usize, rank: Option<u64>) -> Option<Tag> {
         let mut child = *self;
-        let reader = ((op as u64) << 8) | (input as u64 & 0xff);
-        let place = ((shard as u64) << 32) | (index as u64 & 0xffff_ffff);
+        let reader = ((op as u64) << INPUT_BITS) | (input as u64 & ((1 << INPUT_BITS) - 1));
+        let place = ((shard as u64) << INDEX_BITS) | (index as u64 & ((1 << INDEX_BITS) - 1));
         match usize::try_from(self.depth).ok()? {
             0 => child.root = [reader, rank.unwrap_or(0), place],
-            depth if depth < MAX_DEPTH => child.path[depth - 1] = (reader << 40) | place,
+            depth if depth < MAX_CHAIN_DEPTH => child.path[depth - 1] = (reader << (SHARD_BITS + INDEX_BITS)) | place,
             _ => return None,
         }
         child.depth += 1;
@@ -136,7 +175,7 @@ mod tests {
     #[test]
     fn depth_is_bounded() {
         let mut tag = Tag::event(1);
-        for _ in 0..MAX_DEPTH {
+        for _ in 0..MAX_CHAIN_DEPTH {
             tag = tag.child(0, 0, 0, 0, None).unwrap();
         }
         assert_eq!(tag.child(0, 0, 0, 0, None), None);

@@ -7,16 +7,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread::JoinHandle;
 
-use crate::config::Plan;
+use crate::plan::{MAX_CHAIN_DEPTH, MAX_SHARDS, Plan};
 use crate::ring::{FrameKind, Ring};
 use crate::time::TickPlanner;
 
 use super::driver::MonoioRuntime;
-use super::topology::Topology;
 use super::wake::{Doorbell, Inbox, Outbox};
 use super::wire::Writer;
 use super::worker::{Links, Worker};
-use super::{Emit, Feed, MAX_DEPTH, Runtime, RuntimeError, RuntimeOptions, ShardError, ShardReport, StreamCounters};
+use super::{Emit, Feed, Runtime, RuntimeError, RuntimeOptions, ShardError, ShardReport, StreamCounters};
 
 /// The rings of a run, seen from both ends.
 struct Wiring {
@@ -35,13 +34,13 @@ impl Runtime {
     /// of the first line of all inputs (idleness counts from there).
     pub fn start(plan: &Plan, options: &RuntimeOptions<'_>, start: i128) -> Result<Runtime, RuntimeError> {
         let shards = options.shards.max(1);
-        if shards > crate::config::MAX_SHARDS as usize {
+        if shards > MAX_SHARDS {
             return Err(RuntimeError::TooManyShards(shards));
         }
-        let topo = Arc::new(Topology::new(plan, shards));
-        if topo.depth() > MAX_DEPTH {
+        if plan.longest_chain() > MAX_CHAIN_DEPTH {
             return Err(RuntimeError::TooDeep);
         }
+        let shared_plan = Arc::new(plan.clone());
         let Wiring { bell, sleeper, shard_bells, shard_sleepers, mut feeds, results, links } = wire(options, shards)?;
         let gate = options.hold.then(|| Arc::new(Barrier::new(shards + 1)));
         let ended: Vec<Arc<AtomicBool>> = (0..shards).map(|_| Arc::default()).collect();
@@ -55,7 +54,8 @@ impl Runtime {
         for (j, (links, sleeper)) in links.into_iter().zip(shard_sleepers).enumerate() {
             let shard = Shard {
                 id: j,
-                topo: Arc::clone(&topo),
+                plan: Arc::clone(&shared_plan),
+                shards,
                 links,
                 sleeper,
                 bell: Arc::clone(&shard_bells[j]),
@@ -72,7 +72,7 @@ impl Runtime {
                 .map_err(RuntimeError::Spawn)?;
             threads.push(Some(thread));
         }
-        let clocked = topo.ops.iter().any(|o| o.clocked);
+        let clocked = (0..plan.operators.len()).any(|op| plan.clocked(op));
         let mut seq = 0;
         if clocked {
             // Processing time starts at `start` (connect instances learn it before anything else).
@@ -103,7 +103,7 @@ impl Runtime {
             stream_counters: vec![StreamCounters::default(); plan.streams.len()],
             op_inputs: plan.operators.iter().map(|o| o.inputs.len()).collect(),
             clocked,
-            chained: topo.ops.iter().any(|o| o.chained),
+            chained: (0..plan.operators.len()).any(|op| plan.chained(op)),
             seq,
             unpublished: 0,
             writer: Writer::default(),
@@ -235,7 +235,8 @@ impl Drop for WakeOnDrop {
 /// What a shard thread starts with.
 struct Shard {
     id: usize,
-    topo: Arc<Topology>,
+    plan: Arc<Plan>,
+    shards: usize,
     links: Links,
     sleeper: UnixStream,
     bell: Arc<Doorbell>,
@@ -253,7 +254,7 @@ impl Shard {
     /// The thread's body: pinned, its monoio runtime, rounds of work, sleeping on its doorbell
     /// when idle.
     fn run(self) -> Result<ShardReport, ShardError> {
-        let Shard { id, topo, links, sleeper, bell, wake_feeder, gate, cancel, live, state, core } = self;
+        let Shard { id, plan, shards, links, sleeper, bell, wake_feeder, gate, cancel, live, state, core } = self;
         let _wake_feeder = wake_feeder;
         if let Some(core) = core {
             core_affinity::set_for_current(core);
@@ -261,7 +262,7 @@ impl Shard {
         if let Some(gate) = gate {
             gate.wait();
         }
-        let mut worker = Worker::new(id, topo, links, &state, live)?;
+        let mut worker = Worker::new(id, plan, shards, links, &state, live)?;
         let mut runtime = MonoioRuntime::build().map_err(ShardError::Runtime)?;
         worker.driver = runtime.driver();
         tracing::debug!(shard = id, driver = worker.driver.as_str(), "shard started");

@@ -127,9 +127,13 @@ impl Outbox {
 }
 
 /// The consuming end of a ring with the producer's doorbell (rung when space is released).
+///
+/// Built only inside `shard/` (its fields are private to it), from a ring `Runtime::start`
+/// created, which only the runtime's [`Writer`](super::wire::Writer) payloads fill: that is what
+/// makes [`read_frames`](Self::read_frames) safe.
 pub struct Inbox {
-    pub ring: Consumer,
-    pub bell: Arc<Doorbell>,
+    pub(super) ring: Consumer,
+    pub(super) bell: Arc<Doorbell>,
 }
 
 impl Inbox {
@@ -140,5 +144,15 @@ impl Inbox {
             self.bell.ring();
         }
         frames
+    }
+
+    /// Reads up to the committed frames as the runtime's frames (see [`read`](Self::read)).
+    pub(super) fn read_frames(&mut self, mut visit: impl FnMut(super::wire::Frame<'_>)) -> usize {
+        self.read(|f| {
+            // SAFETY: an inbox's ring was created by `Runtime::start` in this run and is filled
+            // only with its `Writer` payloads (type doc), so every payload is, unchanged and
+            // 16-byte aligned, one that `wire::read` may decode.
+            visit(unsafe { super::wire::read(f.kind, f.payload) })
+        })
     }
 }

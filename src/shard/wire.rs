@@ -13,6 +13,10 @@
 //! | `Frontier` | operator u32, pad, tag | |
 //! | `TickDone` | operator u32, pad, seq u64, watermark i128 | |
 //! | `Output` | operator u32, input u32 (`u32::MAX`: a result, else the input of a late row), pad | archived row |
+//!
+//! Reading is unchecked (no crc, no bytecheck: STYLE.md 8), so [`read`] is an `unsafe fn`: its
+//! callers state, in a `SAFETY:` comment, that the bytes come from a ring the runtime created in
+//! this run and that only a [`Writer`] filled.
 
 use crate::record::frame::{FrameError, RowEncoder, access_unchecked};
 use crate::record::{ArchivedRow, Row};
@@ -189,13 +193,21 @@ fn i128_at(b: &[u8], at: usize) -> i128 {
     i128::from_le_bytes(w)
 }
 
-/// Reads a frame this process wrote into one of its own rings in this run (never a ring file
-/// from an earlier run: the runtime creates its rings fresh).
-pub fn read(kind: FrameKind, p: &[u8]) -> Frame<'_> {
+/// Reads a frame back without checking it (STYLE.md 8: frames this process wrote are trusted).
+///
+/// # Safety
+///
+/// `p` must be, unchanged, a payload that a [`Writer`] of this build wrote for a frame of kind
+/// `kind` in this run — in practice a frame read from a ring this process created
+/// (`Ring::create`) and filled only with [`Writer`] payloads, never one from a ring file of an
+/// earlier run or from anywhere else — and `p` must start 16-byte aligned (ring payloads do).
+/// Row archives inside it are accessed without validation: other bytes are undefined behaviour,
+/// not an error.
+pub unsafe fn read(kind: FrameKind, p: &[u8]) -> Frame<'_> {
     let row = |at: usize| {
-        // SAFETY: the bytes after the header are exactly what `Writer::row` archived (this build,
-        // this run), unchanged since the producer committed them, and 16-byte aligned: payloads
-        // start 16-aligned in the ring and every header is padded to a multiple of 16 (`pad16`).
+        // SAFETY: the caller guarantees (`# Safety`) the bytes after the header are exactly what
+        // `Writer::row` archived (this build, this run), unchanged, with `p` 16-byte aligned;
+        // every header is padded to a multiple of 16 (`pad16`), so the archive is aligned too.
         unsafe { access_unchecked(&p[at.next_multiple_of(16)..]) }
     };
     match kind {
@@ -256,13 +268,20 @@ mod tests {
         unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), len) }
     }
 
+    /// Reads back a payload `Writer` just wrote, copied to a 16-aligned buffer.
+    fn read_back(kind: FrameKind, words: &[u128], len: usize) -> Frame<'_> {
+        // SAFETY: `words` holds, unchanged and 16-aligned, a payload of kind `kind` that a
+        // `Writer` wrote in this test.
+        unsafe { read(kind, bytes(words, len)) }
+    }
+
     #[test]
     fn frames_round_trip() {
         let mut w = Writer::default();
         let tag = Tag::event(3).child(2, 1, 0, 4, Some(7)).unwrap();
         let p = w.exchange(2, 1, &tag, &row()).unwrap().to_vec();
         let words = aligned(&p);
-        match read(FrameKind::Exchange, bytes(&words, p.len())) {
+        match read_back(FrameKind::Exchange, &words, p.len()) {
             Frame::Exchange { op: 2, input: 1, tag: t, row: r } => {
                 assert_eq!(t, tag);
                 assert_eq!(to_row(r), row());
@@ -280,11 +299,11 @@ mod tests {
         };
         let p = w.tick(&tick).to_vec();
         let words = aligned(&p);
-        assert!(matches!(read(FrameKind::Tick, bytes(&words, p.len())), Frame::Tick(t) if t == tick));
+        assert!(matches!(read_back(FrameKind::Tick, &words, p.len()), Frame::Tick(t) if t == tick));
         let p = w.output(4, RESULT, &row()).unwrap().to_vec();
         let words = aligned(&p);
         assert!(
-            matches!(read(FrameKind::Output, bytes(&words, p.len())), Frame::Output { op: 4, input: RESULT, row: r } if to_row(r) == row())
+            matches!(read_back(FrameKind::Output, &words, p.len()), Frame::Output { op: 4, input: RESULT, row: r } if to_row(r) == row())
         );
     }
 }

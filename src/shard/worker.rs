@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::operator::Output;
 use crate::operator::host::OperatorHost;
+use crate::plan::{NodeRef, Plan};
 use crate::record::frame::to_row;
 use crate::record::{ArchivedKey, ArchivedRow, Key, Row};
 use crate::ring::FrameKind;
@@ -25,8 +26,8 @@ use crate::time::clock::InputTime;
 
 use super::tag::{Tag, finish_phase, tick_phase};
 use super::wake::{Inbox, Outbox, TooLarge};
-use super::wire::{self, Frame, RESULT, TickEvent, Writer};
-use super::{ShardError, ShardReport, Topology};
+use super::wire::{Frame, RESULT, TickEvent, Writer};
+use super::{ShardError, ShardReport};
 
 /// (tick sequence, output watermark) of one upstream instance, oldest first.
 type TickWatermarks = VecDeque<(u64, Time)>;
@@ -86,7 +87,8 @@ pub struct Links {
 /// Everything but the inboxes, so a ring's frames can be handled while the ring is borrowed.
 struct Core {
     id: usize,
-    topo: Arc<Topology>,
+    plan: Arc<Plan>,
+    shards: usize,
     /// This shard's instance of every operator, in plan order.
     hosts: Vec<OperatorHost>,
     pending: Vec<BinaryHeap<Reverse<Pending>>>,
@@ -122,17 +124,21 @@ impl Worker {
     /// A shard whose operators keep their stored rows in arenas under `state` (its own directory).
     pub fn new(
         id: usize,
-        topo: Arc<Topology>,
+        plan: Arc<Plan>,
+        shards: usize,
         links: Links,
         state: &std::path::Path,
         live: Arc<Mutex<Option<ShardReport>>>,
     ) -> Result<Worker, ShardError> {
-        let ops = topo.ops.len();
-        let shards = topo.shards;
-        let hosts = topo
-            .ops
+        let ops = plan.operators.len();
+        let hosts = plan
+            .operators
             .iter()
-            .map(|o| Ok(OperatorHost::new(o.spec.build_in(state)?, o.inputs.len(), o.origin, id)))
+            .enumerate()
+            .map(|(op, o)| {
+                let operator = o.spec.build_in(state)?;
+                Ok(OperatorHost::new(operator, o.inputs.len(), plan.origin_key_position(op), id))
+            })
             .collect::<Result<Vec<_>, ShardError>>()?;
         let core = Core {
             id,
@@ -143,8 +149,8 @@ impl Worker {
             feeder_frontier: Tag::MIN,
             frontiers: vec![vec![Tag::MIN; shards]; ops],
             announced: vec![Tag::MIN; ops],
-            tick_watermarks: topo
-                .ops
+            tick_watermarks: plan
+                .operators
                 .iter()
                 .map(|o| o.inputs.iter().map(|_| vec![VecDeque::new(); shards]).collect())
                 .collect(),
@@ -152,7 +158,8 @@ impl Worker {
             writer: Writer::default(),
             error: None,
             work_done: 0,
-            topo,
+            plan,
+            shards,
         };
         Ok(Worker {
             input: links.input,
@@ -174,13 +181,13 @@ impl Worker {
         let mut moved = core.flush();
         for (from, inbox) in &mut self.exchange_in {
             let from = *from;
-            moved |= inbox.read(|f| core.on_exchange(from, wire::read(f.kind, f.payload))) > 0;
+            moved |= inbox.read_frames(|frame| core.on_exchange(from, frame)) > 0;
         }
         if !core.backed_up() {
             let ticks = &mut self.ticks_seen;
-            moved |= self.input.read(|f| {
-                *ticks += u64::from(f.kind == FrameKind::Tick);
-                core.on_event(wire::read(f.kind, f.payload))
+            moved |= self.input.read_frames(|frame| {
+                *ticks += u64::from(matches!(frame, Frame::Tick(_)));
+                core.on_event(frame)
             }) > 0;
         }
         core.first_level_done();
@@ -258,9 +265,9 @@ impl Core {
         match frame {
             Frame::Row { seq, stream, row, bytes } => {
                 self.feeder_frontier = Tag::event(seq + 1);
-                for i in 0..self.topo.stream_readers[stream].len() {
-                    let (op, input) = self.topo.stream_readers[stream][i];
-                    if self.topo.ops[op].chained {
+                for i in 0..self.plan.readers(NodeRef::Stream(stream)).len() {
+                    let (op, input) = self.plan.readers(NodeRef::Stream(stream))[i];
+                    if self.plan.chained(op) {
                         // Queued past this frame's life: a copy.
                         let work = Work::Row { input, row: to_row(row) };
                         self.pending[op].push(Reverse(Pending { tag: Tag::event(seq), input, work }));
@@ -273,27 +280,27 @@ impl Core {
                 self.feeder_frontier = Tag::event(tick.seq + 1);
                 let (seq, t) = (tick.seq, tick.t);
                 let tick = Rc::new(tick);
-                for op in 0..self.topo.ops.len() {
-                    if self.topo.ops[op].clocked {
+                for op in 0..self.plan.operators.len() {
+                    if self.plan.clocked(op) {
                         self.dispatch(op, Tag::phase(seq, tick_phase(0, op)), 0, Work::ProcessingTime(t));
                     }
                 }
-                for op in 0..self.topo.ops.len() {
+                for op in 0..self.plan.operators.len() {
                     self.dispatch(op, Tag::phase(seq, tick_phase(1, op)), 0, Work::Tick(Rc::clone(&tick)));
                 }
             }
             Frame::ProcessingTime { seq, now } => {
                 self.feeder_frontier = Tag::event(seq + 1);
-                for op in 0..self.topo.ops.len() {
-                    if self.topo.ops[op].clocked {
+                for op in 0..self.plan.operators.len() {
+                    if self.plan.clocked(op) {
                         self.dispatch(op, Tag::phase(seq, tick_phase(0, op)), 0, Work::ProcessingTime(now));
                     }
                 }
             }
             Frame::End { seq } => {
                 self.feeder_frontier = Tag::MAX;
-                for op in 0..self.topo.ops.len() {
-                    if self.topo.ops[op].clocked {
+                for op in 0..self.plan.operators.len() {
+                    if self.plan.clocked(op) {
                         self.dispatch(op, Tag::phase(seq, finish_phase(op, 0)), 0, Work::FinishTimers);
                     }
                     self.dispatch(op, Tag::phase(seq, finish_phase(op, 1)), 0, Work::FinishWatermark);
@@ -307,7 +314,7 @@ impl Core {
     }
 
     fn dispatch(&mut self, op: usize, tag: Tag, input: usize, work: Work<'static>) {
-        if self.topo.ops[op].chained {
+        if self.plan.chained(op) {
             self.pending[op].push(Reverse(Pending { tag, input, work }));
         } else {
             self.activate(op, tag, work);
@@ -328,15 +335,15 @@ impl Core {
     }
 
     fn record_tick(&mut self, op: usize, shard: usize, seq: u64, watermark: Time) {
-        for &(reader, input) in &self.topo.ops[op].readers {
+        for &(reader, input) in self.plan.readers(NodeRef::Operator(op)) {
             self.tick_watermarks[reader][input][shard].push_back((seq, watermark));
         }
     }
 
     /// First-level operators have run every event read: their frontier is the feeder's.
     fn first_level_done(&mut self) {
-        for op in 0..self.topo.ops.len() {
-            if !self.topo.ops[op].chained {
+        for op in 0..self.plan.operators.len() {
+            if !self.plan.chained(op) {
                 self.frontiers[op][self.id] = self.feeder_frontier;
             }
         }
@@ -344,8 +351,8 @@ impl Core {
 
     /// Runs every chained operator, upstream first, as far as its inputs' frontiers allow.
     fn run_chained(&mut self) {
-        for op in 0..self.topo.ops.len() {
-            if !self.topo.ops[op].chained {
+        for op in 0..self.plan.operators.len() {
+            if !self.plan.chained(op) {
                 continue;
             }
             let frontier = self.input_frontier(op);
@@ -361,8 +368,8 @@ impl Core {
     /// Nothing before this can still reach operator `op` on this shard.
     fn input_frontier(&self, op: usize) -> Tag {
         let mut frontier = self.feeder_frontier;
-        for node in &self.topo.ops[op].inputs {
-            if let crate::config::NodeRef::Operator(u) = *node {
+        for node in &self.plan.operators[op].inputs {
+            if let NodeRef::Operator(u) = *node {
                 frontier = self.frontiers[u].iter().fold(frontier, |f, &t| f.min(t));
             }
         }
@@ -371,9 +378,9 @@ impl Core {
 
     /// Tells every other shard how far each operator instance here has come.
     fn announce(&mut self) {
-        for op in 0..self.topo.ops.len() {
+        for op in 0..self.plan.operators.len() {
             let frontier = self.frontiers[op][self.id];
-            if self.topo.ops[op].readers.is_empty() || frontier <= self.announced[op] {
+            if self.plan.readers(NodeRef::Operator(op)).is_empty() || frontier <= self.announced[op] {
                 continue;
             }
             self.announced[op] = frontier;
@@ -389,7 +396,7 @@ impl Core {
         let mut tick_done = None;
         // A root that runs on every shard ranks its results (tag.rs).
         let mut ranked = true;
-        let idle_advance = self.topo.idle_advance;
+        let idle_advance = self.plan.runtime.idle_advance;
         match work {
             Work::Row { input: i, row } => {
                 input = i;
@@ -413,7 +420,7 @@ impl Core {
         }
         self.route(op, input, &tag, ranked, &mut out);
         self.scratch = out;
-        if let Some(seq) = tick_done.filter(|_| !self.topo.ops[op].readers.is_empty()) {
+        if let Some(seq) = tick_done.filter(|_| !self.plan.readers(NodeRef::Operator(op)).is_empty()) {
             self.tick_done(op, seq);
         }
     }
@@ -438,14 +445,14 @@ impl Core {
 
     /// What operator `op` sees of its inputs at `tick`.
     fn input_times(&mut self, op: usize, tick: &TickEvent) -> Vec<InputTime> {
-        let Core { topo, tick_watermarks, .. } = self;
-        topo.ops[op]
+        let Core { plan, tick_watermarks, .. } = self;
+        plan.operators[op]
             .inputs
             .iter()
             .enumerate()
             .map(|(input, node)| match *node {
-                crate::config::NodeRef::Stream(s) => tick.streams[s],
-                crate::config::NodeRef::Operator(u) => {
+                NodeRef::Stream(s) => tick.streams[s],
+                NodeRef::Operator(u) => {
                     let mut watermark = Time::POS_INF;
                     for per_shard in &mut tick_watermarks[op][input] {
                         while per_shard.front().is_some_and(|&(seq, _)| seq < tick.seq) {
@@ -470,7 +477,7 @@ impl Core {
         for (late_input, row) in out.late.drain(..) {
             self.send_output(op, late_input as u32, &row);
         }
-        let readers = self.topo.ops[op].readers.len();
+        let readers = self.plan.readers(NodeRef::Operator(op)).len();
         for (index, (_, row)) in out.results.drain(..).enumerate() {
             self.send_output(op, RESULT, &row);
             if readers == 0 {
@@ -482,7 +489,7 @@ impl Core {
                 continue;
             };
             for i in 0..readers {
-                let (reader, reader_input) = self.topo.ops[op].readers[i];
+                let (reader, reader_input) = self.plan.readers(NodeRef::Operator(op))[i];
                 self.deliver(reader, reader_input, child, &row);
             }
         }
@@ -501,7 +508,7 @@ impl Core {
 
     /// Hands a result to the instance of `reader` that owns its key (every one for a broadcast).
     fn deliver(&mut self, reader: usize, input: usize, tag: Tag, row: &Row) {
-        let shards = self.topo.shards;
+        let shards = self.shards;
         let owner = (row.key_hash % shards as u64) as usize;
         for shard in 0..shards {
             if row.key != Key::Broadcast && shard != owner {

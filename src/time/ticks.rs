@@ -23,8 +23,7 @@
 //! silence says nothing about the devices) and resumes with idleness counted from the
 //! reconnection.
 
-use crate::config::{NodeRef, Plan};
-use crate::operator::OperatorSpec;
+use crate::plan::{NodeRef, Plan};
 
 use super::clock::InputTime;
 use super::{StreamClock, next_tick};
@@ -61,7 +60,7 @@ impl TickPlanner {
             op_inputs: plan.operators.iter().map(|o| o.inputs.clone()).collect(),
             op_idle: vec![false; plan.operators.len()],
             idle_advance: plan.runtime.idle_advance,
-            every_tick: every_tick || plan.operators.iter().any(|o| matches!(o.spec, OperatorSpec::Connect(_))),
+            every_tick: every_tick || (0..plan.operators.len()).any(|op| plan.clocked(op)),
             now: start,
         }
     }

@@ -165,7 +165,7 @@ pub fn repro_dir(name: &str) -> PathBuf {
 /// that cannot change anything or (`every_tick`) stepping through every one; the lines of each
 /// of `outputs`, in file order.
 pub fn replay_in_process(
-    plan: &braid::config::Plan,
+    plan: &braid::plan::Plan,
     shards: usize,
     every_tick: bool,
     inputs: &[(String, PathBuf)],
@@ -183,7 +183,7 @@ pub fn replay_in_process(
 /// written to `dir/skip-NAME.jsonl` and `dir/step-NAME.jsonl`: each run's outputs as sorted lines
 /// (multisets), (skipping, stepping).
 pub fn skip_and_step(
-    plan: &braid::config::Plan,
+    plan: &braid::plan::Plan,
     dir: &Path,
     shards: usize,
     inputs: &[(String, PathBuf)],

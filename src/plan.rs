@@ -1,0 +1,318 @@
+//! The plan: what a checked configuration runs, and the limits every path runs under.
+//!
+//! [`config`](crate::config) turns TOML into a [`Plan`]; the replay engine, the shard runtime,
+//! the service and the benches read it and nothing else. A plan is a graph whose nodes are input
+//! streams and operators ([`NodeRef`]); edges go from a node to the operators reading it.
+//!
+//! # Invariants (checked by `config`, relied on everywhere)
+//!
+//! - Operators are in topological order, upstream first: an operator's inputs name streams and
+//!   *earlier* operators only, so one pass in index order sees every input before its readers.
+//!   There are no cycles.
+//! - At most [`MAX_OPERATORS`] operators, each with at most [`MAX_INPUTS`] inputs, on chains of
+//!   at most [`MAX_CHAIN_DEPTH`] operators; a runtime runs at most [`MAX_SHARDS`] shards.
+//!
+//! # What the plan derives once
+//!
+//! Every path needs the same facts about the graph, so they are computed here when the plan is
+//! built, from `operators[..].inputs` and the specs' kinds, and never again:
+//!
+//! - [`Plan::readers`]: per stream and per operator, the `(operator, input)` pairs reading it,
+//!   in operator order (then input order). Delivery follows this order, so it is part of the
+//!   single-threaded order that `_id`s and the shard tags reproduce.
+//! - [`Plan::depth`]: operators on the longest chain ending at an operator (1 when it reads
+//!   streams only), and [`Plan::longest_chain`]. One rule, [`chain_depth`], which `config` also
+//!   applies while it builds the graph to refuse a chain that is too long.
+//! - [`Plan::chained`]: the operator reads another operator (its inputs are merged in tag order).
+//! - [`Plan::clocked`]: the operator may hold processing-time timers
+//!   ([`OperatorKind::is_clocked`](crate::operator::OperatorKind::is_clocked): connect).
+//! - [`Plan::origin_key_position`]: where its results carry the key of the row they came from.
+//!
+//! The derived facts describe the operators' inputs as they were checked: a caller may swap an
+//! operator's spec for another of the same kind (tests install custom connect functions), never
+//! its inputs.
+//!
+//! # Limits
+//!
+//! The limits exist because of one encoding: a row's place in the single-threaded order is a
+//! [`Tag`](crate::shard::tag::Tag), whose words pack (operator, input) and (shard, emission
+//! index) into fixed bit fields and whose path holds one word per hop. `shard/tag.rs` states the
+//! layout and proves, with `const` assertions beside it, that these limits fit it; the config
+//! checks, the runtime's refusals and the CLI's ranges read the constants below, never a literal.
+
+use crate::config::{Runtime, SinkDef, SourceDef, StreamDef};
+use crate::operator::OperatorSpec;
+use crate::record::Schema;
+
+/// The most shards a runtime runs: a tag's path step names the shard in 8 bits.
+pub const MAX_SHARDS: usize = 256;
+
+/// The most operators on a chain, counted from the operator reading an input stream: a tag's
+/// path holds one word per hop after the root.
+pub const MAX_CHAIN_DEPTH: usize = 8;
+
+/// The most operators in a plan: a tag's path step names the reading operator in 16 bits.
+pub const MAX_OPERATORS: usize = 1 << 16;
+
+/// The most inputs of one operator (a union's list): a tag names the input in 8 bits.
+pub const MAX_INPUTS: usize = 256;
+
+/// A node of the graph: an input stream or an operator (whose results other operators read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeRef {
+    Stream(usize),
+    Operator(usize),
+}
+
+#[derive(Clone, Debug)]
+pub struct OperatorDef {
+    pub name: String,
+    pub inputs: Vec<NodeRef>,
+    /// The schema of its results (what a downstream operator reads).
+    pub output: Schema,
+    /// Its kind and checked settings ([`OperatorSpec::kind`]).
+    pub spec: OperatorSpec,
+}
+
+/// A checked configuration.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub runtime: Runtime,
+    /// `[ops] listen`; empty turns the endpoint off.
+    pub ops_listen: String,
+    pub sources: Vec<SourceDef>,
+    pub streams: Vec<StreamDef>,
+    /// Upstream first.
+    pub operators: Vec<OperatorDef>,
+    pub sinks: Vec<SinkDef>,
+    /// Valid settings that make matches unlikely, as `FILE:LINE:COL: warning: PATH: message`.
+    pub warnings: Vec<String>,
+    wiring: Wiring,
+}
+
+/// The facts derived from the graph (module doc, "What the plan derives once").
+#[derive(Clone, Debug)]
+struct Wiring {
+    /// Per stream: the (operator, input) pairs reading it.
+    stream_readers: Vec<Vec<(usize, usize)>>,
+    operators: Vec<OperatorWiring>,
+    longest_chain: usize,
+}
+
+#[derive(Clone, Debug)]
+struct OperatorWiring {
+    readers: Vec<(usize, usize)>,
+    depth: usize,
+    chained: bool,
+    clocked: bool,
+    origin: Option<usize>,
+}
+
+/// Operators on the longest chain ending at an operator reading `inputs`, given that number for
+/// each upstream operator: 1 + the deepest operator input (streams count 0).
+pub fn chain_depth(inputs: &[NodeRef], upstream: impl Fn(usize) -> usize) -> usize {
+    let deepest = inputs.iter().filter_map(|n| match *n {
+        NodeRef::Operator(u) => Some(upstream(u)),
+        NodeRef::Stream(_) => None,
+    });
+    1 + deepest.max().unwrap_or(0)
+}
+
+impl Plan {
+    /// A plan over checked parts (`operators` upstream first); derives the wiring.
+    pub(crate) fn new(
+        runtime: Runtime,
+        ops_listen: String,
+        sources: Vec<SourceDef>,
+        streams: Vec<StreamDef>,
+        operators: Vec<OperatorDef>,
+        sinks: Vec<SinkDef>,
+    ) -> Plan {
+        let mut stream_readers = vec![Vec::new(); streams.len()];
+        let mut wired: Vec<OperatorWiring> = Vec::with_capacity(operators.len());
+        for (op, def) in operators.iter().enumerate() {
+            for (input, node) in def.inputs.iter().enumerate() {
+                match *node {
+                    NodeRef::Stream(s) => stream_readers[s].push((op, input)),
+                    NodeRef::Operator(u) => wired[u].readers.push((op, input)),
+                }
+            }
+            wired.push(OperatorWiring {
+                readers: Vec::new(),
+                depth: chain_depth(&def.inputs, |u| wired[u].depth),
+                chained: def.inputs.iter().any(|n| matches!(n, NodeRef::Operator(_))),
+                clocked: def.spec.kind().is_clocked(),
+                origin: origin_key_position(&streams, &operators, op),
+            });
+        }
+        let longest_chain = wired.iter().map(|w| w.depth).max().unwrap_or(0);
+        let wiring = Wiring { stream_readers, operators: wired, longest_chain };
+        Plan { runtime, ops_listen, sources, streams, operators, sinks, warnings: Vec::new(), wiring }
+    }
+
+    /// The (operator, input) pairs reading `node`, in operator order.
+    pub fn readers(&self, node: NodeRef) -> &[(usize, usize)] {
+        match node {
+            NodeRef::Stream(s) => &self.wiring.stream_readers[s],
+            NodeRef::Operator(op) => &self.wiring.operators[op].readers,
+        }
+    }
+
+    /// Operators on the longest chain ending at operator `op` (1 when it reads streams only).
+    pub fn depth(&self, op: usize) -> usize {
+        self.wiring.operators[op].depth
+    }
+
+    /// Operators on the longest chain of the plan (0 without operators); at most
+    /// [`MAX_CHAIN_DEPTH`].
+    pub fn longest_chain(&self) -> usize {
+        self.wiring.longest_chain
+    }
+
+    /// Operator `op` reads another operator.
+    pub fn chained(&self, op: usize) -> bool {
+        self.wiring.operators[op].chained
+    }
+
+    /// Operator `op` may hold processing-time timers.
+    pub fn clocked(&self, op: usize) -> bool {
+        self.wiring.operators[op].clocked
+    }
+
+    /// Where operator `op`'s results carry the key of the row they came from (rule 9: under the
+    /// key field name of its left or only input), whatever `key =` re-keys them by.
+    pub fn origin_key_position(&self, op: usize) -> Option<usize> {
+        self.wiring.operators[op].origin
+    }
+
+    /// The streams source `source` feeds, with their indices.
+    pub fn source_streams(&self, source: usize) -> impl Iterator<Item = (usize, &StreamDef)> {
+        let name = self.sources.get(source).map(|s| s.name.as_str());
+        self.streams.iter().enumerate().filter(move |(_, s)| s.source.is_some() && s.source.as_deref() == name)
+    }
+
+    /// The largest `max_payload` of the streams source `source` feeds (256 KiB, the default,
+    /// when it feeds none).
+    pub fn source_max_payload(&self, source: usize) -> u64 {
+        self.source_streams(source).map(|(_, s)| s.max_payload).max().unwrap_or(256 * 1024)
+    }
+
+    pub fn stream(&self, name: &str) -> Option<usize> {
+        self.streams.iter().position(|s| s.name == name)
+    }
+
+    pub fn operator(&self, name: &str) -> Option<usize> {
+        self.operators.iter().position(|o| o.name == name)
+    }
+
+    pub fn node_name(&self, node: NodeRef) -> &str {
+        match node {
+            NodeRef::Stream(i) => &self.streams[i].name,
+            NodeRef::Operator(i) => &self.operators[i].name,
+        }
+    }
+
+    pub fn node_schema(&self, node: NodeRef) -> &Schema {
+        node_schema(&self.streams, &self.operators, node)
+    }
+}
+
+fn node_schema<'p>(streams: &'p [StreamDef], operators: &'p [OperatorDef], node: NodeRef) -> &'p Schema {
+    match node {
+        NodeRef::Stream(i) => &streams[i].schema,
+        NodeRef::Operator(i) => &operators[i].output,
+    }
+}
+
+/// [`Plan::origin_key_position`] of operator `op`.
+fn origin_key_position(streams: &[StreamDef], operators: &[OperatorDef], op: usize) -> Option<usize> {
+    let def = &operators[op];
+    let input = node_schema(streams, operators, *def.inputs.first()?);
+    let name = &input.fields[input.key?].name;
+    def.output.fields.iter().position(|f| f.name == *name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STREAMS: &str = r#"
+[streams.a]
+key = "k"
+time = { field = "ts" }
+fields = { k = "string", ts = "int" }
+[streams.b]
+key = "k"
+time = { field = "ts" }
+fields = { k = "string", ts = "int" }
+"#;
+
+    fn plan(operators: &str) -> Plan {
+        let text = format!("{STREAMS}{operators}");
+        match crate::config::parse("plan.toml", &text) {
+            Ok(plan) => plan,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn readers_depth_and_kinds_are_derived_once() {
+        let p = plan(
+            r#"
+[operators.u]
+kind = "union"
+inputs = ["a", "b"]
+[operators.j]
+kind = "interval_join"
+left = "u"
+right = "b"
+lower = "0ms"
+upper = "1s"
+select = ["left.ts"]
+[operators.quiet]
+kind = "absence"
+input = "j"
+timeout = "1s"
+"#,
+        );
+        let [u, j, quiet] = ["u", "j", "quiet"].map(|n| p.operator(n).expect("declared"));
+        let (a, b) = (p.stream("a").expect("declared"), p.stream("b").expect("declared"));
+        assert_eq!(p.readers(NodeRef::Stream(a)), &[(u, 0)]);
+        assert_eq!(p.readers(NodeRef::Stream(b)), &[(u, 1), (j, 1)]);
+        assert_eq!(p.readers(NodeRef::Operator(u)), &[(j, 0)]);
+        assert_eq!(p.readers(NodeRef::Operator(j)), &[(quiet, 0)]);
+        assert!(p.readers(NodeRef::Operator(quiet)).is_empty());
+        assert_eq!([p.depth(u), p.depth(j), p.depth(quiet)], [1, 2, 3]);
+        assert_eq!(p.longest_chain(), 3);
+        assert_eq!([p.chained(u), p.chained(j), p.chained(quiet)], [false, true, true]);
+        assert!(!p.clocked(u) && !p.clocked(j) && !p.clocked(quiet));
+        // The join's results carry the union's key `k` first (rule 9).
+        assert_eq!(p.origin_key_position(j), Some(0));
+    }
+
+    #[test]
+    fn connect_is_clocked() {
+        let p = plan(
+            r#"
+[operators.c]
+kind = "connect"
+function = "reconcile"
+timeout = "1s"
+left = "a"
+right = "b"
+select = ["left.ts"]
+"#,
+        );
+        assert!(p.clocked(0) && !p.chained(0));
+        assert_eq!(p.longest_chain(), 1);
+    }
+
+    #[test]
+    fn chain_depth_counts_operators_not_streams() {
+        let depths = [1, 3];
+        let depth = |inputs: &[NodeRef]| chain_depth(inputs, |u| depths[u]);
+        assert_eq!(depth(&[NodeRef::Stream(0), NodeRef::Stream(1)]), 1);
+        assert_eq!(depth(&[NodeRef::Operator(0), NodeRef::Stream(1)]), 2);
+        assert_eq!(depth(&[NodeRef::Operator(0), NodeRef::Operator(1)]), 4);
+    }
+}
