@@ -272,41 +272,24 @@ impl Oracle {
     /// Wakes operator `op`: its late rows go out, its results go out and join the wave.
     fn wake(&mut self, op: usize, wake: Wake, emit: &mut impl Emit) {
         let node = &mut self.operators[op];
-        let n = node.shards.len();
-        let mut answers: Vec<Output> = Vec::new();
-        let everyone = match wake {
+        let (answers, everyone) = match wake {
             Wake::Row(input, row) if row.key != Key::Broadcast => {
-                let mut out = Output::default();
-                node.shards[(key_hash(&row.key) % n as u64) as usize].on_row(input, row, &mut out);
-                answers.push(out);
-                false
+                let shard = (key_hash(&row.key) % node.shards.len() as u64) as usize;
+                (each(&mut node.shards[shard..=shard], |instance, out| instance.on_row(input, row.clone(), out)), false)
             }
             Wake::Row(input, row) => {
-                for instance in &mut node.shards {
-                    let mut out = Output::default();
-                    instance.on_row(input, row.clone(), &mut out);
-                    answers.push(out);
-                }
+                let mut answers = each(&mut node.shards, |instance, out| instance.on_row(input, row.clone(), out));
                 let late: Vec<usize> = answers.iter().map(|a| a.late.len()).collect();
-                assert!(late.iter().all(|&l| l == late[0]), "instances disagree on a broadcast row's lateness: {late:?}");
+                assert!(
+                    late.iter().all(|&l| l == late[0]),
+                    "instances disagree on a broadcast row's lateness: {late:?}"
+                );
                 answers.iter_mut().skip(1).for_each(|a| a.late.clear());
-                true
+                (answers, true)
             }
-            Wake::Watermark(w) => {
-                for instance in &mut node.shards {
-                    let mut out = Output::default();
-                    instance.on_watermark(w, &mut out);
-                    answers.push(out);
-                }
-                true
-            }
+            Wake::Watermark(w) => (each(&mut node.shards, |instance, out| instance.on_watermark(w, out)), true),
             Wake::ProcessingTime(now) => {
-                for instance in &mut node.shards {
-                    let mut out = Output::default();
-                    instance.on_processing_time(now, &mut out);
-                    answers.push(out);
-                }
-                true
+                (each(&mut node.shards, |instance, out| instance.on_processing_time(now, out)), true)
             }
         };
         let mut results: Vec<Row> = Vec::new();
@@ -341,6 +324,16 @@ impl Oracle {
             }
         }
     }
+}
+
+/// What each of `instances` answers to `call`, in shard order.
+fn each(instances: &mut [Operator], mut call: impl FnMut(&mut Operator, &mut Output)) -> Vec<Output> {
+    let answer = |instance: &mut Operator| {
+        let mut out = Output::default();
+        call(instance, &mut out);
+        out
+    };
+    instances.iter_mut().map(answer).collect()
 }
 
 /// `braid replay` with the oracle instead of the runtime: the same inputs, decoding, dead letters
