@@ -133,8 +133,8 @@ impl<'w> Case<'w> {
     }
 
     /// Checks the runtime with every shard count against the oracle with as many
-    /// (`every_tick(shards)`: whether the runtime steps through every tick). The reference's
-    /// outputs with one shard, and the shard counts whose reference outputs differ from them.
+    /// (`every_tick(shards)`: whether the runtime steps through every tick). The oracle's
+    /// outputs with one shard, and the shard counts whose oracle outputs differ from them.
     fn check(&self, every_tick: impl Fn(usize) -> bool) -> Result<(Lines, Vec<usize>), String> {
         let mut first = None;
         let mut dependent = Vec::new();
@@ -146,12 +146,8 @@ impl<'w> Case<'w> {
             for (name, want) in &reference {
                 let have = &got[name];
                 if have != want {
-                    let d = multiset_diff(
-                        "reference",
-                        &count(want.iter().cloned()),
-                        "runtime",
-                        &count(have.iter().cloned()),
-                    );
+                    let d =
+                        multiset_diff("oracle", &count(want.iter().cloned()), "runtime", &count(have.iter().cloned()));
                     diff += &format!("output {name}:\n{d}");
                 }
             }
