@@ -1,11 +1,12 @@
 #![allow(clippy::unwrap_used)]
-//! The shard runtime (`src/shard/`) against the single-threaded engine it must reproduce.
+//! The shard runtime (`src/shard/`) against the oracle it must reproduce.
 //!
-//! `braid replay` runs on shard threads; `--reference` (`ReplayArgs { reference: true, .. }`)
-//! runs the sans-IO engine, which simulates the same shards. For every generated workload
+//! `braid replay` runs on shard threads; `common::oracle` is replay's time semantics written
+//! again from CONTRACT.md, single-threaded, stepping through every tick and simulating the same
+//! shards, sharing no time-rule code with the runtime. For every generated workload
 //! (`common::runtime_workload`) the runtime with 1, 2, 3 and 4 shards — skipping ticks or
-//! stepping through every one, by turns — must write exactly the lines of the reference engine
-//! with as many shards (as multisets, `_id`s included) to every operator output, every
+//! stepping through every one, by turns — must write exactly the lines of the oracle with as
+//! many shards (as multisets, `_id`s included) to every operator output, every
 //! `OPERATOR.late` and `dead_letter`:
 //!
 //! - every operator kind alone, threshold and temporal joins also with a broadcast right side;
@@ -17,10 +18,10 @@
 //!   results (equal `_ts`, one downstream key) on every shard in one tick;
 //! - the order within one activation: an operator reading one upstream on both inputs (left
 //!   copy first), a diamond (rows one hop away before rows two hops away), a custom `CoProcess`
-//!   answering each broadcast row on every shard (ranked as the engine ranks them) and setting
+//!   answering each broadcast row on every shard (ranked as the oracle ranks them) and setting
 //!   processing-time timers;
 //! - tiny rings (64 KiB feeder, collector and exchange rings; bursts several times an exchange
-//!   ring), through `braid::shard::Runtime` in process, against `braid::engine::Engine` fed alike.
+//!   ring), through `braid::shard::Runtime` in process, against the oracle fed alike.
 //!
 //! Coverage floors: the workloads must produce downstream results, rows that change shard when
 //! re-keyed, and groups of tied upstream results from different shards at one downstream key.
@@ -47,13 +48,14 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use braid::engine::{Emit, Engine};
 use braid::plan::Plan;
+use braid::shard::Emit;
 use braid::record::id::{IdHasher, key_hash};
 use braid::record::{Key, Row};
 use braid::replay::ReplayArgs;
 use braid::shard::{Runtime, RuntimeError, RuntimeOptions};
 use common::multiset::{count, multiset_diff};
+use common::oracle::Oracle;
 use common::rng::Rng;
 use common::run::{Files, braid, output_files, repro_dir, run_with_timeout, write_file, write_inputs};
 use common::runtime_workload::{Kind, Profile, Workload, gen_chain, gen_deep, gen_diamond, gen_self_join, gen_single};
@@ -108,16 +110,21 @@ impl<'w> Case<'w> {
         Case { w, dir, plan, inputs, outputs: w.outputs() }
     }
 
-    /// One in-process replay: the reference engine, or the runtime with `shards` shards.
+    /// One in-process replay with `shards` shards: the oracle (which steps through every tick),
+    /// or the runtime.
     fn run(&self, shards: usize, reference: bool, every_tick: bool) -> Result<Lines, String> {
         let prefix = format!("{}-{shards}-{every_tick}", if reference { "ref" } else { "rt" });
         let names: Vec<&str> = self.outputs.iter().map(String::as_str).collect();
         let files = output_files(self.dir.path(), &prefix, &names);
-        let args = ReplayArgs { shards, reference, every_tick, inputs: &self.inputs, outputs: &files };
-        let rings = ring_dir();
-        let mut plan = self.plan.clone();
-        plan.runtime.state_dir = Some(rings.path().to_owned());
-        braid::replay::run(&plan, &args).map_err(|e| format!("replay ({prefix}): {e}"))?;
+        if reference {
+            common::oracle::replay(&self.plan, shards, &self.inputs, &files);
+        } else {
+            let args = ReplayArgs { shards, reference: false, every_tick, inputs: &self.inputs, outputs: &files };
+            let rings = ring_dir();
+            let mut plan = self.plan.clone();
+            plan.runtime.state_dir = Some(rings.path().to_owned());
+            braid::replay::run(&plan, &args).map_err(|e| format!("replay ({prefix}): {e}"))?;
+        }
         let mut lines = Lines::new();
         for (name, path) in files {
             let text = std::fs::read_to_string(&path).unwrap();
@@ -128,9 +135,9 @@ impl<'w> Case<'w> {
         Ok(lines)
     }
 
-    /// Checks the runtime with every shard count against the reference engine with as many
-    /// (`every_tick(shards)`: whether the runtime steps through every tick). The reference's
-    /// outputs with one shard, and the shard counts whose reference outputs differ from them.
+    /// Checks the runtime with every shard count against the oracle with as many
+    /// (`every_tick(shards)`: whether the runtime steps through every tick). The oracle's
+    /// outputs with one shard, and the shard counts whose oracle outputs differ from them.
     fn check(&self, every_tick: impl Fn(usize) -> bool) -> Result<(Lines, Vec<usize>), String> {
         let mut first = None;
         let mut dependent = Vec::new();
@@ -142,19 +149,15 @@ impl<'w> Case<'w> {
             for (name, want) in &reference {
                 let have = &got[name];
                 if have != want {
-                    let d = multiset_diff(
-                        "reference",
-                        &count(want.iter().cloned()),
-                        "runtime",
-                        &count(have.iter().cloned()),
-                    );
+                    let d =
+                        multiset_diff("oracle", &count(want.iter().cloned()), "runtime", &count(have.iter().cloned()));
                     diff += &format!("output {name}:\n{d}");
                 }
             }
             if !diff.is_empty() {
                 let saved = self.save();
                 return Err(format!(
-                    "{}: runtime with {shards} shards (every_tick {every_tick}) differs from the reference engine \
+                    "{}: runtime with {shards} shards (every_tick {every_tick}) differs from the oracle \
                      with {shards} (saved in {})\n{diff}\n{}",
                     self.w.label,
                     saved.display(),
@@ -198,10 +201,10 @@ struct Coverage {
     /// shards, counted once).
     exchanged: usize,
     /// Groups of re-keyed results with one new key and one `_ts` coming from at least two
-    /// shards (of 2, 3 or 4): ties a downstream operator must break as the engine does.
+    /// shards (of 2, 3 or 4): ties a downstream operator must break as the oracle does.
     tie_groups: usize,
     cases_with_ties: usize,
-    /// Workloads whose outputs (the reference engine's, hence the runtime's) change with the
+    /// Workloads whose outputs (the oracle's, hence the runtime's) change with the
     /// shard count: see `shard_count_changes_no_output`.
     shard_dependent: Vec<String>,
 }
@@ -323,7 +326,7 @@ fn chains_match_the_reference() {
 }
 
 #[test]
-fn order_sensitive_operators_break_ties_of_upstream_results_as_the_engine_does() {
+fn order_sensitive_operators_break_ties_of_upstream_results_as_the_oracle_does() {
     let n = cases(4);
     let ups = [Kind::Window, Kind::Cogroup, Kind::Interval, Kind::Temporal, Kind::Union];
     let downs = [Kind::Temporal, Kind::Threshold, Kind::Reconcile, Kind::Cogroup];
@@ -343,7 +346,7 @@ fn order_sensitive_operators_break_ties_of_upstream_results_as_the_engine_does()
 }
 
 /// An operator reading one upstream on both inputs gets each of its results twice at one
-/// position of the order: left input first, as the engine delivers them.
+/// position of the order: left input first, as the oracle delivers them.
 #[test]
 fn a_self_join_takes_each_upstream_result_left_input_first() {
     let n = cases(4);
@@ -422,7 +425,7 @@ mod spread {
 
         fn on_timer(&mut self, fired: Fired, ctx: &mut Context<'_>) {
             // The processing time the timer sees is part of the result's `_id`: it must be the
-            // engine's.
+            // oracle's.
             let now = ctx.processing_time() as u64;
             let id = ctx.out.id(ResultKind::LeftOnly).u64(fired.key_hash).u64(fired.timer.tag).u64(now).finish();
             let row = result(ResultKind::LeftOnly, fired.key, fired.timer.tag as i64, self.seen, id);
@@ -440,10 +443,10 @@ mod spread {
 }
 
 /// A custom function's results for one broadcast row, one per shard, reach a downstream
-/// threshold ranked by (`_ts`, `_id`) as the engine ranks them, and its processing-time timers
-/// fire as in the engine.
+/// threshold ranked by (`_ts`, `_id`) as the oracle ranks them, and its processing-time timers
+/// fire as in the oracle.
 #[test]
-fn results_of_a_broadcast_row_on_every_shard_arrive_ranked_as_in_the_engine() {
+fn results_of_a_broadcast_row_on_every_shard_arrive_ranked_as_in_the_oracle() {
     let stream = |name: &str, key: &str, k: &str| {
         format!(
             "[streams.{name}]\nkey = \"{key}\"\ntime = {{ field = \"ts\", unit = \"ms\" }}\nmax_out_of_orderness = \"100ms\"\n\
@@ -516,7 +519,7 @@ fn a_chain_of_eight_operators_matches_the_reference_and_nine_is_a_config_error()
 /// "results never depend on the shard count"). At a tick, `u`'s two results (keys k2, k1, equal
 /// `_ts` 999) are re-keyed to one downstream key, where threshold's "latest limit" tells their
 /// order apart. Emitted shard by shard, that order would depend on how k1 and k2 fall on shards;
-/// what all instances emit at once is ranked by (`_ts`, `_id`) instead (engine and runtime).
+/// what all instances emit at once is ranked by (`_ts`, `_id`) instead (oracle and runtime).
 #[test]
 fn shard_count_changes_no_output() {
     let config = "\
@@ -544,14 +547,14 @@ select = [\"left.v\", \"right.k AS limit_from\", \"right.v AS limit\"]\n";
     for shards in [2, 3] {
         for reference in [true, false] {
             let other = case.run(shards, reference, false).unwrap();
-            assert_eq!(one["x"], other["x"], "x with 1 shard vs {shards} (reference engine: {reference})");
+            assert_eq!(one["x"], other["x"], "x with 1 shard vs {shards} (oracle: {reference})");
         }
     }
 }
 
 // ------------------------------------------------------------- the runtime driven in process ---
 
-/// Results and late rows as an engine or a runtime emits them, as text (`Row`'s Debug: every
+/// Results and late rows as the oracle or a runtime emits them, as text (`Row`'s Debug: every
 /// field, the id included).
 #[derive(Default)]
 struct Collected(Vec<String>);
@@ -586,15 +589,14 @@ fn decoded_rows(plan: &Plan, inputs: &Files) -> (Vec<(usize, Row, i128)>, i128) 
     (rows, start)
 }
 
-/// The engine's outputs for `rows`, sorted.
-fn engine_outputs(plan: &Plan, rows: &[(usize, Row, i128)], start: i128, shards: usize) -> Vec<String> {
+/// The oracle's outputs for `rows`, sorted.
+fn oracle_outputs(plan: &Plan, rows: &[(usize, Row, i128)], start: i128, shards: usize) -> Vec<String> {
     let mut out = Collected::default();
-    let mut engine = Engine::new(plan, shards, start);
+    let mut oracle = Oracle::new(plan, shards, start);
     for (stream, row, arrival) in rows {
-        engine.advance_to(*arrival, &mut out);
-        engine.ingest(*stream, row.clone(), *arrival, &mut out);
+        oracle.ingest(*stream, row.clone(), *arrival, &mut out);
     }
-    engine.finish(&mut out);
+    oracle.finish(&mut out);
     out.0.sort();
     out.0
 }
@@ -688,7 +690,7 @@ fn backpressure_inputs(n: usize, keys: u64) -> Vec<(String, String)> {
 /// Feeder, collector and exchange rings of 64 KiB (frames of ~300 bytes: every ring wraps many
 /// times, the feeder's is filled before the shards start when they are held) and end-of-input
 /// bursts of results several times an exchange ring: the runtime waits, never drops, and writes
-/// the engine's output exactly.
+/// the oracle's output exactly.
 #[test]
 fn tiny_rings_and_bursts_change_nothing() {
     let n = 360;
@@ -699,7 +701,7 @@ fn tiny_rings_and_bursts_change_nothing() {
     let (rows, start) = decoded_rows(&plan, &inputs);
     let sw = plan.operator("sw").unwrap();
     for (shards, hold, every_tick) in [(2, false, false), (3, true, true)] {
-        let want = engine_outputs(&plan, &rows, start, shards);
+        let want = oracle_outputs(&plan, &rows, start, shards);
         let rings = ring_dir();
         let options = RuntimeOptions {
             feed_ring_bytes: 64 << 10,
@@ -710,8 +712,8 @@ fn tiny_rings_and_bursts_change_nothing() {
         };
         let (got, drivers) = runtime_outputs(&plan, &rows, start, &options).unwrap();
         if got != want {
-            let d = multiset_diff("engine", &count(want.iter().cloned()), "runtime", &count(got.iter().cloned()));
-            panic!("{shards} shards (hold {hold}, every_tick {every_tick}): the runtime differs from the engine\n{d}");
+            let d = multiset_diff("oracle", &count(want.iter().cloned()), "runtime", &count(got.iter().cloned()));
+            panic!("{shards} shards (hold {hold}, every_tick {every_tick}): the runtime differs from the oracle\n{d}");
         }
         assert_eq!(drivers, vec![expected_driver(); shards]);
         // The session burst: pairs per (old shard → new shard), each an exchange frame of at

@@ -3,7 +3,8 @@
 //! runs must write the same rows (as multisets) to every output, late outputs included. The
 //! workloads are built to stress the skipping: long silent stretches (idle streams, idle
 //! advancing), chains of joins (where a careless jump would change downstream lateness), late
-//! rows.
+//! rows. Both must also write what the oracle (`common::oracle`, every tick, no time-rule code
+//! shared with the runtime) writes: a rule both modes get wrong alike shows there.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -11,7 +12,7 @@ mod common;
 use common::BASE_TS;
 use common::config_text::kv_stream;
 use common::rng::Rng;
-use common::run::{skip_and_step, write_inputs};
+use common::run::{output_files, skip_and_step, write_inputs};
 
 fn config(rng: &mut Rng) -> String {
     let idle_advance = rng.pick(&["true", "false"]);
@@ -73,8 +74,13 @@ fn skipping_ticks_changes_no_output() {
         let inputs = write_inputs(dir.path(), texts);
         let plan = braid::config::parse("gen.toml", &text).unwrap();
         let (skipping, stepping) = skip_and_step(&plan, dir.path(), 2, &inputs, &OUTPUTS);
-        for (i, name) in OUTPUTS.iter().enumerate() {
+        let files = output_files(dir.path(), "oracle", &OUTPUTS);
+        common::oracle::replay(&plan, 2, &inputs, &files);
+        for (i, (name, path)) in files.iter().enumerate() {
             assert_eq!(skipping[i], stepping[i], "seed {seed}: output {name} differs\nconfig:\n{text}");
+            let mut oracle: Vec<String> = std::fs::read_to_string(path).unwrap().lines().map(str::to_owned).collect();
+            oracle.sort();
+            assert_eq!(stepping[i], oracle, "seed {seed}: output {name} differs from the oracle's\nconfig:\n{text}");
         }
         results_seen += skipping[2].len();
     }

@@ -17,7 +17,9 @@
 //! - [`service`]: `braid run` as a child process with the gateway configuration, a seeded
 //!   device workload, a reconnecting publisher, `/metrics` and results deduplicated by `_id`;
 //! - [`runtime_workload`]: configurations of every operator kind, alone and chained through
-//!   re-keying, over inputs full of ties (`runtime.rs`: the shard runtime against the engine).
+//!   re-keying, over inputs full of ties (`runtime.rs`: the shard runtime against the oracle);
+//! - [`oracle`]: replay's time semantics written again from CONTRACT.md, single-threaded,
+//!   every tick, sharing no time-rule code with the runtime (`runtime.rs`'s reference).
 //!
 //! Not every test crate uses every helper: unused ones are not dead code of the suite.
 #![allow(dead_code, clippy::unwrap_used)]
@@ -27,6 +29,7 @@ pub mod join_workload;
 pub mod mqtt;
 pub mod multiset;
 pub mod notify;
+pub mod oracle;
 pub mod rng;
 pub mod run;
 pub mod runtime_workload;

@@ -1,4 +1,4 @@
-//! Workloads for checking the shard runtime against the single-threaded engine
+//! Workloads for checking the shard runtime against the oracle (`common::oracle`)
 //! (`tests/runtime.rs`): a configuration of one to three operators of any kind, chained through
 //! `key = "FIELD"` re-keying so results cross shards, over input files built for ties.
 //!
@@ -16,7 +16,7 @@
 //!
 //! An operator's output carries `k`, `g`, `v` and `seq` of its left input (`select` or, for
 //! cogroup, `first`/`last`/`count` aggregates) plus `rseq`/`rv` of its right one, so it can feed
-//! any kind downstream. Only the engine's own outputs are compared: nothing here predicts results.
+//! any kind downstream. Only the runtime's and the oracle's outputs are compared: nothing here predicts results.
 
 use std::fmt::Write as _;
 
@@ -645,7 +645,7 @@ pub fn gen_self_join(seed: u64, profile: Profile, up: Kind, down: Kind) -> Workl
 
 /// A diamond: `u` of kind `up` over `a` and `b` re-keyed by `g`; `x` a union of `u` alone,
 /// re-keyed by `k`; `y` of kind `last` reading both (`u` one hop from each activation of `u`,
-/// `x` two): the engine takes every result of one hop before any of two.
+/// `x` two): `y` takes every result of one hop before any of two.
 pub fn gen_diamond(seed: u64, profile: Profile, up: Kind, last: Kind) -> Workload {
     let mut g = Gen::new(seed, profile);
     let (a, b) = (g.node("a"), g.node("b"));
