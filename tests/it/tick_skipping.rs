@@ -6,7 +6,7 @@
 //! rows.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::BASE_TS;
 use common::config_text::kv_stream;
