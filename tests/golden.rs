@@ -21,16 +21,24 @@
 //! *structure*: two actual rows share an `_id` exactly when the corresponding expected rows do
 //! (checked over all outputs of a case, on the rows whose counterpart is unambiguous).
 //!
-//! Failures are collected over all cases and reported together at the end. Set
-//! `GOLDEN_CASE=substring` to run only the cases whose folder name contains it.
+//! Each case folder is its own test, named after the folder (a libtest-mimic trial, so the usual
+//! filters work: `cargo test --test golden bound_` runs the cases whose name contains `bound_`).
+//! A case's failures over both shard counts are reported together.
 
-mod common;
+/// The two helper files of `tests/it/common` the runner needs (the rest belongs to the `it` crate).
+#[allow(dead_code, clippy::unwrap_used)]
+#[path = "it/common"]
+mod common {
+    pub mod multiset;
+    pub mod run;
+}
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value;
 
 use common::multiset::is_id_value;
@@ -43,45 +51,32 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// Rows printed per list in a failure report.
 const MAX_ROWS_SHOWN: usize = 25;
 
-#[test]
-fn golden() {
+fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("golden");
-    let filter = std::env::var("GOLDEN_CASE").ok();
     let mut cases: Vec<PathBuf> = fs::read_dir(&root)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", root.display()))
         .filter_map(|entry| entry.ok().map(|e| e.path()))
         .filter(|p| p.is_dir())
-        .filter(|p| filter.as_deref().is_none_or(|f| case_name(p).contains(f)))
         .collect();
     cases.sort();
     assert!(!cases.is_empty(), "no golden cases under {}", root.display());
+    let trials = cases.into_iter().map(|case| Trial::test(case_name(&case), move || golden_case(&case))).collect();
+    libtest_mimic::run(&Arguments::from_args(), trials).exit();
+}
 
+/// One case folder, run with every shard count of [`SHARDS`].
+fn golden_case(case: &Path) -> Result<(), Failed> {
+    let spec = CaseSpec::load(case).map_err(|msg| format!("{}: bad case folder: {msg}", case_name(case)))?;
     let mut failures = Vec::new();
-    let mut passed = 0;
-    for case in &cases {
-        let spec = match CaseSpec::load(case) {
-            Ok(spec) => spec,
-            Err(msg) => {
-                failures.push(format!("{}: bad case folder: {msg}", case_name(case)));
-                continue;
-            }
-        };
-        for shards in SHARDS {
-            match run_case(&spec, shards) {
-                Ok(()) => passed += 1,
-                Err(msg) => failures.push(format!("{} (--shards {shards}):\n{}", case_name(case), indent(&msg))),
-            }
+    for shards in SHARDS {
+        if let Err(msg) = run_case(&spec, shards) {
+            failures.push(format!("{} (--shards {shards}):\n{}", case_name(case), indent(&msg)));
         }
     }
-    eprintln!(
-        "golden: {passed} of {} runs passed ({} cases x {} shard counts)",
-        cases.len() * SHARDS.len(),
-        cases.len(),
-        SHARDS.len()
-    );
     if !failures.is_empty() {
-        panic!("{} golden run(s) failed:\n\n{}", failures.len(), failures.join("\n\n"));
+        return Err(format!("{} golden run(s) failed:\n\n{}", failures.len(), failures.join("\n\n")).into());
     }
+    Ok(())
 }
 
 fn case_name(case: &Path) -> String {

@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 
 use super::mqtt::{Mosquitto, free_port};
 
-#[path = "../../src/test_pki.rs"]
+#[path = "../../../src/test_pki.rs"]
 mod pki;
 pub use pki::Pki;
 

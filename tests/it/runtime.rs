@@ -39,7 +39,7 @@
 //! per test), `BRAID_RUNTIME_SEED` (first seed). A failing workload is saved under
 //! `CARGO_TARGET_TMPDIR/runtime-…/` with its config and inputs.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

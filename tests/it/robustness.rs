@@ -14,7 +14,7 @@
 //! Cases per property are kept small (≤ 64; the replay property spawns a process per case);
 //! `ROBUSTNESS_SCALE=N` runs N times as many.
 
-mod common;
+use crate::common;
 
 use base64::Engine as _;
 use proptest::prelude::*;

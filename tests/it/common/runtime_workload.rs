@@ -1,5 +1,5 @@
 //! Workloads for checking the shard runtime against the oracle (`common::oracle`)
-//! (`tests/runtime.rs`): a configuration of one to three operators of any kind, chained through
+//! (`tests/it/runtime.rs`): a configuration of one to three operators of any kind, chained through
 //! `key = "FIELD"` re-keying so results cross shards, over input files built for ties.
 //!
 //! Every stream has the fields `k` and `g` (the key type: string or int, `g` drawn from the

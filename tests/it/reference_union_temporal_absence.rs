@@ -26,7 +26,7 @@
 //!
 //! `BRAID_REF_CASES` (default 200 per operator) and `BRAID_REF_SEED` (first seed) for debugging.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;

@@ -31,7 +31,7 @@ fn spool_survives_kill_9_while_appending() {
     }
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["spool_survives_kill_9_while_appending", "--exact", "--test-threads=1", "--nocapture"])
+        .args(["spool_kill_9::spool_survives_kill_9_while_appending", "--exact", "--test-threads=1", "--nocapture"])
         .env(CHILD_DIR, dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

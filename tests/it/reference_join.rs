@@ -4,7 +4,7 @@
 //! types, negative and positive bounds, exclusive ends, out-of-order and late arrivals, idle
 //! devices, whole streams going silent, dead-lettered lines) the real binary runs
 //! `braid replay`, and its `effect` and `effect.late` outputs must equal, as multisets of
-//! (kind, left seq, right seq) and (stream, seq), what `tests/common` computes by brute force:
+//! (kind, left seq, right seq) and (stream, seq), what `tests/it/common` computes by brute force:
 //! lateness decided by simulating CONTRACT.md rules 1–8 itself, then nested loops over the
 //! on-time rows. Each result object is checked on its own too (fields, key, nulls, `_ts`, `_id`).
 //!
@@ -16,7 +16,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 
@@ -124,12 +124,14 @@ fn assert_coverage(stats: &[CaseStats]) {
 
 /// Not a check: writes workloads and this reference's expectations to `BRAID_REF_DUMP_DIR`
 /// (one folder per seed: braid.toml, inputs, expected.json, args.txt), so that the reference can
-/// be compared with another implementation of CONTRACT.md. Does nothing without the variable.
+/// be compared with another implementation of CONTRACT.md. Fails without the variable.
 /// `BRAID_REF_DUMP_KIND=chain` writes the chain workloads of properties.rs instead (no
 /// expectations), `never_late` the never-late workloads and their permuted twins (`seed-N-perm`).
+/// Run it with `BRAID_REF_DUMP_DIR=DIR cargo test --test it reference_join::dump -- --ignored`.
 #[test]
+#[ignore = "not a check: writes workloads to BRAID_REF_DUMP_DIR"]
 fn dump_reference_workloads() {
-    let Ok(dir) = std::env::var("BRAID_REF_DUMP_DIR") else { return };
+    let dir = std::env::var("BRAID_REF_DUMP_DIR").expect("BRAID_REF_DUMP_DIR: the folder to write the workloads to");
     let kind = std::env::var("BRAID_REF_DUMP_KIND").unwrap_or_default();
     let cases = env_u64("BRAID_REF_CASES", 200);
     let first = env_u64("BRAID_REF_SEED", 0);

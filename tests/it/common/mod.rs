@@ -1,5 +1,6 @@
-//! Helpers shared by the integration tests (each test crate includes this module with
-//! `mod common;` and uses what it needs):
+//! Helpers shared by the integration tests (compiled once, as a module of the `it` test crate;
+//! the modules beside it use what they need through `crate::common`, and the golden runner
+//! `tests/golden.rs` includes `run.rs` and `multiset.rs` by path):
 //!
 //! - [`rng`]: the tests' one PRNG (splitmix64), so that seeded workloads are reproducible;
 //! - [`run`]: the braid binary under test (`braid replay` with inputs, outputs and a timeout,
@@ -21,7 +22,7 @@
 //! - [`oracle`]: replay's time semantics written again from CONTRACT.md, single-threaded,
 //!   every tick, sharing no time-rule code with the runtime (`runtime.rs`'s reference).
 //!
-//! Not every test crate uses every helper: unused ones are not dead code of the suite.
+//! `dead_code` is allowed: the golden runner includes two of these files without using all of them.
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod config_text;

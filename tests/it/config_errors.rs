@@ -12,7 +12,7 @@
 //! Besides the inline cases, every `configs/invalid/*.toml` must fail with the error its first
 //! line announces (`# expect: LINE:COL PATH: substring`), and every `configs/*.toml` must validate.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -7,7 +7,7 @@
 //! shared with the runtime) writes: a rule both modes get wrong alike shows there.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::BASE_TS;
 use common::config_text::kv_stream;

@@ -289,7 +289,7 @@ fn a_killed_sink_leaves_a_retained_offline() {
         let mut status = subscribe(broker.port, "status-d1", "status/d", false).await;
         let state = tempfile::tempdir().unwrap();
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["a_killed_sink_leaves_a_retained_offline", "--exact", "--test-threads=1"])
+            .args(["mqtt_sink::a_killed_sink_leaves_a_retained_offline", "--exact", "--test-threads=1"])
             .env(CHILD_PORT, broker.port.to_string())
             .env(CHILD_DIR, state.path())
             .stdout(Stdio::null())

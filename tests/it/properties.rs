@@ -1,5 +1,5 @@
 //! Properties of `braid replay` with an interval join, over random workloads (proptest drives
-//! the seed and size of a `tests/common` workload; each case runs the real binary a few times):
+//! the seed and size of a `tests/it/common` workload; each case runs the real binary a few times):
 //!
 //! - the output (full result objects, `_id`s included, as a multiset) does not depend on
 //!   `--shards` (1, 2, 4);
@@ -18,7 +18,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};

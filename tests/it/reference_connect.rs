@@ -20,7 +20,7 @@
 //!
 //! Knobs: `BRAID_REF_CASES` (workloads per kind, default 120), `BRAID_REF_SEED` (first seed).
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -1072,10 +1072,12 @@ fn a_timer_due_on_a_quiet_tick_runs_that_tick() {
 
 /// Not a check: with `BRAID_REF_DUMP_DIR` set, writes every workload (braid.toml, inputs,
 /// `args.txt` with the `--input` flags) there, one folder per kind and seed, to compare braid and
-/// this reference with another implementation of CONTRACT.md. Does nothing without the variable.
+/// this reference with another implementation of CONTRACT.md. Run it with
+/// `BRAID_REF_DUMP_DIR=DIR cargo test --test it reference_connect::dump -- --ignored`.
 #[test]
+#[ignore = "not a check: writes workloads to BRAID_REF_DUMP_DIR"]
 fn dump_connect_workloads() {
-    let Ok(dir) = std::env::var("BRAID_REF_DUMP_DIR") else { return };
+    let dir = std::env::var("BRAID_REF_DUMP_DIR").expect("BRAID_REF_DUMP_DIR: the folder to write the workloads to");
     let cases = env_u64("BRAID_REF_CASES", 120);
     let first = env_u64("BRAID_REF_SEED", 0);
     for seed in first..first + cases {

@@ -29,7 +29,7 @@
 //! Knobs: `BRAID_REF_CASES` (default 240), `BRAID_REF_SEED` (first seed, default 0). A failing
 //! workload is saved under `CARGO_TARGET_TMPDIR/reference_windows-SEED/`.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -865,10 +865,12 @@ fn results_do_not_depend_on_the_shard_count() {
 
 /// Not a check: with `BRAID_REF_DUMP_DIR` set, writes the workloads (config.toml, l.jsonl,
 /// r.jsonl, args: the `--input` flags in order) one folder per seed, to compare the reference's
-/// subject with another implementation of CONTRACT.md. Does nothing without the variable.
+/// subject with another implementation of CONTRACT.md. Run it with
+/// `BRAID_REF_DUMP_DIR=DIR cargo test --test it reference_windows::dump -- --ignored`.
 #[test]
+#[ignore = "not a check: writes workloads to BRAID_REF_DUMP_DIR"]
 fn dump_workloads() {
-    let Ok(dir) = std::env::var("BRAID_REF_DUMP_DIR") else { return };
+    let dir = std::env::var("BRAID_REF_DUMP_DIR").expect("BRAID_REF_DUMP_DIR: the folder to write the workloads to");
     let cases = env_u64("BRAID_REF_CASES", 240);
     let first = env_u64("BRAID_REF_SEED", 0);
     for seed in first..first + cases {

@@ -2,7 +2,7 @@
 //! `key=value` line per figure (README.md "braid bench"). Figures are checked for their form and
 //! their counts, never for timings.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -1,7 +1,7 @@
-//! The MQTT test harness itself (tests/common/mqtt.rs) against a real mosquitto: what other MQTT
+//! The MQTT test harness itself (tests/it/common/mqtt.rs) against a real mosquitto: what other MQTT
 //! tests rely on — delivery after the SubAck, and persistent sessions surviving a restart.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

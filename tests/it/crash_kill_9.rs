@@ -82,7 +82,7 @@ fn mmap_state_survives_kill_9() {
     }
     let dir = tempfile::tempdir().unwrap();
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["mmap_state_survives_kill_9", "--exact", "--test-threads=1"])
+        .args(["crash_kill_9::mmap_state_survives_kill_9", "--exact", "--test-threads=1"])
         .env(CHILD_DIR, dir.path())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -1,4 +1,4 @@
-//! `braid run` as a child process for the service tests (`tests/service_mqtt.rs`): the gateway
+//! `braid run` as a child process for the service tests (`tests/it/service_mqtt.rs`): the gateway
 //! configuration with an MQTT or embedded source, an MQTT sink and a file sink; a seeded device
 //! workload published over MQTT and written as replay inputs; a publisher that reconnects and
 //! republishes what was not acknowledged; `/metrics` and `/healthz` over plain HTTP; and
@@ -70,7 +70,7 @@ pub struct Setup<'a> {
 /// The streams and the join of `configs/gateway.toml` (the default deployment), without its
 /// deployment sections (`[runtime]`, `[ops]`, `[sources]`, `[sinks]`): tests add their own.
 pub fn gateway_pipeline() -> toml::Table {
-    let mut table: toml::Table = include_str!("../../configs/gateway.toml").parse().expect("configs/gateway.toml");
+    let mut table: toml::Table = include_str!("../../../configs/gateway.toml").parse().expect("configs/gateway.toml");
     table.retain(|section, _| section == "streams" || section == "operators");
     table
 }

@@ -14,7 +14,7 @@
 //! (`StreamClock::suspend`, journaled as source connection changes and starts).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

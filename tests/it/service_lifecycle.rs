@@ -20,7 +20,7 @@
 //! Every wait is bounded and polls a condition; children are killed when a test fails.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};

@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used)] // test helpers: a panic is a failed test
 #![allow(clippy::disallowed_methods)] // timing the test itself (deadlines), not engine time
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

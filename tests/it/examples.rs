@@ -5,7 +5,7 @@
 //! operator, so an example that silently stopped joining fails here.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -4,7 +4,7 @@
 //! braid's notifications reach a real notify socket (`common::notify::NotifyListener`).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::Command;
