@@ -233,6 +233,9 @@ pub struct RuntimeOptions<'a> {
     /// Shards wait until [`finish`](Runtime::finish) (or a full ring) before they start: the rings
     /// are filled first, so a benchmark measures the shards alone.
     pub hold: bool,
+    /// Operators keep their stored rows on the heap instead of in arenas under `dir` (a
+    /// baseline for `braid bench --memory-state`; nothing survives a restart).
+    pub memory_state: bool,
 }
 
 impl<'a> RuntimeOptions<'a> {
@@ -244,6 +247,7 @@ impl<'a> RuntimeOptions<'a> {
             feed_ring_bytes: FEED_RING_BYTES,
             exchange_ring_bytes: EXCHANGE_RING_BYTES,
             hold: false,
+            memory_state: false,
         }
     }
 }
@@ -308,7 +312,7 @@ impl Runtime {
             let end_flag = Arc::clone(&ended[j]);
             let gate = gate.clone();
             let cancel = Arc::clone(&cancel);
-            let state = options.dir.join(format!("shard-{j}"));
+            let state = (!options.memory_state).then(|| options.dir.join(format!("shard-{j}")));
             let sleeper = shard_sleepers[j].take();
             let core = cores.get(j % cores.len().max(1)).copied();
             let thread = std::thread::Builder::new()
@@ -322,7 +326,7 @@ impl Runtime {
                     if let Some(gate) = gate {
                         gate.wait();
                     }
-                    let worker = Worker::new(j, topo, links, &state, live)?;
+                    let worker = Worker::new(j, topo, links, state.as_deref(), live)?;
                     run_shard(j, worker, &own_bell, sleeper, &cancel)
                 })
                 .map_err(RuntimeError::Spawn)?;

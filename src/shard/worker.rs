@@ -121,17 +121,22 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// A shard whose operators keep their stored rows in arenas under `state` (its own directory).
+    /// A shard whose operators keep their stored rows in arenas under `state` (its own directory),
+    /// or on the heap without one.
     pub fn new(
         id: usize,
         topo: Arc<Topology>,
         links: Links,
-        state: &std::path::Path,
+        state: Option<&std::path::Path>,
         live: Arc<Mutex<Option<ShardReport>>>,
     ) -> Result<Worker, ShardError> {
         let ops = topo.ops.len();
         let shards = topo.shards;
-        let instances = topo.ops.iter().map(|o| o.spec.build_in(state)).collect::<Result<Vec<_>, _>>()?;
+        let instances = topo
+            .ops
+            .iter()
+            .map(|o| state.map_or_else(|| Ok(o.spec.build()), |dir| o.spec.build_in(dir)))
+            .collect::<Result<Vec<_>, _>>()?;
         let core = Core {
             id,
             instances,
