@@ -54,7 +54,7 @@ enum Command {
         #[arg(long)]
         reference: bool,
     },
-    /// Synthetic load through the engine, in process; prints figures (rows/s, latency, memory).
+    /// Synthetic load through the shard runtime, in process; prints figures (rows/s, latency, memory).
     Bench(bench::BenchFlags),
     /// The service: MQTT in, joins, results out, until SIGTERM (systemd: Type=notify).
     Run {
@@ -141,7 +141,7 @@ fn default_shards() -> usize {
 }
 
 fn run_bench(plan: &Plan, args: &bench::BenchArgs) -> anyhow::Result<()> {
-    let report = bench::run(plan, args);
+    let report = bench::run(plan, args)?;
     report.write_table(&mut std::io::stderr().lock()).context("writing the table")?;
     report.write_figures(&mut std::io::stdout().lock()).context("writing the figures")
 }
