@@ -30,9 +30,10 @@
 //!   count in the RSS figures. Per batch, the measured part is what replay does with decoded
 //!   rows — `Runtime::advance_to(arrival)` (the ticks), then `Runtime::ingest` — and then waiting
 //!   until every shard has taken every frame of the batch from its feed ring, collecting results
-//!   meanwhile. The shards are therefore idle while the next batch is generated: no shard work
-//!   goes unmeasured, and the measured time is the pipeline's (feeder encoding rows ‖ shards
-//!   joining ‖ collector decoding results), with one fill and one drain per batch.
+//!   meanwhile, until no more come (the measured stretch ends with the last collection that
+//!   brought results). The shards are therefore idle while the next batch is generated: no shard
+//!   work goes unmeasured, and the measured time is the pipeline's (feeder encoding rows ‖
+//!   shards joining ‖ collector decoding results), with one fill and one drain per batch.
 //!   `Runtime::finish` is measured too. Results are counted, never written anywhere.
 //! - **CPU time** is the process's (`CLOCK_PROCESS_CPUTIME_ID`: the feeding thread and every
 //!   shard thread) over the measured stretches.
@@ -50,7 +51,8 @@
 //!   temporal and connect results, all emitted at watermarks or processing time) is counted as
 //!   `results_at_tick`, or `results_at_finish` when it reaches `Emit` during `finish`. As every
 //!   batch is handed over before it is drained, the latency includes the wait behind the
-//!   batch's earlier rows: it is a latency under saturation, not an idle row's.
+//!   batch's earlier rows: it is a latency under saturation, and grows with `--batch-rows`
+//!   (`--batch-rows 64`, one publication of the feeder, shows a lightly loaded pipeline's).
 //! - **State** lives where a shard keeps it: interval joins, temporal joins and connects in mmap
 //!   arenas in the private directory, so its pages are file-backed — in the resident set, not in
 //!   the anonymous memory; `--memory-state` keeps it on the heap instead, as a baseline. State
@@ -297,11 +299,10 @@ pub fn run(plan: &Plan, args: &BenchArgs) -> Result<Report, BenchError> {
             meter.hand_over(&row);
             runtime.ingest(stream, &row, i128::from(arrival), &mut meter)?;
         }
-        drain(runtime, &mut meter)?;
-        busy += wall_clock().saturating_duration_since(started);
+        let drained = drain(runtime, &mut meter)?;
+        busy += drained.saturating_duration_since(started);
         cpu += process_cpu_time().saturating_sub(cpu_started);
-        // Untimed: results a shard sent just after taking its last frame, then state and memory.
-        runtime.wait(&mut meter, DRAIN_WAIT, || false)?;
+        // Untimed: state and memory.
         let state = state(&runtime.live_figures());
         let anon = status.read().kib("RssAnon");
         anon_rss_peak_kib = anon_rss_peak_kib.max(anon);
@@ -352,14 +353,27 @@ pub fn run(plan: &Plan, args: &BenchArgs) -> Result<Report, BenchError> {
     })
 }
 
-/// Publishes what was fed, then waits until every shard has taken every frame from its feed
-/// ring, collecting results meanwhile.
-fn drain(runtime: &mut Runtime, meter: &mut Meter) -> Result<(), RuntimeError> {
+/// Publishes what was fed, waits until every shard has taken every frame from its feed ring,
+/// and collects results until none come. Returns when the work ended: the later of the instant
+/// the feed rings were found empty and the last collection that brought results (the final
+/// wait, which finds none, is not work).
+fn drain(runtime: &mut Runtime, meter: &mut Meter) -> Result<Instant, RuntimeError> {
     runtime.flush(meter)?;
     while runtime.live_figures().shard_ring_used_bytes.iter().any(|&bytes| bytes > 0) {
         runtime.wait(meter, DRAIN_WAIT, || false)?;
     }
-    runtime.flush(meter)
+    let mut ended = wall_clock();
+    // A shard commits the results of the frames it took at the end of its round, after it
+    // released them: they are collected here, in this batch, not after its hand-overs are gone.
+    loop {
+        let before = meter.results();
+        runtime.wait(meter, DRAIN_WAIT, || false)?;
+        runtime.flush(meter)?;
+        if meter.results() == before {
+            return Ok(ended);
+        }
+        ended = wall_clock();
+    }
 }
 
 /// (rows, bytes) of every operator's state, over all shards.
@@ -507,6 +521,10 @@ impl Meter {
     /// Forgets the previous batch's rows (its results are all in).
     fn new_batch(&mut self) {
         self.handed.clear();
+    }
+
+    fn results(&self) -> u64 {
+        self.at_ingest + self.at_tick + self.at_finish
     }
 
     /// `row` is being handed to the runtime.
