@@ -473,7 +473,11 @@ fn operators(c: &mut Criterion) {
         let prepared = OnceCell::new();
         group.bench_function(case.name, |b| {
             let (plan, inputs) = prepared.get_or_init(|| setup(case));
-            b.iter_batched(|| (inputs.clone(), scratch_dir()), |input| black_box(run(plan, input)), BatchSize::LargeInput)
+            b.iter_batched(
+                || (inputs.clone(), scratch_dir()),
+                |input| black_box(run(plan, input)),
+                BatchSize::LargeInput,
+            )
         });
     }
     group.finish();
