@@ -1,10 +1,16 @@
 #![allow(clippy::unwrap_used)]
-//! Every operator kind through the engine, one shard, rows in memory.
+//! Every operator kind through the shard runtime that `braid run` uses, one shard thread.
 //!
 //! Each case is a small config (like `configs/`), checked once with `config::parse`; the timed
-//! part is `Engine::new(&plan, 1, start)`, then for every pre-built row in arrival order
-//! `advance_to(arrival)` + `ingest(stream, row, arrival)`, then `finish`. The sink only counts
-//! results and late rows. Throughput = input rows.
+//! part is `Runtime::start(&plan, &RuntimeOptions::new(1, dir), start)` (the shard thread, its
+//! rings and arenas), then for every pre-built row in arrival order `advance_to(arrival)` +
+//! `ingest(stream, &row, arrival)` on the calling thread (the feeder), then `finish`, which
+//! waits for the shard and joins it. The sink (`Emit`, on the calling thread) only counts
+//! results and late rows. Throughput = input rows. The feeder and the shard thread run at the
+//! same time, so a case uses up to two cores; the single-threaded engine this bench measured
+//! before is gone (issue 10). `dir` is a fresh directory under
+//! `braid::storage::mapped_file::scratch_base()` (`/dev/shm` where there is one), made and removed outside
+//! the timed part.
 //!
 //! Workload (BENCHMARKS.md "Operators, one shard, in-memory rows"): 1 000 devices (keys), 300 s
 //! of event time from a fixed-seed splitmix64, so the same rows on every run. Each row arrives
@@ -21,23 +27,26 @@
 //! - `absence`: status every 2 s (±0.5 s) per device; after 1 % of reports the device is silent
 //!   for 20–40 s. Timeout 10 s.
 //!
-//! The rows are cloned in `iter_batched` setup (`BatchSize::LargeInput`), not timed; dropping
-//! the engine with its state, the rows it evicts and the results it emits is timed; freeing the
-//! emptied input buffer is not (see [`run`]). The setup prints each case's rows, results by kind
-//! and peak state to stderr (`case …`).
+//! The rows are cloned in `iter_batched` setup (`BatchSize::LargeInput`), not timed; the
+//! runtime encodes each into its ring, and the rows are freed outside the timed part (see
+//! [`run`]); dropping the shard's state, the rows it evicts and the results it emits is timed.
+//! The setup prints each case's rows, results by kind and peak state (as of the shard's last
+//! tick) to stderr (`case …`).
 
 mod common;
 
 use std::cell::OnceCell;
 use std::hint::black_box;
+use std::path::Path;
 use std::time::Duration;
 
 use braid::config;
-use braid::engine::{Emit, Engine};
 use braid::operator::ResultKind;
 use braid::plan::Plan;
 use braid::record::id::IdHasher;
 use braid::record::{Row, TimeSpec, Value};
+use braid::shard::{Emit, Figures};
+use braid::shard::{Runtime, RuntimeOptions};
 use common::EPOCH_MS;
 use common::gateway::{
     self, COMMAND_FIELDS, INTERVAL_JOIN, STATUS_FIELDS, STATUS_JITTER_MS, STATUS_PERIOD_MS, Status, dark, device,
@@ -45,6 +54,7 @@ use common::gateway::{
 };
 use common::rng::Rng;
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use tempfile::TempDir;
 
 const DEVICES: usize = 1_000;
 const SECONDS: i64 = 300;
@@ -167,7 +177,7 @@ struct Event {
     values: Vec<Value>,
 }
 
-/// A row ready for `Engine::ingest`.
+/// A row ready for `Runtime::ingest`.
 #[derive(Clone)]
 struct Input {
     stream: usize,
@@ -338,7 +348,7 @@ fn build(plan: &Plan, events: Vec<Event>, rng: &mut Rng) -> Vec<Input> {
     inputs
 }
 
-/// Counts what the engine emits.
+/// Counts what the runtime emits.
 #[derive(Default, Debug)]
 struct Counts {
     results: u64,
@@ -355,27 +365,32 @@ impl Emit for Counts {
     }
 }
 
-/// One shard: every row in arrival order, then the end of input; `probe` sees the engine after
-/// each row. The rows are moved out of `inputs`, which is left empty.
-fn run_with(plan: &Plan, inputs: &mut Vec<Input>, mut probe: impl FnMut(&Engine)) -> (Engine, Counts) {
+/// One shard thread with its rings and state in `dir`: every row in arrival order, then the end
+/// of input; `probe` sees the runtime after each row.
+fn run_with(plan: &Plan, inputs: &[Input], dir: &Path, mut probe: impl FnMut(&Runtime)) -> (Figures, Counts) {
     let start = inputs.first().map_or(0, |i| i.arrival);
-    let mut engine = Engine::new(plan, 1, start);
+    let mut runtime = Runtime::start(plan, &RuntimeOptions::new(1, dir), start).unwrap();
     let mut counts = Counts::default();
-    for Input { stream, arrival, row } in inputs.drain(..) {
-        engine.advance_to(arrival, &mut counts);
-        engine.ingest(stream, row, arrival, &mut counts);
-        probe(&engine);
+    for Input { stream, arrival, row } in inputs {
+        runtime.advance_to(*arrival, &mut counts).unwrap();
+        runtime.ingest(*stream, row, *arrival, &mut counts).unwrap();
+        probe(&runtime);
     }
-    engine.finish(&mut counts);
-    (engine, counts)
+    (runtime.finish(&mut counts).unwrap(), counts)
 }
 
-/// The timed part. The engine and the state it still holds are dropped inside; the emptied input
-/// buffer is handed back, so that freeing it (12–15 MB, which makes glibc consolidate its free
-/// lists) is not timed: a runtime reads rows from a ring, not from one `Vec`.
-fn run(plan: &Plan, mut inputs: Vec<Input>) -> (Counts, Vec<Input>) {
-    let counts = run_with(plan, &mut inputs, |_| {}).1;
-    (counts, inputs)
+/// The timed part. The runtime (its thread, rings and the state it still holds) is dropped
+/// inside; the rows and the directory are handed back, so that freeing the rows (12–15 MB,
+/// which makes glibc consolidate its free lists) and removing the directory are not timed.
+fn run(plan: &Plan, (inputs, dir): (Vec<Input>, TempDir)) -> (Counts, Vec<Input>, TempDir) {
+    let counts = run_with(plan, &inputs, dir.path(), |_| {}).1;
+    (counts, inputs, dir)
+}
+
+/// A fresh directory for the rings and the shard's arenas: on `/dev/shm` (tmpfs) when there is
+/// one, so nothing is written back to disk.
+fn scratch_dir() -> TempDir {
+    tempfile::tempdir_in(braid::storage::mapped_file::scratch_base()).unwrap()
 }
 
 struct Case {
@@ -419,17 +434,18 @@ fn setup(case: &Case) -> (Plan, Vec<Input>) {
     }
     let mut peak = (0, 0);
     let mut seen = 0u64;
-    let (engine, counts) = run_with(&plan, &mut inputs.clone(), |engine| {
+    let dir = scratch_dir();
+    let (figures, counts) = run_with(&plan, &inputs, dir.path(), |runtime| {
         seen += 1;
         if seen.is_multiple_of(256) {
-            peak = peak.max(engine.operator_state(0));
+            peak = peak.max(runtime.live_figures().operator_state[0]);
         }
     });
     assert_eq!(counts.late, 0, "{}: nothing is late", case.name);
     let streams: Vec<String> = plan.streams.iter().zip(&per_stream).map(|(s, n)| format!("{} {n}", s.name)).collect();
     let kinds: Vec<String> = ResultKind::ALL
         .iter()
-        .zip(engine.operator_counters(0).results)
+        .zip(figures.operator_counters[0].results.iter().copied())
         .filter(|(_, n)| *n > 0)
         .map(|(kind, n)| format!("{} {n}", kind.as_str()))
         .collect();
@@ -458,7 +474,11 @@ fn operators(c: &mut Criterion) {
         let prepared = OnceCell::new();
         group.bench_function(case.name, |b| {
             let (plan, inputs) = prepared.get_or_init(|| setup(case));
-            b.iter_batched(|| inputs.clone(), |inputs| black_box(run(plan, inputs)), BatchSize::LargeInput)
+            b.iter_batched(
+                || (inputs.clone(), scratch_dir()),
+                |input| black_box(run(plan, input)),
+                BatchSize::LargeInput,
+            )
         });
     }
     group.finish();

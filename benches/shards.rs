@@ -36,11 +36,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use braid::config;
-use braid::engine::Emit;
 use braid::plan::Plan;
 use braid::record::Row;
 use braid::record::id::IdHasher;
 use braid::ring::FRAME_HEADER;
+use braid::shard::Emit;
 use braid::shard::wire::{RESULT, Writer};
 use braid::shard::{Runtime, RuntimeOptions};
 use braid::time::TICK_MS;

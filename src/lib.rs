@@ -13,7 +13,6 @@
 pub mod broker;
 pub mod config;
 pub mod demo;
-pub mod engine;
 pub mod mqtt;
 pub mod operator;
 pub mod ops;

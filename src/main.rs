@@ -50,12 +50,8 @@ enum Command {
         /// is the same).
         #[arg(long)]
         every_tick: bool,
-        /// Run the single-threaded reference engine instead of the shard threads (slow; the
-        /// output is the same).
-        #[arg(long)]
-        reference: bool,
     },
-    /// Synthetic load through the engine, in process; prints figures (rows/s, latency, memory).
+    /// Synthetic load through the shard runtime, in process; prints figures (rows/s, latency, memory).
     Bench(bench::BenchFlags),
     /// The service: MQTT in, joins, results out, until SIGTERM (systemd: Type=notify).
     Run {
@@ -111,9 +107,9 @@ fn main() -> ExitCode {
             eprintln!("{}: valid", config.display());
             Ok(())
         }
-        Command::Replay { shards, inputs, outputs, metrics, every_tick, reference, .. } => {
+        Command::Replay { shards, inputs, outputs, metrics, every_tick, .. } => {
             let shards = shards.map(usize::from).or(plan.runtime.shards).unwrap_or_else(default_shards);
-            replay(&plan, ReplayArgs { shards, reference, every_tick, inputs: &inputs, outputs: &outputs }, metrics)
+            replay(&plan, ReplayArgs { shards, every_tick, inputs: &inputs, outputs: &outputs }, metrics)
         }
         Command::Bench(flags) => run_bench(&plan, &flags.into_args()),
         Command::Run { config, shards } => {
@@ -142,7 +138,7 @@ fn default_shards() -> usize {
 }
 
 fn run_bench(plan: &Plan, args: &bench::BenchArgs) -> anyhow::Result<()> {
-    let report = bench::run(plan, args);
+    let report = bench::run(plan, args)?;
     report.write_table(&mut std::io::stderr().lock()).context("writing the table")?;
     report.write_figures(&mut std::io::stdout().lock()).context("writing the figures")
 }

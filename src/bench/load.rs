@@ -25,7 +25,7 @@ const LATE_BY_MS: i64 = 2_000;
 const SEED: u64 = 0x5eed_b4a1_d000_0b3c;
 const WORDS: [&str; 8] = ["ok", "busy", "idle", "rebooting", "reboot", "set_mode", "ping", "update_fw"];
 
-/// One input row, ready for `Engine::ingest`.
+/// One input row, ready for `Runtime::ingest`.
 pub(super) struct Input {
     pub(super) arrival: i64,
     pub(super) stream: usize,

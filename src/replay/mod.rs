@@ -3,8 +3,8 @@
 //! Processing time is simulated from each line's arrival, so idleness, ticks and lateness are the
 //! same on every run and for every shard count. Rows run through the shard runtime
 //! ([`crate::shard`]): `--shards` threads fed through rings in `runtime.state_dir` when the config
-//! sets one, else in a private temporary directory removed at exit. This build keeps operator
-//! state in memory and always starts fresh (resuming comes with checkpoints).
+//! sets one, else in a private temporary directory removed at exit, with the shards' operator
+//! state in mmap arenas beside them. Every replay starts fresh (resuming comes with checkpoints).
 
 pub mod input;
 pub mod output;
@@ -13,12 +13,10 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use crate::engine::{Emit, Engine, Figures};
 use crate::plan::Plan;
-use crate::record::Row;
 use crate::record::decode::check_time_window;
 use crate::record::id::IdHasher;
-use crate::shard::{Runtime, RuntimeError, RuntimeOptions};
+use crate::shard::{Figures, Runtime, RuntimeError, RuntimeOptions};
 use input::{Content, Inputs, Line};
 use output::{Outputs, Target};
 
@@ -43,9 +41,6 @@ pub enum ReplayError {
 
 pub struct ReplayArgs<'a> {
     pub shards: usize,
-    /// Run the single-threaded sans-IO engine instead of the shard runtime (the reference the
-    /// runtime is tested against; same output).
-    pub reference: bool,
     /// Run every 200 ms tick, skipping none (for checking that skipping changes nothing).
     pub every_tick: bool,
     pub inputs: &'a [(String, PathBuf)],
@@ -87,73 +82,21 @@ pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
     let start = inputs.lines.first().map_or(0, |l| i128::from(l.arrival));
     let lines = std::mem::take(&mut inputs.lines);
     let count = lines.len();
-    let figures = if args.reference {
-        let mut engine = Engine::new(plan, args.shards, start);
-        engine.step_every_tick(args.every_tick);
-        feed_all(plan, &mut engine, &mut sinks, &inputs, lines)?;
-        engine.finish(&mut sinks);
-        engine.figures()
-    } else {
-        let dir = state.fresh_run_dir(plan)?;
-        let options = RuntimeOptions { every_tick: args.every_tick, ..RuntimeOptions::new(args.shards, &dir) };
-        let mut runtime = Runtime::start(plan, &options, start)?;
-        feed_all(plan, &mut runtime, &mut sinks, &inputs, lines)?;
-        runtime.finish(&mut sinks)?
-    };
+    let dir = state.fresh_run_dir(plan)?;
+    let options = RuntimeOptions { every_tick: args.every_tick, ..RuntimeOptions::new(args.shards, &dir) };
+    let mut runtime = Runtime::start(plan, &options, start)?;
+    let mut ids = IdHasher::default();
+    for line in lines {
+        feed(plan, &mut runtime, &mut sinks, &mut ids, &inputs, line)?;
+    }
+    let figures = runtime.finish(&mut sinks)?;
     sinks.finish().map_err(ReplayError::Write)?;
     Ok(Summary { lines: count, figures })
 }
 
-/// What replay drives: the shard runtime, or the single-threaded engine as a reference.
-trait Runner {
-    fn advance_to(&mut self, to: i128, emit: &mut impl Emit) -> Result<(), RuntimeError>;
-    fn ingest(&mut self, stream: usize, row: Row, arrival: i128, emit: &mut impl Emit) -> Result<(), RuntimeError>;
-    fn count_dead_letter(&mut self, stream: usize, reason: &str);
-}
-
-impl Runner for Runtime {
-    fn advance_to(&mut self, to: i128, emit: &mut impl Emit) -> Result<(), RuntimeError> {
-        Runtime::advance_to(self, to, emit)
-    }
-    fn ingest(&mut self, stream: usize, row: Row, arrival: i128, emit: &mut impl Emit) -> Result<(), RuntimeError> {
-        Runtime::ingest(self, stream, &row, arrival, emit)
-    }
-    fn count_dead_letter(&mut self, stream: usize, reason: &str) {
-        Runtime::count_dead_letter(self, stream, reason);
-    }
-}
-
-impl Runner for Engine {
-    fn advance_to(&mut self, to: i128, emit: &mut impl Emit) -> Result<(), RuntimeError> {
-        Engine::advance_to(self, to, emit);
-        Ok(())
-    }
-    fn ingest(&mut self, stream: usize, row: Row, arrival: i128, emit: &mut impl Emit) -> Result<(), RuntimeError> {
-        Engine::ingest(self, stream, row, arrival, emit);
-        Ok(())
-    }
-    fn count_dead_letter(&mut self, stream: usize, reason: &str) {
-        Engine::count_dead_letter(self, stream, reason);
-    }
-}
-
-fn feed_all(
-    plan: &Plan,
-    runner: &mut impl Runner,
-    sinks: &mut Outputs<'_>,
-    inputs: &Inputs,
-    lines: Vec<Line>,
-) -> Result<(), RuntimeError> {
-    let mut ids = IdHasher::default();
-    for line in lines {
-        feed(plan, runner, sinks, &mut ids, inputs, line)?;
-    }
-    Ok(())
-}
-
 fn feed(
     plan: &Plan,
-    runtime: &mut impl Runner,
+    runtime: &mut Runtime,
     sinks: &mut Outputs<'_>,
     ids: &mut IdHasher,
     inputs: &Inputs,
@@ -180,7 +123,7 @@ fn feed(
     };
     let row = crate::source::row_of(def, values, ts, ids);
     sinks.input_row(line.stream, &row);
-    runtime.ingest(line.stream, row, i128::from(arrival), sinks)
+    runtime.ingest(line.stream, &row, i128::from(arrival), sinks)
 }
 
 /// Names of private replay directories: `braid-replay-PID-…`.

@@ -153,6 +153,9 @@ pub struct RuntimeOptions<'a> {
     /// Shards wait until [`finish`](Runtime::finish) (or a full ring) before they start: the rings
     /// are filled first, so a benchmark measures the shards alone.
     pub hold: bool,
+    /// Operators keep their stored rows on the heap instead of in arenas under `dir` (a
+    /// baseline for `braid bench --memory-state`; nothing survives a restart).
+    pub memory_state: bool,
 }
 
 impl<'a> RuntimeOptions<'a> {
@@ -164,6 +167,7 @@ impl<'a> RuntimeOptions<'a> {
             feed_ring_bytes: FEED_RING_BYTES,
             exchange_ring_bytes: EXCHANGE_RING_BYTES,
             hold: false,
+            memory_state: false,
         }
     }
 }

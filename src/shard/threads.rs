@@ -63,7 +63,7 @@ impl Runtime {
                 gate: gate.clone(),
                 cancel: Arc::clone(&cancel),
                 live: Arc::clone(&live[j]),
-                state: options.dir.join(format!("shard-{j}")),
+                state: (!options.memory_state).then(|| options.dir.join(format!("shard-{j}"))),
                 core: cores.get(j % cores.len().max(1)).copied(),
             };
             let thread = std::thread::Builder::new()
@@ -245,8 +245,8 @@ struct Shard {
     gate: Option<Arc<Barrier>>,
     cancel: Arc<AtomicBool>,
     live: Arc<Mutex<Option<ShardReport>>>,
-    /// Its operators' state directory.
-    state: std::path::PathBuf,
+    /// Its operators' state directory (none: state on the heap).
+    state: Option<std::path::PathBuf>,
     core: Option<core_affinity::CoreId>,
 }
 
@@ -262,7 +262,7 @@ impl Shard {
         if let Some(gate) = gate {
             gate.wait();
         }
-        let mut worker = Worker::new(id, plan, shards, links, &state, live)?;
+        let mut worker = Worker::new(id, plan, shards, links, state.as_deref(), live)?;
         let mut runtime = MonoioRuntime::build().map_err(ShardError::Runtime)?;
         worker.driver = runtime.driver();
         tracing::debug!(shard = id, driver = worker.driver.as_str(), "shard started");

@@ -121,13 +121,14 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// A shard whose operators keep their stored rows in arenas under `state` (its own directory).
+    /// A shard whose operators keep their stored rows in arenas under `state` (its own directory),
+    /// or on the heap without one.
     pub fn new(
         id: usize,
         plan: Arc<Plan>,
         shards: usize,
         links: Links,
-        state: &std::path::Path,
+        state: Option<&std::path::Path>,
         live: Arc<Mutex<Option<ShardReport>>>,
     ) -> Result<Worker, ShardError> {
         let ops = plan.operators.len();
@@ -136,7 +137,7 @@ impl Worker {
             .iter()
             .enumerate()
             .map(|(op, o)| {
-                let operator = o.spec.build_in(state)?;
+                let operator = state.map_or_else(|| Ok(o.spec.build()), |dir| o.spec.build_in(dir))?;
                 Ok(OperatorHost::new(operator, o.inputs.len(), plan.origin_key_position(op), id))
             })
             .collect::<Result<Vec<_>, ShardError>>()?;

@@ -49,10 +49,10 @@ use std::time::Duration;
 use serde_json::Value;
 
 use braid::plan::Plan;
-use braid::shard::Emit;
 use braid::record::id::{IdHasher, key_hash};
 use braid::record::{Key, Row};
 use braid::replay::ReplayArgs;
+use braid::shard::Emit;
 use braid::shard::{Runtime, RuntimeError, RuntimeOptions};
 use common::multiset::{count, multiset_diff};
 use common::oracle::Oracle;
@@ -119,7 +119,7 @@ impl<'w> Case<'w> {
         if reference {
             common::oracle::replay(&self.plan, shards, &self.inputs, &files);
         } else {
-            let args = ReplayArgs { shards, reference: false, every_tick, inputs: &self.inputs, outputs: &files };
+            let args = ReplayArgs { shards, every_tick, inputs: &self.inputs, outputs: &files };
             let rings = ring_dir();
             let mut plan = self.plan.clone();
             plan.runtime.state_dir = Some(rings.path().to_owned());

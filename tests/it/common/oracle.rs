@@ -37,12 +37,12 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 
-use braid::plan::{NodeRef, Plan};
-use braid::shard::Emit;
 use braid::operator::connect::END_OF_INPUT;
 use braid::operator::{Operator, Output};
+use braid::plan::{NodeRef, Plan};
 use braid::record::id::key_hash;
 use braid::record::{Key, Row};
+use braid::shard::Emit;
 use braid::time::Time;
 
 /// Watermark ticks: every multiple of this processing time (rule 3).
