@@ -58,7 +58,7 @@
 //!   the anonymous memory; `--memory-state` keeps it on the heap instead, as a baseline. State
 //!   sizes are the shards' as of their last tick ([`Runtime::live_figures`]).
 //! - **Memory** is the whole process's, shard threads included: peak RSS is
-//!   `getrusage(RUSAGE_SELF).ru_maxrss`; anonymous RSS is `RssAnon` of /proc/self/status, read
+//!   `VmHWM` of /proc/self/status (what `getrusage` reports as `ru_maxrss`); anonymous RSS is `RssAnon` of /proc/self/status, read
 //!   after every batch (untimed), at the end of input (before finish) and at the batch where the
 //!   shards' state bytes peaked. The resident set includes the rings' touched pages (two
 //!   [`FEED_RING_BYTES`](braid::shard::FEED_RING_BYTES) rings per shard, and an exchange ring per
@@ -339,7 +339,7 @@ pub fn run(plan: &Plan, args: &BenchArgs) -> Result<Report, BenchError> {
         late_rows,
         match_fanout,
         latency_ns,
-        peak_rss_kib: peak_rss_kib(),
+        peak_rss_kib: status.read().kib("VmHWM"),
         rss_end_kib,
         anon_rss_start_kib,
         anon_rss_end_kib,
@@ -559,15 +559,6 @@ fn process_cpu_time() -> Duration {
         (0, Ok(secs), Ok(nanos)) => Duration::new(secs, nanos),
         _ => Duration::ZERO,
     }
-}
-
-/// `ru_maxrss` (KiB on Linux): the resident set's high-water mark of this process.
-fn peak_rss_kib() -> Option<u64> {
-    // SAFETY: `rusage` is a C struct of integers and timevals: all zeroes is a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `usage` is a valid, writable `rusage` for the duration of the call.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    if rc == 0 { u64::try_from(usage.ru_maxrss).ok() } else { None }
 }
 
 /// /proc/self/status, read into a buffer kept across reads: sampling after every batch must not

@@ -251,28 +251,23 @@ mod tests {
     use super::*;
     use crate::record::frame::to_row;
     use crate::record::{Key, Value};
+    use rkyv::util::AlignedVec;
 
     fn row() -> Row {
         Row { ts: 5, key: Key::Str("dev-1".into()), key_hash: 9, id: 11, values: vec![Value::Int(3)].into() }
     }
 
-    fn aligned(bytes: &[u8]) -> Vec<u128> {
-        let mut words = vec![0u128; bytes.len().div_ceil(16)];
-        // SAFETY: `words` has at least `bytes.len()` bytes; u8 has no alignment or validity needs.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), words.as_mut_ptr().cast::<u8>(), bytes.len()) };
+    fn aligned(bytes: &[u8]) -> AlignedVec<16> {
+        let mut words = AlignedVec::new();
+        words.extend_from_slice(bytes);
         words
     }
 
-    fn bytes(words: &[u128], len: usize) -> &[u8] {
-        // SAFETY: `words` holds at least `len` initialised bytes.
-        unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), len) }
-    }
-
     /// Reads back a payload `Writer` just wrote, copied to a 16-aligned buffer.
-    fn read_back(kind: FrameKind, words: &[u128], len: usize) -> Frame<'_> {
+    fn read_back(kind: FrameKind, words: &AlignedVec<16>, len: usize) -> Frame<'_> {
         // SAFETY: `words` holds, unchanged and 16-aligned, a payload of kind `kind` that a
         // `Writer` wrote in this test.
-        unsafe { read(kind, bytes(words, len)) }
+        unsafe { read(kind, &words[..len]) }
     }
 
     #[test]
