@@ -40,7 +40,7 @@
 //! layout and proves, with `const` assertions beside it, that these limits fit it; the config
 //! checks, the runtime's refusals and the CLI's ranges read the constants below, never a literal.
 
-use crate::config::{Runtime, SinkDef, SourceDef, StreamDef};
+use crate::config::{RuntimeSettings, SinkDef, SourceDef, StreamDef};
 use crate::operator::OperatorSpec;
 use crate::record::Schema;
 
@@ -77,7 +77,7 @@ pub struct OperatorDef {
 /// A checked configuration.
 #[derive(Clone, Debug)]
 pub struct Plan {
-    pub runtime: Runtime,
+    pub runtime: RuntimeSettings,
     /// `[ops] listen`; empty turns the endpoint off.
     pub ops_listen: String,
     pub sources: Vec<SourceDef>,
@@ -121,7 +121,7 @@ pub fn chain_depth(inputs: &[NodeRef], upstream: impl Fn(usize) -> usize) -> usi
 impl Plan {
     /// A plan over checked parts (`operators` upstream first); derives the wiring.
     pub(crate) fn new(
-        runtime: Runtime,
+        runtime: RuntimeSettings,
         ops_listen: String,
         sources: Vec<SourceDef>,
         streams: Vec<StreamDef>,

@@ -108,8 +108,9 @@ pub enum Durability {
     Power,
 }
 
+/// `[runtime]`: settings of the shard runtime and the service around it.
 #[derive(Clone, Debug)]
-pub struct Runtime {
+pub struct RuntimeSettings {
     /// `None`: one shard per core.
     pub shards: Option<usize>,
     pub state_dir: Option<PathBuf>,
@@ -198,7 +199,7 @@ fn check(root: Table<'_, '_>, errors: &mut Errors) -> Option<Plan> {
     Some(Plan::new(runtime, ops_listen, sources, streams.defs, graph.operators, sinks))
 }
 
-fn runtime(t: Table<'_, '_>, errors: &mut Errors) -> Runtime {
+fn runtime(t: Table<'_, '_>, errors: &mut Errors) -> RuntimeSettings {
     t.check_keys(
         &[
             "shards",
@@ -254,7 +255,7 @@ fn runtime(t: Table<'_, '_>, errors: &mut Errors) -> Runtime {
     if journal_bytes < 1 << 20 {
         t.error("journal_bytes", errors, "must be at least 1MiB");
     }
-    Runtime { shards, state_dir, durability, checkpoint_interval, idle_advance, journal_retention, journal_bytes }
+    RuntimeSettings { shards, state_dir, durability, checkpoint_interval, idle_advance, journal_retention, journal_bytes }
 }
 
 fn ops(t: Table<'_, '_>, errors: &mut Errors) -> String {
