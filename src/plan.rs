@@ -232,6 +232,29 @@ fn origin_key_position(streams: &[StreamDef], operators: &[OperatorDef], op: usi
     def.output.fields.iter().position(|f| f.name == *name)
 }
 
+/// What an output name refers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    Stream(usize),
+    Operator(usize),
+    Late(usize),
+    DeadLetter,
+}
+
+impl Plan {
+    /// Resolves an output name (replay's `--output`, a sink's `input`): a stream, an operator,
+    /// `OPERATOR.late` or `dead_letter`.
+    pub fn target(&self, name: &str) -> Option<Target> {
+        if name == crate::config::DEAD_LETTER {
+            return Some(Target::DeadLetter);
+        }
+        if let Some(op) = name.strip_suffix(".late").and_then(|n| self.operator(n)) {
+            return Some(Target::Late(op));
+        }
+        self.stream(name).map(Target::Stream).or_else(|| self.operator(name).map(Target::Operator))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

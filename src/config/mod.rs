@@ -255,7 +255,15 @@ fn runtime(t: Table<'_, '_>, errors: &mut Errors) -> RuntimeSettings {
     if journal_bytes < 1 << 20 {
         t.error("journal_bytes", errors, "must be at least 1MiB");
     }
-    RuntimeSettings { shards, state_dir, durability, checkpoint_interval, idle_advance, journal_retention, journal_bytes }
+    RuntimeSettings {
+        shards,
+        state_dir,
+        durability,
+        checkpoint_interval,
+        idle_advance,
+        journal_retention,
+        journal_bytes,
+    }
 }
 
 fn ops(t: Table<'_, '_>, errors: &mut Errors) -> String {

@@ -13,12 +13,12 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use crate::plan::Plan;
+use crate::plan::{Plan, Target};
 use crate::record::decode::check_time_window;
 use crate::record::id::IdHasher;
 use crate::shard::{Figures, Runtime, RuntimeError, RuntimeOptions};
 use input::{Content, Inputs, Line};
-use output::{Outputs, Target};
+use output::Outputs;
 
 /// A replay that cannot run: exit status 1 (the configuration itself was valid).
 #[derive(Debug, Error)]
@@ -65,9 +65,7 @@ pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
         .outputs
         .iter()
         .map(|(name, path)| {
-            output::target(plan, name)
-                .map(|t| (t, path.as_path()))
-                .ok_or_else(|| ReplayError::UnknownOutput(name.clone()))
+            plan.target(name).map(|t| (t, path.as_path())).ok_or_else(|| ReplayError::UnknownOutput(name.clone()))
         })
         .collect::<Result<Vec<(Target, &Path)>, _>>()?;
     let mut inputs = input::read_inputs(&inputs, &plan.streams).map_err(|(flag, error)| {

@@ -5,30 +5,9 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use crate::config::DEAD_LETTER;
-use crate::plan::{NodeRef, Plan};
+use crate::plan::{NodeRef, Plan, Target};
 use crate::record::{Row, json};
 use crate::shard::Emit;
-
-/// What an output name refers to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Target {
-    Stream(usize),
-    Operator(usize),
-    Late(usize),
-    DeadLetter,
-}
-
-/// Resolves `--output` names: a stream, an operator, `OPERATOR.late` or `dead_letter`.
-pub fn target(plan: &Plan, name: &str) -> Option<Target> {
-    if name == DEAD_LETTER {
-        return Some(Target::DeadLetter);
-    }
-    if let Some(op) = name.strip_suffix(".late").and_then(|n| plan.operator(n)) {
-        return Some(Target::Late(op));
-    }
-    plan.stream(name).map(Target::Stream).or_else(|| plan.operator(name).map(Target::Operator))
-}
 
 pub struct Outputs<'p> {
     plan: &'p Plan,

@@ -16,9 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use thiserror::Error;
 
 use crate::config::{SinkDef, SinkKind};
-use crate::plan::{NodeRef, Plan};
+use crate::plan::{NodeRef, Plan, Target};
 use crate::record::{Row, Schema, json};
-use crate::replay::output::{Target, target};
 use crate::shard::Emit;
 use crate::sink::mqtt::Uplink;
 use crate::sink::topic::TopicTemplate;
@@ -213,7 +212,7 @@ fn open_sink(plan: &Plan, def: &SinkDef, uplinks: &[Arc<Uplink>]) -> Result<Sink
     let mut targets = Vec::new();
     for input in &def.inputs {
         let t =
-            target(plan, input).ok_or_else(|| OutputError::Input { sink: def.name.clone(), input: input.clone() })?;
+            plan.target(input).ok_or_else(|| OutputError::Input { sink: def.name.clone(), input: input.clone() })?;
         targets.push(t);
     }
     let writer = match def.kind {

@@ -341,11 +341,11 @@ fn each(instances: &mut [Operator], mut call: impl FnMut(&mut Operator, &mut Out
 pub fn replay(plan: &Plan, shards: usize, inputs: &[(String, PathBuf)], outputs: &[(String, PathBuf)]) {
     use braid::record::decode::check_time_window;
     use braid::replay::input::{Content, read_inputs};
-    use braid::replay::output::{Outputs, target};
+    use braid::replay::output::Outputs;
     let files: Vec<(usize, &std::path::Path)> =
         inputs.iter().map(|(name, path)| (plan.stream(name).unwrap(), path.as_path())).collect();
     let read = read_inputs(&files, &plan.streams).unwrap();
-    let targets: Vec<_> = outputs.iter().map(|(name, path)| (target(plan, name).unwrap(), path.as_path())).collect();
+    let targets: Vec<_> = outputs.iter().map(|(name, path)| (plan.target(name).unwrap(), path.as_path())).collect();
     let mut sinks = Outputs::create(plan, &targets).unwrap();
     let start = read.lines.first().map_or(0, |line| i128::from(line.arrival));
     let mut oracle = Oracle::new(plan, shards, start);
