@@ -1,7 +1,7 @@
 //! The plan: what a checked configuration runs, and the limits every path runs under.
 //!
-//! [`config`](crate::config) turns TOML into a [`Plan`]; the replay engine, the shard runtime,
-//! the service and the benches read it and nothing else. A plan is a graph whose nodes are input
+//! [`config`](crate::config) turns TOML into a [`Plan`]; the shard runtime (which replay,
+//! the service and the bench drive) reads it and nothing else. A plan is a graph whose nodes are input
 //! streams and operators ([`NodeRef`]); edges go from a node to the operators reading it.
 //!
 //! # Invariants (checked by `config`, relied on everywhere)

@@ -1,5 +1,5 @@
 //! Test certificates made with the `openssl` CLI, shared by the unit tests (`crate::test_pki`)
-//! and the integration tests (`tests/common/tls.rs` includes this file). [`Pki::make`] writes,
+//! and the integration tests (`tests/it/common/tls.rs` includes this file). [`Pki::make`] writes,
 //! into a folder:
 //! - `ca.pem`/`ca.key`: the test CA (EC P-256, `CA:TRUE`);
 //! - `server.pem`/`server.key`: the broker's certificate, signed by the CA, SAN

@@ -263,7 +263,7 @@ pub struct Built {
     pub inputs: Vec<NodeRef>,
     /// The schema of its results.
     pub output: Schema,
-    /// What the engine runs.
+    /// What the runtime runs.
     pub spec: OperatorSpec,
 }
 

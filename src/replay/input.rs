@@ -68,7 +68,7 @@ pub fn decode_file(bytes: &[u8], flag: usize, stream: usize, def: &StreamDef) ->
                 scope.spawn(move || decode_chunk(&bytes[start..end], start, flag, stream, def))
             })
             .collect();
-        // A decoder panic (there is none: tests/robustness.rs) would surface, not drop a chunk.
+        // A decoder panic (there is none: tests/it/robustness.rs) would surface, not drop a chunk.
         handles.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
     });
     let mut lines = Vec::new();

@@ -130,7 +130,7 @@ impl Outbox {
 ///
 /// Built only inside `shard/` (its fields are private to it), from a ring `Runtime::start`
 /// created, which only the runtime's [`Writer`](super::wire::Writer) payloads fill: that is what
-/// makes [`read_frames`](Self::read_frames) safe.
+/// makes `read_frames` safe.
 pub struct Inbox {
     pub(super) ring: Consumer,
     pub(super) bell: Arc<Doorbell>,

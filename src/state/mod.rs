@@ -3,10 +3,10 @@
 //! Operators keep rows through the [`KeyedStore`] trait: insert a row under its key, scan a key,
 //! mark rows matched (the matched flag of outer joins lives in the store so that recovery will
 //! restore it), remove a row, count rows and bytes. Two backends implement it: the mmap arenas of
-//! [`arena`] (DESIGN.md "State"), which survive a crash (`tests/crash_kill_9.rs`) and which every
+//! [`arena`] (DESIGN.md "State"), which survive a crash (`tests/it/crash_kill_9.rs`) and which every
 //! shard of the runtime gives its interval joins, temporal joins and connects
 //! ([`OperatorSpec::build_in`](crate::operator::OperatorSpec::build_in)), and [`MemoryStore`], for
-//! the single-threaded reference engine and unit tests. Scans hand out rows read in place
+//! `braid bench --memory-state`, the test oracle and unit tests. Scans hand out rows read in place
 //! ([`RowView`]).
 //!
 //! Rows are grouped by the key's stable hash and compared by key value on every scan, so two keys

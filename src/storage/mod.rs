@@ -6,7 +6,7 @@
 //!   `memmap2` call site, and the one place where the mmap soundness argument is written.
 //! - [`Storage`] / [`StoredFile`]: the small trait the segment log is written against (STYLE.md
 //!   11): `create`, `open`, `read`, `write`, `sync`, `remove`. [`Mmap`] is the product's backend
-//!   (a [`MappedFile`] behind it); [`faulty`] (tests only) wraps any backend and fails a chosen
+//!   (a [`MappedFile`] behind it); `faulty` (tests only) wraps any backend and fails a chosen
 //!   call with ENOSPC, EIO, a torn write or a flipped bit, so tests can show that every fault is an
 //!   error or a reported skip, never a panic or a silent loss.
 //! - [`log`]: one segment log — one record layout, one walk, one recovery rule — that the spool
