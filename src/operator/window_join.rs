@@ -10,6 +10,9 @@
 //!   parts (rule 10). A re-fire within allowed lateness re-emits every pair of the window with
 //!   the same `_id`s and `_version` + 1: a consumer upserts by `_id`.
 //! - A row is stored once (shared by the windows of a sliding row) and freed with its last window.
+//! - Join quality ([`Quality`]): a row is **matched** when its window (a sliding row's last
+//!   window) holds at least one row of the other input when it is freed, whether or not a pair
+//!   passes `where`; unmatched otherwise; counted once, then ([`super::window`] "Join quality").
 
 use std::sync::Arc;
 
@@ -24,7 +27,7 @@ use super::expr::Expr;
 use super::interval_join::{LEFT, RIGHT};
 use super::projection::Column;
 use super::window::{Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, check_spec, result_key};
-use super::{OperatorSpec, Output, Projection, ResultKind};
+use super::{OperatorSpec, Output, Projection, Quality, ResultKind};
 
 /// Checks `[operators.NAME]` of this kind.
 pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
@@ -97,6 +100,10 @@ impl Contents for Rows {
     fn bytes(&self) -> usize {
         self.bytes
     }
+
+    fn has(&self, input: usize) -> bool {
+        !self.sides[input].is_empty()
+    }
 }
 
 /// Emits the pairs of a firing window.
@@ -167,6 +174,11 @@ impl WindowJoin {
 
     pub fn is_quiescent(&self) -> bool {
         self.windows.is_quiescent()
+    }
+
+    /// Rows that left with their last window, matched or not (module doc).
+    pub fn quality(&self) -> Quality {
+        self.windows.quality()
     }
 
     /// Rows held, counted once per window that holds them.
