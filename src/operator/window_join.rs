@@ -226,6 +226,34 @@ mod tests {
             .collect()
     }
 
+    /// Golden-style: a row counts as its last window is freed, matched when that window holds a
+    /// row of the other input; a sliding row is judged by its last window alone.
+    #[test]
+    fn quality_counts_rows_by_their_last_window() {
+        let mut j = join(WindowKind::Fixed { size: 10, slide: 10, offset: 0 }, 0);
+        let mut out = Output::default();
+        j.on_row(LEFT, row(1, 1), &mut out);
+        j.on_row(RIGHT, row(3, 2), &mut out);
+        j.on_row(LEFT, row(12, 3), &mut out); // [10, 20) has no right row
+        j.on_watermark(Time::ms(9), &mut out);
+        assert_eq!(j.quality(), Quality { matched: [1, 1], unmatched: [0, 0] }, "[0, 10) freed at 9");
+        j.on_row(LEFT, row(5, 4), &mut out); // late: not counted here
+        j.on_watermark(Time::POS_INF, &mut out);
+        assert_eq!(j.quality(), Quality { matched: [1, 1], unmatched: [1, 0] });
+        assert_eq!((pairs(&mut out).len(), out.late.len()), (1, 1));
+
+        let mut j = join(WindowKind::Fixed { size: 10, slide: 5, offset: 0 }, 0);
+        j.on_row(LEFT, row(7, 1), &mut out); // [5, 15) (its last) and [0, 10)
+        j.on_row(RIGHT, row(2, 2), &mut out); // [0, 10) (its last) and [-5, 5)
+        j.on_watermark(Time::POS_INF, &mut out);
+        assert_eq!(pairs(&mut out).len(), 1, "they pair in [0, 10)");
+        assert_eq!(
+            j.quality(),
+            Quality { matched: [0, 1], unmatched: [1, 0] },
+            "left 7's last window has no right row"
+        );
+    }
+
     #[test]
     fn tumbling_pairs_fire_at_end_minus_one() {
         let mut j = join(WindowKind::Fixed { size: 10, slide: 10, offset: 0 }, 0);
