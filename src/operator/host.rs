@@ -17,7 +17,7 @@
 //!   across keys independent of how keys fall on shards.
 
 use super::connect::END_OF_INPUT;
-use super::{Operator, Output, ResultKind};
+use super::{Operator, Output, Quality, ResultKind};
 use crate::record::{ArchivedRow, Row};
 use crate::time::clock::InputTime;
 use crate::time::{OperatorClock, Time};
@@ -37,13 +37,23 @@ pub fn origin_rank(row: &Row, origin: Option<usize>) -> u64 {
 pub struct OperatorCounters {
     pub rows_in: Vec<u64>,
     pub late: Vec<u64>,
+    /// Join kinds only ([`OperatorKind::is_join`](super::OperatorKind::is_join)), per input: rows
+    /// that left the state matched / unmatched ([`Quality`]); zero for the other kinds.
+    pub matched: Vec<u64>,
+    pub unmatched: Vec<u64>,
     /// By [`ResultKind`] in `ResultKind::ALL` order.
     pub results: [u64; ResultKind::ALL.len()],
 }
 
 impl OperatorCounters {
     pub fn new(inputs: usize) -> OperatorCounters {
-        OperatorCounters { rows_in: vec![0; inputs], late: vec![0; inputs], results: [0; ResultKind::ALL.len()] }
+        OperatorCounters {
+            rows_in: vec![0; inputs],
+            late: vec![0; inputs],
+            matched: vec![0; inputs],
+            unmatched: vec![0; inputs],
+            results: [0; ResultKind::ALL.len()],
+        }
     }
 
     pub fn add(&mut self, other: &OperatorCounters) {
@@ -51,6 +61,12 @@ impl OperatorCounters {
             *a += b;
         }
         for (a, b) in self.late.iter_mut().zip(&other.late) {
+            *a += b;
+        }
+        for (a, b) in self.matched.iter_mut().zip(&other.matched) {
+            *a += b;
+        }
+        for (a, b) in self.unmatched.iter_mut().zip(&other.unmatched) {
             *a += b;
         }
         for (a, b) in self.results.iter_mut().zip(&other.results) {
@@ -79,6 +95,8 @@ pub struct OperatorHost {
     origin: Option<usize>,
     /// This instance counts and reports broadcast rows for all (shard 0's).
     speaks_for_broadcast: bool,
+    /// Per input (bit i): a broadcast row came on it, so it is a broadcast input.
+    broadcast_inputs: u64,
 }
 
 impl OperatorHost {
@@ -89,6 +107,7 @@ impl OperatorHost {
             counters: OperatorCounters::new(inputs),
             origin,
             speaks_for_broadcast: shard == 0,
+            broadcast_inputs: 0,
         }
     }
 
@@ -109,6 +128,9 @@ impl OperatorHost {
         out: &mut Output,
         take: impl FnOnce(&mut Operator, &mut Output),
     ) {
+        if broadcast {
+            self.broadcast_inputs |= 1 << input.min(63);
+        }
         let speaks = !broadcast || self.speaks_for_broadcast;
         if speaks {
             self.counters.rows_in[input] += 1;
@@ -168,8 +190,22 @@ impl OperatorHost {
         self.operator.output_watermark()
     }
 
-    pub fn counters(&self) -> &OperatorCounters {
-        &self.counters
+    /// The counters so far, with the operator's join quality ([`Quality`]) read at this moment
+    /// (the operator counts it into plain integers on its eviction path; this copies them once
+    /// per report). Every instance holds every version of a broadcast input, so, like its rows,
+    /// a broadcast input's matched and unmatched rows are counted by shard 0's instance alone.
+    pub fn counters(&self) -> OperatorCounters {
+        let mut counters = self.counters.clone();
+        if let Some(Quality { matched, unmatched }) = self.operator.quality() {
+            for input in 0..counters.matched.len().min(2) {
+                if self.broadcast_inputs & (1 << input) != 0 && !self.speaks_for_broadcast {
+                    continue;
+                }
+                counters.matched[input] = matched[input];
+                counters.unmatched[input] = unmatched[input];
+            }
+        }
+        counters
     }
 
     /// Live state of this instance: (rows, bytes).
@@ -224,7 +260,13 @@ mod tests {
             })
             .collect();
         assert_eq!(late, vec![1, 0, 0]);
-        let counted: Vec<(u64, u64)> = hosts.iter().map(|h| (h.counters().rows_in[0], h.counters().late[0])).collect();
+        let counted: Vec<(u64, u64)> = hosts
+            .iter()
+            .map(|h| {
+                let c = h.counters();
+                (c.rows_in[0], c.late[0])
+            })
+            .collect();
         assert_eq!(counted, vec![(1, 1), (0, 0), (0, 0)]);
     }
 

@@ -12,6 +12,11 @@
 //!   the operator's watermark (the minimum over its inputs), never by one input's alone.
 //! - An outer join emits a stored row that never matched when it is evicted; a row whose last
 //!   chance is already behind the watermark on arrival (negative bounds) is decided at once.
+//! - Join quality ([`Quality`]): a row is **matched** when it was in at least one pair, whichever
+//!   of the two rows arrived second, and **unmatched** otherwise. It is counted once, when it
+//!   leaves the join: at its last chance (evicted, or on arrival when its last chance is already
+//!   behind the watermark), inner joins too; a late row is neither (it is counted late). The
+//!   matched flag is the one the store keeps for outer joins, so counting costs an add at eviction.
 //! - Output watermark: `watermark − max(0, upper′, −lower′)` bounds every `_ts` still to come (a
 //!   pair's `_ts` is its later row's ts, an unmatched row's its own), so no result is late
 //!   downstream.
@@ -28,7 +33,7 @@ use crate::record::{ArchivedRow, Row};
 use crate::state::{KeyedStore, MemoryStore, RowHandle};
 use crate::time::Time;
 
-use super::{OperatorSpec, Output, Projection, ResultKind};
+use super::{OperatorSpec, Output, Projection, Quality, ResultKind};
 
 pub const LEFT: usize = 0;
 pub const RIGHT: usize = 1;
@@ -162,6 +167,7 @@ pub struct IntervalJoin {
     timers: BinaryHeap<Reverse<Timer>>,
     seq: u64,
     ids: IdHasher,
+    quality: Quality,
 }
 
 impl IntervalJoin {
@@ -178,6 +184,7 @@ impl IntervalJoin {
             timers: BinaryHeap::new(),
             seq: 0,
             ids: IdHasher::default(),
+            quality: Quality::default(),
         }
     }
 
@@ -251,15 +258,18 @@ impl IntervalJoin {
             let Some(Reverse(timer)) = self.timers.pop() else { break };
             if !self.spec.join.keeps_unmatched(timer.input) {
                 // Nothing to report for this side: the row goes without being copied out.
-                self.state[timer.input].discard(timer.key_hash, timer.handle);
+                if let Some(matched) = self.state[timer.input].discard(timer.key_hash, timer.handle) {
+                    self.quality.count(timer.input, matched, 1);
+                }
             } else if let Some(removed) = self.state[timer.input].remove(timer.key_hash, timer.handle) {
                 self.finish(timer.input, removed.row, removed.matched, out);
             }
         }
     }
 
-    /// A row leaves the join: an outer join reports it if it never matched.
+    /// A row leaves the join, counted: an outer join reports it if it never matched.
     fn finish(&mut self, input: usize, row: Row, matched: bool, out: &mut Output) {
+        self.quality.count(input, matched, 1);
         if matched || !self.spec.join.keeps_unmatched(input) {
             return;
         }
@@ -280,6 +290,11 @@ impl IntervalJoin {
 
     pub fn is_quiescent(&self) -> bool {
         self.timers.is_empty()
+    }
+
+    /// Rows that left the join, matched or not (module doc).
+    pub fn quality(&self) -> Quality {
+        self.quality
     }
 
     pub fn state_rows(&self) -> usize {
@@ -351,6 +366,27 @@ mod tests {
         assert_eq!(j.output_watermark(), Time::POS_INF);
     }
 
+    /// Golden-style: every on-time row is counted once when it leaves, late rows are not.
+    #[test]
+    fn quality_counts_each_row_once_when_it_leaves() {
+        let mut j = join(0, 100, JoinType::Inner);
+        let mut out = Output::default();
+        j.on_row(LEFT, row(1000, 1), &mut out); // meets right 1050 and 1100: matched
+        j.on_row(LEFT, row(1020, 2), &mut out); // meets them too
+        j.on_row(LEFT, row(3000, 3), &mut out); // nothing near it: unmatched
+        j.on_row(RIGHT, row(1050, 4), &mut out);
+        j.on_row(RIGHT, row(1100, 5), &mut out);
+        j.on_row(RIGHT, row(900, 6), &mut out); // before every left row: unmatched
+        assert_eq!(out.results.len(), 4);
+        j.on_watermark(Time::ms(1101), &mut out);
+        // Left 1000 (last chance 1100) left matched; the right rows' last chance is their ts.
+        assert_eq!(j.quality(), Quality { matched: [1, 2], unmatched: [0, 1] });
+        j.on_row(RIGHT, row(1000, 7), &mut out); // late: counted late, not here
+        j.on_watermark(Time::POS_INF, &mut out);
+        assert_eq!(j.quality(), Quality { matched: [2, 2], unmatched: [1, 1] });
+        assert_eq!(out.late.len(), 1);
+    }
+
     #[test]
     fn negative_bounds_decide_a_row_at_once_when_its_chance_is_gone() {
         let mut j = join(-300, -100, JoinType::Right);
@@ -363,6 +399,7 @@ mod tests {
         // A left row at 1000 meets right rows in [700, 900], all behind the watermark: decided now.
         j.on_row(LEFT, row(1000, 2), &mut out);
         assert_eq!(j.state_rows(), 1);
+        assert_eq!(j.quality(), Quality { matched: [0, 0], unmatched: [1, 0] }, "counted as it is decided");
         assert_eq!(j.output_watermark(), Time::ms(700));
     }
 }

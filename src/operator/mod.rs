@@ -91,6 +91,29 @@ impl Output {
     }
 }
 
+/// Join quality (CONTRACT.md "Metrics": `braid_operator_matched_total` and
+/// `braid_operator_unmatched_total`): per input, the rows that left the operator's state having
+/// found a partner, and those that found none by their last chance. A join kind counts each of its
+/// on-time rows once, when the row leaves its state (evicted by the watermark, or at the end of
+/// input when the watermark goes to +∞), so once an input is done `matched + unmatched + late`
+/// is every row of that input. What "a partner" is depends on the kind: its module doc says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Quality {
+    pub matched: [u64; 2],
+    pub unmatched: [u64; 2],
+}
+
+impl Quality {
+    /// `rows` rows of `input` left the state, matched or not.
+    pub fn count(&mut self, input: usize, matched: bool, rows: u64) {
+        if matched {
+            self.matched[input] += rows;
+        } else {
+            self.unmatched[input] += rows;
+        }
+    }
+}
+
 /// An operator kind: the value of `[operators.NAME] kind`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OperatorKind {
@@ -131,6 +154,18 @@ impl OperatorKind {
     /// The kind named `name`, if any.
     pub fn parse(name: &str) -> Option<OperatorKind> {
         OperatorKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// A join of two inputs whose rows find partners or not: it has join-quality counters
+    /// ([`Quality`]). Union, connect and absence have none.
+    pub const fn is_join(self) -> bool {
+        match self {
+            OperatorKind::WindowJoin
+            | OperatorKind::CoGroup
+            | OperatorKind::IntervalJoin
+            | OperatorKind::TemporalJoin => true,
+            OperatorKind::Union | OperatorKind::Connect | OperatorKind::Absence => false,
+        }
     }
 
     /// Instances may hold processing-time timers (only connect's functions set them): the runtime
@@ -332,6 +367,17 @@ impl Operator {
             | Operator::IntervalJoin(_)
             | Operator::TemporalJoin(_)
             | Operator::Absence(_) => None,
+        }
+    }
+
+    /// The join-quality counters of a join kind ([`OperatorKind::is_join`]); none for the others.
+    pub fn quality(&self) -> Option<Quality> {
+        match self {
+            Operator::WindowJoin(op) => Some(op.quality()),
+            Operator::CoGroup(op) => Some(op.quality()),
+            Operator::IntervalJoin(op) => Some(op.quality()),
+            Operator::TemporalJoin(op) => Some(op.quality()),
+            Operator::Union(_) | Operator::Connect(_) | Operator::Absence(_) => None,
         }
     }
 

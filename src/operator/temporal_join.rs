@@ -15,6 +15,17 @@
 //!   watermark, and the newer version is at least as good for them. So each key keeps the latest
 //!   version below the watermark plus the versions at or above it; at +∞ nothing is kept.
 //!   Eviction runs after the left rows of the same watermark are emitted.
+//! - Join quality ([`Quality`]), each row counted once when it leaves the join, inner joins too:
+//!   a left row leaves when the watermark passes it and is **matched** when it found a version
+//!   (whether a left join emits it as `left_only` or an inner join drops it, it is unmatched
+//!   otherwise). A right version leaves when it is dead (a newer version of its key fell below
+//!   the watermark) or at +∞, and is **matched** when at least one left row was joined with it —
+//!   the store's matched flag, set by the scan that picks it. A version that was the best for no
+//!   left row is unmatched, even if it was valid for a while: the measure is "did this version
+//!   ever serve". A broadcast right stream's versions live on every shard; each instance flags
+//!   the versions its own left rows used, and the host counts the right input by shard 0's
+//!   instance alone (as its rows), so with several shards a broadcast version used only by the
+//!   keys of other shards is counted unmatched.
 //! - Output watermark: `min(watermark, smallest pending l.ts)` (rule 5): a result's `_ts` is its
 //!   left row's ts.
 //!
@@ -34,7 +45,7 @@ use crate::record::{ArchivedRow, Key, Row};
 use crate::state::{KeyedStore, MemoryStore, RowHandle};
 use crate::time::Time;
 
-use super::{OperatorSpec, Output, Projection, ResultKind};
+use super::{OperatorSpec, Output, Projection, Quality, ResultKind};
 
 /// Checks `[operators.NAME]` of this kind.
 pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
@@ -92,6 +103,7 @@ pub struct TemporalJoin {
     /// Per key: the version's handle and key hash.
     floor: HashMap<Key, (RowHandle, u64)>,
     ids: IdHasher,
+    quality: Quality,
 }
 
 impl TemporalJoin {
@@ -110,6 +122,7 @@ impl TemporalJoin {
             fresh: BinaryHeap::new(),
             floor: HashMap::new(),
             ids: IdHasher::default(),
+            quality: Quality::default(),
         }
     }
 
@@ -152,30 +165,37 @@ impl TemporalJoin {
         while self.pending.peek().is_some_and(|Reverse(w)| watermark.is_past(w.ts)) {
             let Some(Reverse(waiting)) = self.pending.pop() else { break };
             if let Some(removed) = self.left.remove(waiting.key_hash, waiting.handle) {
-                self.emit(&removed.row, out);
+                let matched = self.emit(&removed.row, out);
+                self.quality.count(LEFT, matched, 1);
             }
         }
         if watermark == Time::POS_INF {
             // Nothing can arrive any more: every version is dead.
             for Reverse(version) in self.fresh.drain() {
-                self.right.remove(version.key_hash, version.handle);
+                if let Some(matched) = self.right.discard(version.key_hash, version.handle) {
+                    self.quality.count(RIGHT, matched, 1);
+                }
             }
             for (_, (handle, key_hash)) in self.floor.drain() {
-                self.right.remove(key_hash, handle);
+                if let Some(matched) = self.right.discard(key_hash, handle) {
+                    self.quality.count(RIGHT, matched, 1);
+                }
             }
             return;
         }
         // Popped in (ts, arrival) order: each version is newer than the floor it replaces.
         while self.fresh.peek().is_some_and(|Reverse(v)| watermark.is_past(v.ts)) {
             let Some(Reverse(version)) = self.fresh.pop() else { break };
-            if let Some((older, key_hash)) = self.floor.insert(version.key, (version.handle, version.key_hash)) {
-                self.right.remove(key_hash, older);
+            if let Some((older, key_hash)) = self.floor.insert(version.key, (version.handle, version.key_hash))
+                && let Some(matched) = self.right.discard(key_hash, older)
+            {
+                self.quality.count(RIGHT, matched, 1);
             }
         }
     }
 
-    /// Emits left row `l` with its version, or alone (left join).
-    fn emit(&mut self, l: &Row, out: &mut Output) {
+    /// Emits left row `l` with its version, or alone (left join); whether it found a version.
+    fn emit(&mut self, l: &Row, out: &mut Output) -> bool {
         let TemporalJoin { spec, right, ids, .. } = self;
         let (key, key_hash) = if spec.broadcast_right { (&Key::Broadcast, 0) } else { (&l.key, l.key_hash) };
         // The scan visits versions in arrival order: `>=` lets a later arrival win a tie in ts.
@@ -192,7 +212,8 @@ impl TemporalJoin {
             Some(best) => {
                 let mut at = 0usize;
                 right.scan(key, key_hash, &mut |r| {
-                    if at == best {
+                    let picked = at == best;
+                    if picked {
                         let r = &*r.to_row();
                         let id = ids.begin().str(&spec.name).str("match").u64(l.id).u64(r.id).finish();
                         let (key, key_hash, values) =
@@ -200,8 +221,10 @@ impl TemporalJoin {
                         out.results.push((ResultKind::Match, Row { ts: l.ts, key, key_hash, id, values }));
                     }
                     at += 1;
-                    false
+                    // Marks the version matched: it served a left row.
+                    picked
                 });
+                return true;
             }
             None if spec.left_join => {
                 let id = ids.begin().str(&spec.name).str("left_only").u64(l.id).finish();
@@ -211,6 +234,7 @@ impl TemporalJoin {
             }
             None => {}
         }
+        false
     }
 
     pub fn output_watermark(&self) -> Time {
@@ -222,6 +246,11 @@ impl TemporalJoin {
 
     pub fn is_quiescent(&self) -> bool {
         self.pending.is_empty()
+    }
+
+    /// Left rows and right versions that left the join, matched or not (module doc).
+    pub fn quality(&self) -> Quality {
+        self.quality
     }
 
     pub fn state_rows(&self) -> usize {
@@ -304,6 +333,26 @@ mod tests {
         j.on_watermark(Time::ms(2000), &mut out);
         assert_eq!(results(&out), [(ResultKind::LeftOnly, 700, Value::Int(11), Value::Null), m(1000, 10, 1)]);
         assert_eq!(out.results[0].1.values[0], Value::Str("d".into()), "the key is on outer rows too");
+    }
+
+    /// Golden-style: left rows count by whether they found a version, versions by whether they
+    /// served a left row, each once as it leaves; late rows are not counted here.
+    #[test]
+    fn quality_counts_left_rows_and_versions_as_they_leave() {
+        let mut j = join(false, false);
+        let mut out = Output::default();
+        j.on_row(RIGHT, row(100, 1), &mut out); // superseded by 200 before any left row: unmatched
+        j.on_row(RIGHT, row(200, 2), &mut out); // serves left 250 and 260: matched
+        j.on_row(LEFT, row(50, 10), &mut out); // no version ≤ 50: unmatched
+        j.on_row(LEFT, row(250, 11), &mut out);
+        j.on_row(LEFT, row(260, 12), &mut out);
+        j.on_row(RIGHT, row(900, 3), &mut out); // never used: unmatched, at +∞
+        j.on_watermark(Time::ms(300), &mut out);
+        assert_eq!(j.quality(), Quality { matched: [2, 0], unmatched: [1, 1] }, "100 died when 200 fell below");
+        j.on_row(LEFT, row(200, 13), &mut out); // late
+        j.on_watermark(Time::POS_INF, &mut out);
+        assert_eq!(j.quality(), Quality { matched: [2, 1], unmatched: [1, 2] });
+        assert_eq!((out.results.len(), out.late.len()), (2, 1));
     }
 
     #[test]

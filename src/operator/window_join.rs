@@ -10,6 +10,9 @@
 //!   parts (rule 10). A re-fire within allowed lateness re-emits every pair of the window with
 //!   the same `_id`s and `_version` + 1: a consumer upserts by `_id`.
 //! - A row is stored once (shared by the windows of a sliding row) and freed with its last window.
+//! - Join quality ([`Quality`]): a row is **matched** when its window (a sliding row's last
+//!   window) holds at least one row of the other input when it is freed, whether or not a pair
+//!   passes `where`; unmatched otherwise; counted once, then ([`super::window`] "Join quality").
 
 use std::sync::Arc;
 
@@ -24,7 +27,7 @@ use super::expr::Expr;
 use super::interval_join::{LEFT, RIGHT};
 use super::projection::Column;
 use super::window::{Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, check_spec, result_key};
-use super::{OperatorSpec, Output, Projection, ResultKind};
+use super::{OperatorSpec, Output, Projection, Quality, ResultKind};
 
 /// Checks `[operators.NAME]` of this kind.
 pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
@@ -96,6 +99,10 @@ impl Contents for Rows {
 
     fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    fn has(&self, input: usize) -> bool {
+        !self.sides[input].is_empty()
     }
 }
 
@@ -169,6 +176,11 @@ impl WindowJoin {
         self.windows.is_quiescent()
     }
 
+    /// Rows that left with their last window, matched or not (module doc).
+    pub fn quality(&self) -> Quality {
+        self.windows.quality()
+    }
+
     /// Rows held, counted once per window that holds them.
     pub fn state_rows(&self) -> usize {
         self.windows.state_rows()
@@ -212,6 +224,34 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    /// Golden-style: a row counts as its last window is freed, matched when that window holds a
+    /// row of the other input; a sliding row is judged by its last window alone.
+    #[test]
+    fn quality_counts_rows_by_their_last_window() {
+        let mut j = join(WindowKind::Fixed { size: 10, slide: 10, offset: 0 }, 0);
+        let mut out = Output::default();
+        j.on_row(LEFT, row(1, 1), &mut out);
+        j.on_row(RIGHT, row(3, 2), &mut out);
+        j.on_row(LEFT, row(12, 3), &mut out); // [10, 20) has no right row
+        j.on_watermark(Time::ms(9), &mut out);
+        assert_eq!(j.quality(), Quality { matched: [1, 1], unmatched: [0, 0] }, "[0, 10) freed at 9");
+        j.on_row(LEFT, row(5, 4), &mut out); // late: not counted here
+        j.on_watermark(Time::POS_INF, &mut out);
+        assert_eq!(j.quality(), Quality { matched: [1, 1], unmatched: [1, 0] });
+        assert_eq!((pairs(&mut out).len(), out.late.len()), (1, 1));
+
+        let mut j = join(WindowKind::Fixed { size: 10, slide: 5, offset: 0 }, 0);
+        j.on_row(LEFT, row(7, 1), &mut out); // [5, 15) (its last) and [0, 10)
+        j.on_row(RIGHT, row(2, 2), &mut out); // [0, 10) (its last) and [-5, 5)
+        j.on_watermark(Time::POS_INF, &mut out);
+        assert_eq!(pairs(&mut out).len(), 1, "they pair in [0, 10)");
+        assert_eq!(
+            j.quality(),
+            Quality { matched: [0, 1], unmatched: [1, 0] },
+            "left 7's last window has no right row"
+        );
     }
 
     #[test]

@@ -67,8 +67,11 @@ pub fn render(plan: &Plan, figures: &Figures) -> String {
             .map(|(i, s)| (format!("stream=\"{}\"", s.name), u8::from(figures.stream_idle[i]).to_string()))
             .collect(),
     );
-    let per_input = |values: fn(&crate::operator::host::OperatorCounters) -> &Vec<u64>| {
+    // Per operator and input; `joins_only`: of the join kinds alone (the join-quality counters:
+    // union, connect and absence have no partners to find).
+    let per_input = |values: fn(&crate::operator::host::OperatorCounters) -> &Vec<u64>, joins_only: bool| {
         operators()
+            .filter(|(_, o)| !joins_only || o.spec.kind().is_join())
             .flat_map(|(i, o)| {
                 values(&figures.operator_counters[i]).iter().zip(&o.inputs).map(move |(n, input)| {
                     (format!("operator=\"{}\",input=\"{}\"", o.name, plan.node_name(*input)), n.to_string())
@@ -80,7 +83,7 @@ pub fn render(plan: &Plan, figures: &Figures) -> String {
         "braid_operator_rows_total",
         "counter",
         "Rows that reached the operator from that input.",
-        per_input(|c| &c.rows_in),
+        per_input(|c| &c.rows_in, false),
     );
     family(
         "braid_operator_results_total",
@@ -97,7 +100,24 @@ pub fn render(plan: &Plan, figures: &Figures) -> String {
             })
             .collect(),
     );
-    family("braid_operator_late_total", "counter", "Rows routed to the late side output.", per_input(|c| &c.late));
+    family(
+        "braid_operator_late_total",
+        "counter",
+        "Rows routed to the late side output.",
+        per_input(|c| &c.late, false),
+    );
+    family(
+        "braid_operator_matched_total",
+        "counter",
+        "Rows of a join input that left the join having found at least one partner.",
+        per_input(|c| &c.matched, true),
+    );
+    family(
+        "braid_operator_unmatched_total",
+        "counter",
+        "Rows of a join input that left the join having found no partner by their last chance.",
+        per_input(|c| &c.unmatched, true),
+    );
     family(
         "braid_operator_state_rows",
         "gauge",

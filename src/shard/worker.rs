@@ -228,7 +228,7 @@ impl Worker {
     pub fn report(&self) -> ShardReport {
         let hosts = &self.core.hosts;
         ShardReport {
-            counters: hosts.iter().map(|h| h.counters().clone()).collect(),
+            counters: hosts.iter().map(|h| h.counters()).collect(),
             watermarks: hosts.iter().map(OperatorHost::watermark).collect(),
             state: hosts.iter().map(OperatorHost::state).collect(),
             driver: self.driver,

@@ -26,6 +26,7 @@ mod examples;
 mod systemd_unit;
 
 // Replay against brute-force references and properties.
+mod join_quality;
 mod properties;
 mod reference_connect;
 mod reference_join;

@@ -435,6 +435,19 @@ fn reference(w: &Workload, seen: &[Seen], stats: &mut RefStats) -> Expected {
 
 // -------------------------------------------------------------------------- the runner ---
 
+/// Temporal-join workload `seed` written to `dir` for `join_quality.rs`: the config (operator
+/// `op` over `reading` and `config`, the right one broadcast in some), the inputs, and per stream
+/// its name and rows.
+pub(crate) fn write_temporal_workload(
+    seed: u64,
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, common::run::Files, Vec<(String, usize)>) {
+    let w = gen_workload(seed, Kind::Temporal);
+    let config = write_file(dir, "config.toml", w.config());
+    let inputs = write_inputs(dir, w.streams.iter().enumerate().map(|(i, s)| (&s.name, w.file_text(i))));
+    (config, inputs, w.streams.iter().map(|s| (s.name.clone(), s.lines.len())).collect())
+}
+
 /// Runs `braid replay` on the workload: (op results, op late rows), as parsed JSON.
 fn run(w: &Workload, shards: u32) -> Result<(Vec<Value>, Vec<Value>), String> {
     let dir = tempfile::tempdir().unwrap();

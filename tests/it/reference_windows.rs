@@ -320,6 +320,14 @@ impl Workload {
     }
 }
 
+/// Workload `seed` written to `dir` for `join_quality.rs`: the config (window_join `j` and cogroup
+/// `g` over `l` and `r`), the inputs, and the rows in each of the files of `l` and `r`.
+pub(crate) fn write_workload(seed: u64, dir: &Path) -> (PathBuf, Files, [usize; 2]) {
+    let w = gen_workload(seed);
+    let (config, inputs) = w.write_to(dir);
+    (config, inputs, [w.files[0].len(), w.files[1].len()])
+}
+
 // ------------------------------------------------------------------------------- replaying ---
 
 const OUTPUTS: [&str; 4] = ["j", "j.late", "g", "g.late"];

@@ -391,6 +391,14 @@ fn bad_input_goes_to_dead_letter_and_the_run_goes_on() {
     let statuses = mqtt.iter().filter(|(t, _)| t.ends_with("/status")).count() as f64;
     assert_eq!(get("braid_stream_rows_total", "stream=\"command\""), commands);
     assert_eq!(get("braid_stream_rows_total", "stream=\"status\""), statuses);
+    // Join quality, live: rows still waiting in state are in neither count yet.
+    for input in ["command", "status"] {
+        let labels = format!("operator=\"effect\",input=\"{input}\"");
+        let (matched, unmatched) =
+            (get("braid_operator_matched_total", &labels), get("braid_operator_unmatched_total", &labels));
+        let (rows, late) = (get("braid_operator_rows_total", &labels), get("braid_operator_late_total", &labels));
+        assert!(matched + unmatched + late <= rows, "{input}: {matched} + {unmatched} + {late} > {rows} rows");
+    }
     for (_, _, stream, reason) in &bad {
         assert_eq!(get("braid_stream_dead_letter_total", &format!("stream=\"{stream}\",reason=\"{reason}\"")), 1.0);
     }

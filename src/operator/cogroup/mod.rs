@@ -13,6 +13,10 @@
 //!   kept in i128 and saturates to int64 when written; a float sum is exact (Shewchuk's
 //!   partials, as Python's `math.fsum`): the correctly rounded sum of the group whatever the
 //!   order rows came in or sessions merged.
+//! - Join quality ([`Quality`]): a row is **matched** when its group's window (a sliding row's
+//!   last window) holds at least one row of the other input when it is freed — the other group is
+//!   not empty — and unmatched otherwise, whatever `join` emits; counted once, then, inner
+//!   cogroups too ([`super::window`] "Join quality").
 //! - `_id` = H(operator, "group", key, start, end): a re-fire within allowed lateness repeats it
 //!   with `_version` + 1. A merged session is a new result (`_version` 1) whose `_supersedes`
 //!   lists, sorted, the `_id`s emitted for its parts and those they superseded.
@@ -31,7 +35,7 @@ use crate::record::{ArchivedRow, FieldType, Key, Row, Value};
 use crate::time::Time;
 
 use super::window::{Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, check_spec, result_key};
-use super::{OperatorSpec, Output, ResultKind};
+use super::{OperatorSpec, Output, Quality, ResultKind};
 
 /// Checks `[operators.NAME]` of this kind.
 pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
@@ -417,6 +421,10 @@ impl Contents for Groups {
         }
     }
 
+    fn has(&self, input: usize) -> bool {
+        self.counts[input] > 0
+    }
+
     /// A window holds no rows, only its accumulators.
     fn rows(&self) -> usize {
         0
@@ -511,6 +519,11 @@ impl CoGroup {
 
     pub fn is_quiescent(&self) -> bool {
         self.windows.is_quiescent()
+    }
+
+    /// Rows that left with their last window, matched or not (module doc).
+    pub fn quality(&self) -> Quality {
+        self.windows.quality()
     }
 
     /// Key-windows held (each one set of accumulators; no rows are kept).

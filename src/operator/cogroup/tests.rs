@@ -147,3 +147,23 @@ fn merged_sessions_supersede_only_what_was_emitted() {
     assert_ne!(merged.id, first[0]);
     assert_eq!(g.state_rows(), 1);
 }
+
+/// Golden-style: a row counts as its group's window is freed, matched when the other group is not
+/// empty, whatever `join` emits; merged sessions carry their parts' rows.
+#[test]
+fn quality_counts_rows_by_whether_the_other_group_is_empty() {
+    let mut g = cogroup(JoinType::Inner, WindowKind::Session { gap: 10 }, 0);
+    let mut out = Output::default();
+    g.on_row(LEFT, row(0, Value::Int(1)), &mut out);
+    g.on_row(RIGHT, row(1, Value::Int(1)), &mut out); // [0, 11): both groups
+    g.on_row(LEFT, row(30, Value::Int(1)), &mut out); // [30, 40)
+    g.on_row(LEFT, row(20, Value::Int(1)), &mut out); // [20, 30) touches it: [20, 40), two left rows
+    g.on_row(RIGHT, row(50, Value::Int(1)), &mut out);
+    g.on_row(LEFT, row(55, Value::Int(1)), &mut out); // [50, 65): both groups
+    g.on_watermark(Time::ms(45), &mut out);
+    assert_eq!(g.quality(), Quality { matched: [1, 1], unmatched: [2, 0] }, "[0, 11) and [20, 40) freed");
+    g.on_row(RIGHT, row(25, Value::Int(1)), &mut out); // late
+    g.on_watermark(Time::POS_INF, &mut out);
+    assert_eq!(g.quality(), Quality { matched: [2, 2], unmatched: [2, 0] });
+    assert_eq!((out.results.len(), out.late.len()), (2, 1), "inner: the two groups with both sides");
+}

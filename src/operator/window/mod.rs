@@ -23,13 +23,23 @@
 //!   superseded (rule 10). A row that extends one session and merges no other (most rows that
 //!   do not open a session) updates it in place, with the outcome of such a merge.
 //!
+//! - Join quality ([`Quality`], CONTRACT.md "Metrics"): a row leaves the state when the last
+//!   window it belongs to is freed — its only window for tumbling and session windows (a merged
+//!   session carries its parts' rows), the one starting latest for sliding windows (it ends
+//!   last). It is **matched** when that window holds at least one row of the other input at
+//!   that moment (for window_join whether or not a pair passes `where`), unmatched otherwise;
+//!   counted once, then. For a sliding row this judges its last window only: a partner that
+//!   shared only an earlier window of it does not count (a row's membership of several windows
+//!   is not kept — cogroup keeps no rows at all). Each window counts the rows it owns that way,
+//!   two integers, so the row path allocates nothing for it.
+//!
 //! One [`Windows`] instance runs per shard and holds the windows of that shard's keys; all shards
 //! get the same watermark, so what fires, and when, does not depend on the shard count.
 
 use std::collections::{BTreeSet, HashMap};
 
 use crate::config::walk::{Errors, Table};
-use crate::operator::Output;
+use crate::operator::{Output, Quality};
 use crate::record::{Key, Value, id};
 use crate::time::Time;
 
@@ -175,6 +185,8 @@ pub trait Contents: Clone {
     fn absorb(&mut self, other: Self);
     fn rows(&self) -> usize;
     fn bytes(&self) -> usize;
+    /// The window holds at least one row of `input`.
+    fn has(&self, input: usize) -> bool;
 }
 
 /// Turns a firing window into results.
@@ -208,6 +220,8 @@ pub struct Window<C> {
     created: u64,
     /// The `_id` it emitted under, if it ever emitted (cogroup).
     emitted: Option<u64>,
+    /// Per input: rows whose last window this is (they leave the state with it).
+    owned: [u64; 2],
 }
 
 impl<C> Window<C> {
@@ -263,6 +277,7 @@ pub struct Windows<C> {
     rows: usize,
     bytes: usize,
     parts: Vec<Handle>,
+    quality: Quality,
 }
 
 impl<C: Contents> Windows<C> {
@@ -283,6 +298,7 @@ impl<C: Contents> Windows<C> {
             rows: 0,
             bytes: 0,
             parts: Vec::new(),
+            quality: Quality::default(),
         }
     }
 
@@ -299,10 +315,10 @@ impl<C: Contents> Windows<C> {
     fn fixed_row(&mut self, row: RowRef<'_>, item: &C::Item, fire: &mut impl Fire<C>, out: &mut Output) -> bool {
         let RowRef { input, ts, key, key_hash } = row;
         // The latest window closes last: if it is closed, all are.
-        match self.spec.assign(ts).next() {
-            Some((_, end)) if !self.spec.closed(end, self.watermark) => {}
+        let last = match self.spec.assign(ts).next() {
+            Some((start, end)) if !self.spec.closed(end, self.watermark) => start,
             _ => return false,
-        }
+        };
         for (start, end) in self.spec.assign(ts) {
             if self.spec.closed(end, self.watermark) {
                 break;
@@ -320,8 +336,9 @@ impl<C: Contents> Windows<C> {
                     h
                 }
             };
-            // A window that fired already fires again at once.
-            if self.add(handle, input, item) {
+            // A window that fired already fires again at once. The first window, the one
+            // starting latest, is the row's last.
+            if self.add(handle, input, item, start == last) {
                 self.fire_now(handle, fire, out);
             }
         }
@@ -367,7 +384,7 @@ impl<C: Contents> Windows<C> {
             }
             _ => self.merge(key, key_hash, start, end),
         };
-        if self.add(handle, input, item) {
+        if self.add(handle, input, item, true) {
             // A session always changed; one not yet due is pending already.
             self.fire_now(handle, fire, out);
         }
@@ -387,6 +404,8 @@ impl<C: Contents> Windows<C> {
             let Some(merged) = self.windows.get_mut(&handle) else { continue };
             let (rows, bytes) = (merged.contents.rows(), merged.contents.bytes());
             merged.contents.absorb(part.contents);
+            merged.owned[0] += part.owned[0];
+            merged.owned[1] += part.owned[1];
             match self.on_merge {
                 OnMerge::ContinueVersions => merged.version = merged.version.max(part.version),
                 OnMerge::Supersede => {
@@ -458,6 +477,7 @@ impl<C: Contents> Windows<C> {
             contents: self.empty.clone(),
             created,
             emitted: None,
+            owned: [0; 2],
         };
         self.rows += window.contents.rows();
         self.bytes += window.contents.bytes();
@@ -467,11 +487,12 @@ impl<C: Contents> Windows<C> {
     }
 
     /// Adds a row to a window; returns whether the window is due (has fired by the watermark),
-    /// so it has to fire again now.
-    fn add(&mut self, handle: Handle, input: usize, item: &C::Item) -> bool {
+    /// so it has to fire again now. `owner`: this is the row's last window.
+    fn add(&mut self, handle: Handle, input: usize, item: &C::Item, owner: bool) -> bool {
         let Some(w) = self.windows.get_mut(&handle) else { return false };
         let (rows, bytes) = (w.contents.rows(), w.contents.bytes());
         w.contents.add(input, item, self.seq);
+        w.owned[input] += u64::from(owner);
         self.rows = self.rows + w.contents.rows() - rows;
         self.bytes = self.bytes + w.contents.bytes() - bytes;
         due(w.end, self.watermark)
@@ -513,7 +534,11 @@ impl<C: Contents> Windows<C> {
             && self.spec.closed(end, watermark)
         {
             self.expiry.pop_first();
-            self.remove(handle);
+            if let Some(w) = self.remove(handle) {
+                for input in 0..2 {
+                    self.quality.count(input, w.contents.has(1 - input), w.owned[input]);
+                }
+            }
         }
     }
 
@@ -525,6 +550,11 @@ impl<C: Contents> Windows<C> {
     /// No window waits to fire (windows kept for allowed lateness emit only when a row comes).
     pub fn is_quiescent(&self) -> bool {
         self.pending.is_empty()
+    }
+
+    /// Rows that left with their last window, matched or not (module doc).
+    pub fn quality(&self) -> Quality {
+        self.quality
     }
 
     pub fn windows(&self) -> usize {

@@ -77,6 +77,9 @@ impl Contents for Count {
     fn bytes(&self) -> usize {
         0
     }
+    fn has(&self, _: usize) -> bool {
+        self.0 > 0
+    }
 }
 
 struct Emit;
@@ -208,6 +211,9 @@ impl Contents for Tags {
     }
     fn bytes(&self) -> usize {
         0
+    }
+    fn has(&self, _: usize) -> bool {
+        !self.0.is_empty()
     }
 }
 
