@@ -63,6 +63,19 @@ enum Command {
     },
     /// Embedded broker + simulated devices + the gateway join, with a live summary (Ctrl-C ends).
     Demo(braid::demo::DemoFlags),
+    /// A live view of a running service from its ops endpoint, every second (`--once`: one frame).
+    /// Exit 0, 78 bad config, 1 when the endpoint cannot be reached.
+    Status {
+        /// The service's configuration: its `[ops] listen` is the address (unless `--ops`).
+        #[arg(long, env = "BRAID_CONFIG")]
+        config: Option<PathBuf>,
+        /// The ops endpoint, host:port (default: the config's `[ops] listen`, else 127.0.0.1:9464).
+        #[arg(long, value_name = "ADDR")]
+        ops: Option<String>,
+        /// Print one frame (rates over one second) and exit, for scripts.
+        #[arg(long)]
+        once: bool,
+    },
 }
 
 fn name_and_path(arg: &str) -> Result<(String, PathBuf), String> {
@@ -82,6 +95,9 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = Cli::parse();
+    if let Command::Status { config, ops, once } = &cli.command {
+        return status(config.as_deref(), ops.as_deref(), *once);
+    }
     let loaded = match &cli.command {
         Command::Validate { config } | Command::Replay { config, .. } => config::load(config),
         Command::Run { config, .. } => config::load(config),
@@ -90,14 +106,11 @@ fn main() -> ExitCode {
             None => config::parse(bench::GATEWAY_CONFIG_NAME, bench::GATEWAY_CONFIG),
         },
         Command::Demo(_) => config::parse(braid::demo::CONFIG_NAME, braid::demo::CONFIG),
+        Command::Status { .. } => unreachable!("handled above"),
     };
     let plan = match loaded {
         Ok(plan) => plan,
-        Err(errors) => {
-            eprint!("{errors}");
-            eprintln!("{}: {} configuration error(s)", errors.file, errors.errors.len());
-            return ExitCode::from(EXIT_CONFIG);
-        }
+        Err(errors) => return config_failed(&errors),
     };
     for warning in &plan.warnings {
         eprintln!("{warning}");
@@ -122,11 +135,43 @@ fn main() -> ExitCode {
             braid::service::run(plan, options).map_err(anyhow::Error::from)
         }
         Command::Demo(flags) => braid::demo::run(plan, &flags),
+        Command::Status { .. } => unreachable!("handled above"),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Every configuration error on stderr, then exit 78.
+fn config_failed(errors: &config::ConfigErrors) -> ExitCode {
+    eprint!("{errors}");
+    eprintln!("{}: {} configuration error(s)", errors.file, errors.errors.len());
+    ExitCode::from(EXIT_CONFIG)
+}
+
+/// `braid status`: the address from `--ops`, else the config's `[ops] listen`, else the default.
+fn status(config: Option<&std::path::Path>, ops: Option<&str>, once: bool) -> ExitCode {
+    use braid::ops::status;
+    let plan = match config.map(|path| (path, config::load(path))) {
+        None => None,
+        Some((path, Ok(plan))) => Some((path.display().to_string(), plan)),
+        Some((_, Err(errors))) => return config_failed(&errors),
+    };
+    let listen = plan.as_ref().map(|(file, plan)| (file.as_str(), plan.ops_listen.as_str()));
+    let outcome = status::resolve(ops, listen).and_then(|addr| {
+        let stdout = std::io::stdout();
+        let terminal = stdout.is_terminal();
+        let mut out = stdout.lock();
+        if once { status::once(addr, &mut out) } else { status::live(addr, &mut out, terminal) }
+    });
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
             ExitCode::FAILURE
         }
     }

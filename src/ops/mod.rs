@@ -3,6 +3,8 @@
 
 pub mod http;
 pub mod metrics;
+pub mod prom;
+pub mod status;
 pub mod systemd;
 pub(crate) mod throttle;
 

@@ -47,3 +47,4 @@ mod mqtt_source;
 mod mqtt_tls;
 mod service_lifecycle;
 mod service_mqtt;
+mod status_command;
