@@ -1,5 +1,6 @@
 //! Operating braid: metrics (Prometheus text), the `/metrics` and `/healthz` endpoint, and the
-//! systemd notifications (readiness, status, watchdog).
+//! systemd notifications (readiness, status, watchdog); and `braid status`, which reads that
+//! endpoint back ([`prom`] parses its text).
 
 pub mod http;
 pub mod metrics;
