@@ -10,7 +10,7 @@
 //! - join rate = matched / (matched + unmatched) summed over the operator's inputs, since the
 //!   service started; "–" for operators that are not joins or that no row has left yet.
 
-use super::super::prom::Scrape;
+use crate::ops::prom::Scrape;
 
 /// Every line fits this many columns.
 pub const WIDTH: usize = 80;
@@ -306,7 +306,7 @@ mod tests {
              braid_sink_connected{{sink=\"up\"}} 1\n\
              braid_source_connected{{source=\"devices\"}} 1\n",
             half = rows / 2,
-            wm = NOW - 1_250,
+            wm = NOW - 1_240,
         );
         Scrape::parse(&text).unwrap()
     }
@@ -321,7 +321,7 @@ mod tests {
         let frame = Frame::from_scrapes("127.0.0.1:9464", Some((&before, 2.0)), &after, NOW, ok());
         let status = &frame.streams[0];
         assert_eq!((status.name.as_str(), status.rows, status.rate, status.lag_ms, status.idle),
-                   ("status", 300, Some(100.0), Some(1_250), false));
+                   ("status", 300, Some(100.0), Some(1_240), false));
         let command = &frame.streams[1];
         assert_eq!((command.rate, command.lag_ms, command.idle), (Some(50.0), None, true));
         let effect = &frame.operators[0];
@@ -388,8 +388,8 @@ mod tests {
                    ["850ms", "12.3s", "4m05s", "3h12m", "2d05h"]);
         assert_eq!(duration(-1_500), "-1.5s");
         assert_eq!([bytes(0), bytes(1023), bytes(1536), bytes(5 << 30)], ["0B", "1023B", "1.5KiB", "5.0GiB"]);
-        assert_eq!([per_second(None), per_second(Some(2.25)), per_second(Some(1234.4)), per_second(Some(2.5e6))],
-                   ["–", "2.2", "1234", "2.5M"]);
+        assert_eq!([per_second(None), per_second(Some(2.26)), per_second(Some(1234.4)), per_second(Some(2.5e6))],
+                   ["–", "2.3", "1234", "2.5M"]);
         assert_eq!(fit("abcdef", 4), "abc…");
         assert_eq!(fit("abcd", 4), "abcd");
     }
