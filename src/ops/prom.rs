@@ -10,7 +10,7 @@
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sample {
     pub name: String,
-    pub labels: Vec<(String, String)>,
+    pub labels: Labels,
     pub value: f64,
 }
 
@@ -107,8 +107,11 @@ fn sample(line: &str) -> Result<Sample, &'static str> {
     Ok(Sample { name: metric.to_owned(), labels, value })
 }
 
+/// A sample's labels, (name, value) in the order written.
+type Labels = Vec<(String, String)>;
+
 /// `key="value",...}` → the labels and what follows the `}`.
-fn labels(mut s: &str) -> Result<(Vec<(String, String)>, &str), &'static str> {
+fn labels(mut s: &str) -> Result<(Labels, &str), &'static str> {
     let mut out = Vec::new();
     loop {
         s = s.trim_start();
@@ -191,7 +194,8 @@ mod tests {
 
     #[test]
     fn lookups_by_labels_sums_and_label_values() {
-        let text = "r{operator=\"j\",input=\"l\"} 3\nr{operator=\"j\",input=\"r\"} 4\nr{operator=\"k\",input=\"l\"} 1\n";
+        let text =
+            "r{operator=\"j\",input=\"l\"} 3\nr{operator=\"j\",input=\"r\"} 4\nr{operator=\"k\",input=\"l\"} 1\n";
         let scrape = Scrape::parse(text).unwrap();
         assert_eq!(scrape.value("r", &[("operator", "j"), ("input", "r")]), Some(4.0));
         assert_eq!(scrape.sum("r", &[("operator", "j")]), Some(7.0));

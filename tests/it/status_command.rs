@@ -65,11 +65,15 @@ impl Gateway {
         format!("127.0.0.1:{}", self.ops)
     }
 
-    /// Publishes `msgs` and waits until `/metrics` counts `total` rows of each stream.
+    /// Publishes `msgs` and waits until `/metrics` counts `total` rows of each stream (and the
+    /// uplink is connected).
     fn publish(&self, msgs: &[DeviceMsg], total: &[(&str, usize)]) {
         publish_all(self.devices.port(), &mqtt_messages(msgs), QoS::AtLeastOnce);
         let counted = poll_until(WAIT, || {
             let Some((200, text)) = http_get(self.ops, "/metrics") else { return false };
+            if metric(&text, "braid_sink_connected", "sink=\"up\"") != Some(1.0) {
+                return false;
+            }
             total.iter().all(|(stream, n)| {
                 metric(&text, "braid_stream_rows_total", &format!("stream=\"{stream}\"")) == Some(*n as f64)
             })
@@ -130,7 +134,10 @@ fn once_prints_one_frame_with_every_stream_operator_and_sink() {
     let join_rate = effect[2];
     assert!(
         join_rate == "–"
-            || join_rate.strip_suffix('%').and_then(|p| p.parse::<f64>().ok()).is_some_and(|p| (0.0..=100.0).contains(&p)),
+            || join_rate
+                .strip_suffix('%')
+                .and_then(|p| p.parse::<f64>().ok())
+                .is_some_and(|p| (0.0..=100.0).contains(&p)),
         "join rate {join_rate:?}"
     );
     // SINK UPLINK QUEUED ACKED ACKED/S: the MQTT uplink.
@@ -174,7 +181,8 @@ struct Tmux {
 impl Tmux {
     fn command(&self) -> Command {
         let mut cmd = Command::new("tmux");
-        cmd.arg("-S").arg(&self.socket);
+        // A private server even when the tests themselves run inside tmux.
+        cmd.env_remove("TMUX").arg("-S").arg(&self.socket);
         cmd
     }
 
@@ -233,7 +241,8 @@ fn the_live_view_redraws_in_a_real_terminal() {
     let tmux = Tmux::start(gw.dir.path(), &command);
     // The second frame has rates: the status row's ROWS/S is a number, not "–".
     let screen = tmux.wait("a frame with rates", |s| {
-        s.lines().any(|l| l.starts_with("status ") && l.split_whitespace().nth(1).is_some_and(|r| r.parse::<f64>().is_ok()))
+        s.lines()
+            .any(|l| l.starts_with("status ") && l.split_whitespace().nth(1).is_some_and(|r| r.parse::<f64>().is_ok()))
     });
     println!("tmux capture-pane, 80×24, `{command}`:\n{screen}");
     assert!(screen.starts_with(&format!("braid status  {}  health: ok\n", gw.addr())), "{screen}");

@@ -83,13 +83,7 @@ fn whole(v: Option<f64>) -> u64 {
 impl Frame {
     /// The figures of `cur`, taken at `now_ms` (processing time); rates against `prev`, taken
     /// `elapsed_s` seconds earlier, when given.
-    pub fn from_scrapes(
-        addr: &str,
-        prev: Option<(&Scrape, f64)>,
-        cur: &Scrape,
-        now_ms: i64,
-        health: Health,
-    ) -> Frame {
+    pub fn from_scrapes(addr: &str, prev: Option<(&Scrape, f64)>, cur: &Scrape, now_ms: i64, health: Health) -> Frame {
         let rate = |name: &str, labels: &[(&str, &str)]| -> Option<f64> {
             let (prev, elapsed_s) = prev?;
             let (before, after) = (prev.sum(name, labels)?, cur.sum(name, labels)?);
@@ -320,8 +314,10 @@ mod tests {
         let (before, after) = (metrics(100, 40), metrics(300, 90));
         let frame = Frame::from_scrapes("127.0.0.1:9464", Some((&before, 2.0)), &after, NOW, ok());
         let status = &frame.streams[0];
-        assert_eq!((status.name.as_str(), status.rows, status.rate, status.lag_ms, status.idle),
-                   ("status", 300, Some(100.0), Some(1_240), false));
+        assert_eq!(
+            (status.name.as_str(), status.rows, status.rate, status.lag_ms, status.idle),
+            ("status", 300, Some(100.0), Some(1_240), false)
+        );
         let command = &frame.streams[1];
         assert_eq!((command.rate, command.lag_ms, command.idle), (Some(50.0), None, true));
         let effect = &frame.operators[0];
@@ -329,9 +325,10 @@ mod tests {
         assert_eq!((effect.rate, effect.join_rate, effect.late), (Some(150.0), Some(0.9), 3));
         assert_eq!((effect.state_rows, effect.state_bytes), (120, 46182));
         assert_eq!(frame.operators[1].join_rate, None, "no matched/unmatched: not a join");
-        assert_eq!(frame.sinks[0], SinkFigures {
-            name: "up".into(), connected: true, queued_bytes: 2048, acked: 90, acked_rate: Some(25.0)
-        });
+        assert_eq!(
+            frame.sinks[0],
+            SinkFigures { name: "up".into(), connected: true, queued_bytes: 2048, acked: 90, acked_rate: Some(25.0) }
+        );
         assert_eq!(frame.sources, vec![("devices".to_owned(), true)]);
     }
 
@@ -347,7 +344,8 @@ mod tests {
     #[test]
     fn the_screen_fits_80_columns_and_names_everything() {
         let health = Health::from_answer(503, &format!("source devices: not connected\n{}\n", "x".repeat(200)));
-        let frame = Frame::from_scrapes("127.0.0.1:9464", Some((&metrics(100, 40), 1.0)), &metrics(300, 90), NOW, health);
+        let frame =
+            Frame::from_scrapes("127.0.0.1:9464", Some((&metrics(100, 40), 1.0)), &metrics(300, 90), NOW, health);
         let lines = frame.render();
         let screen = lines.join("\n");
         println!("{screen}");
@@ -384,12 +382,16 @@ mod tests {
 
     #[test]
     fn units() {
-        assert_eq!([duration(850), duration(12_345), duration(245_000), duration(11_520_000), duration(190_800_000)],
-                   ["850ms", "12.3s", "4m05s", "3h12m", "2d05h"]);
+        assert_eq!(
+            [duration(850), duration(12_345), duration(245_000), duration(11_520_000), duration(190_800_000)],
+            ["850ms", "12.3s", "4m05s", "3h12m", "2d05h"]
+        );
         assert_eq!(duration(-1_500), "-1.5s");
         assert_eq!([bytes(0), bytes(1023), bytes(1536), bytes(5 << 30)], ["0B", "1023B", "1.5KiB", "5.0GiB"]);
-        assert_eq!([per_second(None), per_second(Some(2.26)), per_second(Some(1234.4)), per_second(Some(2.5e6))],
-                   ["–", "2.3", "1234", "2.5M"]);
+        assert_eq!(
+            [per_second(None), per_second(Some(2.26)), per_second(Some(1234.4)), per_second(Some(2.5e6))],
+            ["–", "2.3", "1234", "2.5M"]
+        );
         assert_eq!(fit("abcdef", 4), "abc…");
         assert_eq!(fit("abcd", 4), "abcd");
     }
