@@ -83,15 +83,11 @@ fn stderr_id() -> Option<(u64, u64)> {
 
 /// Installs the global subscriber chosen from the environment; returns the output in use.
 pub fn init() -> Result<Output, UnknownFormat> {
-    let output = select(
-        std::env::var_os(FORMAT_VAR).as_deref(),
-        std::env::var_os("JOURNAL_STREAM").as_deref(),
-        stderr_id(),
-    )?;
+    let output =
+        select(std::env::var_os(FORMAT_VAR).as_deref(), std::env::var_os("JOURNAL_STREAM").as_deref(), stderr_id())?;
     let filter = EnvFilter::try_from_env("BRAID_LOG").unwrap_or_else(|_| DEFAULT_FILTER.into());
-    let text = || {
-        tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal())
-    };
+    let text =
+        || tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal());
     match output {
         Output::Text => tracing_subscriber::registry().with(filter).with(text()).init(),
         Output::Json => tracing_subscriber::registry()

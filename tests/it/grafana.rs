@@ -22,7 +22,8 @@ fn metric_names(text: &str) -> BTreeSet<String> {
     let mut rest = text;
     while let Some(at) = rest.find("braid_") {
         let tail = &rest[at..];
-        let end = tail.find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')).unwrap_or(tail.len());
+        let end =
+            tail.find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')).unwrap_or(tail.len());
         names.insert(tail[..end].to_owned());
         rest = &tail[end..];
     }
@@ -33,19 +34,19 @@ fn metric_names(text: &str) -> BTreeSet<String> {
 fn exported() -> BTreeSet<String> {
     let dir = tempfile::tempdir().unwrap();
     let metrics = dir.path().join("metrics.txt");
-    let out = crate::logs::gateway_replay(dir.path())
-        .arg("--metrics")
-        .arg(&metrics)
-        .output()
-        .unwrap();
+    let out = crate::logs::gateway_replay(dir.path()).arg("--metrics").arg(&metrics).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = fs::read_to_string(&metrics).unwrap();
     // Names of families with samples or at least a TYPE line.
-    let mut names: BTreeSet<String> =
-        text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap().to_owned()).collect();
+    let mut names: BTreeSet<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| l.split(' ').next().unwrap().to_owned())
+        .collect();
     assert!(names.contains("braid_operator_matched_total"), "{text}");
     let view = fs::read_to_string(root().join("src/service/view.rs")).unwrap();
-    names.extend(view.split('"').filter(|s| s.starts_with("braid_") && metric_names(s).contains(*s)).map(str::to_owned));
+    names
+        .extend(view.split('"').filter(|s| s.starts_with("braid_") && metric_names(s).contains(*s)).map(str::to_owned));
     assert!(names.contains("braid_sink_connected") && names.contains("braid_journal_bytes"), "{names:?}");
     names
 }

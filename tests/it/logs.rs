@@ -105,7 +105,10 @@ fn journal_stream_naming_stderr_without_a_journal_falls_back_to_text() {
     let stderr = fs::read_to_string(&err_path).unwrap();
     assert!(status.success(), "{status:?}\n{stderr}");
     let warning = stderr.lines().next().unwrap_or_default();
-    assert!(warning.contains(" WARN braid::ops::logs: Journald socket unavailable, logging text to stderr"), "{stderr}");
+    assert!(
+        warning.contains(" WARN braid::ops::logs: Journald socket unavailable, logging text to stderr"),
+        "{stderr}"
+    );
     assert!(stderr.contains(" INFO braid: Replay finished lines="), "{stderr}");
 }
 
