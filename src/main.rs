@@ -86,14 +86,11 @@ fn name_and_path(arg: &str) -> Result<(String, PathBuf), String> {
 }
 
 fn main() -> ExitCode {
-    // rumqttd logs routine disconnects as errors (braid::broker::TRACING_DIRECTIVE); BRAID_LOG overrides.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("BRAID_LOG").unwrap_or_else(|_| "info,rumqttd=off".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    // BRAID_LOG_FORMAT and JOURNAL_STREAM choose the output (README.md "Logs").
+    if let Err(error) = braid::ops::logs::init() {
+        eprintln!("error: {error}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
     let cli = Cli::parse();
     if let Command::Status { config, ops, once } = &cli.command {
         return status(config.as_deref(), ops.as_deref(), *once);

@@ -1,8 +1,9 @@
 //! Operating braid: metrics (Prometheus text), the `/metrics` and `/healthz` endpoint, and the
-//! systemd notifications (readiness, status, watchdog); and `braid status`, which reads that
-//! endpoint back ([`prom`] parses its text).
+//! systemd notifications (readiness, status, watchdog), where logs go; and `braid status`, which
+//! reads that endpoint back ([`prom`] parses its text).
 
 pub mod http;
+pub mod logs;
 pub mod metrics;
 pub mod prom;
 pub mod status;

@@ -25,6 +25,10 @@ mod config_errors;
 mod examples;
 mod systemd_unit;
 
+// Logs and the bundled Grafana dashboard and Prometheus alerts.
+mod grafana;
+mod logs;
+
 // Replay against brute-force references and properties.
 mod join_quality;
 mod properties;
