@@ -443,7 +443,7 @@ mod spread {
 }
 
 /// A custom function's results for one broadcast row, one per shard, reach a downstream
-/// threshold ranked by (`_ts`, `_id`) as the oracle ranks them, and its processing-time timers
+/// threshold ranked by the key they came from (origin rank) as the oracle ranks them, and its processing-time timers
 /// fire as in the oracle.
 #[test]
 fn results_of_a_broadcast_row_on_every_shard_arrive_ranked_as_in_the_oracle() {
@@ -519,7 +519,7 @@ fn a_chain_of_eight_operators_matches_the_reference_and_nine_is_a_config_error()
 /// "results never depend on the shard count"). At a tick, `u`'s two results (keys k2, k1, equal
 /// `_ts` 999) are re-keyed to one downstream key, where threshold's "latest limit" tells their
 /// order apart. Emitted shard by shard, that order would depend on how k1 and k2 fall on shards;
-/// what all instances emit at once is ranked by (`_ts`, `_id`) instead (oracle and runtime).
+/// what all instances emit at once is ranked by the key it came from instead (oracle and runtime).
 #[test]
 fn shard_count_changes_no_output() {
     let config = "\
