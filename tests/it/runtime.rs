@@ -443,8 +443,8 @@ mod spread {
 }
 
 /// A custom function's results for one broadcast row, one per shard, reach a downstream
-/// threshold ranked by the key they came from (origin rank) as the oracle ranks them, and its processing-time timers
-/// fire as in the oracle.
+/// threshold ranked by the key they came from (origin rank) as the oracle ranks them, and its
+/// processing-time timers fire as in the oracle.
 #[test]
 fn results_of_a_broadcast_row_on_every_shard_arrive_ranked_as_in_the_oracle() {
     let stream = |name: &str, key: &str, k: &str| {
