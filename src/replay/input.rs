@@ -43,7 +43,7 @@ use thiserror::Error;
 
 use crate::config::StreamDef;
 use crate::record::Value;
-use crate::record::decode::{Reason, decode_line, dead_letter_raw};
+use crate::record::decode::{Reason, dead_letter_raw, decode_line};
 
 /// Bytes of a file read at a time.
 pub const READ_BUFFER: usize = 64 << 10;
@@ -106,7 +106,13 @@ struct LineReader {
 impl LineReader {
     fn new(file: File, max_payload: u64) -> LineReader {
         let keep = usize::try_from(max_payload.saturating_add(2)).unwrap_or(usize::MAX).max(OVERSIZED_KEEP);
-        LineReader { reader: BufReader::with_capacity(READ_BUFFER, file), keep, line: Vec::new(), next_no: 0, consumed: 0 }
+        LineReader {
+            reader: BufReader::with_capacity(READ_BUFFER, file),
+            keep,
+            line: Vec::new(),
+            next_no: 0,
+            consumed: 0,
+        }
     }
 
     /// The next non-blank line into `self.line` (CR removed): its line number and whether it was
@@ -324,7 +330,8 @@ impl RunReader {
         }
         self.buf.drain(..self.at);
         self.at = 0;
-        let want = (RUN_READ_BUFFER.max(n) - self.buf.len()).min(usize::try_from(self.end - self.next).unwrap_or(usize::MAX));
+        let want =
+            (RUN_READ_BUFFER.max(n) - self.buf.len()).min(usize::try_from(self.end - self.next).unwrap_or(usize::MAX));
         let old = self.buf.len();
         self.buf.resize(old + want, 0);
         file.read_exact_at(&mut self.buf[old..], self.next)?;
@@ -362,7 +369,13 @@ impl RunReader {
 impl Runs {
     /// Reads every line of a file that is not in arrival order (`lead`: its first arrival) into
     /// sorted runs of at most `run_bytes` bytes of text, spilled to an unlinked file in `dir`.
-    fn spill(lines: &mut LineReader, def: &StreamDef, lead: Option<i64>, dir: &Path, run_bytes: usize) -> Result<Runs, SpillError> {
+    fn spill(
+        lines: &mut LineReader,
+        def: &StreamDef,
+        lead: Option<i64>,
+        dir: &Path,
+        run_bytes: usize,
+    ) -> Result<Runs, SpillError> {
         let file = tempfile::tempfile_in(dir).map_err(SpillError::Spill)?;
         let mut out = BufWriter::with_capacity(READ_BUFFER, &file);
         let mut text: Vec<u8> = Vec::new();
@@ -371,7 +384,10 @@ impl Runs {
         let mut runs = Vec::new();
         let mut written = 0u64;
         let mut previous = lead;
-        let mut flush = |text: &mut Vec<u8>, index: &mut Vec<(i64, usize, usize, usize, bool)>, out: &mut BufWriter<&File>| -> std::io::Result<()> {
+        let mut flush = |text: &mut Vec<u8>,
+                         index: &mut Vec<(i64, usize, usize, usize, bool)>,
+                         out: &mut BufWriter<&File>|
+         -> std::io::Result<()> {
             if index.is_empty() {
                 return Ok(());
             }
@@ -386,7 +402,15 @@ impl Runs {
                 out.write_all(&text[at..at + len])?;
                 written += (RECORD_HEADER + len) as u64;
             }
-            runs.push(RunReader { next: start, end: written, buf: Vec::new(), at: 0, left: index.len(), line: Vec::new(), cut: false });
+            runs.push(RunReader {
+                next: start,
+                end: written,
+                buf: Vec::new(),
+                at: 0,
+                left: index.len(),
+                line: Vec::new(),
+                cut: false,
+            });
             text.clear();
             index.clear();
             Ok(())
@@ -463,9 +487,11 @@ impl<'p> Inputs<'p> {
             let mut source = if scan.ordered {
                 Source::Ordered { lines, previous: scan.first }
             } else {
-                Source::Sorted(Runs::spill(&mut lines, def, scan.first, spill_dir, run_bytes.max(1)).map_err(|e| match e {
-                    SpillError::Read(e) => InputError::Read(flag, e),
-                    SpillError::Spill(e) => InputError::Spill(spill_dir.to_owned(), e),
+                Source::Sorted(Runs::spill(&mut lines, def, scan.first, spill_dir, run_bytes.max(1)).map_err(|e| {
+                    match e {
+                        SpillError::Read(e) => InputError::Read(flag, e),
+                        SpillError::Spill(e) => InputError::Spill(spill_dir.to_owned(), e),
+                    }
                 })?)
             };
             let head = source.advance(def).map_err(read)?;
@@ -507,7 +533,14 @@ impl<'p> Inputs<'p> {
         self.taken = Some(flag);
         let (stream, source, head) = &mut self.files[flag];
         let Some(head) = head.take() else { return Ok(None) };
-        Ok(Some(Line { arrival: head.arrival, flag, line_no: head.line_no, stream: *stream, bytes: source.bytes(), content: head.content }))
+        Ok(Some(Line {
+            arrival: head.arrival,
+            flag,
+            line_no: head.line_no,
+            stream: *stream,
+            bytes: source.bytes(),
+            content: head.content,
+        }))
     }
 }
 
@@ -586,7 +619,7 @@ mod tests {
                 all.push(((arrival.unwrap_or(0), flag, line_no), format!("{stream} {content:?} {raw}")));
             }
         }
-        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all.sort_by_key(|a| a.0);
         all.into_iter().map(|(k, s)| format!("{k:?} {s}")).collect()
     }
 
@@ -613,7 +646,13 @@ mod tests {
     fn streamed_merge_matches_sorting_everything_in_memory() {
         let plan = plan();
         let dir = tempfile::tempdir().unwrap();
-        let texts = [(0, text(1, 3000, true)), (1, "{\"k\":\"a\"}\n".repeat(3)), (0, text(2, 2000, false)), (0, String::new()), (0, text(3, 500, true))];
+        let texts = [
+            (0, text(1, 3000, true)),
+            (1, "{\"k\":\"a\"}\n".repeat(3)),
+            (0, text(2, 2000, false)),
+            (0, String::new()),
+            (0, text(3, 500, true)),
+        ];
         let paths: Vec<(usize, PathBuf)> = texts
             .iter()
             .enumerate()

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! Replay's input merge in constant memory (issue 13, item 1): a file out of arrival order is
 //! sorted externally, in runs spilled to disk, and replays exactly as the same lines written in
 //! arrival order.
@@ -77,7 +78,8 @@ fn replay(dir: &Path, label: &str, status: &Path, command: &Path, run_bytes: usi
     let inputs: Vec<(String, PathBuf)> = vec![("status".into(), status.into()), ("command".into(), command.into())];
     let outputs: Vec<(String, PathBuf)> =
         OUTPUTS.iter().map(|n| (n.to_string(), dir.join(format!("{label}-{n}.jsonl")))).collect();
-    let args = ReplayArgs { shards: 2, every_tick: false, inputs: &inputs, outputs: &outputs, sort_run_bytes: run_bytes };
+    let args =
+        ReplayArgs { shards: 2, every_tick: false, inputs: &inputs, outputs: &outputs, sort_run_bytes: run_bytes };
     braid::replay::run(&plan, &args).unwrap();
     outputs
         .iter()
@@ -115,7 +117,8 @@ fn a_file_out_of_arrival_order_sorted_in_spilled_runs_replays_as_the_file_in_ord
     write(&path("status-shuffled.jsonl"), &shuffled_status);
     write(&path("command-shuffled.jsonl"), &shuffled(sorted_command, &mut rng));
 
-    let expected = replay(dir.path(), "sorted", &path("status-sorted.jsonl"), &path("command-sorted.jsonl"), SORT_RUN_BYTES);
+    let expected =
+        replay(dir.path(), "sorted", &path("status-sorted.jsonl"), &path("command-sorted.jsonl"), SORT_RUN_BYTES);
     // 256 bytes of text: about four lines per run, ~1 000 runs for the two files.
     let small = std::fs::metadata(path("status-shuffled.jsonl")).unwrap().len() / 256;
     assert!(small > 100, "{small} runs");
@@ -130,7 +133,13 @@ fn a_file_out_of_arrival_order_sorted_in_spilled_runs_replays_as_the_file_in_ord
         assert_eq!(got, expected, "runs of {run_bytes} bytes");
     }
     let [effect, late, dead, status_out, command_out] = &expected[..] else { unreachable!() };
-    assert!(effect.len() > 1_000 && !late.is_empty() && !dead.is_empty(), "{} {} {}", effect.len(), late.len(), dead.len());
+    assert!(
+        effect.len() > 1_000 && !late.is_empty() && !dead.is_empty(),
+        "{} {} {}",
+        effect.len(),
+        late.len(),
+        dead.len()
+    );
     assert_eq!(status_out.len() + command_out.len() + dead.len(), 4_000);
     // Results carry their ids: equal lines mean equal ids.
     assert!(effect.iter().all(|l| l.contains("\"_id\"")));

@@ -119,7 +119,13 @@ impl<'w> Case<'w> {
         if reference {
             common::oracle::replay(&self.plan, shards, &self.inputs, &files);
         } else {
-            let args = ReplayArgs { shards, every_tick, inputs: &self.inputs, outputs: &files, sort_run_bytes: braid::replay::input::SORT_RUN_BYTES };
+            let args = ReplayArgs {
+                shards,
+                every_tick,
+                inputs: &self.inputs,
+                outputs: &files,
+                sort_run_bytes: braid::replay::input::SORT_RUN_BYTES,
+            };
             let rings = ring_dir();
             let mut plan = self.plan.clone();
             plan.runtime.state_dir = Some(rings.path().to_owned());
