@@ -10,23 +10,28 @@
 //!
 //! - **Reading.** A file is read through a [`BufReader`] of [`READ_BUFFER`] bytes, line by line,
 //!   into one reused line buffer (not mmap: touched file pages would count in RSS). A line keeps
-//!   at most `max(max_payload + 2, 1025)` bytes: anything longer is `oversized` whatever follows,
-//!   and its dead letter holds only its first KiB, so a giant line costs no memory either.
+//!   at most `max(max_payload + 2, 1025)` bytes (and at most 4 GiB): anything longer is
+//!   `oversized` whatever follows, and its dead letter holds only its first KiB, so a giant line
+//!   costs no memory either.
 //! - **First pass** ([`scan`]): every file is read once before the replay starts, decoding each
 //!   line for its arrival only, to learn (a) the first arrival of the file, which the lines before
 //!   it take (the "nearest later one"), and (b) whether the arrivals never decrease. Lines without
 //!   an arrival copy a neighbour's, so the file is in order exactly when the arrivals it does carry
 //!   never decrease. The pass keeps three numbers per file; large files are scanned in
-//!   [`SCAN_CHUNK`]-byte chunks of whole lines, one thread per core.
+//!   [`SCAN_CHUNK`]-byte chunks of whole lines, one thread per core. It decodes every line a
+//!   second time, on all cores before the shards start: the price of knowing, without holding
+//!   the file, that nothing later in it comes first.
 //! - **A file in order** is then streamed: each line decoded as it is read, its arrival the line's
 //!   own, else the previous line's, else the first pass's first arrival, else 0.
 //! - **A file out of order** is sorted externally: its lines (arrival filled in as above, line
-//!   number, raw bytes) are collected into runs of at most `run_bytes` bytes of line text
-//!   ([`SORT_RUN_BYTES`] unless a test asks for less), each run sorted by (arrival, line number)
-//!   and appended to one unlinked temporary file in the replay's private directory; then the runs
-//!   are merged with a binary heap, each run read back through its own [`RUN_READ_BUFFER`]-byte
-//!   buffer, and a line is decoded again when the merge reaches it. Memory: one run while
-//!   sorting; `runs × RUN_READ_BUFFER` while merging (a 10 GB file: 640 runs, 10 MiB).
+//!   number, text) are collected into runs of at most `run_bytes` bytes of text
+//!   ([`SORT_RUN_BYTES`], 8 MiB, unless a test asks for less), each run sorted by (arrival, line
+//!   number) and appended to one unlinked temporary file in the replay's private directory (so
+//!   nothing is left behind, whatever ends the process); then the runs are merged with a binary
+//!   heap of their next records' (arrival, line number), each run read back through its own
+//!   [`RUN_READ_BUFFER`]-byte buffer, a record's text only when the merge takes it, and decoded
+//!   again then. Memory: one run and its index (8 MiB + 40 bytes a line) while sorting;
+//!   `runs × RUN_READ_BUFFER` while merging (a 10 GB file: 1 280 runs, 10 MiB).
 //! - **Merge of the files**: each file offers its next line (its "head"); the smallest head by
 //!   (arrival, flag, line number) is processed next. Files are few, so a linear scan picks it.
 //!
@@ -48,9 +53,9 @@ use crate::record::decode::{Reason, dead_letter_raw, decode_line};
 /// Bytes of a file read at a time.
 pub const READ_BUFFER: usize = 64 << 10;
 /// Line text per sorted run of a file that is not in arrival order.
-pub const SORT_RUN_BYTES: usize = 16 << 20;
+pub const SORT_RUN_BYTES: usize = 8 << 20;
 /// Read-back buffer of each spilled run during the merge.
-pub const RUN_READ_BUFFER: usize = 16 << 10;
+pub const RUN_READ_BUFFER: usize = 8 << 10;
 /// Files larger than this are scanned in chunks of this size, one per core at a time.
 const SCAN_CHUNK: u64 = 8 << 20;
 /// Bytes kept of an oversized line: its dead letter's `raw` holds the first KiB.
@@ -105,7 +110,9 @@ struct LineReader {
 
 impl LineReader {
     fn new(file: File, max_payload: u64) -> LineReader {
-        let keep = usize::try_from(max_payload.saturating_add(2)).unwrap_or(usize::MAX).max(OVERSIZED_KEEP);
+        // At most 4 GiB: a spilled record's length is a u32.
+        let keep = max_payload.saturating_add(2).min(u64::from(u32::MAX)) as usize;
+        let keep = keep.max(OVERSIZED_KEEP);
         LineReader {
             reader: BufReader::with_capacity(READ_BUFFER, file),
             keep,
@@ -301,37 +308,35 @@ impl Source {
 struct Runs {
     file: File,
     runs: Vec<RunReader>,
-    /// Heads of the runs: (arrival, line number, run).
+    /// The next record of each run: (arrival, line number, run); its text is still unread.
     heap: BinaryHeap<std::cmp::Reverse<(i64, usize, usize)>>,
-    /// The run whose head was offered last, to be advanced before the next one is offered.
-    taken: Option<usize>,
+    /// The text of the line offered last.
     line: Vec<u8>,
 }
 
-/// One spilled run being read back.
+/// One spilled run being read back, record header first, its text when the merge takes it.
 struct RunReader {
     /// Where the run's unread bytes start and end in the spill file.
     next: u64,
     end: u64,
     buf: Vec<u8>,
     at: usize,
-    /// Records of the run not read yet.
+    /// Records of the run whose header is not read yet.
     left: usize,
-    /// The record at the head: its bytes and whether the line was cut.
-    line: Vec<u8>,
+    /// Length of the text of the record whose header was read last, and whether it was cut.
+    len: usize,
     cut: bool,
 }
 
 impl RunReader {
-    /// Makes `n` unread bytes available in `buf[at..]` (at most the buffer's size at a time).
+    /// Makes `n` unread bytes available in `buf[at..]` (`n` at most [`RUN_READ_BUFFER`]).
     fn fill(&mut self, file: &File, n: usize) -> std::io::Result<()> {
         if self.buf.len() - self.at >= n {
             return Ok(());
         }
         self.buf.drain(..self.at);
         self.at = 0;
-        let want =
-            (RUN_READ_BUFFER.max(n) - self.buf.len()).min(usize::try_from(self.end - self.next).unwrap_or(usize::MAX));
+        let want = (RUN_READ_BUFFER - self.buf.len()).min(usize::try_from(self.end - self.next).unwrap_or(usize::MAX));
         let old = self.buf.len();
         self.buf.resize(old + want, 0);
         file.read_exact_at(&mut self.buf[old..], self.next)?;
@@ -339,8 +344,8 @@ impl RunReader {
         Ok(())
     }
 
-    /// Reads the next record: its arrival and line number, bytes into `self.line`.
-    fn read(&mut self, file: &File) -> std::io::Result<Option<(i64, usize)>> {
+    /// Reads the next record's header: its arrival and line number.
+    fn header(&mut self, file: &File) -> std::io::Result<Option<(i64, usize)>> {
         if self.left == 0 {
             return Ok(None);
         }
@@ -350,19 +355,22 @@ impl RunReader {
         let word = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().unwrap_or_default());
         let arrival = word(0) as i64;
         let line_no = usize::try_from(word(8)).unwrap_or(usize::MAX);
-        let len = u32::from_le_bytes(h[16..20].try_into().unwrap_or_default()) as usize;
+        self.len = u32::from_le_bytes(h[16..20].try_into().unwrap_or_default()) as usize;
         self.cut = h[20] != 0;
         self.at += RECORD_HEADER;
-        self.line.clear();
-        let mut rest = len;
-        while rest > 0 {
-            self.fill(file, 1)?;
-            let n = rest.min(self.buf.len() - self.at);
-            self.line.extend_from_slice(&self.buf[self.at..self.at + n]);
-            self.at += n;
-            rest -= n;
-        }
         Ok(Some((arrival, line_no)))
+    }
+
+    /// Reads the text of the record whose header was read last into `out`.
+    fn text(&mut self, file: &File, out: &mut Vec<u8>) -> std::io::Result<()> {
+        out.clear();
+        while out.len() < self.len {
+            self.fill(file, 1)?;
+            let n = (self.len - out.len()).min(self.buf.len() - self.at);
+            out.extend_from_slice(&self.buf[self.at..self.at + n]);
+            self.at += n;
+        }
+        Ok(())
     }
 }
 
@@ -408,7 +416,7 @@ impl Runs {
                 buf: Vec::new(),
                 at: 0,
                 left: index.len(),
-                line: Vec::new(),
+                len: 0,
                 cut: false,
             });
             text.clear();
@@ -427,30 +435,29 @@ impl Runs {
         flush(&mut text, &mut index, &mut out).map_err(SpillError::Spill)?;
         out.flush().map_err(SpillError::Spill)?;
         drop(out);
-        let mut runs = Runs { file, runs, heap: BinaryHeap::new(), taken: None, line: Vec::new() };
+        let mut runs = Runs { file, runs, heap: BinaryHeap::new(), line: Vec::new() };
         for r in 0..runs.runs.len() {
             runs.advance_run(r).map_err(SpillError::Spill)?;
         }
         Ok(runs)
     }
 
+    /// Reads the header of run `r`'s next record onto the heap.
     fn advance_run(&mut self, r: usize) -> std::io::Result<()> {
-        if let Some((arrival, line_no)) = self.runs[r].read(&self.file)? {
+        if let Some((arrival, line_no)) = self.runs[r].header(&self.file)? {
             self.heap.push(std::cmp::Reverse((arrival, line_no, r)));
         }
         Ok(())
     }
 
     /// The next line of the file in (arrival, line number) order: arrival, line number and
-    /// whether it was cut, its bytes in `self.line`.
+    /// whether it was cut, its text in `self.line`.
     fn next(&mut self) -> std::io::Result<Option<(i64, usize, bool)>> {
-        if let Some(r) = self.taken.take() {
-            self.advance_run(r)?;
-        }
         let Some(std::cmp::Reverse((arrival, line_no, r))) = self.heap.pop() else { return Ok(None) };
-        self.taken = Some(r);
-        std::mem::swap(&mut self.line, &mut self.runs[r].line);
-        Ok(Some((arrival, line_no, self.runs[r].cut)))
+        self.runs[r].text(&self.file, &mut self.line)?;
+        let cut = self.runs[r].cut;
+        self.advance_run(r)?;
+        Ok(Some((arrival, line_no, cut)))
     }
 }
 
