@@ -14,11 +14,11 @@
 //!   `oversized` whatever follows, and its dead letter holds only its first KiB, so a giant line
 //!   costs no memory either.
 //! - **First pass** ([`scan`]): every file is read once before the replay starts, decoding each
-//!   line for its arrival only, to learn (a) the first arrival of the file, which the lines before
+//!   line for its arrival only (`arrival_of_line`: the decoder's scan, no values built), to learn (a) the first arrival of the file, which the lines before
 //!   it take (the "nearest later one"), and (b) whether the arrivals never decrease. Lines without
 //!   an arrival copy a neighbour's, so the file is in order exactly when the arrivals it does carry
 //!   never decrease. The pass keeps three numbers per file; large files are scanned in
-//!   [`SCAN_CHUNK`]-byte chunks of whole lines, one thread per core. It decodes every line a
+//!   [`SCAN_CHUNK`]-byte chunks of whole lines, one thread per core. It scans every line a
 //!   second time, on all cores before the shards start: the price of knowing, without holding
 //!   the file, that nothing later in it comes first.
 //! - **A file in order** is then streamed: each line decoded as it is read, its arrival the line's
@@ -48,7 +48,7 @@ use thiserror::Error;
 
 use crate::config::StreamDef;
 use crate::record::Value;
-use crate::record::decode::{Reason, dead_letter_raw, decode_line};
+use crate::record::decode::{Reason, arrival_of_line, dead_letter_raw, decode_line};
 
 /// Bytes of a file read at a time.
 pub const READ_BUFFER: usize = 64 << 10;
@@ -239,7 +239,8 @@ fn scan_chunk(path: &Path, def: &StreamDef, from: u64, to: u64) -> std::io::Resu
     let mut scan = Scan { first: None, last: None, ordered: true };
     while start + lines.consumed < to {
         let Some((_, cut)) = lines.next()? else { break };
-        if let (Some(a), _) = decode(def, &lines.line, cut) {
+        let arrival = if cut { None } else { arrival_of_line(&def.schema, &lines.line, def.max_payload) };
+        if let Some(a) = arrival {
             scan = scan.then(Scan { first: Some(a), last: Some(a), ordered: true });
         }
     }
