@@ -5,6 +5,8 @@
 //! ([`crate::shard`]): `--shards` threads fed through rings in `runtime.state_dir` when the config
 //! sets one, else in a private temporary directory removed at exit, with the shards' operator
 //! state in mmap arenas beside them. Every replay starts fresh (resuming comes with checkpoints).
+//! Inputs are read and merged as the runtime consumes them ([`input`]): memory is bounded by
+//! buffers and state, never by the size of the inputs.
 
 pub mod input;
 pub mod output;
