@@ -21,6 +21,8 @@
 //!   [`SCAN_CHUNK`]-byte chunks of whole lines, one thread per core. It scans every line a
 //!   second time, on all cores before the shards start: the price of knowing, without holding
 //!   the file, that nothing later in it comes first.
+//! - **A pipe** (anything but a regular file) can be read only once: it is first copied to a
+//!   file in the replay's private directory, whose name is removed as soon as it is open.
 //! - **A file in order** is then streamed: each line decoded as it is read, its arrival the line's
 //!   own, else the previous line's, else the first pass's first arrival, else 0.
 //! - **A file out of order** is sorted externally: its lines (arrival filled in as above, line
@@ -106,6 +108,8 @@ struct LineReader {
     next_no: usize,
     /// Bytes taken from the reader so far.
     consumed: u64,
+    /// Where the line in `line` starts, in bytes taken from the reader.
+    line_start: u64,
 }
 
 impl LineReader {
@@ -119,6 +123,7 @@ impl LineReader {
             line: Vec::new(),
             next_no: 0,
             consumed: 0,
+            line_start: 0,
         }
     }
 
@@ -126,6 +131,7 @@ impl LineReader {
     /// cut (oversized); `None` at the end of the file.
     fn next(&mut self) -> std::io::Result<Option<(usize, bool)>> {
         loop {
+            self.line_start = self.consumed;
             self.line.clear();
             let (mut total, mut blank, mut newline) = (0, true, false);
             loop {
@@ -237,8 +243,10 @@ fn scan_chunk(path: &Path, def: &StreamDef, from: u64, to: u64) -> std::io::Resu
         lines.skip_past_newline()?;
     }
     let mut scan = Scan { first: None, last: None, ordered: true };
-    while start + lines.consumed < to {
-        let Some((_, cut)) = lines.next()? else { break };
+    while let Some((_, cut)) = lines.next()? {
+        if start + lines.line_start >= to {
+            break;
+        }
         let arrival = if cut { None } else { arrival_of_line(&def.schema, &lines.line, def.max_payload) };
         if let Some(a) = arrival {
             scan = scan.then(Scan { first: Some(a), last: Some(a), ordered: true });
@@ -490,8 +498,20 @@ impl<'p> Inputs<'p> {
         for (flag, &(stream, path)) in inputs.iter().enumerate() {
             let def = &streams[stream];
             let read = |e| InputError::Read(flag, e);
+            // A pipe can be read only once: it is copied to a file first, read from there, and
+            // that file's name removed once it is open.
+            let copy = if std::fs::metadata(path).map_err(read)?.is_file() {
+                None
+            } else {
+                let spill = |e| InputError::Spill(spill_dir.to_owned(), e);
+                let mut copy = tempfile::NamedTempFile::new_in(spill_dir).map_err(spill)?;
+                std::io::copy(&mut File::open(path).map_err(read)?, copy.as_file_mut()).map_err(read)?;
+                Some(copy)
+            };
+            let path = copy.as_ref().map_or(path, |c| c.path());
             let scan = scan(path, def, SCAN_CHUNK).map_err(read)?;
             let mut lines = LineReader::new(File::open(path).map_err(read)?, def.max_payload);
+            drop(copy);
             let mut source = if scan.ordered {
                 Source::Ordered { lines, previous: scan.first }
             } else {
@@ -677,6 +697,23 @@ mod tests {
         // One run per file, and runs of a few lines each (hundreds of runs).
         assert_eq!(merged(&paths, &plan, SORT_RUN_BYTES), expected);
         assert_eq!(merged(&paths, &plan, 300), expected);
+    }
+
+    #[test]
+    fn a_pipe_is_read_as_its_text_would_be() {
+        let plan = plan();
+        let dir = tempfile::tempdir().unwrap();
+        let (file, fifo) = (dir.path().join("file.jsonl"), dir.path().join("fifo"));
+        let text = text(6, 2000, true);
+        std::fs::write(&file, &text).unwrap();
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let writer = {
+            let (fifo, text) = (fifo.clone(), text.clone());
+            std::thread::spawn(move || std::fs::write(fifo, text).unwrap())
+        };
+        let from_pipe = merged(&[(0, fifo.as_path())], &plan, 300);
+        writer.join().unwrap();
+        assert_eq!(from_pipe, merged(&[(0, file.as_path())], &plan, 300));
     }
 
     #[test]
