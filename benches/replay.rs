@@ -87,7 +87,13 @@ fn line_count(path: &Path) -> usize {
 }
 
 fn run(s: &Setup) -> usize {
-    let args = ReplayArgs { shards: 1, every_tick: false, inputs: &s.inputs, outputs: &s.outputs };
+    let args = ReplayArgs {
+        shards: 1,
+        every_tick: false,
+        inputs: &s.inputs,
+        outputs: &s.outputs,
+        sort_run_bytes: replay::input::SORT_RUN_BYTES,
+    };
     replay::run(&s.plan, &args).expect("replay runs").lines
 }
 

@@ -119,7 +119,17 @@ fn main() -> ExitCode {
         }
         Command::Replay { shards, inputs, outputs, metrics, every_tick, .. } => {
             let shards = shards.map(usize::from).or(plan.runtime.shards).unwrap_or_else(default_shards);
-            replay(&plan, ReplayArgs { shards, every_tick, inputs: &inputs, outputs: &outputs }, metrics)
+            replay(
+                &plan,
+                ReplayArgs {
+                    shards,
+                    every_tick,
+                    inputs: &inputs,
+                    outputs: &outputs,
+                    sort_run_bytes: braid::replay::input::SORT_RUN_BYTES,
+                },
+                metrics,
+            )
         }
         Command::Bench(flags) => run_bench(&plan, &flags.into_args()),
         Command::Run { config, shards } => {

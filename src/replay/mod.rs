@@ -5,6 +5,8 @@
 //! ([`crate::shard`]): `--shards` threads fed through rings in `runtime.state_dir` when the config
 //! sets one, else in a private temporary directory removed at exit, with the shards' operator
 //! state in mmap arenas beside them. Every replay starts fresh (resuming comes with checkpoints).
+//! Inputs are read and merged as the runtime consumes them ([`input`]): memory is bounded by
+//! buffers and state, never by the size of the inputs.
 
 pub mod input;
 pub mod output;
@@ -14,10 +16,10 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use crate::plan::{Plan, Target};
-use crate::record::decode::check_time_window;
+use crate::record::decode::{check_time_window, dead_letter_raw};
 use crate::record::id::IdHasher;
 use crate::shard::{Figures, Runtime, RuntimeError, RuntimeOptions};
-use input::{Content, Inputs, Line};
+use input::{Content, InputError, Inputs, Line};
 use output::Outputs;
 
 /// A replay that cannot run: exit status 1 (the configuration itself was valid).
@@ -45,6 +47,9 @@ pub struct ReplayArgs<'a> {
     pub every_tick: bool,
     pub inputs: &'a [(String, PathBuf)],
     pub outputs: &'a [(String, PathBuf)],
+    /// Bytes of line text per sorted run of an input out of arrival order
+    /// ([`input::SORT_RUN_BYTES`]; tests make it tiny to spill many runs).
+    pub sort_run_bytes: usize,
 }
 
 /// What a finished replay did.
@@ -68,24 +73,28 @@ pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
             plan.target(name).map(|t| (t, path.as_path())).ok_or_else(|| ReplayError::UnknownOutput(name.clone()))
         })
         .collect::<Result<Vec<(Target, &Path)>, _>>()?;
-    let mut inputs = input::read_inputs(&inputs, &plan.streams).map_err(|(flag, error)| {
-        let (name, path) = &args.inputs[flag];
-        ReplayError::Unreadable { name: name.clone(), path: path.clone(), error }
-    })?;
+    let state = StateDir::open(plan)?;
+    let dir = state.fresh_run_dir(plan)?;
+    let input_error = |error| match error {
+        InputError::Read(flag, error) => {
+            let (name, path) = &args.inputs[flag];
+            ReplayError::Unreadable { name: name.clone(), path: path.clone(), error }
+        }
+        InputError::Spill(path, error) => ReplayError::StateDir { path, error },
+    };
+    let mut inputs = Inputs::open(&inputs, &plan.streams, &dir, args.sort_run_bytes).map_err(input_error)?;
     let mut sinks = Outputs::create(plan, &outputs).map_err(|(i, error)| {
         let (name, path) = &args.outputs[i];
         ReplayError::Uncreatable { name: name.clone(), path: path.clone(), error }
     })?;
-    let state = StateDir::open(plan)?;
-    let start = inputs.lines.first().map_or(0, |l| i128::from(l.arrival));
-    let lines = std::mem::take(&mut inputs.lines);
-    let count = lines.len();
-    let dir = state.fresh_run_dir(plan)?;
+    let start = inputs.peek_arrival().map_err(input_error)?.map_or(0, i128::from);
     let options = RuntimeOptions { every_tick: args.every_tick, ..RuntimeOptions::new(args.shards, &dir) };
     let mut runtime = Runtime::start(plan, &options, start)?;
     let mut ids = IdHasher::default();
-    for line in lines {
-        feed(plan, &mut runtime, &mut sinks, &mut ids, &inputs, line)?;
+    let mut count = 0;
+    while let Some(line) = inputs.next().map_err(input_error)? {
+        count += 1;
+        feed(plan, &mut runtime, &mut sinks, &mut ids, line)?;
     }
     let figures = runtime.finish(&mut sinks)?;
     sinks.finish().map_err(ReplayError::Write)?;
@@ -97,8 +106,7 @@ fn feed(
     runtime: &mut Runtime,
     sinks: &mut Outputs<'_>,
     ids: &mut IdHasher,
-    inputs: &Inputs,
-    line: Line,
+    line: Line<'_>,
 ) -> Result<(), RuntimeError> {
     let arrival = line.arrival;
     runtime.advance_to(i128::from(arrival), sinks)?;
@@ -115,7 +123,7 @@ fn feed(
         Err(reason) => {
             let label = reason.label(&def.schema);
             runtime.count_dead_letter(line.stream, &label);
-            sinks.dead_letter(line.stream, &inputs.raw(line.flag, line.range, reason), &label);
+            sinks.dead_letter(line.stream, &dead_letter_raw(line.bytes, reason), &label);
             return Ok(());
         }
     };

@@ -36,6 +36,7 @@ mod reference_connect;
 mod reference_join;
 mod reference_union_temporal_absence;
 mod reference_windows;
+mod replay_input;
 mod robustness;
 mod runtime;
 mod tick_skipping;

@@ -119,7 +119,13 @@ impl<'w> Case<'w> {
         if reference {
             common::oracle::replay(&self.plan, shards, &self.inputs, &files);
         } else {
-            let args = ReplayArgs { shards, every_tick, inputs: &self.inputs, outputs: &files };
+            let args = ReplayArgs {
+                shards,
+                every_tick,
+                inputs: &self.inputs,
+                outputs: &files,
+                sort_run_bytes: braid::replay::input::SORT_RUN_BYTES,
+            };
             let rings = ring_dir();
             let mut plan = self.plan.clone();
             plan.runtime.state_dir = Some(rings.path().to_owned());
@@ -572,13 +578,14 @@ impl Emit for Collected {
 /// The rows of `inputs` in processing order, decoded as replay decodes them: (stream, row,
 /// arrival); the processing time of the first line. The inputs hold no bad line.
 fn decoded_rows(plan: &Plan, inputs: &Files) -> (Vec<(usize, Row, i128)>, i128) {
-    use braid::replay::input::{Content, read_inputs};
+    use braid::replay::input::{Content, Inputs, SORT_RUN_BYTES};
     let files: Vec<(usize, &Path)> = inputs.iter().map(|(n, p)| (plan.stream(n).unwrap(), p.as_path())).collect();
-    let read = read_inputs(&files, &plan.streams).unwrap();
-    let start = read.lines.first().map_or(0, |l| i128::from(l.arrival));
+    let spill = tempfile::tempdir().unwrap();
+    let mut read = Inputs::open(&files, &plan.streams, spill.path(), SORT_RUN_BYTES).unwrap();
+    let start = read.peek_arrival().unwrap().map_or(0, i128::from);
     let mut ids = IdHasher::default();
     let mut rows = Vec::new();
-    for line in read.lines {
+    while let Some(line) = read.next().unwrap() {
         let def = &plan.streams[line.stream];
         let Content::Row { values, ts } = line.content else { panic!("a bad line: {line:?}") };
         let ts = ts.unwrap_or(line.arrival);

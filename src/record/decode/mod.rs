@@ -126,17 +126,32 @@ fn fill_captures(schema: &Schema, object: &mut Scanned, captures: &[(usize, Valu
     Ok(())
 }
 
+/// The arrival [`decode_line`] gives the line, without building its values: replay's first pass
+/// over a file (`replay::input`), which only needs to know whether arrivals ever decrease.
+pub fn arrival_of_line(schema: &Schema, line: &[u8], max_payload: u64) -> Option<i64> {
+    if line.len() as u64 > max_payload {
+        return None;
+    }
+    let object = scan::scan_object(schema, std::str::from_utf8(line).ok()?).ok()?;
+    let readable_ts = event_time(schema, &object).ok().flatten();
+    arrival(&object, readable_ts).unwrap_or(readable_ts)
+}
+
+/// The `arrival` field: `Err` when it is there but no integral number; else it, or the event
+/// time `readable_ts` without one.
+fn arrival(object: &Scanned, readable_ts: Option<i64>) -> Result<Option<i64>, ()> {
+    match &object.arrival {
+        None | Some(Scalar::Null) => Ok(readable_ts),
+        Some(a) => a.as_integral_i64().map(Some).ok_or(()),
+    }
+}
+
 fn decode_object(schema: &Schema, object: Scanned) -> Decoded {
     let time = event_time(schema, &object);
     let readable_ts = time.ok().flatten();
-    let arrival = match &object.arrival {
-        None | Some(Scalar::Null) => None,
-        Some(a) => match a.as_integral_i64() {
-            Some(a) => Some(a),
-            None => return Decoded { arrival: readable_ts, outcome: Err(Reason::BadArrival) },
-        },
+    let Ok(arrival) = arrival(&object, readable_ts) else {
+        return Decoded { arrival: readable_ts, outcome: Err(Reason::BadArrival) };
     };
-    let arrival = arrival.or(readable_ts);
     let outcome = decode_fields(schema, object).and_then(|values| Ok(Fields { values, ts: time? }));
     Decoded { arrival, outcome }
 }

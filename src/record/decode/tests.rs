@@ -311,6 +311,7 @@ proptest! {
             let fast = decode_line(&schema, line.as_bytes(), 1 << 20);
             let slow = oracle::decode_line(&schema, line.as_bytes(), 1 << 20);
             prop_assert!(same(&fast, &slow), "line {line}\nscan:   {fast:?}\nvalues: {slow:?}");
+            prop_assert_eq!(super::arrival_of_line(&schema, line.as_bytes(), 1 << 20), fast.arrival);
         }
     }
 
@@ -320,6 +321,7 @@ proptest! {
             let fast = decode_line(&schema, line.as_bytes(), 1 << 20);
             let slow = oracle::decode_line(&schema, line.as_bytes(), 1 << 20);
             prop_assert!(same(&fast, &slow), "line {line:?}\nscan:   {fast:?}\nvalues: {slow:?}");
+            prop_assert_eq!(super::arrival_of_line(&schema, line.as_bytes(), 1 << 20), fast.arrival);
         }
     }
 }

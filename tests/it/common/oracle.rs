@@ -340,25 +340,26 @@ fn each(instances: &mut [Operator], mut call: impl FnMut(&mut Operator, &mut Out
 /// and output files (created even when empty), through replay's own reading and writing.
 pub fn replay(plan: &Plan, shards: usize, inputs: &[(String, PathBuf)], outputs: &[(String, PathBuf)]) {
     use braid::record::decode::check_time_window;
-    use braid::replay::input::{Content, read_inputs};
+    use braid::replay::input::{Content, Inputs, SORT_RUN_BYTES};
     use braid::replay::output::Outputs;
     let files: Vec<(usize, &std::path::Path)> =
         inputs.iter().map(|(name, path)| (plan.stream(name).unwrap(), path.as_path())).collect();
-    let read = read_inputs(&files, &plan.streams).unwrap();
+    let spill = tempfile::tempdir().unwrap();
+    let mut read = Inputs::open(&files, &plan.streams, spill.path(), SORT_RUN_BYTES).unwrap();
     let targets: Vec<_> = outputs.iter().map(|(name, path)| (plan.target(name).unwrap(), path.as_path())).collect();
     let mut sinks = Outputs::create(plan, &targets).unwrap();
-    let start = read.lines.first().map_or(0, |line| i128::from(line.arrival));
+    let start = read.peek_arrival().unwrap().map_or(0, i128::from);
     let mut oracle = Oracle::new(plan, shards, start);
     let mut ids = braid::record::id::IdHasher::default();
-    for line in &read.lines {
+    while let Some(line) = read.next().unwrap() {
         let arrival = i128::from(line.arrival);
         oracle.advance_to(arrival, &mut sinks);
         let def = &plan.streams[line.stream];
-        let decoded = match &line.content {
-            Content::DeadLetter(reason) => Err(*reason),
+        let decoded = match line.content {
+            Content::DeadLetter(reason) => Err(reason),
             Content::Row { values, ts } => {
                 let ts = ts.unwrap_or(line.arrival);
-                check_time_window(ts, line.arrival, def.max_age, def.max_skew).map(|()| (values.clone(), ts))
+                check_time_window(ts, line.arrival, def.max_age, def.max_skew).map(|()| (values, ts))
             }
         };
         match decoded {
@@ -369,7 +370,7 @@ pub fn replay(plan: &Plan, shards: usize, inputs: &[(String, PathBuf)], outputs:
             }
             Err(reason) => {
                 let label = reason.label(&def.schema);
-                sinks.dead_letter(line.stream, &read.raw(line.flag, line.range.clone(), reason), &label);
+                sinks.dead_letter(line.stream, &braid::record::decode::dead_letter_raw(line.bytes, reason), &label);
             }
         }
     }

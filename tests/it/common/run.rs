@@ -171,7 +171,17 @@ pub fn replay_in_process(
     inputs: &[(String, PathBuf)],
     outputs: &[(String, PathBuf)],
 ) -> Vec<Vec<String>> {
-    braid::replay::run(plan, &braid::replay::ReplayArgs { shards, every_tick, inputs, outputs }).unwrap();
+    braid::replay::run(
+        plan,
+        &braid::replay::ReplayArgs {
+            shards,
+            every_tick,
+            inputs,
+            outputs,
+            sort_run_bytes: braid::replay::input::SORT_RUN_BYTES,
+        },
+    )
+    .unwrap();
     outputs
         .iter()
         .map(|(_, path)| std::fs::read_to_string(path).unwrap().lines().map(str::to_owned).collect())

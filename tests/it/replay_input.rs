@@ -1,0 +1,146 @@
+#![allow(clippy::unwrap_used)]
+//! Replay's input merge in constant memory (issue 13, item 1): a file out of arrival order is
+//! sorted externally, in runs spilled to disk, and replays exactly as the same lines written in
+//! arrival order.
+
+use std::path::{Path, PathBuf};
+
+use braid::replay::ReplayArgs;
+use braid::replay::input::SORT_RUN_BYTES;
+
+const CONFIG: &str = r#"
+[streams.status]
+key = "device"
+time = { field = "ts", unit = "ms" }
+max_out_of_orderness = "500ms"
+idle_timeout = "5s"
+fields = { device = "string", ts = "int", seq = "int" }
+
+[streams.command]
+key = "device"
+time = { field = "ts", unit = "ms" }
+max_out_of_orderness = "500ms"
+idle_timeout = "5s"
+fields = { device = "string", ts = "int", cmd_id = "string" }
+
+[operators.effect]
+kind = "interval_join"
+left = "command"
+right = "status"
+lower = "-3s"
+upper = "5s"
+join = "full"
+select = ["left.cmd_id", "left.device", "right.seq", "right.ts AS status_ts"]
+"#;
+
+const OUTPUTS: [&str; 5] = ["effect", "effect.late", "dead_letter", "status", "command"];
+
+/// A deterministic pseudo-random sequence.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// (arrival, line): lines with an explicit arrival up to 3 s away from their event time, so that
+/// some are late; a few dead letters that carry an arrival too.
+/// Arrivals are unique, so that no tie depends on where a line sits in its file.
+fn lines(stream: &str, n: usize, rng: &mut Lcg) -> Vec<(i64, String)> {
+    let mut taken = std::collections::HashSet::new();
+    (0..n)
+        .map(|i| {
+            let ts = 1_700_000_000_000 + i as i64 * 37;
+            let mut arrival = ts + rng.below(3_000) as i64;
+            while !taken.insert(arrival) {
+                arrival += 1;
+            }
+            let device = format!("d{}", rng.below(12));
+            let line = match (stream, rng.below(40)) {
+                (_, 0) => format!(r#"{{"device":"{device}","ts":{ts},"arrival":{arrival},"seq":"x","cmd_id":7}}"#),
+                ("status", _) => format!(r#"{{"device":"{device}","ts":{ts},"seq":{i},"arrival":{arrival}}}"#),
+                _ => format!(r#"{{"device":"{device}","ts":{ts},"cmd_id":"c{i}","arrival":{arrival}}}"#),
+            };
+            (arrival, line)
+        })
+        .collect()
+}
+
+fn write(path: &Path, lines: &[(i64, String)]) {
+    std::fs::write(path, lines.iter().map(|(_, l)| format!("{l}\n")).collect::<String>()).unwrap();
+}
+
+/// Replays the two files with sorted runs of `run_bytes`: every output's lines, sorted.
+fn replay(dir: &Path, label: &str, status: &Path, command: &Path, run_bytes: usize) -> Vec<Vec<String>> {
+    let plan = braid::config::parse("c.toml", CONFIG).unwrap();
+    let inputs: Vec<(String, PathBuf)> = vec![("status".into(), status.into()), ("command".into(), command.into())];
+    let outputs: Vec<(String, PathBuf)> =
+        OUTPUTS.iter().map(|n| (n.to_string(), dir.join(format!("{label}-{n}.jsonl")))).collect();
+    let args =
+        ReplayArgs { shards: 2, every_tick: false, inputs: &inputs, outputs: &outputs, sort_run_bytes: run_bytes };
+    braid::replay::run(&plan, &args).unwrap();
+    outputs
+        .iter()
+        .map(|(_, path)| {
+            let mut lines: Vec<String> = std::fs::read_to_string(path).unwrap().lines().map(str::to_owned).collect();
+            lines.sort();
+            lines
+        })
+        .collect()
+}
+
+#[test]
+fn a_file_out_of_arrival_order_sorted_in_spilled_runs_replays_as_the_file_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Lcg(13);
+    let status = lines("status", 3_000, &mut rng);
+    let command = lines("command", 1_000, &mut rng);
+    let in_order = |mut lines: Vec<(i64, String)>| {
+        lines.sort_by_key(|(arrival, _)| *arrival);
+        lines
+    };
+    let shuffled = |mut lines: Vec<(i64, String)>, rng: &mut Lcg| {
+        for i in (1..lines.len()).rev() {
+            lines.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        lines
+    };
+    let path = |name: &str| dir.path().join(name);
+    let sorted_status = in_order(status.clone());
+    let sorted_command = in_order(command.clone());
+    write(&path("status-sorted.jsonl"), &sorted_status);
+    write(&path("command-sorted.jsonl"), &sorted_command);
+    let mut shuffled_status = shuffled(sorted_status, &mut rng);
+    shuffled_status.sort_by_key(|(arrival, _)| *arrival % 7); // runs of rising arrivals, interleaved
+    write(&path("status-shuffled.jsonl"), &shuffled_status);
+    write(&path("command-shuffled.jsonl"), &shuffled(sorted_command, &mut rng));
+
+    let expected =
+        replay(dir.path(), "sorted", &path("status-sorted.jsonl"), &path("command-sorted.jsonl"), SORT_RUN_BYTES);
+    // 256 bytes of text: about four lines per run, ~1 000 runs for the two files.
+    let small = std::fs::metadata(path("status-shuffled.jsonl")).unwrap().len() / 256;
+    assert!(small > 100, "{small} runs");
+    for run_bytes in [256, 64 << 10, SORT_RUN_BYTES] {
+        let got = replay(
+            dir.path(),
+            &format!("runs-{run_bytes}"),
+            &path("status-shuffled.jsonl"),
+            &path("command-shuffled.jsonl"),
+            run_bytes,
+        );
+        assert_eq!(got, expected, "runs of {run_bytes} bytes");
+    }
+    let [effect, late, dead, status_out, command_out] = &expected[..] else { unreachable!() };
+    assert!(
+        effect.len() > 1_000 && !late.is_empty() && !dead.is_empty(),
+        "{} {} {}",
+        effect.len(),
+        late.len(),
+        dead.len()
+    );
+    assert_eq!(status_out.len() + command_out.len() + dead.len(), 4_000);
+    // Results carry their ids: equal lines mean equal ids.
+    assert!(effect.iter().all(|l| l.contains("\"_id\"")));
+}
