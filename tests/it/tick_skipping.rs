@@ -35,7 +35,11 @@ fn config(rng: &mut Rng) -> String {
 }
 
 fn input(rng: &mut Rng) -> String {
-    let mut t: i64 = BASE_TS + rng.below(1000) as i64;
+    // Half the inputs arrive on the 200 ms tick grid, so that `T − last arrival = idle_timeout`
+    // holds exactly at some ticks (the idleness boundary, rule 4's `≥`).
+    let grid = rng.one_in(2);
+    let on_grid = |ms: i64| if grid { ms - ms.rem_euclid(200) } else { ms };
+    let mut t: i64 = on_grid(BASE_TS + rng.below(1000) as i64);
     let mut rows = Vec::new();
     let row = |rng: &mut Rng, ts: i64, arrival: i64, v: usize| {
         (arrival, format!("{{\"k\":\"k{}\",\"ts\":{ts},\"v\":{v},\"arrival\":{arrival}}}", rng.below(3)))
@@ -55,7 +59,7 @@ fn input(rng: &mut Rng) -> String {
             t += gap;
         }
         let delay = if rng.one_in(12) { 1_500 + rng.below(3_000) as i64 } else { rng.below(301) as i64 };
-        rows.push(row(rng, t, t + delay, i));
+        rows.push(row(rng, t, on_grid(t + delay), i));
     }
     rows.sort();
     rows.into_iter().map(|(_, line)| line + "\n").collect()
