@@ -29,7 +29,7 @@ enum Trace {
 }
 
 impl Trace {
-    pub(super) fn of(def: &OperatorDef) -> Trace {
+    fn of(def: &OperatorDef) -> Trace {
         match def.spec {
             OperatorSpec::Union(_) => Trace::Rows,
             OperatorSpec::IntervalJoin(_) => def
@@ -46,7 +46,7 @@ impl Trace {
         }
     }
 
-    pub(super) fn traces(self, row: &Row) -> bool {
+    fn traces(self, row: &Row) -> bool {
         match self {
             Trace::Rows => true,
             Trace::Matches { kind } => {
@@ -114,7 +114,7 @@ impl Meter {
         }
     }
 
-    pub(super) fn now_ns(&self) -> u64 {
+    fn now_ns(&self) -> u64 {
         u64::try_from(wall_clock().saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 

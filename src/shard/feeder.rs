@@ -18,7 +18,7 @@ impl Runtime {
         while let Some(t) = self.planner.next_tick(to) {
             let tick = self.planner.tick(t);
             self.seq += 1;
-            let event = TickEvent { seq: self.seq, t: tick.t, streams: tick.streams, op_idle: tick.op_idle };
+            let event = TickEvent { seq: self.seq, tick };
             self.writer.tick(&event);
             self.send_written(None, FrameKind::Tick, emit)?;
             self.publish(emit)?;

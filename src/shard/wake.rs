@@ -138,7 +138,7 @@ pub struct Inbox {
 
 impl Inbox {
     /// Reads up to the committed frames, then tells the producer there is room again.
-    pub fn read(&mut self, visit: impl FnMut(crate::ring::Frame<'_>)) -> usize {
+    fn read(&mut self, visit: impl FnMut(crate::ring::Frame<'_>)) -> usize {
         let frames = self.ring.read_batch(visit);
         if frames > 0 {
             self.bell.ring();

@@ -21,8 +21,8 @@
 use crate::record::frame::{FrameError, RowEncoder, access_unchecked};
 use crate::record::{ArchivedRow, Row};
 use crate::ring::FrameKind;
-use crate::time::Time;
 use crate::time::clock::InputTime;
+use crate::time::{Tick, Time};
 
 use super::tag::{TAG_BYTES, Tag};
 
@@ -62,9 +62,10 @@ impl Writer {
         Ok(&self.buf)
     }
 
-    pub fn tick(&mut self, tick: &TickEvent) -> &[u8] {
+    pub fn tick(&mut self, event: &TickEvent) -> &[u8] {
+        let tick = &event.tick;
         let b = self.start();
-        b.extend_from_slice(&tick.seq.to_le_bytes());
+        b.extend_from_slice(&event.seq.to_le_bytes());
         b.extend_from_slice(&[0; 8]);
         b.extend_from_slice(&tick.t.to_le_bytes());
         b.extend_from_slice(&(tick.streams.len() as u32).to_le_bytes());
@@ -123,14 +124,12 @@ impl Writer {
     }
 }
 
-/// A watermark tick as every shard sees it.
+/// A watermark tick as every shard sees it: what the tick planner decided, with the feeder's
+/// sequence number.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TickEvent {
     pub seq: u64,
-    pub t: i128,
-    pub streams: Vec<InputTime>,
-    /// Per operator: all its inputs are idle (its output stream is).
-    pub op_idle: Vec<bool>,
+    pub tick: Tick,
 }
 
 /// A frame read back. Rows borrow the ring.
@@ -219,14 +218,16 @@ pub unsafe fn read(kind: FrameKind, p: &[u8]) -> Frame<'_> {
             let idle_at = 48 + 16 * streams;
             Frame::Tick(TickEvent {
                 seq: u64_at(p, 0),
-                t: i128_at(p, 16),
-                streams: (0..streams)
-                    .map(|s| InputTime {
-                        watermark: Time::from_i128(i128_at(p, 48 + 16 * s)),
-                        idle: p[idle_at + s] != 0,
-                    })
-                    .collect(),
-                op_idle: (0..ops).map(|o| p[idle_at + streams + o] != 0).collect(),
+                tick: Tick {
+                    t: i128_at(p, 16),
+                    streams: (0..streams)
+                        .map(|s| InputTime {
+                            watermark: Time::from_i128(i128_at(p, 48 + 16 * s)),
+                            idle: p[idle_at + s] != 0,
+                        })
+                        .collect(),
+                    op_idle: (0..ops).map(|o| p[idle_at + streams + o] != 0).collect(),
+                },
             })
         }
         FrameKind::ProcessingTime => Frame::ProcessingTime { seq: u64_at(p, 0), now: i128_at(p, 16) },
@@ -285,12 +286,14 @@ mod tests {
         }
         let tick = TickEvent {
             seq: 8,
-            t: 1_000,
-            streams: vec![
-                InputTime { watermark: Time::NEG_INF, idle: true },
-                InputTime { watermark: Time::ms(5), idle: false },
-            ],
-            op_idle: vec![false, true, true],
+            tick: Tick {
+                t: 1_000,
+                streams: vec![
+                    InputTime { watermark: Time::NEG_INF, idle: true },
+                    InputTime { watermark: Time::ms(5), idle: false },
+                ],
+                op_idle: vec![false, true, true],
+            },
         };
         let p = w.tick(&tick).to_vec();
         let words = aligned(&p);

@@ -279,7 +279,7 @@ impl Core {
             }
             Frame::Tick(tick) => {
                 self.feeder_frontier = Tag::event(tick.seq + 1);
-                let (seq, t) = (tick.seq, tick.t);
+                let (seq, t) = (tick.seq, tick.tick.t);
                 let tick = Rc::new(tick);
                 for op in 0..self.plan.operators.len() {
                     if self.plan.clocked(op) {
@@ -412,7 +412,7 @@ impl Core {
             }
             Work::Tick(tick) => {
                 let inputs = self.input_times(op, &tick);
-                self.hosts[op].on_tick(tick.t, &inputs, idle_advance, &mut out);
+                self.hosts[op].on_tick(tick.tick.t, &inputs, idle_advance, &mut out);
                 tick_done = Some(tick.seq);
             }
             Work::ProcessingTime(now) => self.hosts[op].on_processing_time(now, &mut out),
@@ -452,7 +452,7 @@ impl Core {
             .iter()
             .enumerate()
             .map(|(input, node)| match *node {
-                NodeRef::Stream(s) => tick.streams[s],
+                NodeRef::Stream(s) => tick.tick.streams[s],
                 NodeRef::Operator(u) => {
                     let mut watermark = Time::POS_INF;
                     for per_shard in &mut tick_watermarks[op][input] {
@@ -466,7 +466,7 @@ impl Core {
                         };
                         watermark = watermark.min(upstream);
                     }
-                    InputTime { watermark, idle: tick.op_idle[u] }
+                    InputTime { watermark, idle: tick.tick.op_idle[u] }
                 }
             })
             .collect()

@@ -8,8 +8,6 @@
 #![allow(clippy::disallowed_methods)] // deadlines of the test itself and the workload's base time, not engine time
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::Arc;
@@ -257,16 +255,10 @@ fn signal(child: &Child, sig: libc::c_int) {
     unsafe { libc::kill(pid, sig) };
 }
 
-/// `GET path` on 127.0.0.1:`port` (HTTP/1.0): status code and body; None when nothing answers.
+/// `GET path` on 127.0.0.1:`port` (`braid status`'s client): status code and body; None when
+/// nothing answers.
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
-    Some((status, body))
+    braid::ops::status::fetch::get(std::net::SocketAddr::from(([127, 0, 0, 1], port)), path).ok()
 }
 
 /// The value of the sample `name{labels}` in Prometheus text (labels as rendered, e.g.
