@@ -19,6 +19,7 @@
 use super::connect::END_OF_INPUT;
 use super::{Operator, Output, Quality, ResultKind};
 use crate::record::{ArchivedRow, Row};
+use crate::state::snapshot::{self, SnapshotError};
 use crate::time::clock::InputTime;
 use crate::time::{OperatorClock, Time};
 
@@ -33,7 +34,7 @@ pub fn origin_rank(row: &Row, origin: Option<usize>) -> u64 {
 }
 
 /// Counters of one operator (CONTRACT.md "Metrics").
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct OperatorCounters {
     pub rows_in: Vec<u64>,
     pub late: Vec<u64>,
@@ -83,6 +84,15 @@ impl OperatorCounters {
             self.results[*kind as usize] += 1;
         }
     }
+}
+
+/// What a checkpoint keeps of an [`OperatorHost`]: its own state and its operator's snapshot.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct HostState {
+    clock: OperatorClock,
+    counters: OperatorCounters,
+    broadcast_inputs: u64,
+    operator: Vec<u8>,
 }
 
 /// One shard's instance of an operator, hosted. Every activation takes an empty [`Output`] and
@@ -206,6 +216,33 @@ impl OperatorHost {
             }
         }
         counters
+    }
+
+    /// Everything this instance's output depends on, for a checkpoint (state/snapshot.rs).
+    pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
+        snapshot::encode(&HostState {
+            clock: self.clock.clone(),
+            counters: self.counters.clone(),
+            broadcast_inputs: self.broadcast_inputs,
+            operator: self.operator.snapshot()?,
+        })
+    }
+
+    /// Takes up a [`snapshot`](Self::snapshot) of this operator; `self` is freshly built.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        let saved: HostState = snapshot::decode(bytes)?;
+        let inputs = self.counters.rows_in.len();
+        if saved.counters.rows_in.len() != inputs {
+            return Err(SnapshotError::Mismatch {
+                expected: format!("an operator of {inputs} inputs"),
+                found: format!("one of {}", saved.counters.rows_in.len()),
+            });
+        }
+        self.operator.restore(&saved.operator)?;
+        self.clock = saved.clock;
+        self.counters = saved.counters;
+        self.broadcast_inputs = saved.broadcast_inputs;
+        Ok(())
     }
 
     /// Live state of this instance: (rows, bytes).

@@ -30,6 +30,7 @@ pub mod window;
 pub mod window_join;
 
 use crate::record::Row;
+use crate::state::snapshot::{self, SnapshotError};
 use crate::time::Time;
 
 pub use absence::{Absence, AbsenceSpec};
@@ -260,6 +261,13 @@ impl OperatorSpec {
     }
 }
 
+/// An operator's snapshot with the kind that wrote it.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct KindState {
+    kind: String,
+    state: Vec<u8>,
+}
+
 /// One shard's instance of an operator.
 // One instance per operator per shard, never moved on the row path: variant sizes do not matter.
 #[allow(clippy::large_enum_variant)]
@@ -274,6 +282,18 @@ pub enum Operator {
 }
 
 impl Operator {
+    pub fn kind(&self) -> OperatorKind {
+        match self {
+            Operator::Union(_) => OperatorKind::Union,
+            Operator::Connect(_) => OperatorKind::Connect,
+            Operator::WindowJoin(_) => OperatorKind::WindowJoin,
+            Operator::CoGroup(_) => OperatorKind::CoGroup,
+            Operator::IntervalJoin(_) => OperatorKind::IntervalJoin,
+            Operator::TemporalJoin(_) => OperatorKind::TemporalJoin,
+            Operator::Absence(_) => OperatorKind::Absence,
+        }
+    }
+
     /// A row read in place from a ring frame (`bytes`: its archive) reached input `input`. Each
     /// kind copies out only what it keeps: the interval and temporal joins store the archive as
     /// it is (arenas), union and cogroup copy the values they pass on or aggregate, absence a key
@@ -378,6 +398,40 @@ impl Operator {
             Operator::IntervalJoin(op) => Some(op.quality()),
             Operator::TemporalJoin(op) => Some(op.quality()),
             Operator::Union(_) | Operator::Connect(_) | Operator::Absence(_) => None,
+        }
+    }
+
+    /// Everything this instance's output depends on (state/snapshot.rs), tagged with its kind.
+    pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
+        let state = match self {
+            Operator::Union(op) => op.snapshot(),
+            Operator::Connect(op) => op.snapshot(),
+            Operator::WindowJoin(op) => op.snapshot(),
+            Operator::CoGroup(op) => op.snapshot(),
+            Operator::IntervalJoin(op) => op.snapshot(),
+            Operator::TemporalJoin(op) => op.snapshot(),
+            Operator::Absence(op) => op.snapshot(),
+        }?;
+        snapshot::encode(&KindState { kind: self.kind().name().to_owned(), state })
+    }
+
+    /// Takes up a [`snapshot`](Self::snapshot) of an instance of the same operator; `self` is
+    /// freshly built from the same spec (its stores empty).
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        let saved: KindState = snapshot::decode(bytes)?;
+        let kind = self.kind().name();
+        if saved.kind != kind {
+            return Err(SnapshotError::Mismatch { expected: kind.to_owned(), found: saved.kind });
+        }
+        let state = &saved.state;
+        match self {
+            Operator::Union(op) => op.restore(state),
+            Operator::Connect(op) => op.restore(state),
+            Operator::WindowJoin(op) => op.restore(state),
+            Operator::CoGroup(op) => op.restore(state),
+            Operator::IntervalJoin(op) => op.restore(state),
+            Operator::TemporalJoin(op) => op.restore(state),
+            Operator::Absence(op) => op.restore(state),
         }
     }
 

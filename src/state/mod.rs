@@ -13,6 +13,7 @@
 //! with the same hash never see each other's rows.
 
 pub mod arena;
+pub mod snapshot;
 
 use std::collections::HashMap;
 

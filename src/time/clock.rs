@@ -7,7 +7,7 @@ use super::{Time, tick_at_or_after};
 /// At a tick the watermark becomes `max ts − max_out_of_orderness − 1` (−∞ before the first row).
 /// A stream that received no row since the previous tick turns idle at the first tick `T` with
 /// `T − last arrival ≥ idle_timeout`; a row makes it active again at the next tick.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct StreamClock {
     max_out_of_orderness: i64,
     /// 0 turns idleness off.
@@ -23,6 +23,12 @@ pub struct StreamClock {
 }
 
 impl StreamClock {
+    /// This clock as restored from a checkpoint: `saved`'s progress with this clock's settings
+    /// (a reload may have changed them).
+    pub fn restored(&self, saved: StreamClock) -> StreamClock {
+        StreamClock { max_out_of_orderness: self.max_out_of_orderness, idle_timeout: self.idle_timeout, ..saved }
+    }
+
     /// `start`: the arrival of the first line of all inputs; idleness before a stream's first row
     /// counts from there.
     pub fn new(max_out_of_orderness: i64, idle_timeout: i64, start: i128) -> StreamClock {
@@ -94,7 +100,7 @@ impl StreamClock {
 /// An operator's watermark: `max(previous, min over non-idle inputs)`; when every input is idle
 /// it stays put, or with `idle_advance` moves on with processing time from where it was when the
 /// inputs all went idle (rule 5). Monotonic.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct OperatorClock {
     watermark: Time,
     /// (tick at which every input was idle, watermark then).

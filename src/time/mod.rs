@@ -16,7 +16,9 @@ pub use ticks::{Tick, TickPlanner};
 pub const TICK_MS: i128 = 200;
 
 /// A point in event or processing time, in ms, or −∞ / +∞.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
+)]
 pub struct Time(i128);
 
 impl Time {

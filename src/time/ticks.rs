@@ -24,6 +24,7 @@
 //! reconnection.
 
 use crate::plan::{NodeRef, Plan};
+use crate::state::snapshot::{self, SnapshotError};
 
 use super::clock::InputTime;
 use super::{StreamClock, next_tick};
@@ -35,6 +36,14 @@ pub struct Tick {
     pub t: i128,
     pub streams: Vec<InputTime>,
     pub op_idle: Vec<bool>,
+}
+
+/// What a checkpoint keeps of a [`TickPlanner`].
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct PlannerState {
+    streams: Vec<StreamClock>,
+    op_idle: Vec<bool>,
+    now: i128,
 }
 
 pub struct TickPlanner {
@@ -133,6 +142,30 @@ impl TickPlanner {
 
     pub fn stream_watermark(&self, stream: usize) -> crate::time::Time {
         self.streams[stream].watermark()
+    }
+
+    /// The planner's progress, for a checkpoint (state/snapshot.rs).
+    pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
+        snapshot::encode(&PlannerState { streams: self.streams.clone(), op_idle: self.op_idle.clone(), now: self.now })
+    }
+
+    /// Takes up the progress of [`snapshot`](Self::snapshot) (this planner is built from the
+    /// same streams and operators; their settings stay this planner's).
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        let saved: PlannerState = snapshot::decode(bytes)?;
+        let shape = |streams: usize, ops: usize| format!("{streams} streams and {ops} operators");
+        if saved.streams.len() != self.streams.len() || saved.op_idle.len() != self.op_idle.len() {
+            return Err(SnapshotError::Mismatch {
+                expected: shape(self.streams.len(), self.op_idle.len()),
+                found: shape(saved.streams.len(), saved.op_idle.len()),
+            });
+        }
+        for (clock, saved) in self.streams.iter_mut().zip(saved.streams) {
+            *clock = clock.restored(saved);
+        }
+        self.op_idle = saved.op_idle;
+        self.now = saved.now;
+        Ok(())
     }
 
     pub fn stream_idle(&self, stream: usize) -> bool {
