@@ -12,6 +12,7 @@
 
 #[cfg(feature = "embedded-broker")]
 pub mod broker;
+pub mod checkpoint;
 pub mod config;
 pub mod demo;
 pub mod mqtt;

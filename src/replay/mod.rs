@@ -4,9 +4,19 @@
 //! same on every run and for every shard count. Rows run through the shard runtime
 //! ([`crate::shard`]): `--shards` threads fed through rings in `runtime.state_dir` when the config
 //! sets one, else in a private temporary directory removed at exit, with the shards' operator
-//! state in mmap arenas beside them. Every replay starts fresh (resuming comes with checkpoints).
-//! Inputs are read and merged as the runtime consumes them ([`input`]): memory is bounded by
-//! buffers and state, never by the size of the inputs.
+//! state in mmap arenas beside them. Inputs are read and merged as the runtime consumes them
+//! ([`input`]): memory is bounded by buffers and state, never by the size of the inputs.
+//!
+//! # Checkpoints and resume
+//!
+//! With a `state_dir`, a replay takes a checkpoint (crate::checkpoint) every
+//! `checkpoint_interval` of processing time (arrival), in `STATE_DIR/replay-checkpoints/`; its
+//! position in the merged input and its output files' lengths are part of it ([`Position`],
+//! [`output::ReplayCheckpoint`]). Started again with the same config, shard count, inputs (path,
+//! size, modification time) and outputs while such a checkpoint is there, a replay resumes from
+//! it: the runtime's state is restored, the merged input skips what the checkpoint had taken, and
+//! the outputs are appended to without writing a line twice (output.rs). Anything else starts
+//! fresh. A replay that finishes deletes its checkpoints: the next one starts fresh.
 
 pub mod input;
 pub mod output;
@@ -15,12 +25,25 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
+use crate::checkpoint::{CheckpointDir, Loaded};
+use crate::config::Durability;
 use crate::plan::{Plan, Target};
 use crate::record::decode::{check_time_window, dead_letter_raw};
 use crate::record::id::IdHasher;
 use crate::shard::{Figures, Runtime, RuntimeError, RuntimeOptions};
+use crate::state::snapshot;
 use input::{Content, InputError, Inputs, Line};
-use output::Outputs;
+use output::{Committer, Outputs, ReplayCheckpoint};
+
+/// Where a replay stood at a checkpoint's barrier.
+#[derive(Clone, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct Position {
+    /// Of the config, shard count, inputs and outputs ([`fingerprint`]): a checkpoint resumes
+    /// only the same replay.
+    pub fingerprint: u64,
+    /// Lines of the merged input taken before the barrier.
+    pub lines: u64,
+}
 
 /// A replay that cannot run: exit status 1 (the configuration itself was valid).
 #[derive(Debug, Error)]
@@ -75,6 +98,9 @@ pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
         .collect::<Result<Vec<(Target, &Path)>, _>>()?;
     let state = StateDir::open(plan)?;
     let dir = state.fresh_run_dir(plan)?;
+    let checkpoints = plan.runtime.state_dir.as_ref().map(|d| CheckpointDir::new(d.join("replay-checkpoints")));
+    let fingerprint = fingerprint(plan, args);
+    let resume = checkpoints.as_ref().and_then(|c| resumable(c, fingerprint));
     let input_error = |error| match error {
         InputError::Read(flag, error) => {
             let (name, path) = &args.inputs[flag];
@@ -83,22 +109,110 @@ pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
         InputError::Spill(path, error) => ReplayError::StateDir { path, error },
     };
     let mut inputs = Inputs::open(&inputs, &plan.streams, &dir, args.sort_run_bytes).map_err(input_error)?;
-    let mut sinks = Outputs::create(plan, &outputs).map_err(|(i, error)| {
+    let opened = match &resume {
+        Some(resume) => Outputs::resume(plan, &outputs, &resume.files),
+        None => Outputs::create(plan, &outputs),
+    };
+    let mut sinks = opened.map_err(|(i, error)| {
         let (name, path) = &args.outputs[i];
         ReplayError::Uncreatable { name: name.clone(), path: path.clone(), error }
     })?;
+    let shards = args.shards.max(1);
+    if let Some(dir) = &checkpoints {
+        let sync = plan.runtime.durability == Durability::Power;
+        sinks.commit_to(Committer { dir: dir.clone(), shards: shards as u32, sync });
+    }
     let start = inputs.peek_arrival().map_err(input_error)?.map_or(0, i128::from);
-    let options = RuntimeOptions { every_tick: args.every_tick, ..RuntimeOptions::new(args.shards, &dir) };
+    let options = RuntimeOptions {
+        every_tick: args.every_tick,
+        checkpoints: checkpoints.clone(),
+        restore: resume.as_ref().map(|r| &r.loaded),
+        ..RuntimeOptions::new(shards, &dir)
+    };
     let mut runtime = Runtime::start(plan, &options, start)?;
     let mut ids = IdHasher::default();
-    let mut count = 0;
+    let taken = resume.as_ref().map_or(0, |r| r.position.lines);
+    let mut epoch = resume.as_ref().map_or(0, |r| r.loaded.manifest.epoch);
+    let interval = i128::from(plan.runtime.checkpoint_interval);
+    let mut next_checkpoint = None;
+    let mut count: u64 = 0;
     while let Some(line) = inputs.next().map_err(input_error)? {
         count += 1;
+        if count <= taken {
+            continue;
+        }
+        let arrival = i128::from(line.arrival);
+        if checkpoints.is_some() {
+            runtime.advance_to(arrival, &mut sinks)?;
+            let due = *next_checkpoint.get_or_insert(arrival + interval);
+            if arrival >= due && !runtime.checkpoint_in_flight() {
+                epoch += 1;
+                let position = Position { fingerprint, lines: count - 1 };
+                let position = snapshot::encode(&position).map_err(|e| RuntimeError::Checkpoint(e.to_string()))?;
+                // Told first: the barrier may pass and its checkpoint complete within the call.
+                sinks.barrier(true);
+                if !runtime.checkpoint(epoch, position, &mut sinks)? {
+                    sinks.barrier(false);
+                }
+                next_checkpoint = Some(arrival + interval);
+            }
+        }
         feed(plan, &mut runtime, &mut sinks, &mut ids, line)?;
     }
     let figures = runtime.finish(&mut sinks)?;
     sinks.finish().map_err(ReplayError::Write)?;
-    Ok(Summary { lines: count, figures })
+    if let Some(dir) = &checkpoints {
+        dir.clear();
+    }
+    Ok(Summary { lines: count as usize, figures })
+}
+
+/// A checkpoint to resume from, read back.
+struct Resume {
+    loaded: Loaded,
+    position: Position,
+    files: Vec<output::FileState>,
+}
+
+/// The newest checkpoint in `dir` if it is one of this same replay; else none (and the
+/// checkpoints there are cleared: this replay starts fresh).
+fn resumable(dir: &CheckpointDir, fingerprint: u64) -> Option<Resume> {
+    let loaded = dir.latest()?;
+    let read = snapshot::decode::<ReplayCheckpoint>(&loaded.manifest.driver)
+        .and_then(|saved| Ok((snapshot::decode::<Position>(&saved.position)?, saved.files)));
+    match read {
+        Ok((position, files)) if position.fingerprint == fingerprint => {
+            tracing::info!(epoch = loaded.manifest.epoch, lines = position.lines, "Replay resumes from its checkpoint");
+            Some(Resume { loaded, position, files })
+        }
+        Ok(_) => {
+            tracing::info!("A checkpoint of another replay (config, shards, inputs or outputs differ): starting fresh");
+            dir.clear();
+            None
+        }
+        Err(error) => {
+            tracing::warn!(%error, "Replay checkpoint set aside: it does not read back; starting fresh");
+            dir.clear();
+            None
+        }
+    }
+}
+
+/// What makes two replays the same: the checked config, the shard count, tick skipping, every
+/// input (name, path, size, modification time) and output (name, path).
+fn fingerprint(plan: &Plan, args: &ReplayArgs<'_>) -> u64 {
+    let inputs: Vec<String> = args
+        .inputs
+        .iter()
+        .map(|(name, path)| {
+            let meta = std::fs::metadata(path).ok();
+            let size = meta.as_ref().map(std::fs::Metadata::len);
+            let modified = meta.and_then(|m| m.modified().ok());
+            format!("{name}={}:{size:?}:{modified:?}", path.display())
+        })
+        .collect();
+    let text = format!("{plan:?}|{}|{}|{inputs:?}|{:?}", args.shards.max(1), args.every_tick, args.outputs);
+    xxhash_rust::xxh3::xxh3_64(text.as_bytes())
 }
 
 fn feed(

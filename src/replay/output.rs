@@ -1,40 +1,128 @@
 //! Replay outputs: one JSON-lines file per `--output NAME=FILE`, every one created even when
 //! nothing is written to it.
+//!
+//! With checkpoints (a `state_dir`), the outputs take part in them: at a completed checkpoint
+//! every file is flushed and its length noted, with the lines written after the barrier had gone
+//! by (a restart from the checkpoint writes them again). A resumed replay opens the files it
+//! wrote, cuts a torn last line, and does not write again the lines it finds after the
+//! checkpoint's length nor those noted: each line is skipped as often as it is found there
+//! (a multiset of line hashes), so the files end as one uninterrupted run's.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
+use crate::checkpoint::{CheckpointDir, Completed, Manifest};
 use crate::plan::{NodeRef, Plan, Target};
 use crate::record::{Row, json};
 use crate::shard::Emit;
+use crate::state::snapshot;
+
+/// A file's part in a checkpoint.
+#[derive(Clone, Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct FileState {
+    /// Bytes written (and flushed) when the checkpoint completed.
+    pub len: u64,
+    /// Hashes of the lines among them that were written after the barrier.
+    pub early: Vec<u64>,
+}
+
+/// What a replay checkpoint keeps beside the runtime's state.
+#[derive(Clone, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct ReplayCheckpoint {
+    /// The driver's state at the barrier ([`super::Position`]).
+    pub position: Vec<u8>,
+    pub files: Vec<FileState>,
+}
+
+struct OutFile {
+    target: Target,
+    file: BufWriter<File>,
+    written: u64,
+    /// Hashes of the lines written since the barrier of the checkpoint under way.
+    early: Vec<u64>,
+    /// Resumed: lines already in the file, by hash, with how many times each is still to come.
+    skip: HashMap<u64, u32>,
+}
+
+/// Where completed checkpoints are committed.
+pub struct Committer {
+    pub dir: CheckpointDir,
+    pub shards: u32,
+    /// `durability = "power"`: files are synced before a checkpoint names their length.
+    pub sync: bool,
+}
 
 pub struct Outputs<'p> {
     plan: &'p Plan,
-    files: Vec<(Target, BufWriter<File>)>,
+    files: Vec<OutFile>,
     buf: Vec<u8>,
     error: Option<std::io::Error>,
+    committer: Option<Committer>,
+    /// A barrier has been sent and its checkpoint is not complete yet.
+    after_barrier: bool,
+    /// The epoch of the last checkpoint committed.
+    pub committed: Option<u64>,
 }
 
 impl<'p> Outputs<'p> {
+    /// Creates (truncates) every output file.
     pub fn create(plan: &'p Plan, outputs: &[(Target, &Path)]) -> Result<Outputs<'p>, (usize, std::io::Error)> {
         let mut files = Vec::new();
         for (i, (target, path)) in outputs.iter().enumerate() {
-            files.push((*target, BufWriter::new(File::create(path).map_err(|e| (i, e))?)));
+            let file = File::create(path).map_err(|e| (i, e))?;
+            files.push(OutFile::new(*target, file, 0));
         }
-        Ok(Outputs { plan, files, buf: Vec::with_capacity(512), error: None })
+        Ok(Outputs::with_files(plan, files))
+    }
+
+    /// Opens the files of a replay that resumes from a checkpoint (their states, in `--output`
+    /// order): each keeps what it holds but a torn last line.
+    pub fn resume(
+        plan: &'p Plan,
+        outputs: &[(Target, &Path)],
+        states: &[FileState],
+    ) -> Result<Outputs<'p>, (usize, std::io::Error)> {
+        let mut files = Vec::new();
+        for (i, ((target, path), state)) in outputs.iter().zip(states).enumerate() {
+            files.push(OutFile::resume(*target, path, state).map_err(|e| (i, e))?);
+        }
+        Ok(Outputs::with_files(plan, files))
+    }
+
+    fn with_files(plan: &'p Plan, files: Vec<OutFile>) -> Outputs<'p> {
+        Outputs {
+            plan,
+            files,
+            buf: Vec::with_capacity(512),
+            error: None,
+            committer: None,
+            after_barrier: false,
+            committed: None,
+        }
+    }
+
+    /// Completed checkpoints are committed there.
+    pub fn commit_to(&mut self, committer: Committer) {
+        self.committer = Some(committer);
+    }
+
+    /// A barrier is about to be sent: lines written from now until its checkpoint completes are
+    /// noted. `false`: it was not sent after all.
+    pub fn barrier(&mut self, sent: bool) {
+        self.after_barrier = sent;
     }
 
     fn wants(&self, target: Target) -> bool {
-        self.files.iter().any(|(t, _)| *t == target)
+        self.files.iter().any(|f| f.target == target)
     }
 
     /// Writes the line in `self.buf` to every file of `target`.
     fn write(&mut self, target: Target) {
-        for (t, file) in &mut self.files {
-            if *t == target
-                && let Err(e) = file.write_all(&self.buf)
-            {
+        let hash = xxhash_rust::xxh3::xxh3_64(&self.buf);
+        for out in self.files.iter_mut().filter(|f| f.target == target) {
+            if let Err(e) = out.write(&self.buf, hash, self.after_barrier) {
                 self.error.get_or_insert(e);
             }
         }
@@ -58,12 +146,83 @@ impl<'p> Outputs<'p> {
 
     /// Flushes every file; the first write error, if any.
     pub fn finish(mut self) -> std::io::Result<()> {
-        for (_, file) in &mut self.files {
-            if let Err(e) = file.flush() {
+        for out in &mut self.files {
+            if let Err(e) = out.file.flush() {
                 self.error.get_or_insert(e);
             }
         }
         self.error.map_or(Ok(()), Err)
+    }
+
+    /// Flushes every file and notes its state for checkpoint `done`, then commits it.
+    fn commit(&mut self, done: Completed) -> Result<(), String> {
+        let Some(committer) = &self.committer else { return Ok(()) };
+        let mut files = Vec::with_capacity(self.files.len());
+        for out in &mut self.files {
+            out.file.flush().map_err(|e| e.to_string())?;
+            if committer.sync {
+                out.file.get_ref().sync_data().map_err(|e| e.to_string())?;
+            }
+            // Lines still to be skipped are in the file and still to come after this checkpoint.
+            let mut early = std::mem::take(&mut out.early);
+            for (&hash, &count) in &out.skip {
+                early.extend(std::iter::repeat_n(hash, count as usize));
+            }
+            files.push(FileState { len: out.written, early });
+        }
+        let driver = snapshot::encode(&ReplayCheckpoint { position: done.driver, files }).map_err(|e| e.to_string())?;
+        let manifest = Manifest { epoch: done.epoch, shards: committer.shards, feeder: done.feeder, driver };
+        committer.dir.commit(&manifest).map_err(|e| e.to_string())?;
+        self.committed = Some(done.epoch);
+        Ok(())
+    }
+}
+
+impl OutFile {
+    fn new(target: Target, file: File, written: u64) -> OutFile {
+        OutFile { target, file: BufWriter::new(file), written, early: Vec::new(), skip: HashMap::new() }
+    }
+
+    /// Opens `path` as a resumed replay finds it: the whole lines after `state.len` and the lines
+    /// `state.early` names are not written again; a torn last line is cut.
+    fn resume(target: Target, path: &Path, state: &FileState) -> std::io::Result<OutFile> {
+        let mut file = OpenOptions::new().read(true).write(true).open(path)?;
+        let len = file.metadata()?.len();
+        if len < state.len {
+            let message = format!("{} holds {len} bytes, its checkpoint says {}", path.display(), state.len);
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, message));
+        }
+        let mut tail = Vec::new();
+        file.seek(SeekFrom::Start(state.len))?;
+        file.read_to_end(&mut tail)?;
+        let whole = tail.iter().rposition(|&b| b == b'\n').map_or(0, |at| at + 1);
+        let mut skip: HashMap<u64, u32> = HashMap::new();
+        for hash in tail[..whole].split_inclusive(|&b| b == b'\n').map(xxhash_rust::xxh3::xxh3_64) {
+            *skip.entry(hash).or_default() += 1;
+        }
+        for &hash in &state.early {
+            *skip.entry(hash).or_default() += 1;
+        }
+        let end = state.len + whole as u64;
+        file.set_len(end)?;
+        file.seek(SeekFrom::Start(end))?;
+        let mut out = OutFile::new(target, file, end);
+        out.skip = skip;
+        Ok(out)
+    }
+
+    fn write(&mut self, line: &[u8], hash: u64, after_barrier: bool) -> std::io::Result<()> {
+        if let Some(count) = self.skip.get_mut(&hash).filter(|c| **c > 0) {
+            // Written before the replay stopped: written again now, it would be there twice.
+            *count -= 1;
+        } else {
+            self.file.write_all(line)?;
+            self.written += line.len() as u64;
+        }
+        if after_barrier {
+            self.early.push(hash);
+        }
+        Ok(())
     }
 }
 
@@ -81,6 +240,14 @@ impl Emit for Outputs<'_> {
             let from_operator = matches!(node, NodeRef::Operator(_));
             json::write_late(&mut self.buf, self.plan.node_schema(node), from_operator, self.plan.node_name(node), row);
             self.write(Target::Late(operator));
+        }
+    }
+
+    fn checkpointed(&mut self, done: Completed) {
+        self.after_barrier = false;
+        let epoch = done.epoch;
+        if let Err(error) = self.commit(done) {
+            tracing::warn!(epoch, %error, "Replay checkpoint not committed; the previous one stays");
         }
     }
 }

@@ -81,6 +81,11 @@ pub enum FrameKind {
     TickDone = 9,
     /// A result or late row of an operator, for the sinks.
     Output = 10,
+    /// A checkpoint barrier from the feeder (payload: event sequence and checkpoint epoch).
+    Barrier = 11,
+    /// To the collector: an operator instance passed a checkpoint barrier, or (operator
+    /// `u32::MAX`) the shard wrote its snapshot.
+    Passed = 12,
 }
 
 impl FrameKind {
@@ -96,6 +101,8 @@ impl FrameKind {
             8 => FrameKind::Frontier,
             9 => FrameKind::TickDone,
             10 => FrameKind::Output,
+            11 => FrameKind::Barrier,
+            12 => FrameKind::Passed,
             _ => return None,
         })
     }

@@ -12,8 +12,9 @@ use crate::ring::FrameKind;
 use crate::time::Time;
 
 use super::driver::Driver;
-use super::wire::{self, Frame};
+use super::wire::Frame;
 use super::{Runtime, RuntimeError};
+use crate::checkpoint::Completed;
 
 /// Where a run's outputs go, on the calling thread.
 pub trait Emit {
@@ -21,6 +22,19 @@ pub trait Emit {
     fn result(&mut self, operator: usize, row: &Row);
     /// `row` reached operator `operator` on input `input` late.
     fn late(&mut self, operator: usize, input: usize, row: &Row);
+    /// A result that left after its operator instance passed the barrier of the checkpoint under
+    /// way: a restart from that checkpoint produces it again (its `_id` is in
+    /// [`Completed::early`]).
+    fn result_after_barrier(&mut self, operator: usize, row: &Row) {
+        self.result(operator, row);
+    }
+    /// [`late`](Self::late) after the barrier, as [`result_after_barrier`](Self::result_after_barrier).
+    fn late_after_barrier(&mut self, operator: usize, input: usize, row: &Row) {
+        self.late(operator, input, row);
+    }
+    /// Every shard has written its part of a checkpoint: the driver commits it (with its own
+    /// positions as of now: everything emitted so far is before them).
+    fn checkpointed(&mut self, _done: Completed) {}
 }
 
 /// What a run leaves to report (CONTRACT.md "Metrics").
@@ -152,18 +166,15 @@ impl Runtime {
     /// Writes every result the shards have sent so far. Returns whether there was any.
     pub(super) fn collect(&mut self, emit: &mut impl Emit) -> bool {
         let mut any = false;
-        for inbox in &mut self.results {
-            any |= inbox.read_frames(|frame| {
-                if let Frame::Output { op, input, row } = frame {
-                    let row = to_row(row);
-                    if input == wire::RESULT {
-                        emit.result(op, &row);
-                    } else {
-                        emit.late(op, input as usize, &row);
-                    }
-                }
+        let mut results = std::mem::take(&mut self.results);
+        for (shard, inbox) in results.iter_mut().enumerate() {
+            any |= inbox.read_frames(|frame| match frame {
+                Frame::Output { op, input, row } => self.emit_output(shard, op, input, &to_row(row), emit),
+                Frame::Passed { op, epoch } => self.on_passed(shard, op, epoch, emit),
+                _ => {}
             }) > 0;
         }
+        self.results = results;
         any
     }
 }

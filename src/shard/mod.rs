@@ -27,6 +27,7 @@
 //! woken through its [`wake::Doorbell`]. A full ring is backpressure: the feeder waits
 //! (draining results meanwhile), a shard stops taking feeder events until its frames fit.
 
+mod checkpoint;
 mod collector;
 pub mod driver;
 mod feeder;
@@ -79,6 +80,8 @@ pub enum RuntimeError {
     TooDeep,
     #[error("{0} shards: at most {MAX_SHARDS} are supported")]
     TooManyShards(usize),
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
 }
 
 #[derive(Debug, Error)]
@@ -137,6 +140,9 @@ pub struct Runtime {
     seq: u64,
     unpublished: usize,
     writer: Writer,
+    /// Barriers may be sent ([`RuntimeOptions::checkpoints`]).
+    checkpoints: bool,
+    in_flight: Option<checkpoint::InFlight>,
 }
 
 pub struct RuntimeOptions<'a> {
@@ -156,6 +162,10 @@ pub struct RuntimeOptions<'a> {
     /// Operators keep their stored rows on the heap instead of in arenas under `dir` (a
     /// baseline for `braid bench --memory-state`; nothing survives a restart).
     pub memory_state: bool,
+    /// Where the shards write checkpoints ([`Runtime::checkpoint`]); none: checkpoints are off.
+    pub checkpoints: Option<crate::checkpoint::CheckpointDir>,
+    /// The checkpoint to start from (taken with the same number of shards).
+    pub restore: Option<&'a crate::checkpoint::Loaded>,
 }
 
 impl<'a> RuntimeOptions<'a> {
@@ -168,6 +178,8 @@ impl<'a> RuntimeOptions<'a> {
             exchange_ring_bytes: EXCHANGE_RING_BYTES,
             hold: false,
             memory_state: false,
+            checkpoints: None,
+            restore: None,
         }
     }
 }

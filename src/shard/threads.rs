@@ -14,7 +14,7 @@ use crate::time::TickPlanner;
 use super::driver::MonoioRuntime;
 use super::wake::{Doorbell, Inbox, Outbox};
 use super::wire::Writer;
-use super::worker::{Links, Worker};
+use super::worker::{Checkpoints, Links, Worker};
 use super::{Emit, Feed, Runtime, RuntimeError, RuntimeOptions, ShardError, ShardReport, StreamCounters};
 
 /// The rings of a run, seen from both ends.
@@ -40,6 +40,12 @@ impl Runtime {
         if plan.longest_chain() > MAX_CHAIN_DEPTH {
             return Err(RuntimeError::TooDeep);
         }
+        if let Some(loaded) = options.restore
+            && loaded.shards.len() != shards
+        {
+            let taken = loaded.shards.len();
+            return Err(RuntimeError::Checkpoint(format!("taken with {taken} shards, this run has {shards}")));
+        }
         let shared_plan = Arc::new(plan.clone());
         let Wiring { bell, sleeper, shard_bells, shard_sleepers, mut feeds, results, links } = wire(options, shards)?;
         let gate = options.hold.then(|| Arc::new(Barrier::new(shards + 1)));
@@ -64,6 +70,10 @@ impl Runtime {
                 cancel: Arc::clone(&cancel),
                 live: Arc::clone(&live[j]),
                 state: (!options.memory_state).then(|| options.dir.join(format!("shard-{j}"))),
+                checkpoints: Checkpoints {
+                    dir: options.checkpoints.clone(),
+                    restore: options.restore.map(|loaded| loaded.shards[j].clone()),
+                },
                 core: cores.get(j % cores.len().max(1)).copied(),
             };
             let thread = std::thread::Builder::new()
@@ -74,7 +84,8 @@ impl Runtime {
         }
         let clocked = (0..plan.operators.len()).any(|op| plan.clocked(op));
         let mut seq = 0;
-        if clocked {
+        // A restored connect knows processing time from its snapshot.
+        if clocked && options.restore.is_none() {
             // Processing time starts at `start` (connect instances learn it before anything else).
             seq += 1;
             let mut writer = Writer::default();
@@ -86,7 +97,7 @@ impl Runtime {
                     .map_err(|_| RuntimeError::TooLarge(payload.len()))?;
             }
         }
-        Ok(Runtime {
+        let mut runtime = Runtime {
             shards,
             feeds,
             results,
@@ -107,7 +118,13 @@ impl Runtime {
             seq,
             unpublished: 0,
             writer: Writer::default(),
-        })
+            checkpoints: options.checkpoints.is_some(),
+            in_flight: None,
+        };
+        if let Some(loaded) = options.restore {
+            runtime.restore_feeder(&loaded.manifest.feeder).map_err(|e| RuntimeError::Checkpoint(e.to_string()))?;
+        }
+        Ok(runtime)
     }
 
     /// Stops without ending the input (a service stopping or reloading; its journal restores the
@@ -247,6 +264,7 @@ struct Shard {
     live: Arc<Mutex<Option<ShardReport>>>,
     /// Its operators' state directory (none: state on the heap).
     state: Option<std::path::PathBuf>,
+    checkpoints: Checkpoints,
     core: Option<core_affinity::CoreId>,
 }
 
@@ -254,7 +272,8 @@ impl Shard {
     /// The thread's body: pinned, its monoio runtime, rounds of work, sleeping on its doorbell
     /// when idle.
     fn run(self) -> Result<ShardReport, ShardError> {
-        let Shard { id, plan, shards, links, sleeper, bell, wake_feeder, gate, cancel, live, state, core } = self;
+        let Shard { id, plan, shards, links, sleeper, bell, wake_feeder, gate, cancel, live, state, checkpoints, core } =
+            self;
         let _wake_feeder = wake_feeder;
         if let Some(core) = core {
             core_affinity::set_for_current(core);
@@ -262,7 +281,7 @@ impl Shard {
         if let Some(gate) = gate {
             gate.wait();
         }
-        let mut worker = Worker::new(id, plan, shards, links, state.as_deref(), live)?;
+        let mut worker = Worker::new(id, plan, shards, links, state.as_deref(), live, checkpoints)?;
         let mut runtime = MonoioRuntime::build().map_err(ShardError::Runtime)?;
         worker.driver = runtime.driver();
         tracing::debug!(shard = id, driver = worker.driver.as_str(), "shard started");

@@ -13,6 +13,8 @@
 //! | `Frontier` | operator u32, pad, tag | |
 //! | `TickDone` | operator u32, pad, seq u64, watermark i128 | |
 //! | `Output` | operator u32, input u32 (`u32::MAX`: a result, else the input of a late row), pad | archived row |
+//! | `Barrier` | seq u64, epoch u64 | |
+//! | `Passed` | operator u32 ([`SHARD_DONE`]: the whole shard), pad, epoch u64 | |
 //!
 //! Reading is unchecked (no crc, no bytecheck: STYLE.md 8), so [`read`] is an `unsafe fn`: its
 //! callers state, in a `SAFETY:` comment, that the bytes come from a ring the runtime created in
@@ -28,6 +30,10 @@ use super::tag::{TAG_BYTES, Tag};
 
 /// `Output` frames of results carry this instead of an input index.
 pub const RESULT: u32 = u32::MAX;
+/// `Passed` frames of a whole shard (its snapshot is written) carry this instead of an operator.
+pub const SHARD_DONE: u32 = u32::MAX;
+/// `Passed` frames of a shard that could not write its snapshot carry this.
+pub const SHARD_FAILED: u32 = u32::MAX - 1;
 
 /// Builds payloads in one buffer it keeps.
 #[derive(Default)]
@@ -87,6 +93,21 @@ impl Writer {
         if let Some(now) = now {
             b.extend_from_slice(&now.to_le_bytes());
         }
+        &self.buf
+    }
+
+    pub fn barrier(&mut self, seq: u64, epoch: u64) -> &[u8] {
+        let b = self.start();
+        b.extend_from_slice(&seq.to_le_bytes());
+        b.extend_from_slice(&epoch.to_le_bytes());
+        &self.buf
+    }
+
+    /// Operator `op` ([`SHARD_DONE`]: the shard) passed the barrier of checkpoint `epoch`.
+    pub fn passed(&mut self, op: u32, epoch: u64) -> &[u8] {
+        let b = self.start();
+        b.extend_from_slice(&u64::from(op).to_le_bytes());
+        b.extend_from_slice(&epoch.to_le_bytes());
         &self.buf
     }
 
@@ -172,6 +193,14 @@ pub enum Frame<'a> {
         input: u32,
         row: &'a ArchivedRow,
     },
+    Barrier {
+        seq: u64,
+        epoch: u64,
+    },
+    Passed {
+        op: u32,
+        epoch: u64,
+    },
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -244,6 +273,8 @@ pub unsafe fn read(kind: FrameKind, p: &[u8]) -> Frame<'_> {
             Frame::TickDone { op: u64_at(p, 0) as usize, seq: u64_at(p, 8), watermark: Time::from_i128(i128_at(p, 16)) }
         }
         FrameKind::Output => Frame::Output { op: u32_at(p, 0) as usize, input: u32_at(p, 4), row: row(8) },
+        FrameKind::Barrier => Frame::Barrier { seq: u64_at(p, 0), epoch: u64_at(p, 8) },
+        FrameKind::Passed => Frame::Passed { op: u64_at(p, 0) as u32, epoch: u64_at(p, 8) },
     }
 }
 

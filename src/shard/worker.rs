@@ -15,6 +15,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
+use crate::checkpoint::{CheckpointDir, OperatorSnapshot, ShardFile, definition_hash};
 use crate::operator::Output;
 use crate::operator::host::OperatorHost;
 use crate::plan::{NodeRef, Plan};
@@ -26,7 +27,7 @@ use crate::time::clock::InputTime;
 
 use super::tag::{Tag, finish_phase, tick_phase};
 use super::wake::{Inbox, Outbox, TooLarge};
-use super::wire::{Frame, RESULT, TickEvent, Writer};
+use super::wire::{Frame, RESULT, SHARD_DONE, SHARD_FAILED, TickEvent, Writer};
 use super::{ShardError, ShardReport};
 
 /// (tick sequence, output watermark) of one upstream instance, oldest first.
@@ -46,6 +47,8 @@ enum Work<'a> {
     },
     Tick(Rc<TickEvent>),
     ProcessingTime(i128),
+    /// The barrier of checkpoint `epoch`: snapshot the operator here.
+    Barrier(u64),
     FinishTimers,
     FinishWatermark,
 }
@@ -106,6 +109,17 @@ struct Core {
     error: Option<ShardError>,
     /// Items processed since the last look (progress of a round).
     work_done: usize,
+    /// Where this shard writes its checkpoint snapshots (none: checkpoints are off).
+    checkpoints: Option<CheckpointDir>,
+    /// The checkpoint whose barrier is going through this shard's operators.
+    barrier: Option<BarrierInFlight>,
+}
+
+/// A checkpoint barrier on its way through a shard's operators.
+struct BarrierInFlight {
+    epoch: u64,
+    /// Per operator: its snapshot, once the barrier has reached it.
+    snapshots: Vec<Option<Vec<u8>>>,
 }
 
 pub struct Worker {
@@ -130,9 +144,10 @@ impl Worker {
         links: Links,
         state: Option<&std::path::Path>,
         live: Arc<Mutex<Option<ShardReport>>>,
+        checkpoints: Checkpoints,
     ) -> Result<Worker, ShardError> {
         let ops = plan.operators.len();
-        let hosts = plan
+        let mut hosts = plan
             .operators
             .iter()
             .enumerate()
@@ -141,6 +156,9 @@ impl Worker {
                 Ok(OperatorHost::new(operator, o.inputs.len(), plan.origin_key_position(op), id))
             })
             .collect::<Result<Vec<_>, ShardError>>()?;
+        if let Some(file) = &checkpoints.restore {
+            restore(&plan, &mut hosts, file)?;
+        }
         let core = Core {
             id,
             hosts,
@@ -159,6 +177,8 @@ impl Worker {
             writer: Writer::default(),
             error: None,
             work_done: 0,
+            checkpoints: checkpoints.dir,
+            barrier: None,
             plan,
             shards,
         };
@@ -308,7 +328,23 @@ impl Core {
                 }
             }
             Frame::Progress { seq } => self.feeder_frontier = self.feeder_frontier.max(Tag::event(seq + 1)),
-            Frame::Exchange { .. } | Frame::Frontier { .. } | Frame::TickDone { .. } | Frame::Output { .. } => {
+            Frame::Barrier { seq, epoch } => {
+                self.feeder_frontier = Tag::event(seq + 1);
+                if self.barrier.is_some() || self.checkpoints.is_none() {
+                    self.fail(ShardError::Protocol("a checkpoint barrier the shard cannot take"));
+                    return;
+                }
+                let snapshots = vec![None; self.plan.operators.len()];
+                self.barrier = Some(BarrierInFlight { epoch, snapshots });
+                for op in 0..self.plan.operators.len() {
+                    self.dispatch(op, Tag::event(seq), 0, Work::Barrier(epoch));
+                }
+            }
+            Frame::Exchange { .. }
+            | Frame::Frontier { .. }
+            | Frame::TickDone { .. }
+            | Frame::Output { .. }
+            | Frame::Passed { .. } => {
                 self.fail(ShardError::Protocol("a shard frame on the feeder's ring"));
             }
         }
@@ -392,6 +428,10 @@ impl Core {
 
     fn activate(&mut self, op: usize, tag: Tag, work: Work<'_>) {
         self.work_done += 1;
+        if let Work::Barrier(epoch) = work {
+            self.pass_barrier(op, epoch);
+            return;
+        }
         let mut out = std::mem::take(&mut self.scratch);
         let mut input = 0;
         let mut tick_done = None;
@@ -418,11 +458,72 @@ impl Core {
             Work::ProcessingTime(now) => self.hosts[op].on_processing_time(now, &mut out),
             Work::FinishTimers => self.hosts[op].finish_timers(&mut out),
             Work::FinishWatermark => self.hosts[op].finish_watermark(&mut out),
+            Work::Barrier(_) => {} // taken above
         }
         self.route(op, input, &tag, ranked, &mut out);
         self.scratch = out;
         if let Some(seq) = tick_done.filter(|_| !self.plan.readers(NodeRef::Operator(op)).is_empty()) {
             self.tick_done(op, seq);
+        }
+    }
+
+    /// The barrier of checkpoint `epoch` reached operator `op`: its snapshot is taken and the
+    /// collector told (results after this frame come after the barrier). Once every operator of
+    /// the shard has passed, the shard's file is written.
+    fn pass_barrier(&mut self, op: usize, epoch: u64) {
+        let snapshot = match self.hosts[op].snapshot() {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                let name = &self.plan.operators[op].name;
+                self.fail(ShardError::State(format!("snapshot of operator {name}: {error}")));
+                return;
+            }
+        };
+        let Some(barrier) = self.barrier.as_mut().filter(|b| b.epoch == epoch) else {
+            self.fail(ShardError::Protocol("a barrier activation without its barrier"));
+            return;
+        };
+        barrier.snapshots[op] = Some(snapshot);
+        let all_passed = barrier.snapshots.iter().all(Option::is_some);
+        self.writer.passed(op as u32, epoch);
+        self.push_output(FrameKind::Passed);
+        if all_passed {
+            self.write_snapshots();
+        }
+    }
+
+    /// Writes the shard's file of the checkpoint whose barrier every operator has passed. A
+    /// write that fails (a full or broken disk) fails the checkpoint, not the run: the collector
+    /// is told, and the previous checkpoint stays the one a restart uses.
+    fn write_snapshots(&mut self) {
+        let (Some(barrier), Some(dir)) = (self.barrier.take(), self.checkpoints.as_ref()) else { return };
+        let epoch = barrier.epoch;
+        let operators = barrier
+            .snapshots
+            .into_iter()
+            .enumerate()
+            .map(|(op, state)| OperatorSnapshot {
+                name: self.plan.operators[op].name.clone(),
+                definition: definition_hash(&self.plan, op),
+                state: state.unwrap_or_default(),
+            })
+            .collect();
+        let file = ShardFile { epoch, shard: self.id as u32, shards: self.shards as u32, operators };
+        let outcome = match dir.write_shard(&file) {
+            Ok(_) => SHARD_DONE,
+            Err(error) => {
+                tracing::warn!(shard = self.id, epoch, %error, "Checkpoint not written; the previous one stays");
+                SHARD_FAILED
+            }
+        };
+        self.writer.passed(outcome, epoch);
+        self.push_output(FrameKind::Passed);
+    }
+
+    /// Sends the frame just written into `self.writer` to the collector.
+    fn push_output(&mut self, kind: FrameKind) {
+        if let Err(e) = self.output.push(kind, &self.writer.buf) {
+            self.fail(e.into());
         }
     }
 
@@ -532,6 +633,31 @@ impl Core {
             }
         }
     }
+}
+
+/// A shard's part in checkpoints: where it writes them, and the file it starts from.
+#[derive(Default)]
+pub struct Checkpoints {
+    pub dir: Option<CheckpointDir>,
+    pub restore: Option<ShardFile>,
+}
+
+/// Restores each operator whose definition is unchanged from its snapshot in `file`; the others
+/// (new, or changed by a reload) start empty, named in a warning.
+fn restore(plan: &Plan, hosts: &mut [OperatorHost], file: &ShardFile) -> Result<(), ShardError> {
+    for (op, host) in hosts.iter_mut().enumerate() {
+        let name = &plan.operators[op].name;
+        let saved = file.operators.iter().find(|s| s.name == *name && s.definition == definition_hash(plan, op));
+        let Some(saved) = saved else {
+            if file.shard == 0 {
+                tracing::warn!(operator = %name, "Operator new or changed since the checkpoint: it starts empty");
+            }
+            continue;
+        };
+        host.restore(&saved.state)
+            .map_err(|error| ShardError::State(format!("restoring operator {name} from its checkpoint: {error}")))?;
+    }
+    Ok(())
 }
 
 impl From<crate::state::arena::ArenaError> for ShardError {

@@ -1,0 +1,282 @@
+//! Checkpoints: a consistent cut of a run's state, written while it runs, from which a restart
+//! resumes exactly (DESIGN.md "State" and "Delivery"; CONTRACT.md "Replay", resume).
+//!
+//! # How a checkpoint is taken
+//!
+//! The feeder puts a barrier with the checkpoint's epoch into every shard's ring between two
+//! events, right after a tick ([`Runtime::checkpoint`](crate::shard::Runtime::checkpoint)), and
+//! notes its own state (the tick planner's clocks, its sequence number, the stream counters)
+//! and the driver's (where in its input the barrier stands). Each operator instance on each shard
+//! snapshots itself when the barrier reaches it in the single-threaded order of shard/tag.rs —
+//! at once for operators that read streams, once every upstream instance has promised nothing
+//! earlier will come for chained ones (aligned barriers, as Flink's) — so every snapshot is of the
+//! same input prefix. A shard writes its snapshots into one file ([`ShardFile`]) when all its
+//! operators have passed, and tells the collector. When every shard has, the collector hands the
+//! driver the pieces of the [`Manifest`] (with the results that already left for the sinks after
+//! the barrier, so that a restart does not emit them twice), and the driver commits it.
+//!
+//! # Files
+//!
+//! ```text
+//! DIR/EPOCH/shard-N.snap   one per shard, written (and synced) before the manifest
+//! DIR/EPOCH/manifest       written to a temporary name, synced, renamed, directory synced
+//! ```
+//!
+//! `EPOCH` is 20 decimal digits, so names sort by epoch. The checkpoint in use is the highest
+//! epoch whose manifest reads back (magic, version, crc, and every shard file too); epochs before
+//! the previous one are deleted once a newer one is committed (the previous one stays, for when
+//! the newest is found damaged). Every file is `[magic 8 B][version u32][crc32c of
+//! the payload u32][payload length u64][payload: an rkyv archive]`; anything else — another
+//! version, a torn or damaged file — is set aside with a message, never misread.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use crate::plan::Plan;
+use crate::state::snapshot::{self, SnapshotError};
+
+/// Bumped whenever any snapshot layout changes: a checkpoint of another version is not read.
+pub const FORMAT_VERSION: u32 = 1;
+const HEADER: usize = 24;
+const SHARD_MAGIC: &[u8; 8] = b"braidshd";
+const MANIFEST_MAGIC: &[u8; 8] = b"braidckp";
+
+#[derive(Debug, Error)]
+pub enum CheckpointError {
+    #[error("{path}: {error}")]
+    Io { path: PathBuf, error: std::io::Error },
+    #[error("{path}: {reason}")]
+    Unreadable { path: PathBuf, reason: String },
+    #[error("snapshot: {0}")]
+    Snapshot(#[from] SnapshotError),
+}
+
+/// One operator's snapshot on one shard, with what it was a snapshot of.
+#[derive(Clone, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct OperatorSnapshot {
+    pub name: String,
+    /// [`definition_hash`] of the operator that wrote it.
+    pub definition: u64,
+    pub state: Vec<u8>,
+}
+
+/// What one shard wrote for a checkpoint.
+#[derive(Clone, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct ShardFile {
+    pub epoch: u64,
+    pub shard: u32,
+    pub shards: u32,
+    pub operators: Vec<OperatorSnapshot>,
+}
+
+/// A result or late row that reached the sinks after its operator passed the barrier but before
+/// the checkpoint was complete: a restart from the checkpoint produces it again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct Early {
+    pub op: u32,
+    /// [`crate::shard::wire::RESULT`] for a result, else the input of a late row.
+    pub input: u32,
+    pub id: u64,
+}
+
+/// What the runtime hands the driver when every shard has written its snapshot.
+#[derive(Clone, Debug)]
+pub struct Completed {
+    pub epoch: u64,
+    /// The feeder's state at the barrier (tick planner, sequence, counters).
+    pub feeder: Vec<u8>,
+    /// What the driver gave [`Runtime::checkpoint`](crate::shard::Runtime::checkpoint).
+    pub driver: Vec<u8>,
+    pub early: Vec<Early>,
+}
+
+/// The commit record of a checkpoint: it exists only once every shard file is written.
+#[derive(Clone, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct Manifest {
+    pub epoch: u64,
+    pub shards: u32,
+    /// The feeder's state at the barrier.
+    pub feeder: Vec<u8>,
+    /// The driver's (replay: input position and outputs; service: journal and sinks).
+    pub driver: Vec<u8>,
+}
+
+/// A committed checkpoint read back.
+pub struct Loaded {
+    pub manifest: Manifest,
+    /// By shard.
+    pub shards: Vec<ShardFile>,
+}
+
+/// Identifies an operator's definition: its kind and settings, its inputs by name and their
+/// schemas. A snapshot is restored only into an operator with the same hash (a reload keeps the
+/// state of operators whose definition did not change).
+pub fn definition_hash(plan: &Plan, op: usize) -> u64 {
+    let def = &plan.operators[op];
+    let inputs: Vec<(&str, String)> =
+        def.inputs.iter().map(|&node| (plan.node_name(node), format!("{:?}", plan.node_schema(node)))).collect();
+    let text = format!("{FORMAT_VERSION}|{:?}|{inputs:?}", def.spec);
+    xxhash_rust::xxh3::xxh3_64(text.as_bytes())
+}
+
+/// The checkpoints of one run under a directory.
+#[derive(Clone, Debug)]
+pub struct CheckpointDir {
+    root: PathBuf,
+}
+
+impl CheckpointDir {
+    pub fn new(root: PathBuf) -> CheckpointDir {
+        CheckpointDir { root }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn epoch_dir(&self, epoch: u64) -> PathBuf {
+        self.root.join(format!("{epoch:020}"))
+    }
+
+    fn shard_path(&self, epoch: u64, shard: u32) -> PathBuf {
+        self.epoch_dir(epoch).join(format!("shard-{shard}.snap"))
+    }
+
+    /// Writes (and syncs) one shard's snapshots of checkpoint `file.epoch`.
+    pub fn write_shard(&self, file: &ShardFile) -> Result<u64, CheckpointError> {
+        let dir = self.epoch_dir(file.epoch);
+        std::fs::create_dir_all(&dir).map_err(|error| CheckpointError::Io { path: dir.clone(), error })?;
+        let path = self.shard_path(file.epoch, file.shard);
+        let bytes = framed(SHARD_MAGIC, &snapshot::encode(file)?);
+        write_synced(&path, &bytes)?;
+        Ok(bytes.len() as u64)
+    }
+
+    /// Commits checkpoint `manifest.epoch` (its shard files are written): the manifest goes to
+    /// a temporary name, is synced, renamed and the directory synced; then older epochs go.
+    pub fn commit(&self, manifest: &Manifest) -> Result<(), CheckpointError> {
+        let dir = self.epoch_dir(manifest.epoch);
+        std::fs::create_dir_all(&dir).map_err(|error| CheckpointError::Io { path: dir.clone(), error })?;
+        let tmp = dir.join("manifest.tmp");
+        write_synced(&tmp, &framed(MANIFEST_MAGIC, &snapshot::encode(manifest)?))?;
+        let path = dir.join("manifest");
+        std::fs::rename(&tmp, &path).map_err(|error| CheckpointError::Io { path: path.clone(), error })?;
+        sync_dir(&dir)?;
+        sync_dir(&self.root)?;
+        // The one before stays, for when this one is found damaged at the next start.
+        let previous = self.epochs().into_iter().filter(|&e| e < manifest.epoch).max();
+        self.remove_epochs_except(&[Some(manifest.epoch), previous]);
+        Ok(())
+    }
+
+    /// Deletes every checkpoint (a finished replay keeps none). Best effort.
+    pub fn clear(&self) {
+        self.remove_epochs_except(&[]);
+    }
+
+    fn remove_epochs_except(&self, keep: &[Option<u64>]) {
+        for epoch in self.epochs() {
+            if !keep.contains(&Some(epoch)) {
+                let dir = self.epoch_dir(epoch);
+                if let Err(error) = std::fs::remove_dir_all(&dir) {
+                    tracing::warn!(path = %dir.display(), %error, "Cannot delete an old checkpoint");
+                }
+            }
+        }
+    }
+
+    /// Epochs with a directory, lowest first.
+    fn epochs(&self) -> Vec<u64> {
+        let Ok(entries) = std::fs::read_dir(&self.root) else { return Vec::new() };
+        let mut epochs: Vec<u64> = entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().filter(|n| n.len() == 20).and_then(|n| n.parse().ok()))
+            .collect();
+        epochs.sort_unstable();
+        epochs
+    }
+
+    /// The newest committed checkpoint that reads back whole; the ones that do not are reported
+    /// (logged) and passed over.
+    pub fn latest(&self) -> Option<Loaded> {
+        for epoch in self.epochs().into_iter().rev() {
+            match self.load(epoch) {
+                Ok(Some(loaded)) => return Some(loaded),
+                Ok(None) => {}
+                Err(error) => tracing::warn!(epoch, %error, "Checkpoint set aside: it does not read back"),
+            }
+        }
+        None
+    }
+
+    /// Checkpoint `epoch`, or `None` when it was never committed.
+    fn load(&self, epoch: u64) -> Result<Option<Loaded>, CheckpointError> {
+        let path = self.epoch_dir(epoch).join("manifest");
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(CheckpointError::Io { path, error }),
+        };
+        let manifest: Manifest = snapshot::decode(unframed(MANIFEST_MAGIC, &bytes, &path)?)?;
+        let shards = (0..manifest.shards)
+            .map(|shard| {
+                let path = self.shard_path(epoch, shard);
+                let bytes = std::fs::read(&path).map_err(|error| CheckpointError::Io { path: path.clone(), error })?;
+                let file: ShardFile = snapshot::decode(unframed(SHARD_MAGIC, &bytes, &path)?)?;
+                if file.epoch != epoch || file.shard != shard || file.shards != manifest.shards {
+                    return Err(CheckpointError::Unreadable { path, reason: "another checkpoint's shard file".into() });
+                }
+                Ok(file)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Some(Loaded { manifest, shards }))
+    }
+}
+
+fn framed(magic: &[u8; 8], payload: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(HEADER + payload.len());
+    bytes.extend_from_slice(magic);
+    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    bytes.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+    bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+fn unframed<'a>(magic: &[u8; 8], bytes: &'a [u8], path: &Path) -> Result<&'a [u8], CheckpointError> {
+    let bad = |reason: String| CheckpointError::Unreadable { path: path.to_owned(), reason };
+    if bytes.len() < HEADER || &bytes[..8] != magic {
+        return Err(bad("not a checkpoint file of this kind".into()));
+    }
+    let word = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let version = word(8);
+    if version != FORMAT_VERSION {
+        return Err(bad(format!("format version {version}, this braid reads {FORMAT_VERSION}")));
+    }
+    let mut len = [0u8; 8];
+    len.copy_from_slice(&bytes[16..24]);
+    let payload = &bytes[HEADER..];
+    if u64::from_le_bytes(len) != payload.len() as u64 || crc32c::crc32c(payload) != word(12) {
+        return Err(bad("torn or damaged (length or crc)".into()));
+    }
+    Ok(payload)
+}
+
+/// Writes `bytes` to `path` and syncs the file.
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
+    let io = |error| CheckpointError::Io { path: path.to_owned(), error };
+    let mut file = std::fs::File::create(path).map_err(io)?;
+    file.write_all(bytes).map_err(io)?;
+    file.sync_all().map_err(io)
+}
+
+/// Syncs a directory, so that the names created or renamed in it survive a power loss.
+pub fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
+    let io = |error| CheckpointError::Io { path: dir.to_owned(), error };
+    std::fs::File::open(dir).map_err(io)?.sync_all().map_err(io)
+}
+
+#[cfg(test)]
+mod tests;

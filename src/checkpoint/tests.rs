@@ -1,0 +1,59 @@
+use super::*;
+
+fn shard_file(epoch: u64, shard: u32, shards: u32) -> ShardFile {
+    let operators = vec![OperatorSnapshot { name: "effect".into(), definition: 7, state: vec![epoch as u8; 40] }];
+    ShardFile { epoch, shard, shards, operators }
+}
+
+fn commit(dir: &CheckpointDir, epoch: u64, shards: u32) {
+    for shard in 0..shards {
+        dir.write_shard(&shard_file(epoch, shard, shards)).unwrap();
+    }
+    let manifest = Manifest { epoch, shards, feeder: vec![1, 2], driver: vec![epoch as u8] };
+    dir.commit(&manifest).unwrap();
+}
+
+#[test]
+fn the_newest_committed_checkpoint_wins_and_two_are_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = CheckpointDir::new(tmp.path().join("checkpoints"));
+    assert!(dir.latest().is_none());
+    for epoch in 1..=3 {
+        commit(&dir, epoch, 2);
+    }
+    // Shard files of an epoch whose manifest was never written (a crash before the commit).
+    dir.write_shard(&shard_file(4, 0, 2)).unwrap();
+    let loaded = dir.latest().unwrap();
+    assert_eq!(loaded.manifest.epoch, 3);
+    assert_eq!(loaded.manifest.driver, vec![3]);
+    assert_eq!(loaded.shards.len(), 2);
+    assert_eq!(loaded.shards[1].operators[0].state, vec![3; 40]);
+    assert_eq!(dir.epochs(), vec![2, 3, 4], "epoch 1 deleted, 2 kept as the fallback");
+    dir.clear();
+    assert!(dir.epochs().is_empty());
+}
+
+#[test]
+fn a_damaged_checkpoint_is_set_aside_for_the_previous_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = CheckpointDir::new(tmp.path().to_owned());
+    commit(&dir, 1, 1);
+    commit(&dir, 2, 1);
+    let path = dir.shard_path(2, 0);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    assert_eq!(dir.latest().unwrap().manifest.epoch, 1, "a crc failure is never read");
+    std::fs::write(dir.epoch_dir(1).join("manifest"), b"braidckp\x09\0\0\0").unwrap();
+    assert!(dir.latest().is_none(), "a torn manifest is never read");
+}
+
+#[test]
+fn another_format_version_is_refused_with_a_message() {
+    let mut bytes = framed(MANIFEST_MAGIC, b"payload");
+    bytes[8] = 99;
+    let error = unframed(MANIFEST_MAGIC, &bytes, Path::new("m")).unwrap_err().to_string();
+    assert!(error.contains("format version 99"), "{error}");
+    assert!(unframed(SHARD_MAGIC, &framed(MANIFEST_MAGIC, b"x"), Path::new("m")).is_err());
+}

@@ -1,0 +1,138 @@
+//! The runtime's side of checkpoints (checkpoint/mod.rs has the whole story): the feeder puts
+//! the barrier into every ring and notes its own state; the collector watches the barrier pass
+//! each operator instance, tells results that left after it apart, and hands the driver the
+//! completed checkpoint once every shard has written its snapshots.
+
+use crate::checkpoint::{Completed, Early};
+use crate::record::Row;
+use crate::ring::FrameKind;
+use crate::state::snapshot::{self, SnapshotError};
+
+use super::wire::{RESULT, SHARD_DONE, SHARD_FAILED};
+use super::{Emit, Runtime, RuntimeError, StreamCounters};
+
+/// A checkpoint whose barrier is on its way through the shards.
+pub(super) struct InFlight {
+    epoch: u64,
+    /// `[shard][op]`: the barrier passed that instance.
+    passed: Vec<Vec<bool>>,
+    /// Shards that wrote their file, and shards that could not.
+    written: usize,
+    failed: usize,
+    feeder: Vec<u8>,
+    driver: Vec<u8>,
+    early: Vec<Early>,
+}
+
+/// What a checkpoint keeps of the feeder.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct FeederState {
+    planner: Vec<u8>,
+    seq: u64,
+    /// Per stream: rows, and dead letters by reason.
+    streams: Vec<(u64, Vec<(String, u64)>)>,
+}
+
+impl Runtime {
+    /// Starts checkpoint `epoch` right here, between two events (call it after
+    /// [`advance_to`](Self::advance_to), so the barrier follows a tick boundary): `driver` is the
+    /// driver's state at this point (where its input stands), handed back with the completed
+    /// checkpoint ([`Emit::checkpointed`]). Returns false, starting nothing, when checkpoints are
+    /// off or the previous one is still under way.
+    pub fn checkpoint(&mut self, epoch: u64, driver: Vec<u8>, emit: &mut impl Emit) -> Result<bool, RuntimeError> {
+        if !self.checkpoints || self.in_flight.is_some() {
+            return Ok(false);
+        }
+        let feeder = self.feeder_snapshot().map_err(|e| RuntimeError::Frame(e.to_string()))?;
+        self.seq += 1;
+        self.writer.barrier(self.seq, epoch);
+        self.in_flight = Some(InFlight {
+            epoch,
+            passed: vec![vec![false; self.op_inputs.len()]; self.shards],
+            written: 0,
+            failed: 0,
+            feeder,
+            driver,
+            early: Vec::new(),
+        });
+        self.send_written(None, FrameKind::Barrier, emit)?;
+        self.publish(emit)?;
+        Ok(true)
+    }
+
+    /// Whether a checkpoint is under way.
+    pub fn checkpoint_in_flight(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
+    /// The feeder's state, taken before the barrier's sequence number is drawn (a restart sends
+    /// the next event with the barrier's number, as the run that took it did after it).
+    fn feeder_snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
+        let streams = self
+            .stream_counters
+            .iter()
+            .map(|c| (c.rows, c.dead_letters.iter().map(|(r, n)| (r.clone(), *n)).collect()))
+            .collect();
+        snapshot::encode(&FeederState { planner: self.planner.snapshot()?, seq: self.seq, streams })
+    }
+
+    /// Takes up the feeder's state of a checkpoint.
+    pub(super) fn restore_feeder(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        let saved: FeederState = snapshot::decode(bytes)?;
+        if saved.streams.len() != self.stream_counters.len() {
+            let count = |n: usize| format!("a feeder of {n} streams");
+            let (expected, found) = (count(self.stream_counters.len()), count(saved.streams.len()));
+            return Err(SnapshotError::Mismatch { expected, found });
+        }
+        self.planner.restore(&saved.planner)?;
+        // The barrier took `seq + 1`; the next event gets the number after it.
+        self.seq = saved.seq + 1;
+        self.stream_counters = saved
+            .streams
+            .into_iter()
+            .map(|(rows, dead)| StreamCounters { rows, dead_letters: dead.into_iter().collect() })
+            .collect();
+        Ok(())
+    }
+
+    /// A `Passed` frame from `shard`.
+    pub(super) fn on_passed(&mut self, shard: usize, op: u32, epoch: u64, emit: &mut impl Emit) {
+        let Some(flight) = self.in_flight.as_mut().filter(|f| f.epoch == epoch) else { return };
+        match op {
+            SHARD_DONE => flight.written += 1,
+            SHARD_FAILED => flight.failed += 1,
+            op => {
+                if let Some(passed) = flight.passed[shard].get_mut(op as usize) {
+                    *passed = true;
+                }
+            }
+        }
+        if flight.written + flight.failed < self.shards {
+            return;
+        }
+        let Some(flight) = self.in_flight.take() else { return };
+        if flight.failed > 0 {
+            tracing::warn!(epoch, shards = flight.failed, "Checkpoint failed on some shards; the previous one stays");
+            return;
+        }
+        emit.checkpointed(Completed { epoch, feeder: flight.feeder, driver: flight.driver, early: flight.early });
+    }
+
+    /// Hands a result or late row of `op` from `shard` to `emit`, noting it when it left after
+    /// its instance passed the barrier of the checkpoint under way.
+    pub(super) fn emit_output(&mut self, shard: usize, op: usize, input: u32, row: &Row, emit: &mut impl Emit) {
+        let after_barrier = self.in_flight.as_mut().filter(|f| f.passed[shard].get(op).copied().unwrap_or(false));
+        match after_barrier {
+            Some(flight) => {
+                flight.early.push(Early { op: op as u32, input, id: row.id });
+                if input == RESULT {
+                    emit.result_after_barrier(op, row);
+                } else {
+                    emit.late_after_barrier(op, input as usize, row);
+                }
+            }
+            None if input == RESULT => emit.result(op, row),
+            None => emit.late(op, input as usize, row),
+        }
+    }
+}
