@@ -18,11 +18,13 @@
 //! # Files
 //!
 //! ```text
-//! DIR/EPOCH/shard-N.snap   one per shard, written (and synced) before the manifest
-//! DIR/EPOCH/manifest       written to a temporary name, synced, renamed, directory synced
+//! DIR/EPOCH/shard-N.snap   one per shard, written before the manifest
+//! DIR/EPOCH/manifest       written to a temporary name, then renamed
 //! ```
 //!
-//! `EPOCH` is 20 decimal digits, so names sort by epoch. The checkpoint in use is the highest
+//! With `durability = "power"` every file is synced after it is written and the directories after
+//! the rename, so a checkpoint survives a power loss; otherwise it survives a process crash or
+//! `kill -9` (the page cache keeps it) without a disk flush. `EPOCH` is 20 decimal digits, so names sort by epoch. The checkpoint in use is the highest
 //! epoch whose manifest reads back (magic, version, crc, and every shard file too); epochs before
 //! the previous one are deleted once a newer one is committed (the previous one stays, for when
 //! the newest is found damaged). Every file is `[magic 8 B][version u32][crc32c of
@@ -125,18 +127,21 @@ pub fn definition_hash(plan: &Plan, op: usize) -> u64 {
 #[derive(Clone, Debug)]
 pub struct CheckpointDir {
     root: PathBuf,
+    /// `durability = "power"`: files and directories are synced (a process crash or `kill -9`
+    /// leaves the page cache alone, so without it a checkpoint costs no disk flush).
+    sync: bool,
 }
 
 impl CheckpointDir {
-    pub fn new(root: PathBuf) -> CheckpointDir {
-        CheckpointDir { root }
+    pub fn new(root: PathBuf, sync: bool) -> CheckpointDir {
+        CheckpointDir { root, sync }
     }
 
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    fn epoch_dir(&self, epoch: u64) -> PathBuf {
+    pub fn epoch_dir(&self, epoch: u64) -> PathBuf {
         self.root.join(format!("{epoch:020}"))
     }
 
@@ -150,7 +155,7 @@ impl CheckpointDir {
         std::fs::create_dir_all(&dir).map_err(|error| CheckpointError::Io { path: dir.clone(), error })?;
         let path = self.shard_path(file.epoch, file.shard);
         let bytes = framed(SHARD_MAGIC, &snapshot::encode(file)?);
-        write_synced(&path, &bytes)?;
+        write_file(&path, &bytes, self.sync)?;
         Ok(bytes.len() as u64)
     }
 
@@ -160,15 +165,24 @@ impl CheckpointDir {
         let dir = self.epoch_dir(manifest.epoch);
         std::fs::create_dir_all(&dir).map_err(|error| CheckpointError::Io { path: dir.clone(), error })?;
         let tmp = dir.join("manifest.tmp");
-        write_synced(&tmp, &framed(MANIFEST_MAGIC, &snapshot::encode(manifest)?))?;
+        write_file(&tmp, &framed(MANIFEST_MAGIC, &snapshot::encode(manifest)?), self.sync)?;
         let path = dir.join("manifest");
         std::fs::rename(&tmp, &path).map_err(|error| CheckpointError::Io { path: path.clone(), error })?;
-        sync_dir(&dir)?;
-        sync_dir(&self.root)?;
-        // The one before stays, for when this one is found damaged at the next start.
-        let previous = self.epochs().into_iter().filter(|&e| e < manifest.epoch).max();
+        if self.sync {
+            sync_dir(&dir)?;
+            sync_dir(&self.root)?;
+        }
+        // The committed one before stays, for when this one is found damaged at the next start.
+        let committed = |e: &u64| self.epoch_dir(*e).join("manifest").exists();
+        let previous = self.epochs().into_iter().filter(|&e| e < manifest.epoch).filter(committed).max();
         self.remove_epochs_except(&[Some(manifest.epoch), previous]);
         Ok(())
+    }
+
+    /// Bytes the files of checkpoint `epoch` take.
+    pub fn epoch_bytes(&self, epoch: u64) -> u64 {
+        let Ok(entries) = std::fs::read_dir(self.epoch_dir(epoch)) else { return 0 };
+        entries.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum()
     }
 
     /// Deletes every checkpoint (a finished replay keeps none). Best effort.
@@ -188,7 +202,7 @@ impl CheckpointDir {
     }
 
     /// Epochs with a directory, lowest first.
-    fn epochs(&self) -> Vec<u64> {
+    pub fn epochs(&self) -> Vec<u64> {
         let Ok(entries) = std::fs::read_dir(&self.root) else { return Vec::new() };
         let mut epochs: Vec<u64> = entries
             .flatten()
@@ -264,12 +278,15 @@ fn unframed<'a>(magic: &[u8; 8], bytes: &'a [u8], path: &Path) -> Result<&'a [u8
     Ok(payload)
 }
 
-/// Writes `bytes` to `path` and syncs the file.
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
+/// Writes `bytes` to `path`, and syncs the file when asked.
+fn write_file(path: &Path, bytes: &[u8], sync: bool) -> Result<(), CheckpointError> {
     let io = |error| CheckpointError::Io { path: path.to_owned(), error };
     let mut file = std::fs::File::create(path).map_err(io)?;
     file.write_all(bytes).map_err(io)?;
-    file.sync_all().map_err(io)
+    if sync {
+        file.sync_all().map_err(io)?;
+    }
+    Ok(())
 }
 
 /// Syncs a directory, so that the names created or renamed in it survive a power loss.

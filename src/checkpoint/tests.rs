@@ -16,7 +16,7 @@ fn commit(dir: &CheckpointDir, epoch: u64, shards: u32) {
 #[test]
 fn the_newest_committed_checkpoint_wins_and_two_are_kept() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = CheckpointDir::new(tmp.path().join("checkpoints"));
+    let dir = CheckpointDir::new(tmp.path().join("checkpoints"), true);
     assert!(dir.latest().is_none());
     for epoch in 1..=3 {
         commit(&dir, epoch, 2);
@@ -36,7 +36,7 @@ fn the_newest_committed_checkpoint_wins_and_two_are_kept() {
 #[test]
 fn a_damaged_checkpoint_is_set_aside_for_the_previous_one() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = CheckpointDir::new(tmp.path().to_owned());
+    let dir = CheckpointDir::new(tmp.path().to_owned(), false);
     commit(&dir, 1, 1);
     commit(&dir, 2, 1);
     let path = dir.shard_path(2, 0);

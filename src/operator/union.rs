@@ -245,13 +245,14 @@ mod tests {
     }
 }
 
-// PLACEHOLDER (replaced by the operator snapshot work before it lands): an honest error.
+// TEMP-LOCAL
 impl Union {
     pub fn snapshot(&self) -> Result<Vec<u8>, crate::state::snapshot::SnapshotError> {
-        Err(crate::state::snapshot::SnapshotError::Encode("Union: snapshots not built yet".into()))
+        crate::state::snapshot::encode(&self.watermark)
     }
 
-    pub fn restore(&mut self, _bytes: &[u8]) -> Result<(), crate::state::snapshot::SnapshotError> {
-        Err(crate::state::snapshot::SnapshotError::Decode("Union: snapshots not built yet".into()))
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), crate::state::snapshot::SnapshotError> {
+        self.watermark = crate::state::snapshot::decode(bytes)?;
+        Ok(())
     }
 }

@@ -98,7 +98,8 @@ pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
         .collect::<Result<Vec<(Target, &Path)>, _>>()?;
     let state = StateDir::open(plan)?;
     let dir = state.fresh_run_dir(plan)?;
-    let checkpoints = plan.runtime.state_dir.as_ref().map(|d| CheckpointDir::new(d.join("replay-checkpoints")));
+    let sync = plan.runtime.durability == Durability::Power;
+    let checkpoints = plan.runtime.state_dir.as_ref().map(|d| CheckpointDir::new(d.join("replay-checkpoints"), sync));
     let fingerprint = fingerprint(plan, args);
     let resume = checkpoints.as_ref().and_then(|c| resumable(c, fingerprint));
     let input_error = |error| match error {
@@ -119,7 +120,6 @@ pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
     })?;
     let shards = args.shards.max(1);
     if let Some(dir) = &checkpoints {
-        let sync = plan.runtime.durability == Durability::Power;
         sinks.commit_to(Committer { dir: dir.clone(), shards: shards as u32, sync });
     }
     let start = inputs.peek_arrival().map_err(input_error)?.map_or(0, i128::from);

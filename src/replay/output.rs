@@ -108,8 +108,9 @@ impl<'p> Outputs<'p> {
         self.committer = Some(committer);
     }
 
-    /// A barrier is about to be sent: lines written from now until its checkpoint completes are
-    /// noted. `false`: it was not sent after all.
+    /// A barrier is about to be sent: the input rows and dead letters written from now until
+    /// its checkpoint completes are noted (results say themselves whether they come after it).
+    /// `false`: it was not sent after all.
     pub fn barrier(&mut self, sent: bool) {
         self.after_barrier = sent;
     }
@@ -118,11 +119,12 @@ impl<'p> Outputs<'p> {
         self.files.iter().any(|f| f.target == target)
     }
 
-    /// Writes the line in `self.buf` to every file of `target`.
-    fn write(&mut self, target: Target) {
+    /// Writes the line in `self.buf` to every file of `target`; `early`: a restart from the
+    /// checkpoint under way writes it again.
+    fn write(&mut self, target: Target, early: bool) {
         let hash = xxhash_rust::xxh3::xxh3_64(&self.buf);
         for out in self.files.iter_mut().filter(|f| f.target == target) {
-            if let Err(e) = out.write(&self.buf, hash, self.after_barrier) {
+            if let Err(e) = out.write(&self.buf, hash, early) {
                 self.error.get_or_insert(e);
             }
         }
@@ -133,14 +135,14 @@ impl<'p> Outputs<'p> {
         if self.wants(Target::Stream(stream)) {
             let def = &self.plan.streams[stream];
             json::write_input_row(&mut self.buf, &def.schema, &def.name, row);
-            self.write(Target::Stream(stream));
+            self.write(Target::Stream(stream), self.after_barrier);
         }
     }
 
     pub fn dead_letter(&mut self, stream: usize, raw: &str, reason: &str) {
         if self.wants(Target::DeadLetter) {
             json::write_dead_letter(&mut self.buf, &self.plan.streams[stream].name, raw, reason);
-            self.write(Target::DeadLetter);
+            self.write(Target::DeadLetter, self.after_barrier);
         }
     }
 
@@ -226,21 +228,39 @@ impl OutFile {
     }
 }
 
-impl Emit for Outputs<'_> {
-    fn result(&mut self, operator: usize, row: &Row) {
+impl Outputs<'_> {
+    fn emit_result(&mut self, operator: usize, row: &Row, early: bool) {
         if self.wants(Target::Operator(operator)) {
             json::write_result(&mut self.buf, &self.plan.operators[operator].output, row);
-            self.write(Target::Operator(operator));
+            self.write(Target::Operator(operator), early);
         }
     }
 
-    fn late(&mut self, operator: usize, input: usize, row: &Row) {
+    fn emit_late(&mut self, operator: usize, input: usize, row: &Row, early: bool) {
         if self.wants(Target::Late(operator)) {
             let node = self.plan.operators[operator].inputs[input];
             let from_operator = matches!(node, NodeRef::Operator(_));
             json::write_late(&mut self.buf, self.plan.node_schema(node), from_operator, self.plan.node_name(node), row);
-            self.write(Target::Late(operator));
+            self.write(Target::Late(operator), early);
         }
+    }
+}
+
+impl Emit for Outputs<'_> {
+    fn result(&mut self, operator: usize, row: &Row) {
+        self.emit_result(operator, row, false);
+    }
+
+    fn late(&mut self, operator: usize, input: usize, row: &Row) {
+        self.emit_late(operator, input, row, false);
+    }
+
+    fn result_after_barrier(&mut self, operator: usize, row: &Row) {
+        self.emit_result(operator, row, true);
+    }
+
+    fn late_after_barrier(&mut self, operator: usize, input: usize, row: &Row) {
+        self.emit_late(operator, input, row, true);
     }
 
     fn checkpointed(&mut self, done: Completed) {

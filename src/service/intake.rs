@@ -1,6 +1,7 @@
 //! The service's intake: the thread that owns the shard [`Runtime`] and is its only producer.
 //!
-//! It replays the journal first (rebuilding the state a previous run had), then loops: move
+//! It starts from the last checkpoint and replays the journal entries after it first (rebuilding
+//! the state the previous run had), then loops: move
 //! processing time to the wall clock (monotonic: a clock stepped back holds time still), take the
 //! deliveries waiting in the intake channel — journal each, route and decode it, put its rows into
 //! the shards' rings — publish the rings, and only then confirm the deliveries to their sources,
@@ -22,9 +23,11 @@ use crate::source::{Confirmations, Delivery};
 use crate::time::next_tick;
 
 use super::ServiceError;
+use super::checkpoints::{Schedule, ServiceBarrier};
 use super::ingest::{Ingest, Message};
 use super::journal::{Journal, What};
 use super::outputs::Outputs;
+use super::redelivery::Recent;
 use super::view::LiveView;
 
 /// Deliveries taken per round before the rings are published and the deliveries confirmed.
@@ -64,6 +67,13 @@ pub struct Control {
     /// Bytes the journal holds, and entries it let go early because it was full.
     pub journal_bytes: AtomicU64,
     pub journal_dropped: AtomicU64,
+    /// The last checkpoint committed: its epoch, how long it took (ms of processing time from
+    /// its barrier to its commit) and its bytes.
+    pub checkpoint_epoch: AtomicU64,
+    pub checkpoint_millis: AtomicU64,
+    pub checkpoint_bytes: AtomicU64,
+    /// Redelivered messages recognised as taken already (redelivery.rs).
+    pub redelivered: AtomicU64,
 }
 
 impl Control {
@@ -134,6 +144,11 @@ pub struct Intake<'a> {
     sources: Vec<Arc<SourceStatus>>,
     connected: Vec<bool>,
     last_release: i128,
+    /// Per source: the messages last taken, to recognise a redelivery.
+    pub recent: Vec<Recent>,
+    /// The journal entries before this position are in the checkpoint the run started from.
+    journal_from: u64,
+    pub schedule: Schedule,
 }
 
 impl<'a> Intake<'a> {
@@ -144,6 +159,7 @@ impl<'a> Intake<'a> {
         outputs: Outputs,
         links: Links,
         start: i128,
+        schedule: Schedule,
     ) -> Intake<'a> {
         let Links { intake, confirmations, control, view } = links;
         Intake {
@@ -168,13 +184,28 @@ impl<'a> Intake<'a> {
             sources: Vec::new(),
             connected: Vec::new(),
             last_release: start,
+            recent: plan.sources.iter().map(|_| Recent::default()).collect(),
+            journal_from: 0,
+            schedule,
         }
     }
 
-    /// Feeds every journal entry at the processing time it was first taken at.
+    /// Goes on from a checkpoint's barrier: its processing time, the messages last taken, and
+    /// only the journal entries after it to replay.
+    pub fn resume_from(&mut self, barrier: &ServiceBarrier) {
+        self.now = self.now.max(barrier.now);
+        self.last_shown = self.now;
+        self.last_release = self.now;
+        self.journal_from = barrier.journal_next;
+        self.recent = self.plan.sources.iter().map(|def| Recent::from_barrier(barrier, &def.name)).collect();
+    }
+
+    /// Feeds every journal entry after the checkpoint the run started from at the processing
+    /// time it was first taken at.
     pub fn replay_journal(&mut self) -> Result<u64, ServiceError> {
         let mut count = 0;
-        for position in self.journal.positions() {
+        let positions = self.journal.positions();
+        for position in positions.start.max(self.journal_from)..positions.end {
             // One at a time: the journal may hold far more than memory should.
             let Some(entry) = self.journal.entry(position) else { continue };
             count += 1;
@@ -184,6 +215,9 @@ impl<'a> Intake<'a> {
                 continue;
             }
             self.now = self.now.max(entry.arrival);
+            if let (Some(source), What::Message { topic, payload }) = (source, &entry.what) {
+                self.recent[source].took(topic, payload);
+            }
             self.apply(source.unwrap_or(0), &entry.what)?;
         }
         self.runtime.flush(&mut self.outputs)?;
@@ -213,7 +247,10 @@ impl<'a> Intake<'a> {
                 let all: Vec<usize> = (0..self.plan.streams.len()).collect();
                 self.runtime.resume_streams(&all, self.now);
             }
-            What::Connected => self.runtime.resume_streams(&self.source_streams[source], self.now),
+            What::Connected => {
+                self.recent[source].reconnected();
+                self.runtime.resume_streams(&self.source_streams[source], self.now);
+            }
             What::Disconnected | What::Message { .. } => {}
         }
         self.runtime.advance_to(self.now, &mut self.outputs)?;
@@ -261,6 +298,8 @@ impl<'a> Intake<'a> {
             self.watch_connections()?;
             self.runtime.advance_to(self.now, &mut self.outputs)?;
             self.take_batch()?;
+            self.checkpoint_if_due()?;
+            self.commit_completed();
             self.outputs.flush();
             self.release_old_entries();
             self.show_figures();
@@ -279,10 +318,17 @@ impl<'a> Intake<'a> {
         for _ in 0..BATCH {
             let Ok(delivery) = self.intake.try_recv() else { break };
             any = true;
-            let name = &self.plan.sources[delivery.source].name;
-            self.journal.append(name, &delivery, self.now, self.keep[delivery.source])?;
-            self.accept(delivery.source, &delivery.topic, &delivery.payload)?;
-            self.taken[delivery.source] = self.taken[delivery.source].max(delivery.seq);
+            let source = delivery.source;
+            self.taken[source] = self.taken[source].max(delivery.seq);
+            if delivery.redelivered && self.recent[source].is_repeat(&delivery.topic, &delivery.payload) {
+                // Journaled and taken before the broker sent it again: acknowledged, not retaken.
+                self.control.redelivered.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let name = &self.plan.sources[source].name;
+            self.journal.append(name, &delivery, self.now, self.keep[source])?;
+            self.recent[source].took(&delivery.topic, &delivery.payload);
+            self.accept(source, &delivery.topic, &delivery.payload)?;
             self.control.taken.fetch_add(1, Ordering::Relaxed);
         }
         if !any {
@@ -320,9 +366,10 @@ impl<'a> Intake<'a> {
         }
     }
 
-    /// Stops the shards without ending the input (the journal restores the state at the next
-    /// start), after draining what they can finish within `grace`.
-    pub fn stop(self, grace: Duration) -> Result<Outputs, ServiceError> {
+    /// Stops the shards without ending the input, after a last checkpoint (the next start
+    /// goes on from it) and draining what they can finish within `grace`.
+    pub fn stop(mut self, grace: Duration) -> Result<Outputs, ServiceError> {
+        self.final_checkpoint(grace)?;
         let Intake { runtime, mut outputs, .. } = self;
         let result = runtime.stop(&mut outputs, grace);
         outputs.flush();

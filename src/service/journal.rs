@@ -135,6 +135,13 @@ impl Journal {
         self.positions().filter_map(|seq| self.entry(seq))
     }
 
+    /// Releases every entry before `position` (a checkpoint holds what they did).
+    pub fn release_before(&mut self, position: u64) {
+        if position > self.spool.first() {
+            self.spool.release_through(position - 1);
+        }
+    }
+
     /// Releases the entries older than the retention at processing time `now`.
     pub fn release_older_than_retention(&mut self, now: i128) {
         let horizon = now - i128::from(self.retention_ms);
@@ -212,7 +219,14 @@ mod tests {
     use super::*;
 
     fn delivery(topic: &str, payload: &[u8]) -> Delivery {
-        Delivery { source: 0, seq: 1, topic: topic.into(), payload: Bytes::copy_from_slice(payload), arrival: 0 }
+        Delivery {
+            source: 0,
+            seq: 1,
+            topic: topic.into(),
+            payload: Bytes::copy_from_slice(payload),
+            arrival: 0,
+            redelivered: false,
+        }
     }
 
     #[test]

@@ -16,11 +16,14 @@
 //! with the broker), lets the shards finish what they hold, flushes the sinks (an MQTT sink
 //! drains its buffer while its uplink is up, bounded by [`DRAIN`]) and returns.
 
+mod checkpoints;
 mod ingest;
 mod intake;
 mod io;
 mod journal;
 mod outputs;
+mod redelivery;
+mod taken;
 mod view;
 
 use std::path::{Path, PathBuf};
@@ -29,17 +32,20 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::config::{SinkKind, SourceKind};
+use crate::checkpoint::CheckpointDir;
+use crate::config::{Durability, SinkKind, SourceKind};
 use crate::plan::Plan;
 use crate::shard::{Runtime, RuntimeError, RuntimeOptions};
 use crate::sink::mqtt::Uplink;
 use crate::source::Confirmations;
 
+use checkpoints::Schedule;
 use intake::Intake;
 pub use intake::{Control, Request};
 use io::IoThread;
 use journal::{Journal, JournalError};
 use outputs::{OutputCounters, OutputError, Outputs};
+use taken::Taken;
 pub use view::LiveView;
 
 /// How long a stop may spend on the shards' last results.
@@ -67,6 +73,8 @@ pub enum ServiceError {
     Source { source_name: String, error: String },
     #[error("io thread: {0}")]
     Io(String),
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
 }
 
 /// What the service needs besides the plan.
@@ -171,16 +179,32 @@ fn generation(
     let stop = Arc::clone(&options.control.interrupt);
     let uplinks = open_uplinks(plan, state_dir)?;
     let counters = OutputCounters::new(plan.operators.len());
-    let outputs = Outputs::open(Arc::clone(plan), &uplinks, Arc::clone(&counters), Arc::clone(&stop))?;
+    let shards = options.shards.or(plan.runtime.shards).unwrap_or_else(default_shards);
+    let power = plan.runtime.durability == Durability::Power;
+    let checkpoints = CheckpointDir::new(state_dir.join("checkpoints"), power);
+    let restored = checkpoints::restorable(&checkpoints, shards);
+    let early = restored.as_ref().map(|r| (r.loaded.manifest.epoch, r.early.as_slice()));
+    let taken = Taken::open(checkpoints.clone(), early);
+    let outputs = Outputs::open(Arc::clone(plan), &uplinks, Arc::clone(&counters), Arc::clone(&stop), taken)?;
     let journal =
         Journal::open(&state_dir.join("journal"), plan.runtime.journal_bytes, plan.runtime.journal_retention)?;
-    let start = journal.entries().next().map_or_else(wall_clock, |e| e.arrival);
-    // Rings and arenas start empty: the journal rebuilds the state.
+    let start = match &restored {
+        Some(restored) => restored.barrier.now,
+        None => journal.entries().next().map_or_else(wall_clock, |e| e.arrival),
+    };
+    // Rings and arenas start empty: the checkpoint and the journal after it rebuild the state.
     let run_dir = state_dir.join("run");
     let _ = std::fs::remove_dir_all(&run_dir);
     std::fs::create_dir_all(&run_dir).map_err(|error| ServiceError::StateDir { path: run_dir.clone(), error })?;
-    let shards = options.shards.or(plan.runtime.shards).unwrap_or_else(default_shards);
-    let runtime = Runtime::start(plan, &RuntimeOptions::new(shards, &run_dir), start)?;
+    let runtime_options = RuntimeOptions {
+        checkpoints: Some(checkpoints.clone()),
+        restore: restored.as_ref().map(|r| &r.loaded),
+        ..RuntimeOptions::new(shards, &run_dir)
+    };
+    let runtime = Runtime::start(plan, &runtime_options, start)?;
+    if let Some(restored) = &restored {
+        tracing::info!(epoch = restored.loaded.manifest.epoch, "state restored from the last checkpoint");
+    }
     let doorbell = runtime.doorbell();
     let (intake_tx, intake_rx) = crossbeam_channel::bounded(INTAKE);
     let confirmations = Confirmations::new(plan.sources.len());
@@ -190,7 +214,11 @@ fn generation(
         control: Arc::clone(&options.control),
         view: Arc::clone(view),
     };
-    let mut intake = Intake::new(plan, runtime, journal, outputs, links, start);
+    let schedule = Schedule::new(&checkpoints, plan.runtime.checkpoint_interval, start, shards);
+    let mut intake = Intake::new(plan, runtime, journal, outputs, links, start, schedule);
+    if let Some(restored) = &restored {
+        intake.resume_from(&restored.barrier);
+    }
     let replayed = intake.replay_journal()?;
     if replayed > 0 {
         tracing::info!(entries = replayed, "journal replayed: operator state rebuilt");

@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use thiserror::Error;
 
+use super::taken::Taken;
+use crate::checkpoint::Completed;
 use crate::config::{SinkDef, SinkKind};
 use crate::plan::{NodeRef, Plan, Target};
 use crate::record::{Row, Schema, json};
@@ -49,6 +51,8 @@ pub struct OutputCounters {
     pub unqueued_at_stop: AtomicU64,
     /// File and stdout write errors.
     pub write_errors: AtomicU64,
+    /// Rows not handed to the sinks again after a restart: they had taken them (taken.rs).
+    pub repeats_dropped: AtomicU64,
 }
 
 impl OutputCounters {
@@ -86,6 +90,8 @@ pub struct Outputs {
     stop: Arc<AtomicBool>,
     line: Vec<u8>,
     topic: String,
+    /// What the sinks took since the last checkpoint.
+    pub taken: Taken,
 }
 
 impl Outputs {
@@ -95,12 +101,13 @@ impl Outputs {
         uplinks: &[Arc<Uplink>],
         counters: Arc<OutputCounters>,
         stop: Arc<AtomicBool>,
+        taken: Taken,
     ) -> Result<Outputs, OutputError> {
         let mut sinks = Vec::new();
         for def in &plan.sinks {
             sinks.push(open_sink(&plan, def, uplinks)?);
         }
-        Ok(Outputs { plan, sinks, counters, stop, line: Vec::with_capacity(512), topic: String::new() })
+        Ok(Outputs { plan, sinks, counters, stop, line: Vec::with_capacity(512), topic: String::new(), taken })
     }
 
     fn wants(&self, target: Target) -> bool {
@@ -112,7 +119,7 @@ impl Outputs {
         if self.wants(Target::Stream(stream)) {
             let def = &self.plan.streams[stream];
             json::write_input_row(&mut self.line, &def.schema, &def.name, row);
-            self.deliver(Target::Stream(stream), 0, Some(&row.values));
+            self.deliver(Target::Stream(stream), 0, Some(&row.values), false);
         }
     }
 
@@ -121,13 +128,14 @@ impl Outputs {
         self.counters.dead_letters.fetch_add(1, Ordering::Relaxed);
         if self.wants(Target::DeadLetter) {
             json::write_dead_letter(&mut self.line, stream, raw, reason);
-            self.deliver(Target::DeadLetter, 0, None);
+            self.deliver(Target::DeadLetter, 0, None, false);
         }
     }
 
     /// Flushes file and stdout sinks (after each batch: a line is never left half-written in a
     /// buffer for long).
     pub fn flush(&mut self) {
+        self.taken.flush();
         for sink in &mut self.sinks {
             let flushed = match &mut sink.writer {
                 Writer::File(w) => w.flush(),
@@ -143,8 +151,14 @@ impl Outputs {
 
     /// Hands the JSON line in `self.line` (newline-terminated, as the JSON writers leave it) to
     /// every sink reading `target`; `values` (laid out by the schema of the target's input
-    /// `input`) fill MQTT topic templates.
-    fn deliver(&mut self, target: Target, input: usize, values: Option<&[crate::record::Value]>) {
+    /// `input`) fill MQTT topic templates. `early`: it left after the barrier of the checkpoint
+    /// under way. A row the sinks took before a restart is not handed to them again.
+    fn deliver(&mut self, target: Target, input: usize, values: Option<&[crate::record::Value]>, early: bool) {
+        if !self.taken.admit(target, &self.line, early) {
+            self.counters.repeats_dropped.fetch_add(1, Ordering::Relaxed);
+            self.line.clear();
+            return;
+        }
         let mut refused = None;
         for sink in self.sinks.iter_mut().filter(|s| s.targets.contains(&target)) {
             match &mut sink.writer {
@@ -182,16 +196,16 @@ fn write_line(w: &mut impl Write, line: &[u8], counters: &OutputCounters) {
     }
 }
 
-impl Emit for Outputs {
-    fn result(&mut self, operator: usize, row: &Row) {
+impl Outputs {
+    fn emit_result(&mut self, operator: usize, row: &Row, early: bool) {
         self.counters.results[operator].fetch_add(1, Ordering::Relaxed);
         if self.wants(Target::Operator(operator)) {
             json::write_result(&mut self.line, &self.plan.operators[operator].output, row);
-            self.deliver(Target::Operator(operator), 0, Some(&row.values));
+            self.deliver(Target::Operator(operator), 0, Some(&row.values), early);
         }
     }
 
-    fn late(&mut self, operator: usize, input: usize, row: &Row) {
+    fn emit_late(&mut self, operator: usize, input: usize, row: &Row, early: bool) {
         self.counters.late[operator].fetch_add(1, Ordering::Relaxed);
         if self.wants(Target::Late(operator)) {
             let node = self.plan.operators[operator].inputs[input];
@@ -203,8 +217,30 @@ impl Emit for Outputs {
                 self.plan.node_name(node),
                 row,
             );
-            self.deliver(Target::Late(operator), input, Some(&row.values));
+            self.deliver(Target::Late(operator), input, Some(&row.values), early);
         }
+    }
+}
+
+impl Emit for Outputs {
+    fn result(&mut self, operator: usize, row: &Row) {
+        self.emit_result(operator, row, false);
+    }
+
+    fn late(&mut self, operator: usize, input: usize, row: &Row) {
+        self.emit_late(operator, input, row, false);
+    }
+
+    fn result_after_barrier(&mut self, operator: usize, row: &Row) {
+        self.emit_result(operator, row, true);
+    }
+
+    fn late_after_barrier(&mut self, operator: usize, input: usize, row: &Row) {
+        self.emit_late(operator, input, row, true);
+    }
+
+    fn checkpointed(&mut self, done: Completed) {
+        self.taken.completed(done);
     }
 }
 

@@ -197,6 +197,30 @@ impl OpsView for LiveView {
             one(control.replayed.load(Ordering::Relaxed)),
         );
         family(
+            "braid_checkpoint_last_epoch",
+            "gauge",
+            "Epoch of the last checkpoint committed (0: none yet).",
+            one(control.checkpoint_epoch.load(Ordering::Relaxed)),
+        );
+        family(
+            "braid_checkpoint_duration_seconds",
+            "gauge",
+            "Processing time from the last committed checkpoint's barrier to its commit.",
+            vec![(String::new(), format!("{:.3}", control.checkpoint_millis.load(Ordering::Relaxed) as f64 / 1000.0))],
+        );
+        family(
+            "braid_checkpoint_bytes",
+            "gauge",
+            "Bytes of the last committed checkpoint's files.",
+            one(control.checkpoint_bytes.load(Ordering::Relaxed)),
+        );
+        family(
+            "braid_source_redelivered_total",
+            "counter",
+            "Messages a broker sent again that the journal already held: acknowledged, not taken twice.",
+            one(control.redelivered.load(Ordering::Relaxed)),
+        );
+        family(
             "braid_source_unrouted_total",
             "counter",
             "Messages whose topic fed no stream of their source.",
@@ -214,6 +238,12 @@ impl OpsView for LiveView {
             "counter",
             "Results a full MQTT sink buffer could not take when the service stopped (the journal produces them again).",
             counter(&c.outputs.unqueued_at_stop),
+        );
+        family(
+            "braid_sink_repeats_dropped_total",
+            "counter",
+            "Rows produced again after a restart that the sinks had taken already: not handed to them twice.",
+            counter(&c.outputs.repeats_dropped),
         );
         family(
             "braid_sink_bad_topic_total",

@@ -7,6 +7,7 @@ use crate::checkpoint::{Completed, Early};
 use crate::record::Row;
 use crate::ring::FrameKind;
 use crate::state::snapshot::{self, SnapshotError};
+use crate::time::ticks::PlannerState;
 
 use super::wire::{RESULT, SHARD_DONE, SHARD_FAILED};
 use super::{Emit, Runtime, RuntimeError, StreamCounters};
@@ -27,10 +28,12 @@ pub(super) struct InFlight {
 /// What a checkpoint keeps of the feeder.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 struct FeederState {
-    planner: Vec<u8>,
+    planner: PlannerState,
     seq: u64,
-    /// Per stream: rows, and dead letters by reason.
-    streams: Vec<(u64, Vec<(String, u64)>)>,
+    /// Per stream: its name, rows, and dead letters by reason.
+    streams: Vec<(String, u64, Vec<(String, u64)>)>,
+    /// Operator names, in the planner's order.
+    operators: Vec<String>,
 }
 
 impl Runtime {
@@ -71,27 +74,29 @@ impl Runtime {
         let streams = self
             .stream_counters
             .iter()
-            .map(|c| (c.rows, c.dead_letters.iter().map(|(r, n)| (r.clone(), *n)).collect()))
+            .zip(&self.stream_names)
+            .map(|(c, name)| (name.clone(), c.rows, c.dead_letters.iter().map(|(r, n)| (r.clone(), *n)).collect()))
             .collect();
-        snapshot::encode(&FeederState { planner: self.planner.snapshot()?, seq: self.seq, streams })
+        let operators = self.operator_names.clone();
+        snapshot::encode(&FeederState { planner: self.planner.saved(), seq: self.seq, streams, operators })
     }
 
-    /// Takes up the feeder's state of a checkpoint.
+    /// Takes up the feeder's state of a checkpoint. Streams and operators are matched by name:
+    /// after a reload, new ones start fresh and removed ones are dropped.
     pub(super) fn restore_feeder(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
         let saved: FeederState = snapshot::decode(bytes)?;
-        if saved.streams.len() != self.stream_counters.len() {
-            let count = |n: usize| format!("a feeder of {n} streams");
-            let (expected, found) = (count(self.stream_counters.len()), count(saved.streams.len()));
-            return Err(SnapshotError::Mismatch { expected, found });
-        }
-        self.planner.restore(&saved.planner)?;
+        let by_name = |names: &[String], name: &String| names.iter().position(|n| n == name);
+        let saved_streams: Vec<String> = saved.streams.iter().map(|(name, ..)| name.clone()).collect();
+        let streams: Vec<Option<usize>> = self.stream_names.iter().map(|n| by_name(&saved_streams, n)).collect();
+        let ops: Vec<Option<usize>> = self.operator_names.iter().map(|n| by_name(&saved.operators, n)).collect();
+        self.planner.restore(saved.planner, &streams, &ops);
         // The barrier took `seq + 1`; the next event gets the number after it.
         self.seq = saved.seq + 1;
-        self.stream_counters = saved
-            .streams
-            .into_iter()
-            .map(|(rows, dead)| StreamCounters { rows, dead_letters: dead.into_iter().collect() })
-            .collect();
+        for (counters, from) in self.stream_counters.iter_mut().zip(streams) {
+            if let Some((_, rows, dead)) = from.and_then(|s| saved.streams.get(s)) {
+                *counters = StreamCounters { rows: *rows, dead_letters: dead.iter().cloned().collect() };
+            }
+        }
         Ok(())
     }
 

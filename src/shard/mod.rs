@@ -134,6 +134,9 @@ pub struct Runtime {
     stream_counters: Vec<StreamCounters>,
     /// Inputs per operator (for the figures).
     op_inputs: Vec<usize>,
+    /// Names of the streams and operators (a checkpoint's feeder state goes by name).
+    stream_names: Vec<String>,
+    operator_names: Vec<String>,
     /// Some operator may hold processing-time timers: send processing time.
     clocked: bool,
     chained: bool,

@@ -113,6 +113,8 @@ impl Runtime {
             planner: TickPlanner::new(plan, start, options.every_tick),
             stream_counters: vec![StreamCounters::default(); plan.streams.len()],
             op_inputs: plan.operators.iter().map(|o| o.inputs.len()).collect(),
+            stream_names: plan.streams.iter().map(|s| s.name.clone()).collect(),
+            operator_names: plan.operators.iter().map(|o| o.name.clone()).collect(),
             clocked,
             chained: (0..plan.operators.len()).any(|op| plan.chained(op)),
             seq,

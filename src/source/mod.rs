@@ -27,6 +27,8 @@ pub struct Delivery {
     pub payload: Bytes,
     /// Processing time of its arrival, ms since the Unix epoch.
     pub arrival: i128,
+    /// The broker sent it before (MQTT's DUP flag): braid may already hold it in its journal.
+    pub redelivered: bool,
 }
 
 /// Per source: the highest [`Delivery::seq`] whose row is safely in braid (journaled and in its

@@ -297,6 +297,7 @@ impl Source {
             topic: publish.topic,
             payload: publish.payload,
             arrival: wall_clock_ms(),
+            redelivered: publish.dup,
         };
         self.waiting.push_back(Waiting { delivery, pkid });
     }

@@ -29,6 +29,11 @@ impl StreamClock {
         StreamClock { max_out_of_orderness: self.max_out_of_orderness, idle_timeout: self.idle_timeout, ..saved }
     }
 
+    /// This clock as a new stream's at processing time `now` (a reload added the stream).
+    pub fn restarted_at(&self, now: i128) -> StreamClock {
+        StreamClock::new(self.max_out_of_orderness, self.idle_timeout, now)
+    }
+
     /// `start`: the arrival of the first line of all inputs; idleness before a stream's first row
     /// counts from there.
     pub fn new(max_out_of_orderness: i64, idle_timeout: i64, start: i128) -> StreamClock {

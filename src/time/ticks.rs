@@ -24,7 +24,6 @@
 //! reconnection.
 
 use crate::plan::{NodeRef, Plan};
-use crate::state::snapshot::{self, SnapshotError};
 
 use super::clock::InputTime;
 use super::{StreamClock, next_tick};
@@ -39,11 +38,11 @@ pub struct Tick {
 }
 
 /// What a checkpoint keeps of a [`TickPlanner`].
-#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
-struct PlannerState {
-    streams: Vec<StreamClock>,
-    op_idle: Vec<bool>,
-    now: i128,
+#[derive(Clone, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct PlannerState {
+    pub streams: Vec<StreamClock>,
+    pub op_idle: Vec<bool>,
+    pub now: i128,
 }
 
 pub struct TickPlanner {
@@ -144,28 +143,26 @@ impl TickPlanner {
         self.streams[stream].watermark()
     }
 
-    /// The planner's progress, for a checkpoint (state/snapshot.rs).
-    pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
-        snapshot::encode(&PlannerState { streams: self.streams.clone(), op_idle: self.op_idle.clone(), now: self.now })
+    /// The planner's progress, for a checkpoint.
+    pub fn saved(&self) -> PlannerState {
+        PlannerState { streams: self.streams.clone(), op_idle: self.op_idle.clone(), now: self.now }
     }
 
-    /// Takes up the progress of [`snapshot`](Self::snapshot) (this planner is built from the
-    /// same streams and operators; their settings stay this planner's).
-    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
-        let saved: PlannerState = snapshot::decode(bytes)?;
-        let shape = |streams: usize, ops: usize| format!("{streams} streams and {ops} operators");
-        if saved.streams.len() != self.streams.len() || saved.op_idle.len() != self.op_idle.len() {
-            return Err(SnapshotError::Mismatch {
-                expected: shape(self.streams.len(), self.op_idle.len()),
-                found: shape(saved.streams.len(), saved.op_idle.len()),
-            });
+    /// Takes up the progress of [`saved`](Self::saved): `streams[s]` (`ops[o]`) names the saved
+    /// stream (operator) that this planner's stream `s` (operator `o`) continues, if any (a
+    /// reload may add, remove or reorder them; the settings stay this planner's). A stream
+    /// without one starts as at a fresh start, its idleness counting from the saved time.
+    pub fn restore(&mut self, saved: PlannerState, streams: &[Option<usize>], ops: &[Option<usize>]) {
+        for (s, clock) in self.streams.iter_mut().enumerate() {
+            *clock = match streams.get(s).copied().flatten().and_then(|from| saved.streams.get(from)) {
+                Some(saved) => clock.restored(saved.clone()),
+                None => clock.restarted_at(saved.now),
+            };
         }
-        for (clock, saved) in self.streams.iter_mut().zip(saved.streams) {
-            *clock = clock.restored(saved);
+        for (o, idle) in self.op_idle.iter_mut().enumerate() {
+            *idle = ops.get(o).copied().flatten().and_then(|from| saved.op_idle.get(from)).copied().unwrap_or(false);
         }
-        self.op_idle = saved.op_idle;
         self.now = saved.now;
-        Ok(())
     }
 
     pub fn stream_idle(&self, stream: usize) -> bool {

@@ -37,6 +37,7 @@ mod reference_join;
 mod reference_union_temporal_absence;
 mod reference_windows;
 mod replay_input;
+mod replay_resume;
 mod robustness;
 mod runtime;
 mod tick_skipping;

@@ -1,0 +1,199 @@
+//! The service's checkpoints (checkpoint/ has the protocol): one every `checkpoint_interval`
+//! of processing time and one at every clean stop or reload. A checkpoint of the service holds,
+//! besides the runtime's state, where the journal stood at the barrier (a restart replays only
+//! what came after), the processing time then, the fingerprints of the messages last taken
+//! (redelivery.rs) and the rows the sinks took after the barrier (taken.rs). Once it is
+//! committed the journal lets go of what it covers: `journal_retention` and `journal_bytes` bound
+//! the journal only while checkpoints fail.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::checkpoint::{CheckpointDir, Loaded, Manifest};
+use crate::state::snapshot;
+
+use super::ServiceError;
+use super::intake::Intake;
+use super::redelivery::Recent;
+
+/// Where the service stood at a barrier.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct ServiceBarrier {
+    /// The journal position of the first entry after the barrier.
+    pub journal_next: u64,
+    /// Processing time at the barrier.
+    pub now: i128,
+    /// Per source by name: fingerprints of the messages last taken.
+    pub recent: Vec<(String, Vec<u64>)>,
+}
+
+/// The driver's part of a service checkpoint.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct ServiceCheckpoint {
+    barrier: Vec<u8>,
+    /// Rows the sinks took after the barrier, before the checkpoint completed (taken.rs).
+    early: Vec<u64>,
+}
+
+/// A checkpoint to start from.
+pub struct Restored {
+    pub loaded: Loaded,
+    pub barrier: ServiceBarrier,
+    pub early: Vec<u64>,
+}
+
+/// The newest checkpoint in `dir` that this run can start from. One taken with another shard
+/// count is set aside (its directory renamed, a warning): the service starts fresh from what the
+/// journal still holds, with no keyed state re-partitioned.
+pub fn restorable(dir: &CheckpointDir, shards: usize) -> Option<Restored> {
+    let loaded = dir.latest()?;
+    let epoch = loaded.manifest.epoch;
+    if loaded.manifest.shards as usize != shards {
+        let taken = loaded.manifest.shards;
+        let aside = dir.root().with_file_name(format!("checkpoints.{taken}-shards.set-aside"));
+        tracing::warn!(
+            epoch,
+            taken,
+            shards,
+            aside = %aside.display(),
+            "Checkpoint taken with another shard count: set aside; starting from the journal alone"
+        );
+        let _ = std::fs::remove_dir_all(&aside);
+        if let Err(error) = std::fs::rename(dir.root(), &aside) {
+            tracing::warn!(%error, "Cannot set the checkpoints aside; clearing them");
+            dir.clear();
+        }
+        return None;
+    }
+    let read = snapshot::decode::<ServiceCheckpoint>(&loaded.manifest.driver)
+        .and_then(|c| Ok((snapshot::decode::<ServiceBarrier>(&c.barrier)?, c.early)));
+    match read {
+        Ok((barrier, early)) => Some(Restored { loaded, barrier, early }),
+        Err(error) => {
+            tracing::warn!(epoch, %error, "Checkpoint set aside: it does not read back; starting from the journal");
+            None
+        }
+    }
+}
+
+/// When checkpoints are taken.
+pub struct Schedule {
+    interval: i128,
+    next_due: i128,
+    /// The last epoch used.
+    pub epoch: u64,
+    /// Processing time the checkpoint under way began at.
+    began: i128,
+    shards: u32,
+}
+
+impl Schedule {
+    /// Epochs go on after every one already in `dir` (committed or not).
+    pub fn new(dir: &CheckpointDir, interval_ms: i64, now: i128, shards: usize) -> Schedule {
+        let epoch = dir.epochs().last().copied().unwrap_or(0);
+        let interval = i128::from(interval_ms);
+        Schedule { interval, next_due: now + interval, epoch, began: now, shards: shards as u32 }
+    }
+}
+
+impl Intake<'_> {
+    /// Sends the barrier of the next checkpoint when one is due and none is under way.
+    pub(super) fn checkpoint_if_due(&mut self) -> Result<(), ServiceError> {
+        if self.now < self.schedule.next_due || self.runtime.checkpoint_in_flight() {
+            return Ok(());
+        }
+        self.schedule.next_due = self.now + self.schedule.interval;
+        self.begin_checkpoint()?;
+        Ok(())
+    }
+
+    /// Sends a barrier now; false when one is already under way.
+    fn begin_checkpoint(&mut self) -> Result<bool, ServiceError> {
+        let recent = self
+            .plan
+            .sources
+            .iter()
+            .zip(&self.recent)
+            .map(|(def, recent)| (def.name.clone(), recent.fingerprints()))
+            .collect();
+        let barrier = ServiceBarrier { journal_next: self.journal.positions().end, now: self.now, recent };
+        let barrier = snapshot::encode(&barrier).map_err(|e| ServiceError::Checkpoint(e.to_string()))?;
+        let epoch = self.schedule.epoch + 1;
+        // Told first: the barrier may pass and its checkpoint complete within the call.
+        self.outputs.taken.barrier(true);
+        let sent = self.runtime.checkpoint(epoch, barrier, &mut self.outputs)?;
+        if sent {
+            self.schedule.epoch = epoch;
+            self.schedule.began = self.now;
+        } else {
+            self.outputs.taken.barrier(false);
+        }
+        Ok(sent)
+    }
+
+    /// Commits the checkpoint that completed, if one did, and lets the journal go of what it
+    /// covers. A commit that fails (a full or broken disk) leaves the previous checkpoint in use
+    /// and the journal as it is.
+    pub(super) fn commit_completed(&mut self) {
+        let Some((done, early)) = self.outputs.taken.take_completed() else { return };
+        let epoch = done.epoch;
+        let barrier = match snapshot::decode::<ServiceBarrier>(&done.driver) {
+            Ok(barrier) => barrier,
+            Err(error) => {
+                tracing::warn!(epoch, %error, "Checkpoint not committed");
+                return;
+            }
+        };
+        let committed = snapshot::encode(&ServiceCheckpoint { barrier: done.driver, early })
+            .map_err(|e| e.to_string())
+            .and_then(|driver| {
+                let manifest = Manifest { epoch, shards: self.schedule.shards, feeder: done.feeder, driver };
+                self.outputs.taken.dir().commit(&manifest).map_err(|e| e.to_string())
+            });
+        if let Err(error) = committed {
+            tracing::warn!(epoch, %error, "Checkpoint not committed; the previous one stays");
+            return;
+        }
+        self.journal.release_before(barrier.journal_next);
+        let control = &self.control;
+        control.checkpoint_epoch.store(epoch, Ordering::Relaxed);
+        let took = u64::try_from(self.now - self.schedule.began).unwrap_or(0);
+        control.checkpoint_millis.store(took, Ordering::Relaxed);
+        control.checkpoint_bytes.store(self.outputs.taken.dir().epoch_bytes(epoch), Ordering::Relaxed);
+    }
+
+    /// A clean stop or a reload: one last checkpoint of everything taken, so the next start
+    /// repeats nothing. Waits at most `grace` for each of the one under way and the last.
+    pub(super) fn final_checkpoint(&mut self, grace: Duration) -> Result<(), ServiceError> {
+        self.finish_checkpoint(grace)?;
+        if self.begin_checkpoint()? {
+            self.finish_checkpoint(grace)?;
+        }
+        if self.runtime.checkpoint_in_flight() {
+            tracing::warn!(
+                "The last checkpoint did not complete in time: the next start repeats what came after the one before"
+            );
+        }
+        Ok(())
+    }
+
+    /// Waits (at most `grace`) for the checkpoint under way, and commits it.
+    fn finish_checkpoint(&mut self, grace: Duration) -> Result<(), ServiceError> {
+        let step = Duration::from_millis(5);
+        let mut waited = Duration::ZERO;
+        while self.runtime.checkpoint_in_flight() && waited < grace {
+            self.runtime.wait(&mut self.outputs, step, || false)?;
+            waited += step;
+        }
+        self.commit_completed();
+        Ok(())
+    }
+}
+
+impl Recent {
+    /// The fingerprints a checkpoint kept for `source`, if it did.
+    pub fn from_barrier(barrier: &ServiceBarrier, source: &str) -> Recent {
+        let kept = barrier.recent.iter().find(|(name, _)| name == source).map(|(_, f)| f.clone());
+        Recent::restored(kept.unwrap_or_default())
+    }
+}

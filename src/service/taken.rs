@@ -1,0 +1,165 @@
+//! What the sinks took since the last checkpoint, so that a restart does not hand them a row
+//! again (CONTRACT.md "Extensions under way": results the sinks took before the last checkpoint
+//! are not emitted again).
+//!
+//! A restart from checkpoint `E` runs the journal entries after `E`'s barrier again, which
+//! produces again every row the sinks took after that barrier: the rows taken after the barrier
+//! but before `E` completed (the checkpoint's `early` list) and those taken after it completed
+//! (this log). Every row handed to the sinks is noted by a hash of its target and its JSON line
+//! (`_id`, content and all: dead letters and input rows have no `_id` of their own), appended to
+//! `CHECKPOINTS/EPOCH/taken.log` of the last completed checkpoint (8 bytes a row, written to the
+//! kernel with every batch: a `kill -9` loses none of it). At a start from `E`, the hashes of
+//! `E`'s `early` list and of the logs of `E` and of every later epoch directory make a multiset:
+//! a row whose hash is in it is dropped once per occurrence (counted), so a row the sinks took
+//! once is not taken twice, and a row that really occurs twice still passes twice.
+//!
+//! What remains: rows taken in the instant between a sink taking them and their hash reaching
+//! the log may come again after a `kill -9` (a few rows at most, never after a clean stop).
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Read, Write};
+use std::path::Path;
+
+use crate::checkpoint::{CheckpointDir, Completed};
+use crate::plan::Target;
+
+const LOG: &str = "taken.log";
+
+pub struct Taken {
+    checkpoints: CheckpointDir,
+    log: Option<BufWriter<File>>,
+    /// Rows already taken, still to come again: hash → how many times.
+    skip: HashMap<u64, u32>,
+    /// Hashes of the rows taken after the barrier of the checkpoint under way.
+    early: Vec<u64>,
+    /// A barrier was sent and its checkpoint is not complete: input rows and dead letters taken
+    /// now come after it.
+    after_barrier: bool,
+    /// A checkpoint completed, with its `early` list, for the intake to commit.
+    completed: Option<(Completed, Vec<u64>)>,
+    /// Rows dropped because the sinks had taken them.
+    pub dropped: u64,
+}
+
+impl Taken {
+    /// Starts from checkpoint `from` (its epoch and `early` list; none: no checkpoint yet, the
+    /// whole journal runs again) and the logs of it and of every later epoch.
+    pub fn open(checkpoints: CheckpointDir, from: Option<(u64, &[u64])>) -> Taken {
+        let (epoch, early) = from.unwrap_or((0, &[]));
+        let mut skip: HashMap<u64, u32> = HashMap::new();
+        for &hash in early {
+            *skip.entry(hash).or_default() += 1;
+        }
+        for dir in checkpoints.epochs().into_iter().filter(|&e| e >= epoch).map(|e| checkpoints.epoch_dir(e)) {
+            for hash in read_log(&dir.join(LOG)) {
+                *skip.entry(hash).or_default() += 1;
+            }
+        }
+        let mut taken = Taken {
+            checkpoints,
+            log: None,
+            skip,
+            early: Vec::new(),
+            after_barrier: false,
+            completed: None,
+            dropped: 0,
+        };
+        taken.log_to(epoch);
+        taken
+    }
+
+    /// Appends from now on to the log of `epoch`.
+    fn log_to(&mut self, epoch: u64) {
+        self.flush();
+        let dir = self.checkpoints.epoch_dir(epoch);
+        let opened = std::fs::create_dir_all(&dir)
+            .and_then(|()| OpenOptions::new().create(true).append(true).open(dir.join(LOG)));
+        self.log = match opened {
+            Ok(file) => Some(BufWriter::new(file)),
+            Err(error) => {
+                tracing::warn!(dir = %dir.display(), %error, "Cannot keep the log of rows taken; a restart may repeat some");
+                None
+            }
+        };
+    }
+
+    /// Whether the row (its JSON `line` for `target`) goes to the sinks: not if they took it
+    /// before a restart. `early`: it left after the barrier of the checkpoint under way.
+    pub fn admit(&mut self, target: Target, line: &[u8], early: bool) -> bool {
+        let hash = hash(target, line);
+        if early || self.after_barrier {
+            self.early.push(hash);
+        }
+        if let Some(count) = self.skip.get_mut(&hash).filter(|c| **c > 0) {
+            *count -= 1;
+            self.dropped += 1;
+            return false;
+        }
+        if let Some(log) = &mut self.log
+            && log.write_all(&hash.to_le_bytes()).is_err()
+        {
+            self.log = None;
+        }
+        true
+    }
+
+    /// A barrier is about to be sent (`false`: it was not sent after all).
+    pub fn barrier(&mut self, sent: bool) {
+        self.after_barrier = sent;
+    }
+
+    /// Every shard wrote its part of `done`: its `early` list is closed (with the rows still to
+    /// come again, which come after it too) and the log starts again in its directory.
+    pub fn completed(&mut self, done: Completed) {
+        self.after_barrier = false;
+        let mut early = std::mem::take(&mut self.early);
+        for (&hash, &count) in &self.skip {
+            early.extend(std::iter::repeat_n(hash, count as usize));
+        }
+        self.log_to(done.epoch);
+        self.completed = Some((done, early));
+    }
+
+    /// The checkpoint that completed since the last call, to be committed.
+    pub fn take_completed(&mut self) -> Option<(Completed, Vec<u64>)> {
+        self.completed.take()
+    }
+
+    /// Hands the hashes noted so far to the kernel (after every batch).
+    pub fn flush(&mut self) {
+        if let Some(log) = &mut self.log
+            && log.flush().is_err()
+        {
+            self.log = None;
+        }
+    }
+
+    pub fn dir(&self) -> &CheckpointDir {
+        &self.checkpoints
+    }
+}
+
+/// A row's identity for the sinks: its target and its JSON line.
+fn hash(target: Target, line: &[u8]) -> u64 {
+    let (kind, index) = match target {
+        Target::Stream(s) => (0u8, s),
+        Target::Operator(o) => (1, o),
+        Target::Late(o) => (2, o),
+        Target::DeadLetter => (3, 0),
+    };
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    hasher.update(&[kind]);
+    hasher.update(&(index as u64).to_le_bytes());
+    hasher.update(line);
+    hasher.digest()
+}
+
+/// The hashes of a log (a torn last one is left out); none when there is no log.
+fn read_log(path: &Path) -> Vec<u64> {
+    let mut bytes = Vec::new();
+    if File::open(path).and_then(|mut f| f.read_to_end(&mut bytes)).is_err() {
+        return Vec::new();
+    }
+    bytes.chunks_exact(8).map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect()
+}
