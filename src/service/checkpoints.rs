@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::checkpoint::{CheckpointDir, Loaded, Manifest};
+use crate::config::Durability;
 use crate::state::snapshot;
 
 use super::ServiceError;
@@ -144,6 +145,12 @@ impl Intake<'_> {
                 return;
             }
         };
+        if self.plan.runtime.durability == Durability::Power
+            && let Err(error) = self.outputs.sync()
+        {
+            tracing::warn!(epoch, %error, "Sinks cannot be synced; checkpoint not committed");
+            return;
+        }
         let committed = snapshot::encode(&ServiceCheckpoint { barrier: done.driver, early })
             .map_err(|e| e.to_string())
             .and_then(|driver| {

@@ -34,6 +34,8 @@ use super::view::LiveView;
 const BATCH: usize = 256;
 /// How often old journal entries are released.
 const RETENTION_EVERY_MS: i128 = 1000;
+/// Journal entries replayed between two requests for more start-up time.
+const EXTEND_EVERY_ENTRIES: u64 = 100_000;
 /// How often the live figures are copied.
 const SHOW_EVERY_MS: i128 = 1000;
 
@@ -205,7 +207,15 @@ impl<'a> Intake<'a> {
     pub fn replay_journal(&mut self) -> Result<u64, ServiceError> {
         let mut count = 0;
         let positions = self.journal.positions();
+        let notifier = crate::ops::systemd::Notifier::from_env();
+        let mut next_extend = 0;
         for position in positions.start.max(self.journal_from)..positions.end {
+            // A long recovery (a journal without a checkpoint before it) must not hit systemd's
+            // start timeout: ask for more time now and then while it runs.
+            if count >= next_extend {
+                next_extend += EXTEND_EVERY_ENTRIES;
+                notifier.extend_timeout(Duration::from_secs(60));
+            }
             // One at a time: the journal may hold far more than memory should.
             let Some(entry) = self.journal.entry(position) else { continue };
             count += 1;

@@ -1,14 +1,15 @@
 //! The ingest journal: every message the service accepts, with the processing time it was taken
 //! at, appended to a durable [`Spool`] before the source acknowledges it.
 //!
-//! Why a journal and not checkpoints: the journal is what makes an acknowledged message survive
-//! `kill -9`. At the next start the service replays the journal through a fresh runtime exactly as
-//! `braid replay` would (same processing times, so the same ticks, lateness and `_id`s), which
-//! rebuilds the operators' state, and then goes on with live input. Results of the replayed part
-//! are produced again with the `_id`s they had (consumers deduplicate by `_id`, CONTRACT.md rule
-//! 10). The journal keeps `runtime.journal_retention` of processing time (older entries are
-//! released): state that depends on older input (a threshold's limit, a temporal join's version,
-//! absence's last row) is not rebuilt after a restart, so the retention should cover it.
+//! The journal is what makes an acknowledged message survive `kill -9`; checkpoints
+//! (service/checkpoints.rs) are what make a restart short and exact. At the next start the
+//! service restores the last checkpoint and replays only the journal entries after its barrier
+//! through the runtime exactly as `braid replay` would (same processing times, so the same ticks,
+//! lateness and `_id`s), then goes on with live input; the sinks skip the rows they had taken
+//! already (service/taken.rs). A committed checkpoint releases the entries before its barrier, so
+//! the journal holds about one checkpoint interval; `runtime.journal_retention` and
+//! `journal_bytes` bound it only while checkpoints fail (and then a start without a checkpoint
+//! rebuilds only what the journal still holds).
 //!
 //! Besides messages the journal records when the service started and when a source lost or
 //! regained its broker ([`Event`]): idleness depends on them (a stream does not turn idle while

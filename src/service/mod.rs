@@ -8,13 +8,16 @@
 //!   signals, sd_notify (READY, WATCHDOG, STATUS), /metrics and /healthz
 //! ```
 //!
-//! A *generation* is one plan running: its journal, runtime, sinks, sources and tasks. SIGHUP
+//! A *generation* is one plan running: its journal, runtime, sinks, sources and tasks. It starts
+//! from the last checkpoint in `STATE_DIR/checkpoints/` (checkpoints.rs) and the journal entries
+//! after it, and takes a checkpoint every `checkpoint_interval` and when it ends. SIGHUP
 //! re-reads and validates the configuration on the io thread; an invalid or unchanged one is
-//! logged and the running generation goes on; a changed one replaces the generation (the new one
-//! replays the journal under the new plan, so its operators start with the state the new plan
-//! gives the same input). SIGTERM or SIGINT stops intake first (unacknowledged messages stay
-//! with the broker), lets the shards finish what they hold, flushes the sinks (an MQTT sink
-//! drains its buffer while its uplink is up, bounded by [`DRAIN`]) and returns.
+//! logged and the running generation goes on; a changed one replaces the generation: the old one
+//! ends with a checkpoint, and the new one restores from it every operator whose definition did
+//! not change (name, kind, settings, inputs and their schemas); new or changed ones start empty,
+//! named in a warning. SIGTERM or SIGINT stops intake first (unacknowledged messages stay with
+//! the broker), lets the shards finish what they hold, takes a last checkpoint, flushes the sinks
+//! (an MQTT sink drains its buffer while its uplink is up, bounded by [`DRAIN`]) and returns.
 
 mod checkpoints;
 mod ingest;

@@ -149,6 +149,21 @@ impl Outputs {
         }
     }
 
+    /// `durability = "power"`: forces what the sinks and the log of rows taken hold to the disk,
+    /// before a checkpoint lets the journal go of the input that produced it.
+    pub fn sync(&mut self) -> std::io::Result<()> {
+        self.flush();
+        self.taken.sync()?;
+        for sink in &mut self.sinks {
+            match &mut sink.writer {
+                Writer::File(w) => w.get_ref().sync_data()?,
+                Writer::Mqtt { uplink, .. } => uplink.sync()?,
+                Writer::Stdout(_) => {}
+            }
+        }
+        Ok(())
+    }
+
     /// Hands the JSON line in `self.line` (newline-terminated, as the JSON writers leave it) to
     /// every sink reading `target`; `values` (laid out by the schema of the target's input
     /// `input`) fill MQTT topic templates. `early`: it left after the barrier of the checkpoint

@@ -135,6 +135,15 @@ impl Taken {
         }
     }
 
+    /// Forces the log to the disk (`durability = "power"`).
+    pub fn sync(&mut self) -> std::io::Result<()> {
+        self.flush();
+        match &self.log {
+            Some(log) => log.get_ref().sync_data(),
+            None => Ok(()),
+        }
+    }
+
     pub fn dir(&self) -> &CheckpointDir {
         &self.checkpoints
     }

@@ -53,4 +53,5 @@ mod mqtt_source;
 mod mqtt_tls;
 mod service_lifecycle;
 mod service_mqtt;
+mod service_restart;
 mod status_command;

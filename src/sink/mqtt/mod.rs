@@ -122,6 +122,12 @@ impl Uplink {
         Ok(())
     }
 
+    /// Forces the queued results to the disk (`durability = "power"`, before a checkpoint lets
+    /// the journal go of the input that produced them).
+    pub fn sync(&self) -> std::io::Result<()> {
+        self.lock().sync()
+    }
+
     /// The sink's name (`[sinks.NAME]`).
     pub fn name(&self) -> &str {
         &self.name

@@ -1,0 +1,167 @@
+//! `braid run` restarts exactly (issue "Checkpoints"): devices publish QoS 1 in real time through
+//! mosquitto while braid is killed with SIGKILL at random points and stopped with SIGTERM; the
+//! file sink must end with every result of a replay of the same messages — the gateway join and a
+//! 10 s tumbling cogroup whose windows span far more than `journal_retention` (2 s) — none
+//! missing, none different, the counts counting each message once, no late row; repeats at most
+//! a checkpoint interval's worth per kill, and none after a SIGTERM.
+#![allow(clippy::unwrap_used)]
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use common::mqtt::{Mosquitto, Subscriber};
+use common::rng::Rng;
+use common::run::{replay, write_inputs};
+use common::service::{
+    Braid, DeviceMsg, Setup, Source, assert_same_rows, by_id, gateway_config, jsonl, mqtt_messages, now_ms, poll_until,
+    read_complete_jsonl, spawn_publisher, workload,
+};
+use rumqttc::QoS;
+use serde_json::Value;
+
+const START: Duration = Duration::from_secs(15);
+const RESULTS: Duration = Duration::from_secs(30);
+/// Checkpoint every half second; the journal keeps 2 s (what a long window meets).
+const RUNTIME: &str = "checkpoint_interval = \"500ms\"\njournal_retention = \"2s\"\n";
+const COUNTS: &str = "\n[operators.counts]\nkind = \"cogroup\"\nleft = \"status\"\nright = \"command\"\n\
+    window = { kind = \"tumbling\", size = \"10s\" }\njoin = \"full\"\n\
+    aggregate = [\"count(left) AS statuses\", \"count(right) AS commands\"]\n";
+
+struct Rig {
+    dir: tempfile::TempDir,
+    devices: Mosquitto,
+    up: Mosquitto,
+    config: PathBuf,
+    replay_config: PathBuf,
+    file: PathBuf,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        let dir = tempfile::Builder::new().prefix("braid-restart-").tempdir().unwrap();
+        let devices = Mosquitto::start();
+        let up = Mosquitto::start();
+        let file = dir.path().join("archive.jsonl");
+        let write = |name: &str, state: &Path| {
+            let setup = Setup {
+                source: Source::Mqtt(devices.url()),
+                upstream_url: &up.url(),
+                topic: "up/effect/{device}",
+                state_dir: state,
+                file: &file,
+                ops_port: common::mqtt::free_port(),
+                max_payload: None,
+                idle_timeout: "1s",
+            };
+            let text = gateway_config(&setup).replacen("[runtime]\n", &format!("[runtime]\n{RUNTIME}"), 1);
+            let text = text
+                .replace("inputs = [\"effect\", \"effect.late\"", "inputs = [\"effect\", \"counts\", \"effect.late\"");
+            let path = dir.path().join(name);
+            std::fs::write(&path, text + COUNTS).unwrap();
+            path
+        };
+        let config = write("braid.toml", &dir.path().join("state"));
+        let replay_config = write("replay.toml", &dir.path().join("replay-state"));
+        Rig { dir, devices, up, config, replay_config, file }
+    }
+
+    fn start(&self) -> Braid {
+        let mut braid = Braid::start(&self.config, &self.dir.path().join("braid.log"));
+        braid.wait_log("ready: subscribed", 1, START);
+        braid
+    }
+
+    /// What a replay of `msgs` gives: the results of `effect` and `counts` by `_id`.
+    fn expected(&self, msgs: &[DeviceMsg]) -> BTreeMap<String, Value> {
+        let inputs =
+            write_inputs(self.dir.path(), [("command", jsonl(msgs, "command")), ("status", jsonl(msgs, "status"))]);
+        let mut out =
+            replay(self.dir.path(), &self.replay_config, None, &inputs, &["effect", "counts"], RESULTS).unwrap();
+        let mut rows = out.take("effect");
+        rows.extend(out.take("counts"));
+        by_id(rows, "replay")
+    }
+
+    /// The file sink's results (every line but late rows and dead letters), and the lines that
+    /// are not results.
+    fn archive(&self) -> (Vec<Value>, Vec<Value>) {
+        read_complete_jsonl(&self.file).into_iter().partition(|row| row.get("_id").is_some())
+    }
+
+    /// Waits until the file sink holds every expected `_id`; checks it holds exactly those (no
+    /// `_id` with two contents) and nothing else; the number of repeated lines.
+    fn expect_archive(&self, want: &BTreeMap<String, Value>) -> usize {
+        poll_until(RESULTS, || by_id(self.archive().0, "archive").len() >= want.len());
+        let (results, others) = self.archive();
+        let lines = results.len();
+        let got = by_id(results, "archive");
+        if got.len() < want.len() {
+            eprintln!("braid log:\n{}", std::fs::read_to_string(self.dir.path().join("braid.log")).unwrap_or_default());
+        }
+        assert_same_rows(&got, want, "file sink results");
+        assert!(others.is_empty(), "late rows or dead letters (in-order input): {:#?}", &others[..others.len().min(5)]);
+        lines - got.len()
+    }
+}
+
+fn messages(seed: u64) -> Vec<DeviceMsg> {
+    workload(seed, 20, now_ms(), 20_000)
+}
+
+#[test]
+fn killed_and_stopped_at_random_points_braid_emits_every_result_once_within_an_interval() {
+    let rig = Rig::new();
+    let msgs = messages(21);
+    let want = rig.expected(&msgs);
+    let windows = want.values().filter(|r| r.get("_window_start").is_some()).count();
+    assert!(windows > 20 && want.len() > windows + 50, "workload too thin: {} results, {windows} windows", want.len());
+    let mut braid = rig.start();
+    let acked = Arc::new(AtomicUsize::new(0));
+    // About 10 s of publishing: 2 messages every 60 ms.
+    let publisher = spawn_publisher(rig.devices.port(), mqtt_messages(&msgs), 2, Duration::from_millis(60), acked);
+    let mut rng = Rng::new(21);
+    for round in 0..3 {
+        std::thread::sleep(Duration::from_millis(rng.range(1_200, 2_500) as u64));
+        if round == 1 {
+            assert!(braid.terminate(Duration::from_secs(30)).success(), "SIGTERM: a clean exit");
+        } else {
+            braid.kill9();
+        }
+        braid = rig.start();
+    }
+    publisher.join().unwrap();
+    let repeated = rig.expect_archive(&want);
+    // Two kills, each repeating at most what came after the last checkpoint (500 ms of about
+    // 30 messages a second and their results) — never the journal's retention or more.
+    assert!(repeated <= 2 * 40, "{repeated} results repeated after two kills");
+    eprintln!("{} results, {repeated} repeated after two kills and a SIGTERM", want.len());
+}
+
+#[test]
+fn after_a_sigterm_nothing_is_emitted_again() {
+    let rig = Rig::new();
+    let msgs = messages(22);
+    let want = rig.expected(&msgs);
+    let sub = Subscriber::connect(rig.up.port(), "up/#", QoS::AtLeastOnce);
+    let (first, second) = msgs.split_at(msgs.len() / 2);
+    let mut braid = rig.start();
+    common::mqtt::publish_all(rig.devices.port(), &mqtt_messages(first), QoS::AtLeastOnce);
+    // Let the first half's results out, then stop cleanly mid-stream (windows open, joins waiting).
+    poll_until(Duration::from_secs(10), || !rig.archive().0.is_empty());
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(braid.terminate(Duration::from_secs(30)).success());
+    let mut braid = rig.start();
+    common::mqtt::publish_all(rig.devices.port(), &mqtt_messages(second), QoS::AtLeastOnce);
+    let repeated = rig.expect_archive(&want);
+    assert_eq!(repeated, 0, "results the file sink had taken came again after a clean restart");
+    poll_until(RESULTS, || sub.json_rows().len() >= want.values().filter(|r| r.get("cmd_id").is_some()).count());
+    let upstream = sub.json_rows();
+    let distinct = by_id(upstream.clone(), "upstream").len();
+    assert_eq!(upstream.len(), distinct, "results delivered upstream twice after a clean restart");
+    braid.terminate(Duration::from_secs(30));
+}
