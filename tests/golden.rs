@@ -11,6 +11,7 @@
 //!                          (paths relative to the case folder); replaces the file-name order,
 //!                          since the order of the --input flags breaks ties in the merge
 //!   expect_exit            optional: the exit status to expect (e.g. 78); outputs are not compared
+//!   recover_after          optional: a checkpoint epoch E — a recovery case (below)
 //!   README.md              which edge the case pins and why the expected output is right
 //! ```
 //!
@@ -20,6 +21,13 @@
 //! Instead every `_id` must be 16 lowercase hex digits, and ids must have the expected
 //! *structure*: two actual rows share an `_id` exactly when the corresponding expected rows do
 //! (checked over all outputs of a case, on the rows whose counterpart is unambiguous).
+//!
+//! A recovery case runs twice per shard count, with `state_dir` set to a fresh folder: first with
+//! `BRAID_FAULT_EXIT_AFTER_CHECKPOINT=E`, so replay ends abruptly (as `kill -9` would) right
+//! after committing checkpoint `E`; then again with the same arguments, which must resume from
+//! checkpoint `E` (its log says so) and end with exactly the expected outputs. Its config sets a
+//! `checkpoint_interval` that puts checkpoint `E` where the case's README says (mid-window, with
+//! timers pending, …).
 //!
 //! Each case folder is its own test, named after the folder (a libtest-mimic trial, so the usual
 //! filters work: `cargo test --test golden bound_` runs the cases whose name contains `bound_`).
@@ -95,6 +103,8 @@ struct CaseSpec {
     /// (output name, expected file), in --output flag order.
     outputs: Vec<(String, PathBuf)>,
     expect_exit: i32,
+    /// A recovery case: the checkpoint epoch to crash after.
+    recover_after: Option<u64>,
 }
 
 impl CaseSpec {
@@ -126,7 +136,11 @@ impl CaseSpec {
         if expect_exit == 0 && outputs.is_empty() {
             return Err("no out/*.jsonl: nothing to compare".into());
         }
-        Ok(CaseSpec { dir: dir.to_path_buf(), inputs, outputs, expect_exit })
+        let recover_after = match fs::read_to_string(dir.join("recover_after")) {
+            Ok(s) => Some(s.trim().parse().map_err(|e| format!("recover_after {s:?}: {e}"))?),
+            Err(_) => None,
+        };
+        Ok(CaseSpec { dir: dir.to_path_buf(), inputs, outputs, expect_exit, recover_after })
     }
 }
 
@@ -198,8 +212,17 @@ fn run_case(spec: &CaseSpec, shards: u32) -> Result<(), String> {
         .enumerate()
         .map(|(i, (name, _))| (name.clone(), tmp.path().join(format!("out{i}.jsonl"))))
         .collect();
-    let mut cmd = replay_command(&spec.dir.join("config.toml"), Some(shards), &spec.inputs, &actual_files);
+    let config = match spec.recover_after {
+        Some(epoch) => crash_after_checkpoint(spec, shards, tmp.path(), &actual_files, epoch)?,
+        None => spec.dir.join("config.toml"),
+    };
+    let mut cmd = replay_command(&config, Some(shards), &spec.inputs, &actual_files);
     let (status, stderr) = run_with_timeout(&mut cmd, TIMEOUT)?;
+    if let Some(epoch) = spec.recover_after
+        && !stderr.contains(&format!("resumes from its checkpoint epoch={epoch}"))
+    {
+        return Err(format!("the second run did not resume from checkpoint {epoch}; stderr:\n{}", indent(&stderr)));
+    }
     let code = status.code();
     if code != Some(spec.expect_exit) {
         return Err(format!(
@@ -252,6 +275,35 @@ fn run_case(spec: &CaseSpec, shards: u32) -> Result<(), String> {
         }
         Err(problems.join("\n"))
     }
+}
+
+/// The first run of a recovery case: the case's config with `state_dir` in `tmp`, run until
+/// it ends abruptly after committing checkpoint `epoch`. The config for the second run.
+fn crash_after_checkpoint(
+    spec: &CaseSpec,
+    shards: u32,
+    tmp: &Path,
+    outputs: &[(String, PathBuf)],
+    epoch: u64,
+) -> Result<PathBuf, String> {
+    let text = fs::read_to_string(spec.dir.join("config.toml")).map_err(|e| format!("config.toml: {e}"))?;
+    let state = format!("state_dir = {:?}\n", tmp.join("state").display().to_string());
+    let Some(at) = text.find("[runtime]\n") else {
+        return Err("a recovery case's config.toml needs a [runtime] section (with checkpoint_interval)".into());
+    };
+    let text = format!("{}{state}{}", &text[..at + "[runtime]\n".len()], &text[at + "[runtime]\n".len()..]);
+    let config = tmp.join("config.toml");
+    fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
+    let mut cmd = replay_command(&config, Some(shards), &spec.inputs, outputs);
+    cmd.env("BRAID_FAULT_EXIT_AFTER_CHECKPOINT", epoch.to_string()).env("BRAID_LOG", "info");
+    let (status, stderr) = run_with_timeout(&mut cmd, TIMEOUT)?;
+    if status.code() != Some(113) {
+        return Err(format!(
+            "the first run should end after checkpoint {epoch}, ended {status}; stderr:\n{}",
+            indent(&stderr)
+        ));
+    }
+    Ok(config)
 }
 
 fn tail(text: &str, lines: usize) -> String {

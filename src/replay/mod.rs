@@ -120,7 +120,8 @@ pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
     })?;
     let shards = args.shards.max(1);
     if let Some(dir) = &checkpoints {
-        sinks.commit_to(Committer { dir: dir.clone(), shards: shards as u32, sync });
+        let exit_after = std::env::var(output::FAULT_EXIT_AFTER_CHECKPOINT).ok().and_then(|v| v.parse().ok());
+        sinks.commit_to(Committer { dir: dir.clone(), shards: shards as u32, sync, exit_after });
     }
     let start = inputs.peek_arrival().map_err(input_error)?.map_or(0, i128::from);
     let options = RuntimeOptions {

@@ -52,7 +52,16 @@ pub struct Committer {
     pub shards: u32,
     /// `durability = "power"`: files are synced before a checkpoint names their length.
     pub sync: bool,
+    /// Fault injection for crash tests: the process ends abruptly, as `kill -9` would end it
+    /// (no buffer flushed), right after committing this epoch ([`FAULT_EXIT_AFTER_CHECKPOINT`]).
+    pub exit_after: Option<u64>,
 }
+
+/// Environment variable naming a checkpoint epoch after whose commit replay exits at once with
+/// [`FAULT_EXIT`] (crash tests: the golden recovery cases).
+pub const FAULT_EXIT_AFTER_CHECKPOINT: &str = "BRAID_FAULT_EXIT_AFTER_CHECKPOINT";
+/// The exit status of that fault.
+pub const FAULT_EXIT: i32 = 113;
 
 pub struct Outputs<'p> {
     plan: &'p Plan,
@@ -176,6 +185,10 @@ impl<'p> Outputs<'p> {
         let manifest = Manifest { epoch: done.epoch, shards: committer.shards, feeder: done.feeder, driver };
         committer.dir.commit(&manifest).map_err(|e| e.to_string())?;
         self.committed = Some(done.epoch);
+        if committer.exit_after == Some(done.epoch) {
+            // As abrupt as a kill: no destructor runs, no output buffer is flushed.
+            std::process::exit(FAULT_EXIT);
+        }
         Ok(())
     }
 }
