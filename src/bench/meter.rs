@@ -9,12 +9,13 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use braid::checkpoint::{CheckpointDir, Completed, Manifest};
 use braid::operator::{OperatorSpec, ResultKind};
 use braid::plan::{OperatorDef, Plan};
 use braid::record::{Row, Value};
-use braid::shard::Emit;
+use braid::shard::{Emit, Runtime, RuntimeError};
 
-use super::{LATENCY_MAX_NS, wall_clock};
+use super::{CheckpointFigures, LATENCY_MAX_NS, wall_clock};
 
 /// Which results of an operator are traced to the row whose ingest emitted them.
 #[derive(Clone, Copy)]
@@ -94,6 +95,7 @@ pub(super) struct Meter {
     pub(super) at_ingest: u64,
     pub(super) at_tick: u64,
     pub(super) at_finish: u64,
+    checkpoints: Checkpoints,
 }
 
 impl Meter {
@@ -111,6 +113,7 @@ impl Meter {
             at_ingest: 0,
             at_tick: 0,
             at_finish: 0,
+            checkpoints: Checkpoints::default(),
         }
     }
 
@@ -134,7 +137,74 @@ impl Meter {
     }
 }
 
+/// Checkpoints of a bench run: when each barrier went, what each committed checkpoint took.
+#[derive(Default)]
+pub(super) struct Checkpoints {
+    epoch: u64,
+    sent: Option<Instant>,
+    dir: Option<CheckpointDir>,
+    shards: u32,
+    durations: Vec<Duration>,
+    bytes: Vec<u64>,
+}
+
+impl Meter {
+    /// Sends the next checkpoint's barrier; it is committed (into `dir`) when it completes.
+    pub(super) fn checkpoint(
+        &mut self,
+        runtime: &mut Runtime,
+        dir: &CheckpointDir,
+        shards: usize,
+    ) -> Result<(), RuntimeError> {
+        self.checkpoints.epoch += 1;
+        self.checkpoints.shards = shards as u32;
+        self.checkpoints.dir.get_or_insert_with(|| dir.clone());
+        self.checkpoints.sent = Some(wall_clock());
+        runtime.checkpoint(self.checkpoints.epoch, Vec::new(), self)?;
+        Ok(())
+    }
+
+    pub(super) fn checkpoint_figures(&self, restore: Option<(Duration, u64)>) -> CheckpointFigures {
+        let c = &self.checkpoints;
+        let mut durations = c.durations.clone();
+        durations.sort_unstable();
+        CheckpointFigures {
+            committed: c.bytes.len() as u64,
+            bytes_total: c.bytes.iter().sum(),
+            bytes_max: c.bytes.iter().copied().max().unwrap_or(0),
+            duration_p50: durations.get(durations.len() / 2).copied().unwrap_or_default(),
+            duration_max: durations.last().copied().unwrap_or_default(),
+            restore: restore.map(|r| r.0),
+            restored_bytes: restore.map_or(0, |r| r.1),
+        }
+    }
+}
+
+/// An [`Emit`] that only notes that a checkpoint completed (the restore timing's).
+#[derive(Default)]
+pub(super) struct Answered(pub bool);
+
+impl Emit for Answered {
+    fn result(&mut self, _operator: usize, _row: &Row) {}
+    fn late(&mut self, _operator: usize, _input: usize, _row: &Row) {}
+    fn checkpointed(&mut self, _done: Completed) {
+        self.0 = true;
+    }
+}
+
 impl Emit for Meter {
+    fn checkpointed(&mut self, done: Completed) {
+        let c = &mut self.checkpoints;
+        let Some(dir) = &c.dir else { return };
+        let manifest = Manifest { epoch: done.epoch, shards: c.shards, feeder: done.feeder, driver: done.driver };
+        if dir.commit(&manifest).is_ok() {
+            if let Some(sent) = c.sent.take() {
+                c.durations.push(wall_clock().saturating_duration_since(sent));
+            }
+            c.bytes.push(dir.epoch_bytes(done.epoch));
+        }
+    }
+
     fn result(&mut self, operator: usize, row: &Row) {
         let handed = self.trace[operator].traces(row).then(|| self.handed.get(&(row.key_hash, row.ts))).flatten();
         if let Some(&handed) = handed {

@@ -77,6 +77,7 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
+use braid::checkpoint::CheckpointDir;
 use braid::operator::{OperatorSpec, ResultKind};
 use braid::plan::Plan;
 use braid::shard::{Figures, Runtime, RuntimeError, RuntimeOptions};
@@ -130,6 +131,11 @@ pub struct BenchFlags {
     /// baseline.
     #[arg(long)]
     memory_state: bool,
+    /// Take a checkpoint every this many ms of processing time (arrival), as `braid run` does
+    /// every `checkpoint_interval`; then also restore the last one into a second runtime and
+    /// time it. 0: no checkpoints.
+    #[arg(long, default_value_t = 0)]
+    checkpoint_interval_ms: u64,
 }
 
 impl BenchFlags {
@@ -144,6 +150,7 @@ impl BenchFlags {
             late_share: self.late_share,
             batch_rows: self.batch_rows as usize,
             memory_state: self.memory_state,
+            checkpoint_interval_ms: self.checkpoint_interval_ms,
         }
     }
 }
@@ -182,6 +189,8 @@ pub struct BenchArgs {
     pub batch_rows: usize,
     /// Operator state on the heap rather than in arenas.
     pub memory_state: bool,
+    /// A checkpoint every this many ms of processing time; 0: none.
+    pub checkpoint_interval_ms: u64,
 }
 
 /// How much load: a number of input rows, or a measured (wall-clock) time.
@@ -233,6 +242,23 @@ pub struct Report {
     /// Where operator state lived: `arenas` (mmap files, as on a shard) or `memory`
     /// (`--memory-state`).
     pub state_backend: &'static str,
+    /// With `--checkpoint-interval-ms`: what the checkpoints cost.
+    pub checkpoints: Option<CheckpointFigures>,
+}
+
+/// What checkpoints cost in a bench run.
+#[derive(Debug, Default)]
+pub struct CheckpointFigures {
+    pub committed: u64,
+    /// Bytes of every committed checkpoint's files, summed, and the largest.
+    pub bytes_total: u64,
+    pub bytes_max: u64,
+    /// Wall time from a barrier's sending to its checkpoint's commit: median and largest.
+    pub duration_p50: Duration,
+    pub duration_max: Duration,
+    /// Restoring the last checkpoint into a second runtime until its shards answer a barrier.
+    pub restore: Option<Duration>,
+    pub restored_bytes: u64,
 }
 
 /// Names of the bench's private directories: `braid-bench-PID-…`.
@@ -261,7 +287,15 @@ fn wall_clock() -> Instant {
 /// Runs the load through the shard runtime and measures it.
 pub fn run(plan: &Plan, args: &BenchArgs) -> Result<Report, BenchError> {
     let dir = private_dir()?;
-    let options = RuntimeOptions { memory_state: args.memory_state, ..RuntimeOptions::new(args.shards, dir.path()) };
+    let checkpoints =
+        (args.checkpoint_interval_ms > 0).then(|| CheckpointDir::new(dir.path().join("checkpoints"), false));
+    let options = RuntimeOptions {
+        memory_state: args.memory_state,
+        checkpoints: checkpoints.clone(),
+        ..RuntimeOptions::new(args.shards, dir.path())
+    };
+    let interval = i64::try_from(args.checkpoint_interval_ms).unwrap_or(i64::MAX);
+    let mut next_checkpoint: Option<i64> = None;
     let mut generator = Generator::new(plan, args);
     let mut meter = Meter::new(plan, args.batch_rows);
     let mut batch: Vec<Input> = Vec::with_capacity(args.batch_rows);
@@ -294,6 +328,13 @@ pub fn run(plan: &Plan, args: &BenchArgs) -> Result<Report, BenchError> {
         let (started, cpu_started) = (wall_clock(), process_cpu_time());
         for Input { arrival, stream, row } in batch.drain(..) {
             runtime.advance_to(i128::from(arrival), &mut meter)?;
+            if let Some(dir) = &checkpoints
+                && arrival >= *next_checkpoint.get_or_insert(arrival + interval)
+                && !runtime.checkpoint_in_flight()
+            {
+                next_checkpoint = Some(arrival + interval);
+                meter.checkpoint(runtime, dir, args.shards)?;
+            }
             meter.hand_over(&row);
             runtime.ingest(stream, &row, i128::from(arrival), &mut meter)?;
         }
@@ -310,6 +351,10 @@ pub fn run(plan: &Plan, args: &BenchArgs) -> Result<Report, BenchError> {
         }
     }
     let state_end = runtime.as_ref().map_or((0, 0), |r| state(&r.live_figures()));
+    let restore = match &checkpoints {
+        Some(checkpoints) => time_restore(plan, args, checkpoints, &dir)?,
+        None => None,
+    };
     let (anon_rss_end_kib, rss_end_kib) = (status.read().kib("RssAnon"), status.kib("VmRSS"));
     let (started, cpu_started) = (wall_clock(), process_cpu_time());
     meter.finishing = true;
@@ -348,7 +393,40 @@ pub fn run(plan: &Plan, args: &BenchArgs) -> Result<Report, BenchError> {
         state_end,
         operators,
         state_backend: if args.memory_state { "memory" } else { "arenas" },
+        checkpoints: checkpoints.map(|_| meter.checkpoint_figures(restore)),
     })
+}
+
+/// Restores the last committed checkpoint into a second runtime (its own rings and arenas) and
+/// times it until every shard has answered a barrier, which a shard reads only once it has
+/// restored its operators. (time, bytes of the checkpoint); `None` without a checkpoint.
+fn time_restore(
+    plan: &Plan,
+    args: &BenchArgs,
+    checkpoints: &CheckpointDir,
+    dir: &tempfile::TempDir,
+) -> Result<Option<(Duration, u64)>, BenchError> {
+    let started = wall_clock();
+    let Some(loaded) = checkpoints.latest() else { return Ok(None) };
+    let bytes = checkpoints.epoch_bytes(loaded.manifest.epoch);
+    let restore_dir = dir.path().join("restore");
+    std::fs::create_dir_all(&restore_dir).map_err(|error| BenchError::Dir { path: restore_dir.clone(), error })?;
+    let answers = CheckpointDir::new(restore_dir.join("checkpoints"), false);
+    let options = RuntimeOptions {
+        memory_state: args.memory_state,
+        checkpoints: Some(answers),
+        restore: Some(&loaded),
+        ..RuntimeOptions::new(args.shards, &restore_dir)
+    };
+    let mut restored = Runtime::start(plan, &options, 0)?;
+    let mut done = meter::Answered::default();
+    restored.checkpoint(loaded.manifest.epoch + 1, Vec::new(), &mut done)?;
+    while !done.0 {
+        restored.wait(&mut done, DRAIN_WAIT, || false)?;
+    }
+    let took = wall_clock().saturating_duration_since(started);
+    drop(restored);
+    Ok(Some((took, bytes)))
 }
 
 /// Publishes what was fed, waits until every shard has taken every frame from its feed ring,
@@ -427,6 +505,7 @@ mod tests {
             late_share,
             batch_rows: 500,
             memory_state: false,
+            checkpoint_interval_ms: 0,
         }
     }
 

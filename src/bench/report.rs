@@ -56,6 +56,23 @@ impl Report {
         for (key, value) in figures {
             writeln!(out, "{key}={value}")?;
         }
+        if let Some(c) = &self.checkpoints {
+            let ms = |d: std::time::Duration| format!("{:.3}", d.as_secs_f64() * 1000.0);
+            let per_row = if self.rows > 0 { c.bytes_total as f64 / self.rows as f64 } else { 0.0 };
+            let checkpoint_figures = [
+                ("checkpoint_interval_ms", a.checkpoint_interval_ms.to_string()),
+                ("checkpoints", c.committed.to_string()),
+                ("checkpoint_bytes_max", c.bytes_max.to_string()),
+                ("checkpoint_bytes_per_row", format!("{per_row:.1}")),
+                ("checkpoint_ms_p50", ms(c.duration_p50)),
+                ("checkpoint_ms_max", ms(c.duration_max)),
+                ("restore_ms", c.restore.map_or("na".to_owned(), ms)),
+                ("restored_checkpoint_bytes", c.restored_bytes.to_string()),
+            ];
+            for (key, value) in checkpoint_figures {
+                writeln!(out, "{key}={value}")?;
+            }
+        }
         Ok(())
     }
 
