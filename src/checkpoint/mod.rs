@@ -149,14 +149,25 @@ impl CheckpointDir {
         self.epoch_dir(epoch).join(format!("shard-{shard}.snap"))
     }
 
-    /// Writes (and syncs) one shard's snapshots of checkpoint `file.epoch`.
+    /// Writes (and syncs, with `durability = "power"`) one shard's snapshots of checkpoint
+    /// `file.epoch`.
     pub fn write_shard(&self, file: &ShardFile) -> Result<u64, CheckpointError> {
-        let dir = self.epoch_dir(file.epoch);
-        std::fs::create_dir_all(&dir).map_err(|error| CheckpointError::Io { path: dir.clone(), error })?;
-        let path = self.shard_path(file.epoch, file.shard);
-        let bytes = framed(SHARD_MAGIC, &snapshot::encode(file)?);
+        let (path, bytes) = self.shard_file(file)?;
         write_file(&path, &bytes, self.sync)?;
         Ok(bytes.len() as u64)
+    }
+
+    /// What [`write_shard`](Self::write_shard) writes, and where (its directory is made), for a
+    /// shard that writes it itself without blocking (shard/threads.rs).
+    pub fn shard_file(&self, file: &ShardFile) -> Result<(PathBuf, Vec<u8>), CheckpointError> {
+        let dir = self.epoch_dir(file.epoch);
+        std::fs::create_dir_all(&dir).map_err(|error| CheckpointError::Io { path: dir.clone(), error })?;
+        Ok((self.shard_path(file.epoch, file.shard), framed(SHARD_MAGIC, &snapshot::encode(file)?)))
+    }
+
+    /// Whether files are synced after they are written (`durability = "power"`).
+    pub fn syncs(&self) -> bool {
+        self.sync
     }
 
     /// Commits checkpoint `manifest.epoch` (its shard files are written): the manifest goes to

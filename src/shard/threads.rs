@@ -14,7 +14,7 @@ use crate::time::TickPlanner;
 use super::driver::MonoioRuntime;
 use super::wake::{Doorbell, Inbox, Outbox};
 use super::wire::Writer;
-use super::worker::{Checkpoints, Links, Worker};
+use super::worker::{Checkpoints, Links, SnapshotWrite, Worker};
 use super::{Emit, Feed, Runtime, RuntimeError, RuntimeOptions, ShardError, ShardReport, StreamCounters};
 
 /// The rings of a run, seen from both ends.
@@ -251,6 +251,28 @@ impl Drop for WakeOnDrop {
     }
 }
 
+/// Writes a shard's checkpoint file on its own task — io_uring where the shard's driver has it,
+/// so the shard's rounds go on while the disk works (monoio's legacy driver does the same calls
+/// blocking) — then wakes the shard, which tells the collector.
+async fn write_snapshot(write: SnapshotWrite, bell: Arc<Doorbell>) {
+    let SnapshotWrite { path, bytes, sync, outcome } = write;
+    let written = async {
+        let file = monoio::fs::File::create(&path).await?;
+        let (result, _) = file.write_all_at(bytes, 0).await;
+        result?;
+        if sync {
+            file.sync_all().await?;
+        }
+        file.close().await
+    }
+    .await;
+    if let Err(error) = &written {
+        tracing::warn!(path = %path.display(), %error, "Cannot write a checkpoint file");
+    }
+    outcome.set(Some(written.is_ok()));
+    bell.ring();
+}
+
 /// What a shard thread starts with.
 struct Shard {
     id: usize,
@@ -295,7 +317,11 @@ impl Shard {
                 if cancel.load(Ordering::Relaxed) {
                     return Err(ShardError::Cancelled);
                 }
-                if worker.round()? {
+                let moved = worker.round()?;
+                if let Some(write) = worker.take_snapshot_write() {
+                    monoio::spawn(write_snapshot(write, Arc::clone(&bell)));
+                }
+                if moved {
                     continue;
                 }
                 if worker.finished() {

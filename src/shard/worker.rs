@@ -12,6 +12,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
@@ -113,6 +114,20 @@ struct Core {
     checkpoints: Option<CheckpointDir>,
     /// The checkpoint whose barrier is going through this shard's operators.
     barrier: Option<BarrierInFlight>,
+    /// A shard file to write, for the thread's loop to take ([`Worker::take_snapshot_write`]).
+    to_write: Option<SnapshotWrite>,
+    /// A shard file being written: its epoch, and where the writing task leaves its outcome.
+    writing: Option<(u64, Rc<Cell<Option<bool>>>)>,
+}
+
+/// One shard's checkpoint file, to be written off the shard's loop.
+pub struct SnapshotWrite {
+    pub path: std::path::PathBuf,
+    pub bytes: Vec<u8>,
+    /// Synced after it is written (`durability = "power"`).
+    pub sync: bool,
+    /// Set by the writing task: whether it succeeded.
+    pub outcome: Rc<Cell<Option<bool>>>,
 }
 
 /// A checkpoint barrier on its way through a shard's operators.
@@ -179,6 +194,8 @@ impl Worker {
             work_done: 0,
             checkpoints: checkpoints.dir,
             barrier: None,
+            to_write: None,
+            writing: None,
             plan,
             shards,
         };
@@ -199,7 +216,8 @@ impl Worker {
     pub fn round(&mut self) -> Result<bool, ShardError> {
         let core = &mut self.core;
         core.work_done = 0;
-        let mut moved = core.flush();
+        let mut moved = core.check_snapshot_written();
+        moved |= core.flush();
         for (from, inbox) in &mut self.exchange_in {
             let from = *from;
             moved |= inbox.read_frames(|frame| core.on_exchange(from, frame)) > 0;
@@ -226,10 +244,16 @@ impl Worker {
         }
     }
 
+    /// A checkpoint file the shard wants written (the thread's loop writes it on a task).
+    pub fn take_snapshot_write(&mut self) -> Option<SnapshotWrite> {
+        self.core.to_write.take()
+    }
+
     /// Everything is processed and sent: the end of input went through every operator.
     pub fn finished(&self) -> bool {
         let core = &self.core;
-        core.feeder_frontier == Tag::MAX
+        core.writing.is_none()
+            && core.feeder_frontier == Tag::MAX
             && core.frontiers.iter().all(|f| f[core.id] == Tag::MAX)
             && core.pending.iter().all(BinaryHeap::is_empty)
             && !core.backed_up()
@@ -492,9 +516,11 @@ impl Core {
         }
     }
 
-    /// Writes the shard's file of the checkpoint whose barrier every operator has passed. A
-    /// write that fails (a full or broken disk) fails the checkpoint, not the run: the collector
-    /// is told, and the previous checkpoint stays the one a restart uses.
+    /// Hands the shard's file of the checkpoint whose barrier every operator has passed to the
+    /// thread's loop, which writes it on a task of its own (io_uring where the driver has it) so
+    /// the shard goes on meanwhile. A write that fails (a full or broken disk) fails the
+    /// checkpoint, not the run: the collector is told, and the previous checkpoint stays the one
+    /// a restart uses.
     fn write_snapshots(&mut self) {
         let (Some(barrier), Some(dir)) = (self.barrier.take(), self.checkpoints.as_ref()) else { return };
         let epoch = barrier.epoch;
@@ -509,15 +535,37 @@ impl Core {
             })
             .collect();
         let file = ShardFile { epoch, shard: self.id as u32, shards: self.shards as u32, operators };
-        let outcome = match dir.write_shard(&file) {
-            Ok(_) => SHARD_DONE,
+        match dir.shard_file(&file) {
+            Ok((path, bytes)) => {
+                let outcome = Rc::new(Cell::new(None));
+                self.writing = Some((epoch, Rc::clone(&outcome)));
+                self.to_write = Some(SnapshotWrite { path, bytes, sync: dir.syncs(), outcome });
+            }
+            Err(error) => self.snapshot_written(epoch, Err(error.to_string())),
+        }
+    }
+
+    /// Tells the collector how the shard's file of checkpoint `epoch` went.
+    fn snapshot_written(&mut self, epoch: u64, outcome: Result<(), String>) {
+        let passed = match outcome {
+            Ok(()) => SHARD_DONE,
             Err(error) => {
                 tracing::warn!(shard = self.id, epoch, %error, "Checkpoint not written; the previous one stays");
                 SHARD_FAILED
             }
         };
-        self.writer.passed(outcome, epoch);
+        self.writer.passed(passed, epoch);
         self.push_output(FrameKind::Passed);
+    }
+
+    /// The writing task has finished the shard's file: the collector hears of it.
+    fn check_snapshot_written(&mut self) -> bool {
+        let Some((epoch, outcome)) = &self.writing else { return false };
+        let Some(ok) = outcome.get() else { return false };
+        let epoch = *epoch;
+        self.writing = None;
+        self.snapshot_written(epoch, if ok { Ok(()) } else { Err("writing the shard file failed".into()) });
+        true
     }
 
     /// Sends the frame just written into `self.writer` to the collector.
