@@ -28,6 +28,7 @@ use crate::record::schema::Field;
 use crate::record::view::RowView;
 use crate::record::{ArchivedRow, FieldType, Key, Row, Value};
 use crate::state::ByKeyHash;
+use crate::state::snapshot::{self, SnapshotError};
 use crate::time::Time;
 
 use super::{OperatorSpec, Output, ResultKind};
@@ -68,6 +69,7 @@ pub struct AbsenceSpec {
 }
 
 /// One key's state; keys are numbered in the order this instance first saw them.
+#[derive(Clone, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 struct KeyState {
     key: Key,
     key_hash: u64,
@@ -235,6 +237,54 @@ impl Absence {
     }
 }
 
+/// What a checkpoint keeps of an absence (state/snapshot.rs). Key numbers are positions in
+/// `keys`; the index by key hash is rebuilt from it.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct AbsenceState {
+    watermark: Time,
+    keys: Vec<KeyState>,
+    /// (ts, arrival, key number) of every pending row, in no order.
+    pending: Vec<(i64, u64, u64)>,
+    /// (deadline, key number).
+    deadlines: Vec<(i128, u64)>,
+    seq: u64,
+}
+
+impl Absence {
+    /// Everything this instance's output depends on: every key seen (in the order first seen,
+    /// which orders results), its last row's ts and whether it is absent, the rows waiting for
+    /// the watermark, the deadlines, the watermark.
+    pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
+        snapshot::encode(&AbsenceState {
+            watermark: self.watermark,
+            keys: self.keys.clone(),
+            pending: self.pending.iter().map(|Reverse((ts, seq, n))| (*ts, *seq, *n as u64)).collect(),
+            deadlines: self.deadlines.iter().map(|&(deadline, n)| (deadline, n as u64)).collect(),
+            seq: self.seq,
+        })
+    }
+
+    /// Takes up a [`snapshot`](Self::snapshot); `self` is freshly built from the same spec.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        let saved: AbsenceState = snapshot::decode(bytes)?;
+        let keys = saved.keys.len() as u64;
+        let numbers = saved.pending.iter().map(|p| p.2).chain(saved.deadlines.iter().map(|d| d.1));
+        if let Some(n) = numbers.into_iter().find(|&n| n >= keys) {
+            return Err(SnapshotError::Decode(format!("key number {n} of {keys} keys")));
+        }
+        self.numbers.clear();
+        for (n, state) in saved.keys.iter().enumerate() {
+            self.numbers.entry(state.key_hash).or_default().push(n);
+        }
+        self.keys = saved.keys;
+        self.watermark = saved.watermark;
+        self.pending = saved.pending.into_iter().map(|(ts, seq, n)| Reverse((ts, seq, n as usize))).collect();
+        self.deadlines = saved.deadlines.into_iter().map(|(deadline, n)| (deadline, n as usize)).collect();
+        self.seq = saved.seq;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,16 +380,5 @@ mod tests {
         assert_eq!(ids[0], h.begin().str("a").str("absent").str("d").value(&Value::Int(110)).finish());
         assert_eq!(ids[1], h.begin().str("a").str("present").str("d").value(&Value::Int(200)).finish());
         assert_eq!(a.state_rows(), 1);
-    }
-}
-
-// PLACEHOLDER (replaced by the operator snapshot work before it lands): an honest error.
-impl Absence {
-    pub fn snapshot(&self) -> Result<Vec<u8>, crate::state::snapshot::SnapshotError> {
-        Err(crate::state::snapshot::SnapshotError::Encode("Absence: snapshots not built yet".into()))
-    }
-
-    pub fn restore(&mut self, _bytes: &[u8]) -> Result<(), crate::state::snapshot::SnapshotError> {
-        Err(crate::state::snapshot::SnapshotError::Decode("Absence: snapshots not built yet".into()))
     }
 }

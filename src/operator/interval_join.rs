@@ -30,7 +30,8 @@ use crate::record::frame::to_row;
 use crate::record::id::IdHasher;
 use crate::record::view::RowView;
 use crate::record::{ArchivedRow, Row};
-use crate::state::{KeyedStore, MemoryStore, RowHandle};
+use crate::state::snapshot::{self, SnapshotError};
+use crate::state::{KeyedStore, MemoryStore, RowHandle, StoredRow};
 use crate::time::Time;
 
 use super::{OperatorSpec, Output, Projection, Quality, ResultKind};
@@ -150,7 +151,7 @@ fn warn_about_disorder(b: &Builder<'_, '_, '_>, t: Table<'_, '_>, inputs: &[Inpu
 }
 
 /// A stored row's eviction time.
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 struct Timer {
     last_chance: Time,
     seq: u64,
@@ -306,6 +307,53 @@ impl IntervalJoin {
     }
 }
 
+/// What a checkpoint keeps of an interval join (state/snapshot.rs).
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct IntervalJoinState {
+    watermark: Time,
+    /// Per input, the stored rows with the handles the timers name them by.
+    rows: Vec<Vec<StoredRow>>,
+    /// Every stored row's timer (the heap's contents, in no order).
+    timers: Vec<Timer>,
+    seq: u64,
+    quality: Quality,
+}
+
+impl IntervalJoin {
+    /// Everything this instance's output depends on: the stored rows with their handles and
+    /// matched flags, their timers (ordered by last chance, then `seq`), the watermark, the
+    /// join quality so far.
+    pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
+        snapshot::encode(&IntervalJoinState {
+            watermark: self.watermark,
+            rows: self.state.iter().map(|store| snapshot::save_rows(store.as_ref())).collect(),
+            timers: self.timers.iter().map(|Reverse(timer)| *timer).collect(),
+            seq: self.seq,
+            quality: self.quality,
+        })
+    }
+
+    /// Takes up a [`snapshot`](Self::snapshot); `self` is freshly built from the same spec.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        let saved: IntervalJoinState = snapshot::decode(bytes)?;
+        snapshot::expect_len("inputs", 2, saved.rows.len())?;
+        if let Some(timer) = saved.timers.iter().find(|t| t.input > RIGHT) {
+            return Err(SnapshotError::Decode(format!("a timer of input {}", timer.input)));
+        }
+        for (store, rows) in self.state.iter().zip(&saved.rows) {
+            snapshot::check_rows(store.as_ref(), rows)?;
+        }
+        for (store, rows) in self.state.iter_mut().zip(saved.rows) {
+            store.import(rows);
+        }
+        self.watermark = saved.watermark;
+        self.timers = saved.timers.into_iter().map(Reverse).collect();
+        self.seq = saved.seq;
+        self.quality = saved.quality;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -401,16 +449,5 @@ mod tests {
         assert_eq!(j.state_rows(), 1);
         assert_eq!(j.quality(), Quality { matched: [0, 0], unmatched: [1, 0] }, "counted as it is decided");
         assert_eq!(j.output_watermark(), Time::ms(700));
-    }
-}
-
-// PLACEHOLDER (replaced by the operator snapshot work before it lands): an honest error.
-impl IntervalJoin {
-    pub fn snapshot(&self) -> Result<Vec<u8>, crate::state::snapshot::SnapshotError> {
-        Err(crate::state::snapshot::SnapshotError::Encode("IntervalJoin: snapshots not built yet".into()))
-    }
-
-    pub fn restore(&mut self, _bytes: &[u8]) -> Result<(), crate::state::snapshot::SnapshotError> {
-        Err(crate::state::snapshot::SnapshotError::Decode("IntervalJoin: snapshots not built yet".into()))
     }
 }

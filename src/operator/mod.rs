@@ -98,7 +98,7 @@ impl Output {
 /// on-time rows once, when the row leaves its state (evicted by the watermark, or at the end of
 /// input when the watermark goes to +∞), so once an input is done `matched + unmatched + late`
 /// is every row of that input. What "a partner" is depends on the kind: its module doc says.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct Quality {
     pub matched: [u64; 2],
     pub unmatched: [u64; 2],

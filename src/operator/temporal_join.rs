@@ -42,7 +42,8 @@ use crate::record::frame::to_row;
 use crate::record::id::IdHasher;
 use crate::record::view::KeyRef;
 use crate::record::{ArchivedRow, Key, Row};
-use crate::state::{KeyedStore, MemoryStore, RowHandle};
+use crate::state::snapshot::{self, SnapshotError};
+use crate::state::{KeyedStore, MemoryStore, RowHandle, StoredRow};
 use crate::time::Time;
 
 use super::{OperatorSpec, Output, Projection, Quality, ResultKind};
@@ -74,7 +75,7 @@ pub struct TemporalJoinSpec {
 }
 
 /// A stored row in (ts, arrival) order.
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 struct Waiting {
     ts: i64,
     handle: RowHandle,
@@ -82,7 +83,7 @@ struct Waiting {
 }
 
 /// A right version that is not yet below the watermark.
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 struct Version {
     ts: i64,
     handle: RowHandle,
@@ -262,6 +263,52 @@ impl TemporalJoin {
     }
 }
 
+/// What a checkpoint keeps of a temporal join (state/snapshot.rs).
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct TemporalJoinState {
+    watermark: Time,
+    left: Vec<StoredRow>,
+    right: Vec<StoredRow>,
+    /// The heaps' contents, in no order.
+    pending: Vec<Waiting>,
+    fresh: Vec<Version>,
+    /// Per key: its floor version's handle and key hash.
+    floor: Vec<(Key, RowHandle, u64)>,
+    quality: Quality,
+}
+
+impl TemporalJoin {
+    /// Everything this instance's output depends on: the waiting left rows and the right
+    /// versions with their handles (which order arrivals) and matched flags, which versions are
+    /// fresh and which is each key's floor, the watermark, the join quality so far.
+    pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
+        snapshot::encode(&TemporalJoinState {
+            watermark: self.watermark,
+            left: snapshot::save_rows(self.left.as_ref()),
+            right: snapshot::save_rows(self.right.as_ref()),
+            pending: self.pending.iter().map(|Reverse(w)| *w).collect(),
+            fresh: self.fresh.iter().map(|Reverse(v)| v.clone()).collect(),
+            floor: self.floor.iter().map(|(key, &(handle, key_hash))| (key.clone(), handle, key_hash)).collect(),
+            quality: self.quality,
+        })
+    }
+
+    /// Takes up a [`snapshot`](Self::snapshot); `self` is freshly built from the same spec.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        let saved: TemporalJoinState = snapshot::decode(bytes)?;
+        snapshot::check_rows(self.left.as_ref(), &saved.left)?;
+        snapshot::check_rows(self.right.as_ref(), &saved.right)?;
+        self.left.import(saved.left);
+        self.right.import(saved.right);
+        self.watermark = saved.watermark;
+        self.pending = saved.pending.into_iter().map(Reverse).collect();
+        self.fresh = saved.fresh.into_iter().map(Reverse).collect();
+        self.floor = saved.floor.into_iter().map(|(key, handle, key_hash)| (key, (handle, key_hash))).collect();
+        self.quality = saved.quality;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,16 +464,5 @@ mod tests {
         let mut ids = IdHasher::default();
         assert_eq!(out.results[0].1.id, ids.begin().str("t").str("left_only").u64(1).finish());
         assert_eq!(out.results[1].1.id, ids.begin().str("t").str("match").u64(3).u64(2).finish());
-    }
-}
-
-// PLACEHOLDER (replaced by the operator snapshot work before it lands): an honest error.
-impl TemporalJoin {
-    pub fn snapshot(&self) -> Result<Vec<u8>, crate::state::snapshot::SnapshotError> {
-        Err(crate::state::snapshot::SnapshotError::Encode("TemporalJoin: snapshots not built yet".into()))
-    }
-
-    pub fn restore(&mut self, _bytes: &[u8]) -> Result<(), crate::state::snapshot::SnapshotError> {
-        Err(crate::state::snapshot::SnapshotError::Decode("TemporalJoin: snapshots not built yet".into()))
     }
 }

@@ -18,6 +18,7 @@ use crate::record::id::{self, IdHasher};
 use crate::record::schema::Field;
 use crate::record::view::RowView;
 use crate::record::{ArchivedRow, FieldType, Key, Row, Schema, TimeSpec, Value};
+use crate::state::snapshot::{self, SnapshotError};
 use crate::time::Time;
 
 use super::{OperatorSpec, Output, ResultKind};
@@ -166,6 +167,26 @@ impl Union {
     }
 }
 
+/// What a checkpoint keeps of a union: its watermark (nothing waits in it).
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct UnionState {
+    watermark: Time,
+}
+
+impl Union {
+    /// Everything this instance's output depends on (state/snapshot.rs).
+    pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
+        snapshot::encode(&UnionState { watermark: self.watermark })
+    }
+
+    /// Takes up a [`snapshot`](Self::snapshot); `self` is freshly built from the same spec.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        let saved: UnionState = snapshot::decode(bytes)?;
+        self.watermark = saved.watermark;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,17 +263,5 @@ mod tests {
         let r = &out.results[0].1;
         assert_eq!(r.key, Key::Int(5));
         assert_eq!(r.key_hash, id::key_hash(&Key::Int(5)));
-    }
-}
-
-// TEMP-LOCAL
-impl Union {
-    pub fn snapshot(&self) -> Result<Vec<u8>, crate::state::snapshot::SnapshotError> {
-        crate::state::snapshot::encode(&self.watermark)
-    }
-
-    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), crate::state::snapshot::SnapshotError> {
-        self.watermark = crate::state::snapshot::decode(bytes)?;
-        Ok(())
     }
 }

@@ -14,6 +14,7 @@
 //!   window) holds at least one row of the other input when it is freed, whether or not a pair
 //!   passes `where`; unmatched otherwise; counted once, then ([`super::window`] "Join quality").
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::config::operators::{Builder, Built, output_schema, select};
@@ -21,12 +22,15 @@ use crate::config::walk::{Errors, Table, type_name};
 use crate::record::id::IdHasher;
 use crate::record::schema::Field;
 use crate::record::{FieldType, Row, Value};
+use crate::state::snapshot::{self, SnapshotError};
 use crate::time::Time;
 
 use super::expr::Expr;
 use super::interval_join::{LEFT, RIGHT};
 use super::projection::Column;
-use super::window::{Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, check_spec, result_key};
+use super::window::{
+    Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, WindowsState, check_spec, result_key,
+};
 use super::{OperatorSpec, Output, Projection, Quality, ResultKind};
 
 /// Checks `[operators.NAME]` of this kind.
@@ -191,6 +195,58 @@ impl WindowJoin {
     }
 }
 
+/// What a checkpoint keeps of a window join (state/snapshot.rs): the windows, every stored row
+/// once (a sliding row is shared by its windows) with its arrival number, and per window the
+/// arrival numbers of its rows per input.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct WindowJoinState {
+    windows: WindowsState,
+    rows: Vec<(u64, Row)>,
+    contents: Vec<[Vec<u64>; 2]>,
+}
+
+impl WindowJoin {
+    /// Everything this instance's output depends on: the open windows with their rows,
+    /// versions and firing state, the watermark, the arrival counter, the join quality so far.
+    pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
+        let (windows, contents) = self.windows.snapshot();
+        let mut rows = BTreeMap::new();
+        let contents = contents
+            .into_iter()
+            .map(|c| {
+                c.sides.clone().map(|side| {
+                    side.into_iter()
+                        .map(|(seq, row)| {
+                            rows.entry(seq).or_insert(row);
+                            seq
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        let rows = rows.into_iter().map(|(seq, row)| (seq, Row::clone(&row))).collect();
+        snapshot::encode(&WindowJoinState { windows, rows, contents })
+    }
+
+    /// Takes up a [`snapshot`](Self::snapshot); `self` is freshly built from the same spec.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        let saved: WindowJoinState = snapshot::decode(bytes)?;
+        let rows: HashMap<u64, Arc<Row>> = saved.rows.into_iter().map(|(seq, row)| (seq, Arc::new(row))).collect();
+        let mut contents = Vec::with_capacity(saved.contents.len());
+        for sides in saved.contents {
+            let mut window = Rows::default();
+            for (input, side) in sides.into_iter().enumerate() {
+                for seq in side {
+                    let row = rows.get(&seq).ok_or_else(|| SnapshotError::Decode(format!("no row {seq}")))?;
+                    window.add(input, row, seq);
+                }
+            }
+            contents.push(window);
+        }
+        self.windows.restore(saved.windows, contents)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,16 +381,5 @@ mod tests {
         assert_eq!(second[0].6, first[0].6, "the pair keeps its id");
         assert_eq!(j.output_watermark(), Time::ms(-79));
         assert!(j.is_quiescent());
-    }
-}
-
-// PLACEHOLDER (replaced by the operator snapshot work before it lands): an honest error.
-impl WindowJoin {
-    pub fn snapshot(&self) -> Result<Vec<u8>, crate::state::snapshot::SnapshotError> {
-        Err(crate::state::snapshot::SnapshotError::Encode("WindowJoin: snapshots not built yet".into()))
-    }
-
-    pub fn restore(&mut self, _bytes: &[u8]) -> Result<(), crate::state::snapshot::SnapshotError> {
-        Err(crate::state::snapshot::SnapshotError::Decode("WindowJoin: snapshots not built yet".into()))
     }
 }

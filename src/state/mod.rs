@@ -49,6 +49,15 @@ impl std::hash::Hasher for KeyHashHasher {
 /// Names one stored row: unique within its store for the store's lifetime.
 pub type RowHandle = u64;
 
+/// A stored row as a snapshot keeps it ([`snapshot::save_rows`]): the handle the operator's
+/// timers name it by, its matched flag and the row.
+#[derive(Clone, Debug, PartialEq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct StoredRow {
+    pub handle: RowHandle,
+    pub matched: bool,
+    pub row: Row,
+}
+
 /// A row removed from a store, with its matched flag.
 #[derive(Debug)]
 pub struct Removed {
@@ -79,6 +88,17 @@ pub trait KeyedStore: Send {
     /// Visits the rows stored under `key` in insertion order with their handles, until `visit`
     /// returns false; for callers that pick one row to remove (connect's keyed state).
     fn scan_handles(&self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(RowHandle, &Row) -> bool);
+    /// Visits every live row with its handle and matched flag (for a snapshot): the rows of one
+    /// key hash in insertion order, so [`import`](Self::import) in the same order gives every key
+    /// back its scan order; key hashes in no particular order.
+    fn export(&self, visit: &mut dyn FnMut(RowHandle, bool, RowView<'_>));
+    /// Stores `rows` under the handles they carry (a snapshot's rows, as [`export`](Self::export)
+    /// visited them), each key hash's rows after those it has, in the order given. Handles the
+    /// store hands out later never equal one of these and compare greater, as if the restored
+    /// rows had been inserted first (the temporal join takes handles for arrival order; an
+    /// arena's rows kept in memory aside). The caller makes sure the handles are distinct and not
+    /// in use ([`snapshot::load_rows`]: into an empty store).
+    fn import(&mut self, rows: Vec<StoredRow>);
     fn rows(&self) -> usize;
     fn bytes(&self) -> usize;
 }
@@ -135,6 +155,24 @@ impl KeyedStore for MemoryStore {
             if !visit(entry.handle, &entry.row) {
                 return;
             }
+        }
+    }
+
+    fn export(&self, visit: &mut dyn FnMut(RowHandle, bool, RowView<'_>)) {
+        for entries in self.by_hash.values() {
+            for entry in entries {
+                visit(entry.handle, entry.matched, RowView::Heap(&entry.row));
+            }
+        }
+    }
+
+    fn import(&mut self, rows: Vec<StoredRow>) {
+        for StoredRow { handle, matched, row } in rows {
+            // `load_rows` refuses `RowHandle::MAX`: no overflow.
+            self.next_handle = self.next_handle.max(handle.saturating_add(1));
+            self.rows += 1;
+            self.bytes += row.size_bytes();
+            self.by_hash.entry(row.key_hash).or_default().push(Entry { handle, row, matched });
         }
     }
 

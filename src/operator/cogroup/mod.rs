@@ -32,9 +32,12 @@ use crate::record::id::IdHasher;
 use crate::record::schema::Field;
 use crate::record::view::KeyRef;
 use crate::record::{ArchivedRow, FieldType, Key, Row, Value};
+use crate::state::snapshot::{self, SnapshotError};
 use crate::time::Time;
 
-use super::window::{Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, check_spec, result_key};
+use super::window::{
+    Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, WindowsState, check_spec, result_key,
+};
 use super::{OperatorSpec, Output, Quality, ResultKind};
 
 /// Checks `[operators.NAME]` of this kind.
@@ -208,7 +211,7 @@ impl CoGroupSpec {
 /// The exact sum of floats: non-overlapping partials whose sum is the exact sum of what was
 /// added (Shewchuk; Python's `math.fsum`), so the result does not depend on the order of the
 /// additions. A sum that overflows, or takes an infinity, is the plain running sum instead.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 struct ExactSum {
     partials: Vec<f64>,
     plain: f64,
@@ -285,7 +288,7 @@ fn compare(a: &Value, b: &Value) -> Ordering {
 }
 
 /// The running state of one aggregate over one group.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 enum Acc {
     Count(i64),
     SumInt(Option<i128>),
@@ -536,16 +539,54 @@ impl CoGroup {
     }
 }
 
-#[cfg(test)]
-mod tests;
+/// A window's groups as a snapshot keeps them: the aggregates' states, in `aggregate` order.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct GroupsState {
+    counts: [u64; 2],
+    accs: Vec<Acc>,
+}
 
-// PLACEHOLDER (replaced by the operator snapshot work before it lands): an honest error.
+/// What a checkpoint keeps of a cogroup (state/snapshot.rs): the windows and their groups.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct CoGroupState {
+    windows: WindowsState,
+    groups: Vec<GroupsState>,
+}
+
 impl CoGroup {
-    pub fn snapshot(&self) -> Result<Vec<u8>, crate::state::snapshot::SnapshotError> {
-        Err(crate::state::snapshot::SnapshotError::Encode("CoGroup: snapshots not built yet".into()))
+    /// Everything this instance's output depends on: the open windows with their aggregates,
+    /// versions, `_supersedes` and firing state, the watermark, the arrival counter (first and
+    /// last break ties by it), the join quality so far.
+    pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
+        let (windows, contents) = self.windows.snapshot();
+        let groups = contents
+            .into_iter()
+            .map(|g| GroupsState { counts: g.counts, accs: g.accs.iter().map(|(_, _, acc)| acc.clone()).collect() })
+            .collect();
+        snapshot::encode(&CoGroupState { windows, groups })
     }
 
-    pub fn restore(&mut self, _bytes: &[u8]) -> Result<(), crate::state::snapshot::SnapshotError> {
-        Err(crate::state::snapshot::SnapshotError::Decode("CoGroup: snapshots not built yet".into()))
+    /// Takes up a [`snapshot`](Self::snapshot); `self` is freshly built from the same spec.
+    /// Each window's aggregates must be this spec's, function by function.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        let saved: CoGroupState = snapshot::decode(bytes)?;
+        let empty = Groups::new(&self.results.spec.aggregates);
+        let mut contents = Vec::with_capacity(saved.groups.len());
+        for GroupsState { counts, accs } in saved.groups {
+            snapshot::expect_len("aggregates", empty.accs.len(), accs.len())?;
+            let mut groups = Groups { counts, accs: Vec::with_capacity(accs.len()) };
+            for (&(input, pos, ref fresh), acc) in empty.accs.iter().zip(accs) {
+                if std::mem::discriminant(fresh) != std::mem::discriminant(&acc) {
+                    let found = format!("{acc:?}");
+                    return Err(SnapshotError::Mismatch { expected: format!("aggregate {fresh:?}"), found });
+                }
+                groups.accs.push((input, pos, acc));
+            }
+            contents.push(groups);
+        }
+        self.windows.restore(saved.windows, contents)
     }
 }
+
+#[cfg(test)]
+mod tests;

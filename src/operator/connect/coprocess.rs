@@ -31,7 +31,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use crate::operator::{Output, Projection, ResultKind};
 use crate::record::id::IdHasher;
 use crate::record::{Key, Row};
-use crate::state::{KeyedStore, MemoryStore, RowHandle};
+use crate::state::snapshot::{self, SnapshotError};
+use crate::state::{KeyedStore, MemoryStore, RowHandle, StoredRow};
 use crate::time::Time;
 
 /// Custom logic of a `connect` operator: per-input handlers with shared keyed state and timers.
@@ -214,6 +215,27 @@ impl KeyedState {
         self.slots.iter().map(|s| s.rows()).sum()
     }
 
+    /// Every slot's rows with their handles, for a snapshot (state/snapshot.rs).
+    pub(crate) fn save(&self) -> Vec<Vec<StoredRow>> {
+        self.slots.iter().map(|store| snapshot::save_rows(store.as_ref())).collect()
+    }
+
+    /// Opens the slots `saved` has rows for and checks that they can take them (empty, handles
+    /// distinct), changing nothing else.
+    pub(crate) fn check(&mut self, saved: &[Vec<StoredRow>]) -> Result<(), SnapshotError> {
+        for (slot, rows) in saved.iter().enumerate() {
+            snapshot::check_rows(self.slot(slot), rows)?;
+        }
+        Ok(())
+    }
+
+    /// Imports what [`save`](Self::save) saved, once [`check`](Self::check)ed.
+    pub(crate) fn load(&mut self, saved: Vec<Vec<StoredRow>>) {
+        for (slot, rows) in saved.into_iter().enumerate() {
+            self.slot(slot).import(rows);
+        }
+    }
+
     pub fn bytes(&self) -> usize {
         self.slots.iter().map(|s| s.bytes()).sum()
     }
@@ -264,6 +286,26 @@ pub struct Fired {
     pub timer: Timer,
     pub key: Key,
     pub key_hash: u64,
+}
+
+/// A pending timer as a snapshot keeps it.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct SavedTimer {
+    processing: bool,
+    at: Time,
+    seq: u64,
+    key: Key,
+    key_hash: u64,
+    tag: u64,
+    hold: Time,
+}
+
+/// What a checkpoint keeps of a [`TimerService`]: the pending timers in firing order per domain
+/// and the sequence counter (the index of identities and the holds are rebuilt from them).
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub(crate) struct TimersState {
+    timers: Vec<SavedTimer>,
+    seq: u64,
 }
 
 struct Pending {
@@ -403,6 +445,47 @@ impl TimerService {
     /// Removes and returns the processing-time timer `(at, seq)` if it is still pending.
     pub(crate) fn take_processing(&mut self, at: Time, seq: u64) -> Option<Fired> {
         self.pop(Domain::Processing, at, seq)
+    }
+
+    /// The pending timers, for a snapshot.
+    pub(crate) fn save(&self) -> TimersState {
+        let mut timers = Vec::new();
+        for (domain, queue) in [Domain::Event, Domain::Processing].into_iter().zip(&self.queues) {
+            for (&(at, seq), pending) in queue {
+                let Pending { key, key_hash, tag, hold } = pending;
+                let (key, key_hash, tag, hold) = (key.clone(), *key_hash, *tag, *hold);
+                timers.push(SavedTimer { processing: domain == Domain::Processing, at, seq, key, key_hash, tag, hold });
+            }
+        }
+        TimersState { timers, seq: self.seq }
+    }
+
+    /// Takes up what [`save`](Self::save) saved; `self` has no timers. Which of two timers
+    /// whose identities share a key hash the index names and which one is found by a scan may
+    /// differ from before: a timer is found either way.
+    pub(crate) fn load(&mut self, saved: TimersState) -> Result<(), SnapshotError> {
+        if let Some(timer) = saved.timers.iter().find(|t| t.seq == 0 || t.seq > saved.seq) {
+            return Err(SnapshotError::Decode(format!("timer number {} after {}", timer.seq, saved.seq)));
+        }
+        let mut numbers = std::collections::HashSet::new();
+        if let Some(timer) = saved.timers.iter().find(|t| !numbers.insert(t.seq)) {
+            return Err(SnapshotError::Decode(format!("timer number {} repeated", timer.seq)));
+        }
+        for SavedTimer { processing, at, seq, key, key_hash, tag, hold } in saved.timers {
+            let domain = if processing { Domain::Processing } else { Domain::Event };
+            match self.index.entry(Ident { domain, at, key_hash, tag }) {
+                Entry::Vacant(e) => {
+                    e.insert(seq);
+                }
+                Entry::Occupied(_) => self.collided.push((domain, at, seq)),
+            }
+            if hold != Time::POS_INF {
+                self.holds.insert((hold, seq));
+            }
+            self.queues[domain as usize].insert((at, seq), Pending { key, key_hash, tag, hold });
+        }
+        self.seq = saved.seq;
+        Ok(())
     }
 
     /// Drops every pending processing-time timer (end of input, after the last sweep).

@@ -26,8 +26,11 @@ use crate::config::operators::{Builder, Built, output_schema, select};
 use crate::config::walk::{Errors, Table};
 use crate::record::Row;
 use crate::record::id::IdHasher;
+use crate::state::StoredRow;
+use crate::state::snapshot::{self, SnapshotError};
 use crate::time::Time;
 
+use coprocess::TimersState;
 pub use coprocess::{CoProcess, Context, Domain, Emitter, Fired, KeyedState, Timer, TimerService};
 pub use reconcile::{Reconcile, ReconcileSpec};
 pub use threshold::{Threshold, ThresholdSpec};
@@ -260,6 +263,82 @@ impl Connect {
 
     pub fn state_bytes(&self) -> usize {
         self.state.bytes()
+    }
+}
+
+/// What a checkpoint keeps of a connect (state/snapshot.rs).
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct ConnectState {
+    /// The function that kept this state ([`Function::name`]).
+    function: String,
+    watermark: Time,
+    now: i128,
+    /// Per slot of keyed state, its rows with the handles functions name them by (reconcile's
+    /// timer tags carry them).
+    slots: Vec<Vec<StoredRow>>,
+    timers: TimersState,
+}
+
+impl Function {
+    fn name(&self) -> &'static str {
+        match self {
+            Function::Threshold(_) => "threshold",
+            Function::Reconcile(_) => "reconcile",
+            Function::Custom(_) => "custom",
+        }
+    }
+
+    /// The slots of keyed state the function uses (`None`: any number).
+    fn slots(&self) -> Option<usize> {
+        match self {
+            Function::Threshold(_) => Some(1),
+            Function::Reconcile(_) => Some(2),
+            Function::Custom(_) => None,
+        }
+    }
+}
+
+impl Connect {
+    /// Everything this instance's output depends on: the keyed state (every slot's rows with
+    /// their handles), the pending timers of both domains with their holds and order, the
+    /// watermark and processing time. The built-in functions keep nothing else; a custom
+    /// [`CoProcess`] that keeps state in its own fields (against the trait's advice) loses it.
+    pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
+        snapshot::encode(&ConnectState {
+            function: self.function.name().to_owned(),
+            watermark: self.watermark,
+            now: self.now,
+            slots: self.state.save(),
+            timers: self.timers.save(),
+        })
+    }
+
+    /// Takes up a [`snapshot`](Self::snapshot); `self` is freshly built from the same spec.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        let saved: ConnectState = snapshot::decode(bytes)?;
+        let function = self.function.name();
+        if saved.function != function {
+            let expected = format!("connect function {function}");
+            return Err(SnapshotError::Mismatch { expected, found: format!("connect function {}", saved.function) });
+        }
+        if let Some(slots) = self.function.slots()
+            && saved.slots.len() > slots
+        {
+            return Err(SnapshotError::Mismatch {
+                expected: format!("at most {slots} slots of keyed state"),
+                found: format!("{} slots", saved.slots.len()),
+            });
+        }
+        if !self.timers.is_empty(Domain::Event) || !self.timers.is_empty(Domain::Processing) {
+            let expected = "a freshly built instance (no timers)".to_owned();
+            return Err(SnapshotError::Mismatch { expected, found: "pending timers".into() });
+        }
+        self.state.check(&saved.slots)?;
+        self.timers.load(saved.timers)?;
+        self.state.load(saved.slots);
+        self.watermark = saved.watermark;
+        self.now = saved.now;
+        Ok(())
     }
 }
 
@@ -499,16 +578,5 @@ fields = { device = "string", amount = "int" }
         op.on_processing_time(END_OF_INPUT, &mut out);
         assert_eq!(results(&out)[1..], [(ResultKind::Match, 900, Value::Int(1), Value::Null)]);
         assert_eq!(op.next_processing_timer(), None);
-    }
-}
-
-// PLACEHOLDER (replaced by the operator snapshot work before it lands): an honest error.
-impl Connect {
-    pub fn snapshot(&self) -> Result<Vec<u8>, crate::state::snapshot::SnapshotError> {
-        Err(crate::state::snapshot::SnapshotError::Encode("Connect: snapshots not built yet".into()))
-    }
-
-    pub fn restore(&mut self, _bytes: &[u8]) -> Result<(), crate::state::snapshot::SnapshotError> {
-        Err(crate::state::snapshot::SnapshotError::Decode("Connect: snapshots not built yet".into()))
     }
 }

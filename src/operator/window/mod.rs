@@ -41,6 +41,7 @@ use std::collections::{BTreeSet, HashMap};
 use crate::config::walk::{Errors, Table};
 use crate::operator::{Output, Quality};
 use crate::record::{Key, Value, id};
+use crate::state::snapshot::{self, SnapshotError};
 use crate::time::Time;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -568,6 +569,117 @@ impl<C: Contents> Windows<C> {
     pub fn state_bytes(&self) -> usize {
         self.bytes + self.windows.len() * std::mem::size_of::<Window<C>>()
     }
+
+    /// The windows' state for a snapshot and, in the same order, their contents (which each
+    /// kind saves its own way). Windows come in the order of the index lists that hold them, so
+    /// that [`restore`](Self::restore) rebuilds every list in its order (a session list's order
+    /// is the order a later merge absorbs its parts in).
+    pub fn snapshot(&self) -> (WindowsState, Vec<&C>) {
+        let lists: Vec<&Vec<Handle>> = match self.spec.kind {
+            WindowKind::Fixed { .. } => self.fixed.values().collect(),
+            WindowKind::Session { .. } => self.sessions.values().collect(),
+        };
+        let mut windows = Vec::with_capacity(self.windows.len());
+        let mut contents = Vec::with_capacity(self.windows.len());
+        for &handle in lists.into_iter().flatten() {
+            let Some(w) = self.windows.get(&handle) else { continue };
+            windows.push(WindowState {
+                handle,
+                key: w.key.clone(),
+                key_hash: w.key_hash,
+                start: w.start,
+                end: w.end,
+                version: w.version,
+                supersedes: w.supersedes.clone(),
+                created: w.created,
+                emitted: w.emitted,
+                owned: w.owned,
+                pending: self.pending.contains(&(w.end, w.start, w.created, handle)),
+            });
+            contents.push(&w.contents);
+        }
+        let state = WindowsState {
+            session: self.spec.is_session(),
+            watermark: self.watermark,
+            windows,
+            next_handle: self.next_handle,
+            next_created: self.next_created,
+            seq: self.seq,
+            quality: self.quality,
+        };
+        (state, contents)
+    }
+
+    /// Takes up a [`snapshot`](Self::snapshot) with each window's contents restored by the kind;
+    /// `self` is freshly built from the same spec.
+    pub fn restore(&mut self, saved: WindowsState, contents: Vec<C>) -> Result<(), SnapshotError> {
+        let session = self.spec.is_session();
+        if saved.session != session {
+            let kind = |session: bool| if session { "session windows" } else { "fixed windows" }.to_owned();
+            return Err(SnapshotError::Mismatch { expected: kind(session), found: kind(saved.session) });
+        }
+        if !self.windows.is_empty() {
+            let expected = "a freshly built instance (no windows)".to_owned();
+            return Err(SnapshotError::Mismatch { expected, found: format!("{} windows", self.windows.len()) });
+        }
+        snapshot::expect_len("window contents", saved.windows.len(), contents.len())?;
+        let mut handles = std::collections::HashSet::with_capacity(saved.windows.len());
+        if let Some(w) = saved.windows.iter().find(|w| w.handle >= saved.next_handle || !handles.insert(w.handle)) {
+            return Err(SnapshotError::Decode(format!("window number {} repeated or out of range", w.handle)));
+        }
+        for (w, contents) in saved.windows.into_iter().zip(contents) {
+            let handle = w.handle;
+            match self.spec.kind {
+                WindowKind::Fixed { .. } => self.fixed.entry((w.key_hash, w.start)).or_default().push(handle),
+                WindowKind::Session { .. } => self.sessions.entry(w.key_hash).or_default().push(handle),
+            }
+            if w.pending {
+                self.pending.insert((w.end, w.start, w.created, handle));
+            }
+            self.expiry.insert((w.end, handle));
+            self.rows += contents.rows();
+            self.bytes += contents.bytes();
+            let WindowState { key, key_hash, start, end, version, supersedes, created, emitted, owned, .. } = w;
+            let window = Window { key, key_hash, start, end, version, supersedes, contents, created, emitted, owned };
+            self.windows.insert(handle, window);
+        }
+        self.watermark = saved.watermark;
+        self.next_handle = saved.next_handle;
+        self.next_created = saved.next_created;
+        self.seq = saved.seq;
+        self.quality = saved.quality;
+        Ok(())
+    }
+}
+
+/// A window as a snapshot keeps it, its contents apart ([`Windows::snapshot`]).
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct WindowState {
+    handle: Handle,
+    key: Key,
+    key_hash: u64,
+    start: i64,
+    end: i64,
+    version: i64,
+    supersedes: Vec<u64>,
+    created: u64,
+    emitted: Option<u64>,
+    owned: [u64; 2],
+    /// Not fired at its current contents and bounds.
+    pending: bool,
+}
+
+/// What a checkpoint keeps of [`Windows`]: the windows in index order, the watermark, the
+/// counters that number windows and rows, the join quality so far.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct WindowsState {
+    session: bool,
+    watermark: Time,
+    windows: Vec<WindowState>,
+    next_handle: Handle,
+    next_created: u64,
+    seq: u64,
+    quality: Quality,
 }
 
 #[cfg(test)]

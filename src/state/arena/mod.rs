@@ -51,7 +51,11 @@
 //!
 //! In memory: key hash → the rows with that hash in insertion order, each an entry of 32 bytes
 //! (handle, where the record is, matched flag). A row's [`RowHandle`] is `seq << 32 | offset`:
-//! unique for the store's life and the same after a restart, so a checkpoint can name rows.
+//! unique for the store's life and the same after a restart. A row restored from a snapshot
+//! ([`KeyedStore::import`], into an empty store) is written to a new place but keeps the handle
+//! the snapshot names it by, which the index holds apart from the place; the store first moves
+//! its next segment number past every restored handle's, so no handle it makes later can equal
+//! one of them (nor be smaller: handles keep arrival order).
 //! Scans compare key values ([`Key`] equality against the archived key), never only hashes, so
 //! two keys with the same hash never see each other's rows. [`rows`](KeyedStore::rows) counts
 //! live rows and [`bytes`](KeyedStore::bytes) the bytes their records take in the arena (header
@@ -115,7 +119,7 @@ use std::sync::Arc;
 use thiserror::Error;
 
 use self::segment::{OpenError, RECORD_HEADER, SEGMENT_HEADER, Segment, record_size};
-use super::{KeyedStore, Removed, RowHandle};
+use super::{KeyedStore, Removed, RowHandle, StoredRow};
 use crate::record::frame::{self, FrameError, RowEncoder};
 use crate::record::view::{KeyRef, RowView};
 use crate::record::{ArchivedRow, Key, Row};
@@ -125,6 +129,8 @@ use crate::storage::{Mmap, Storage};
 /// Sequence numbers run from 1 to this; handles of rows kept in memory have the top bit set.
 const MAX_SEQ: u32 = (1 << 31) - 1;
 const MEMORY_HANDLE: RowHandle = 1 << 63;
+/// `Segments::active` when no segment takes rows: the next append starts one.
+const NO_SEGMENT: u32 = u32::MAX;
 
 #[derive(Clone, Debug)]
 pub struct ArenaConfig {
@@ -287,7 +293,7 @@ impl ArenaStore {
                 config,
                 slots: Vec::new(),
                 free_slots: Vec::new(),
-                active: u32::MAX, // set below, once the segments are in their slots
+                active: NO_SEGMENT, // set below, once the segments are in their slots
                 spares: Vec::new(),
                 next_seq: ordered.last().map_or(1, |(seq, _)| seq + 1),
                 next_number: numbers.last().map_or(1, |n| n.saturating_add(1)),
@@ -338,10 +344,17 @@ impl ArenaStore {
 
     /// Stores `row` in the arena; fails (storing nothing) when it cannot.
     pub fn try_insert(&mut self, row: &Row, matched: bool) -> Result<RowHandle, ArenaError> {
+        self.try_insert_as(row, matched, None)
+    }
+
+    /// [`try_insert`](Self::try_insert) under `handle` when given (a restored row), else under
+    /// the handle of the place it is written to.
+    fn try_insert_as(&mut self, row: &Row, matched: bool, handle: Option<RowHandle>) -> Result<RowHandle, ArenaError> {
         let payload = self.encoder.encode(row)?;
         let size = record_size(payload.len());
         let (slot, off) = self.segments.append(payload, size, row.key_hash, row.ts, matched)?;
-        Ok(self.indexed(slot, off, size, row.key_hash, matched))
+        let handle = handle.unwrap_or_else(|| self.segments.handle(slot, off));
+        Ok(self.indexed(slot, off, size, row.key_hash, matched, handle))
     }
 
     /// Stores a row archive as it is (`bytes`: exactly what [`RowEncoder`] wrote for a row
@@ -355,11 +368,19 @@ impl ArenaStore {
     ) -> Result<RowHandle, ArenaError> {
         let size = record_size(bytes.len());
         let (slot, off) = self.segments.append(bytes, size, key_hash, ts, matched)?;
-        Ok(self.indexed(slot, off, size, key_hash, matched))
+        let handle = self.segments.handle(slot, off);
+        Ok(self.indexed(slot, off, size, key_hash, matched, handle))
     }
 
-    fn indexed(&mut self, slot: u32, off: usize, size: usize, key_hash: u64, matched: bool) -> RowHandle {
-        let handle = self.segments.handle(slot, off);
+    fn indexed(
+        &mut self,
+        slot: u32,
+        off: usize,
+        size: usize,
+        key_hash: u64,
+        matched: bool,
+        handle: RowHandle,
+    ) -> RowHandle {
         let place = Place::Arena { slot, off: off as u32 };
         self.index.entry(key_hash).or_default().push(Entry { handle, matched, place });
         self.rows += 1;
@@ -406,7 +427,37 @@ impl ArenaStore {
         Ok(())
     }
 
+    /// Makes sure no handle handed out from now on equals one of `handles` (restored rows'):
+    /// memory handles count on past the greatest restored one, and arena rows go to segments
+    /// whose sequence number is past every restored arena handle's. If the active segment's is
+    /// not, it takes no more rows (recycled if empty, like a fresh store's); the next row starts
+    /// a segment with a greater number. Handles then also stay in arrival order (module doc).
+    fn reserve_handles(&mut self, handles: impl Iterator<Item = RowHandle>) {
+        let mut max_seq = None;
+        for handle in handles {
+            if handle & MEMORY_HANDLE != 0 {
+                self.next_memory_handle = self.next_memory_handle.max(handle.saturating_add(1));
+            } else {
+                // Below the top bit: `handle >> 32` < 2^31.
+                max_seq = max_seq.max(Some((handle >> 32) as u32));
+            }
+        }
+        let Some(max_seq) = max_seq else { return };
+        self.segments.next_seq = self.segments.next_seq.max(max_seq + 1);
+        let active = self.segments.active;
+        if self.segments.get(active).is_some_and(|s| s.seq <= max_seq) {
+            self.segments.active = NO_SEGMENT;
+            self.segments.recycle_if_dead(active);
+        }
+    }
+
     fn keep_in_memory(&mut self, row: Row, matched: bool, error: &ArenaError) -> RowHandle {
+        let handle = self.next_memory_handle;
+        self.next_memory_handle += 1;
+        self.keep_in_memory_as(row, matched, error, handle)
+    }
+
+    fn keep_in_memory_as(&mut self, row: Row, matched: bool, error: &ArenaError, handle: RowHandle) -> RowHandle {
         self.unsaved_rows += 1;
         if self.unsaved_rows.is_power_of_two() {
             tracing::warn!(
@@ -416,8 +467,6 @@ impl ArenaStore {
                 "Arena cannot store a row; kept in memory, lost on restart"
             );
         }
-        let handle = self.next_memory_handle;
-        self.next_memory_handle += 1;
         self.rows += 1;
         self.bytes += row.size_bytes();
         let key_hash = row.key_hash;
@@ -503,6 +552,34 @@ impl KeyedStore for ArenaStore {
             };
             if !go_on {
                 return;
+            }
+        }
+    }
+
+    fn export(&self, visit: &mut dyn FnMut(RowHandle, bool, RowView<'_>)) {
+        for entries in self.index.values() {
+            for entry in entries {
+                match &entry.place {
+                    Place::Memory(row) => visit(entry.handle, entry.matched, RowView::Heap(row)),
+                    &Place::Arena { slot, off } => {
+                        if let Some(row) = self.segments.row(slot, off) {
+                            visit(entry.handle, entry.matched, RowView::Archived(row));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Restored rows are written anew, each to the next free place, and keep their handles in
+    /// the index: a handle names a place only for rows this store wrote itself (so a store
+    /// reopened from its files, without the snapshot, names a restored row by its place). A row
+    /// the arena cannot take is kept in memory under its handle, as `insert` does.
+    fn import(&mut self, rows: Vec<StoredRow>) {
+        self.reserve_handles(rows.iter().map(|r| r.handle));
+        for StoredRow { handle, matched, row } in rows {
+            if let Err(error) = self.try_insert_as(&row, matched, Some(handle)) {
+                self.keep_in_memory_as(row, matched, &error, handle);
             }
         }
     }
