@@ -146,6 +146,8 @@ pub struct Runtime {
     /// Barriers may be sent ([`RuntimeOptions::checkpoints`]).
     checkpoints: bool,
     in_flight: Option<checkpoint::InFlight>,
+    /// The checkpoint writer thread (threads.rs), with checkpoints on.
+    checkpoint_writer: Option<JoinHandle<()>>,
 }
 
 pub struct RuntimeOptions<'a> {

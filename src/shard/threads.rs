@@ -14,7 +14,7 @@ use crate::time::TickPlanner;
 use super::driver::MonoioRuntime;
 use super::wake::{Doorbell, Inbox, Outbox};
 use super::wire::Writer;
-use super::worker::{Checkpoints, Links, SnapshotWrite, Worker};
+use super::worker::{Checkpoints, Links, NOT_WRITTEN, SnapshotWrite, WRITTEN, Worker};
 use super::{Emit, Feed, Runtime, RuntimeError, RuntimeOptions, ShardError, ShardReport, StreamCounters};
 
 /// The rings of a run, seen from both ends.
@@ -52,6 +52,10 @@ impl Runtime {
         let ended: Vec<Arc<AtomicBool>> = (0..shards).map(|_| Arc::default()).collect();
         let cancel = Arc::new(AtomicBool::new(false));
         let live: Vec<Arc<Mutex<Option<ShardReport>>>> = (0..shards).map(|_| Arc::default()).collect();
+        let (writer, writer_thread) = match options.checkpoints {
+            Some(_) => start_writer().map(|(jobs, thread)| (Some(jobs), Some(thread)))?,
+            None => (None, None),
+        };
         let cores = core_affinity::get_core_ids().unwrap_or_default();
         if shards > cores.len() && !cores.is_empty() {
             tracing::warn!(shards, cores = cores.len(), "more shards than cores: shards share cores round-robin");
@@ -70,6 +74,7 @@ impl Runtime {
                 cancel: Arc::clone(&cancel),
                 live: Arc::clone(&live[j]),
                 state: (!options.memory_state).then(|| options.dir.join(format!("shard-{j}"))),
+                writer: writer.clone(),
                 checkpoints: Checkpoints {
                     dir: options.checkpoints.clone(),
                     restore: options.restore.map(|loaded| loaded.shards[j].clone()),
@@ -122,6 +127,7 @@ impl Runtime {
             writer: Writer::default(),
             checkpoints: options.checkpoints.is_some(),
             in_flight: None,
+            checkpoint_writer: writer_thread,
         };
         if let Some(loaded) = options.restore {
             runtime.restore_feeder(&loaded.manifest.feeder).map_err(|e| RuntimeError::Checkpoint(e.to_string()))?;
@@ -225,6 +231,16 @@ impl Drop for Runtime {
     /// A runtime dropped before `finish` (an error): the shards are told to stop, woken, and
     /// joined, so no thread is left waiting for input that will never come.
     fn drop(&mut self) {
+        self.stop_threads();
+        // Every shard has dropped its sender: the writer ends once it has written what it has.
+        if let Some(writer) = self.checkpoint_writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+impl Runtime {
+    fn stop_threads(&mut self) {
         if self.threads.iter().all(Option::is_none) {
             return;
         }
@@ -251,26 +267,41 @@ impl Drop for WakeOnDrop {
     }
 }
 
-/// Writes a shard's checkpoint file on its own task — io_uring where the shard's driver has it,
-/// so the shard's rounds go on while the disk works (monoio's legacy driver does the same calls
-/// blocking) — then wakes the shard, which tells the collector.
-async fn write_snapshot(write: SnapshotWrite, bell: Arc<Doorbell>) {
-    let SnapshotWrite { path, bytes, sync, outcome } = write;
-    let written = async {
-        let file = monoio::fs::File::create(&path).await?;
-        let (result, _) = file.write_all_at(bytes, 0).await;
-        result?;
-        if sync {
-            file.sync_all().await?;
-        }
-        file.close().await
+/// A checkpoint file for the writer thread, and the doorbell of the shard that waits for it.
+type WriteJob = (SnapshotWrite, Arc<Doorbell>);
+
+/// The checkpoint writer: one thread per runtime that writes the shards' checkpoint files (and
+/// syncs them with `durability = "power"`), so a shard never waits for the disk — it goes on with
+/// its rounds and hears of the outcome at its next one (the writer rings its doorbell). Not
+/// monoio's file I/O on the shard thread: monoio runs a spawned task only when the shard's loop
+/// yields, which a busy shard does not do, and a loop that yields to it parks until the disk
+/// answers. Ends when every shard has dropped its sender.
+fn start_writer() -> Result<(crossbeam_channel::Sender<WriteJob>, JoinHandle<()>), RuntimeError> {
+    let (jobs, queue) = crossbeam_channel::unbounded::<WriteJob>();
+    let thread = std::thread::Builder::new()
+        .name("braid-checkpoint".into())
+        .spawn(move || {
+            for (SnapshotWrite { path, bytes, sync, outcome }, bell) in queue {
+                let written = write_synced(&path, &bytes, sync);
+                if let Err(error) = &written {
+                    tracing::warn!(path = %path.display(), %error, "Cannot write a checkpoint file");
+                }
+                outcome.store(if written.is_ok() { WRITTEN } else { NOT_WRITTEN }, Ordering::SeqCst);
+                bell.ring();
+            }
+        })
+        .map_err(RuntimeError::Spawn)?;
+    Ok((jobs, thread))
+}
+
+fn write_synced(path: &std::path::Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path)?;
+    file.write_all(bytes)?;
+    if sync {
+        file.sync_all()?;
     }
-    .await;
-    if let Err(error) = &written {
-        tracing::warn!(path = %path.display(), %error, "Cannot write a checkpoint file");
-    }
-    outcome.set(Some(written.is_ok()));
-    bell.ring();
+    Ok(())
 }
 
 /// What a shard thread starts with.
@@ -289,6 +320,8 @@ struct Shard {
     /// Its operators' state directory (none: state on the heap).
     state: Option<std::path::PathBuf>,
     checkpoints: Checkpoints,
+    /// Where its checkpoint files go to be written (checkpoints on).
+    writer: Option<crossbeam_channel::Sender<WriteJob>>,
     core: Option<core_affinity::CoreId>,
 }
 
@@ -296,8 +329,22 @@ impl Shard {
     /// The thread's body: pinned, its monoio runtime, rounds of work, sleeping on its doorbell
     /// when idle.
     fn run(self) -> Result<ShardReport, ShardError> {
-        let Shard { id, plan, shards, links, sleeper, bell, wake_feeder, gate, cancel, live, state, checkpoints, core } =
-            self;
+        let Shard {
+            id,
+            plan,
+            shards,
+            links,
+            sleeper,
+            bell,
+            wake_feeder,
+            gate,
+            cancel,
+            live,
+            state,
+            checkpoints,
+            writer,
+            core,
+        } = self;
         let _wake_feeder = wake_feeder;
         if let Some(core) = core {
             core_affinity::set_for_current(core);
@@ -319,7 +366,10 @@ impl Shard {
                 }
                 let moved = worker.round()?;
                 if let Some(write) = worker.take_snapshot_write() {
-                    monoio::spawn(write_snapshot(write, Arc::clone(&bell)));
+                    let job = (write, Arc::clone(&bell));
+                    if let Some(Err(crossbeam_channel::SendError((write, _)))) = writer.as_ref().map(|w| w.send(job)) {
+                        write.outcome.store(NOT_WRITTEN, Ordering::SeqCst);
+                    }
                 }
                 if moved {
                     continue;

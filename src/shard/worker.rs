@@ -12,8 +12,8 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use std::cell::Cell;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::{CheckpointDir, OperatorSnapshot, ShardFile, definition_hash};
@@ -116,19 +116,23 @@ struct Core {
     barrier: Option<BarrierInFlight>,
     /// A shard file to write, for the thread's loop to take ([`Worker::take_snapshot_write`]).
     to_write: Option<SnapshotWrite>,
-    /// A shard file being written: its epoch, and where the writing task leaves its outcome.
-    writing: Option<(u64, Rc<Cell<Option<bool>>>)>,
+    /// A shard file being written: its epoch, and where the writer leaves its outcome.
+    writing: Option<(u64, Arc<AtomicU8>)>,
 }
 
-/// One shard's checkpoint file, to be written off the shard's loop.
+/// One shard's checkpoint file, to be written off the shard's thread (threads.rs).
 pub struct SnapshotWrite {
     pub path: std::path::PathBuf,
     pub bytes: Vec<u8>,
     /// Synced after it is written (`durability = "power"`).
     pub sync: bool,
-    /// Set by the writing task: whether it succeeded.
-    pub outcome: Rc<Cell<Option<bool>>>,
+    /// Set by the writer: [`WRITTEN`] or [`NOT_WRITTEN`] (0 while it works).
+    pub outcome: Arc<AtomicU8>,
 }
+
+/// Outcomes of a [`SnapshotWrite`].
+pub const WRITTEN: u8 = 1;
+pub const NOT_WRITTEN: u8 = 2;
 
 /// A checkpoint barrier on its way through a shard's operators.
 struct BarrierInFlight {
@@ -265,6 +269,7 @@ impl Worker {
     pub fn has_work(&mut self) -> bool {
         let moved = self.core.flush();
         moved
+            || self.core.snapshot_write_done()
             || (!self.core.backed_up() && self.input.ring.has_frames())
             || self.exchange_in.iter().any(|(_, i)| i.ring.has_frames())
     }
@@ -537,8 +542,8 @@ impl Core {
         let file = ShardFile { epoch, shard: self.id as u32, shards: self.shards as u32, operators };
         match dir.shard_file(&file) {
             Ok((path, bytes)) => {
-                let outcome = Rc::new(Cell::new(None));
-                self.writing = Some((epoch, Rc::clone(&outcome)));
+                let outcome = Arc::new(AtomicU8::new(0));
+                self.writing = Some((epoch, Arc::clone(&outcome)));
                 self.to_write = Some(SnapshotWrite { path, bytes, sync: dir.syncs(), outcome });
             }
             Err(error) => self.snapshot_written(epoch, Err(error.to_string())),
@@ -558,13 +563,19 @@ impl Core {
         self.push_output(FrameKind::Passed);
     }
 
-    /// The writing task has finished the shard's file: the collector hears of it.
+    /// Whether the writer has finished the shard's file.
+    fn snapshot_write_done(&self) -> bool {
+        self.writing.as_ref().is_some_and(|(_, outcome)| outcome.load(Ordering::SeqCst) != 0)
+    }
+
+    /// The writer has finished the shard's file: the collector hears of it.
     fn check_snapshot_written(&mut self) -> bool {
-        let Some((epoch, outcome)) = &self.writing else { return false };
-        let Some(ok) = outcome.get() else { return false };
-        let epoch = *epoch;
-        self.writing = None;
-        self.snapshot_written(epoch, if ok { Ok(()) } else { Err("writing the shard file failed".into()) });
+        if !self.snapshot_write_done() {
+            return false;
+        }
+        let Some((epoch, outcome)) = self.writing.take() else { return false };
+        let written = outcome.load(Ordering::SeqCst) == WRITTEN;
+        self.snapshot_written(epoch, if written { Ok(()) } else { Err("writing the shard file failed".into()) });
         true
     }
 
