@@ -25,13 +25,15 @@ pub(super) struct InFlight {
     early: Vec<Early>,
 }
 
+/// A stream's counters: its name, rows, and dead letters by reason.
+type SavedStream = (String, u64, Vec<(String, u64)>);
+
 /// What a checkpoint keeps of the feeder.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 struct FeederState {
     planner: PlannerState,
     seq: u64,
-    /// Per stream: its name, rows, and dead letters by reason.
-    streams: Vec<(String, u64, Vec<(String, u64)>)>,
+    streams: Vec<SavedStream>,
     /// Operator names, in the planner's order.
     operators: Vec<String>,
 }
