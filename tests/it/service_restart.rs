@@ -1,9 +1,10 @@
 //! `braid run` restarts exactly (issue "Checkpoints"): devices publish QoS 1 in real time through
 //! mosquitto while braid is killed with SIGKILL at random points and stopped with SIGTERM; the
-//! file sink must end with every result of a replay of the same messages — the gateway join and a
-//! 10 s tumbling cogroup whose windows span far more than `journal_retention` (2 s) — none
-//! missing, none different, the counts counting each message once, no late row; repeats at most
-//! a checkpoint interval's worth per kill, and none after a SIGTERM.
+//! file sink must end with every result of a replay of the same messages — the gateway join, a
+//! 10 s tumbling and a session cogroup and a temporal join whose state is far older than
+//! `journal_retention` (2 s) — none missing, none different, the counts counting each message
+//! once, no late row; repeats at most a checkpoint interval's worth per kill, and none after a
+//! SIGTERM.
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
@@ -28,9 +29,18 @@ const START: Duration = Duration::from_secs(15);
 const RESULTS: Duration = Duration::from_secs(30);
 /// Checkpoint every half second; the journal keeps 2 s (what a long window meets).
 const RUNTIME: &str = "checkpoint_interval = \"500ms\"\njournal_retention = \"2s\"\n";
-const COUNTS: &str = "\n[operators.counts]\nkind = \"cogroup\"\nleft = \"status\"\nright = \"command\"\n\
+/// Besides the gateway join: state far older than the journal keeps — 10 s tumbling windows,
+/// sessions (3 s gap), and the latest command of each device as a temporal version.
+const MORE: &str = "\n[operators.counts]\nkind = \"cogroup\"\nleft = \"status\"\nright = \"command\"\n\
     window = { kind = \"tumbling\", size = \"10s\" }\njoin = \"full\"\n\
-    aggregate = [\"count(left) AS statuses\", \"count(right) AS commands\"]\n";
+    aggregate = [\"count(left) AS statuses\", \"count(right) AS commands\"]\n\
+    \n[operators.sessions]\nkind = \"cogroup\"\nleft = \"status\"\nright = \"command\"\n\
+    window = { kind = \"session\", gap = \"3s\" }\njoin = \"full\"\n\
+    aggregate = [\"count(left) AS statuses\", \"last(right.cmd) AS last_cmd\"]\n\
+    \n[operators.last_command]\nkind = \"temporal_join\"\nleft = \"status\"\nright = \"command\"\njoin = \"left\"\n\
+    select = [\"left.device\", \"left.seq\", \"right.cmd\", \"right.ts AS cmd_ts\"]\n";
+/// The operators whose results are compared.
+const OPERATORS: [&str; 4] = ["effect", "counts", "sessions", "last_command"];
 
 struct Rig {
     dir: tempfile::TempDir,
@@ -59,10 +69,10 @@ impl Rig {
                 idle_timeout: "1s",
             };
             let text = gateway_config(&setup).replacen("[runtime]\n", &format!("[runtime]\n{RUNTIME}"), 1);
-            let text = text
-                .replace("inputs = [\"effect\", \"effect.late\"", "inputs = [\"effect\", \"counts\", \"effect.late\"");
+            let all = "inputs = [\"effect\", \"counts\", \"sessions\", \"last_command\", \"effect.late\"";
+            let text = text.replace("inputs = [\"effect\", \"effect.late\"", all);
             let path = dir.path().join(name);
-            std::fs::write(&path, text + COUNTS).unwrap();
+            std::fs::write(&path, text + MORE).unwrap();
             path
         };
         let config = write("braid.toml", &dir.path().join("state"));
@@ -80,11 +90,8 @@ impl Rig {
     fn expected(&self, msgs: &[DeviceMsg]) -> BTreeMap<String, Value> {
         let inputs =
             write_inputs(self.dir.path(), [("command", jsonl(msgs, "command")), ("status", jsonl(msgs, "status"))]);
-        let mut out =
-            replay(self.dir.path(), &self.replay_config, None, &inputs, &["effect", "counts"], RESULTS).unwrap();
-        let mut rows = out.take("effect");
-        rows.extend(out.take("counts"));
-        by_id(rows, "replay")
+        let mut out = replay(self.dir.path(), &self.replay_config, None, &inputs, &OPERATORS, RESULTS).unwrap();
+        by_id(OPERATORS.iter().flat_map(|op| out.take(op)), "replay")
     }
 
     /// The file sink's results (every line but late rows and dead letters), and the lines that
@@ -96,7 +103,10 @@ impl Rig {
     /// Waits until the file sink holds every expected `_id`; checks it holds exactly those (no
     /// `_id` with two contents) and nothing else; the number of repeated lines.
     fn expect_archive(&self, want: &BTreeMap<String, Value>) -> usize {
-        poll_until(RESULTS, || by_id(self.archive().0, "archive").len() >= want.len());
+        poll_until(RESULTS, || {
+            let got = by_id(self.archive().0, "archive");
+            want.keys().all(|id| got.contains_key(id))
+        });
         let (results, others) = self.archive();
         let lines = results.len();
         let got = by_id(results, "archive");
