@@ -135,7 +135,6 @@ impl Outputs {
     /// Flushes file and stdout sinks (after each batch: a line is never left half-written in a
     /// buffer for long).
     pub fn flush(&mut self) {
-        self.taken.flush();
         for sink in &mut self.sinks {
             let flushed = match &mut sink.writer {
                 Writer::File(w) => w.flush(),
@@ -147,6 +146,8 @@ impl Outputs {
                 tracing::warn!(sink = %sink.name, %error, "cannot write");
             }
         }
+        // After the rows: the log names only rows the sinks hold.
+        self.taken.flush();
     }
 
     /// `durability = "power"`: forces what the sinks and the log of rows taken hold to the disk,

@@ -7,18 +7,19 @@
 //! but before `E` completed (the checkpoint's `early` list) and those taken after it completed
 //! (this log). Every row handed to the sinks is noted by a hash of its target and its JSON line
 //! (`_id`, content and all: dead letters and input rows have no `_id` of their own), appended to
-//! `CHECKPOINTS/EPOCH/taken.log` of the last completed checkpoint (8 bytes a row, written to the
-//! kernel with every batch: a `kill -9` loses none of it). At a start from `E`, the hashes of
+//! `CHECKPOINTS/EPOCH/taken.log` of the last completed checkpoint (8 bytes a row), written to the
+//! kernel with every batch right after the sinks flushed the rows (never before: a hash logged
+//! for a row a `kill -9` caught in a sink's buffer would drop the row at the next start). At a start from `E`, the hashes of
 //! `E`'s `early` list and of the logs of `E` and of every later epoch directory make a multiset:
 //! a row whose hash is in it is dropped once per occurrence (counted), so a row the sinks took
 //! once is not taken twice, and a row that really occurs twice still passes twice.
 //!
-//! What remains: rows taken in the instant between a sink taking them and their hash reaching
-//! the log may come again after a `kill -9` (a few rows at most, never after a clean stop).
+//! What remains: rows of the batch a `kill -9` interrupts between the sinks' flush and the log's
+//! may come again (a few rows at most, never after a clean stop).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Read, Write};
+use std::io::{Read, Write};
 use std::path::Path;
 
 use crate::checkpoint::{CheckpointDir, Completed};
@@ -28,7 +29,14 @@ const LOG: &str = "taken.log";
 
 pub struct Taken {
     checkpoints: CheckpointDir,
-    log: Option<BufWriter<File>>,
+    log: Option<File>,
+    /// Hashes noted since the last [`flush`](Taken::flush): they reach the log only then, after
+    /// the sinks have flushed the rows they name (a hash in the log for a row a `kill -9` kept in
+    /// a sink's buffer would drop that row at the next start).
+    pending: Vec<u8>,
+    /// The log of the checkpoint before the one that just completed, with the hashes still to
+    /// go into it at the next flush.
+    closing: Option<(Option<File>, Vec<u8>)>,
     /// Rows already taken, still to come again: hash → how many times.
     skip: HashMap<u64, u32>,
     /// Hashes of the rows taken after the barrier of the checkpoint under way.
@@ -59,6 +67,8 @@ impl Taken {
         let mut taken = Taken {
             checkpoints,
             log: None,
+            pending: Vec::new(),
+            closing: None,
             skip,
             early: Vec::new(),
             after_barrier: false,
@@ -71,12 +81,11 @@ impl Taken {
 
     /// Appends from now on to the log of `epoch`.
     fn log_to(&mut self, epoch: u64) {
-        self.flush();
         let dir = self.checkpoints.epoch_dir(epoch);
         let opened = std::fs::create_dir_all(&dir)
             .and_then(|()| OpenOptions::new().create(true).append(true).open(dir.join(LOG)));
         self.log = match opened {
-            Ok(file) => Some(BufWriter::new(file)),
+            Ok(file) => Some(file),
             Err(error) => {
                 tracing::warn!(dir = %dir.display(), %error, "Cannot keep the log of rows taken; a restart may repeat some");
                 None
@@ -96,11 +105,7 @@ impl Taken {
             self.dropped += 1;
             return false;
         }
-        if let Some(log) = &mut self.log
-            && log.write_all(&hash.to_le_bytes()).is_err()
-        {
-            self.log = None;
-        }
+        self.pending.extend_from_slice(&hash.to_le_bytes());
         true
     }
 
@@ -117,6 +122,12 @@ impl Taken {
         for (&hash, &count) in &self.skip {
             early.extend(std::iter::repeat_n(hash, count as usize));
         }
+        // The rows noted so far were taken before the completion: they go to the old log, at
+        // the next flush (after the sinks').
+        let (log, pending) = (self.log.take(), std::mem::take(&mut self.pending));
+        if let Some((log, pending)) = self.closing.replace((log, pending)) {
+            write_log(log, &pending);
+        }
         self.log_to(done.epoch);
         self.completed = Some((done, early));
     }
@@ -126,20 +137,23 @@ impl Taken {
         self.completed.take()
     }
 
-    /// Hands the hashes noted so far to the kernel (after every batch).
+    /// Hands the hashes noted so far to the kernel: after every batch, once the sinks have
+    /// flushed the rows they name.
     pub fn flush(&mut self) {
-        if let Some(log) = &mut self.log
-            && log.flush().is_err()
-        {
+        if let Some((log, pending)) = self.closing.take() {
+            write_log(log, &pending);
+        }
+        if !write_log(self.log.as_ref(), &self.pending) {
             self.log = None;
         }
+        self.pending.clear();
     }
 
     /// Forces the log to the disk (`durability = "power"`).
     pub fn sync(&mut self) -> std::io::Result<()> {
         self.flush();
         match &self.log {
-            Some(log) => log.get_ref().sync_data(),
+            Some(log) => log.sync_data(),
             None => Ok(()),
         }
     }
@@ -147,6 +161,16 @@ impl Taken {
     pub fn dir(&self) -> &CheckpointDir {
         &self.checkpoints
     }
+}
+
+/// Appends hashes to a log; false when it cannot (then a restart may repeat some rows).
+fn write_log(log: Option<impl std::borrow::Borrow<File>>, hashes: &[u8]) -> bool {
+    let Some(log) = log else { return true };
+    let written = (&*log.borrow()).write_all(hashes);
+    if written.is_err() {
+        tracing::warn!("Cannot keep the log of rows taken; a restart may repeat some");
+    }
+    written.is_ok()
 }
 
 /// A row's identity for the sinks: its target and its JSON line.
