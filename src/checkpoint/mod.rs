@@ -112,14 +112,14 @@ pub struct Loaded {
     pub shards: Vec<ShardFile>,
 }
 
-/// Identifies an operator's definition: its kind and settings, its inputs by name and their
-/// schemas. A snapshot is restored only into an operator with the same hash (a reload keeps the
+/// Identifies an operator's definition: its kind and settings, its output schema, its inputs by
+/// name and their schemas. A snapshot is restored only into an operator with the same hash (a reload keeps the
 /// state of operators whose definition did not change).
 pub fn definition_hash(plan: &Plan, op: usize) -> u64 {
     let def = &plan.operators[op];
     let inputs: Vec<(&str, String)> =
         def.inputs.iter().map(|&node| (plan.node_name(node), format!("{:?}", plan.node_schema(node)))).collect();
-    let text = format!("{FORMAT_VERSION}|{:?}|{inputs:?}", def.spec);
+    let text = format!("{FORMAT_VERSION}|{:?}|{:?}|{inputs:?}", def.spec, def.output);
     xxhash_rust::xxh3::xxh3_64(text.as_bytes())
 }
 
