@@ -80,9 +80,12 @@ impl Rig {
         Rig { dir, devices, up, config, replay_config, file }
     }
 
+    /// Starts braid (again) and waits until this run holds its subscriptions.
     fn start(&self) -> Braid {
-        let mut braid = Braid::start(&self.config, &self.dir.path().join("braid.log"));
-        braid.wait_log("ready: subscribed", 1, START);
+        let log = self.dir.path().join("braid.log");
+        let before = std::fs::read_to_string(&log).unwrap_or_default().matches("ready: subscribed").count();
+        let mut braid = Braid::start(&self.config, &log);
+        braid.wait_log("ready: subscribed", before + 1, START);
         braid
     }
 
@@ -219,4 +222,24 @@ fn a_reload_keeps_the_state_of_the_operators_it_did_not_change() {
         !log.lines().any(|l| l.contains("new or changed since the checkpoint") && l.contains("operator=effect")),
         "effect did not change but was reported as starting empty"
     );
+}
+
+/// A checkpoint taken with another shard count is set aside with a warning, never misread: the
+/// service starts from the journal and runs on.
+#[test]
+fn a_checkpoint_of_another_shard_count_is_set_aside() {
+    let rig = Rig::new();
+    let msgs = messages(24);
+    let mut braid = rig.start();
+    common::mqtt::publish_all(rig.devices.port(), &mqtt_messages(&msgs[..40]), QoS::AtLeastOnce);
+    poll_until(Duration::from_secs(10), || braid.log().contains("ready: subscribed"));
+    assert!(braid.terminate(Duration::from_secs(30)).success());
+    let config = std::fs::read_to_string(&rig.config).unwrap();
+    std::fs::write(&rig.config, config.replacen("shards = 2", "shards = 1", 1)).unwrap();
+    let mut braid = rig.start();
+    let log = braid.log();
+    assert!(log.contains("Checkpoint taken with another shard count: set aside"), "{log}");
+    assert!(rig.dir.path().join("state/checkpoints.2-shards.set-aside").is_dir());
+    common::mqtt::publish_all(rig.devices.port(), &mqtt_messages(&msgs[40..]), QoS::AtLeastOnce);
+    assert!(braid.terminate(Duration::from_secs(30)).success(), "{}", braid.log());
 }
