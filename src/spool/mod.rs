@@ -316,12 +316,14 @@ impl Spool {
         }
     }
 
-    /// Writes everything appended and released so far to disk (`msync(MS_SYNC)`).
+    /// Writes everything appended and released so far to disk (`msync(MS_SYNC)`), and the
+    /// directory, so segment files created or deleted since are there after a power loss too.
     pub fn sync(&mut self) -> std::io::Result<()> {
         for segment in &mut self.segments {
             segment.flush().map_err(std::io::Error::other)?;
         }
-        self.head.flush().map_err(std::io::Error::other)
+        self.head.flush().map_err(std::io::Error::other)?;
+        std::fs::File::open(&self.dir)?.sync_all()
     }
 
     /// Bytes the unreleased records take (headers and padding included).
