@@ -15,12 +15,63 @@
 //!   [`origin_rank`], the stable hash of the key each result came from. All of one key's results
 //!   come from one instance, so ranking (stably) keeps each key's own order and makes the order
 //!   across keys independent of how keys fall on shards.
+//! - **Trace** (`braid explain`): with a [`Trace`] attached, the host notes what it already knows
+//!   about the rows of the traced keys — the watermark each met on arrival, whether it was late —
+//!   and every move of its watermark. Without one the row path pays a single branch.
 
 use super::connect::END_OF_INPUT;
 use super::{Operator, Output, Quality, ResultKind};
 use crate::record::{ArchivedRow, Row};
 use crate::time::clock::InputTime;
 use crate::time::{OperatorClock, Time};
+
+/// What `braid explain` follows: the rows of a few keys (by key hash) through every operator.
+/// Hosts on every shard note into it; the notes are read once the run is over.
+#[derive(Debug, Default)]
+pub struct Trace {
+    keys: Vec<u64>,
+    notes: std::sync::Mutex<Vec<TraceNote>>,
+}
+
+/// One note of a [`Trace`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum TraceNote {
+    /// A row of a traced key reached operator `op` on input `input` on shard `shard`, after the
+    /// tick at processing time `tick`, when the operator's watermark was `watermark`.
+    Arrival { op: usize, input: usize, shard: usize, id: u64, ts: i64, tick: i128, watermark: Time, late: bool },
+    /// The watermark of operator `op` moved to `watermark` at the tick at processing time `tick`
+    /// ([`END_OF_INPUT`] at the end). Noted by shard 0 only: every shard's instance agrees.
+    Watermark { op: usize, tick: i128, watermark: Time },
+}
+
+impl Trace {
+    pub fn new(keys: Vec<u64>) -> Trace {
+        Trace { keys, notes: std::sync::Mutex::default() }
+    }
+
+    fn follows(&self, key_hash: u64) -> bool {
+        self.keys.contains(&key_hash)
+    }
+
+    fn note(&self, note: TraceNote) {
+        // A poisoned lock only means another shard panicked; its notes are still sound.
+        self.notes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(note);
+    }
+
+    /// Every note so far, in no particular order across shards.
+    pub fn notes(&self) -> Vec<TraceNote> {
+        self.notes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+}
+
+/// The trace a host notes into, and where it is.
+struct Tracing {
+    trace: std::sync::Arc<Trace>,
+    op: usize,
+    shard: usize,
+    /// Processing time of the last tick the host saw.
+    tick: i128,
+}
 
 /// The rank of a result among everything its operator's instances emit at once: the stable hash
 /// of the key of the row it came from (at `origin`, the plan's origin key position; its own key
@@ -97,6 +148,7 @@ pub struct OperatorHost {
     speaks_for_broadcast: bool,
     /// Per input (bit i): a broadcast row came on it, so it is a broadcast input.
     broadcast_inputs: u64,
+    tracing: Option<Box<Tracing>>,
 }
 
 impl OperatorHost {
@@ -108,26 +160,38 @@ impl OperatorHost {
             origin,
             speaks_for_broadcast: shard == 0,
             broadcast_inputs: 0,
+            tracing: None,
         }
+    }
+
+    /// Notes the rows of `trace`'s keys and the watermark's moves; `op`: this operator's index,
+    /// `shard`: this instance's.
+    pub fn trace(&mut self, trace: std::sync::Arc<Trace>, op: usize, shard: usize) {
+        self.tracing = Some(Box::new(Tracing { trace, op, shard, tick: i128::MIN }));
     }
 
     /// A row (`broadcast`: one every shard receives) reached input `input`.
     pub fn on_row(&mut self, input: usize, row: Row, broadcast: bool, out: &mut Output) {
-        self.take_row(input, broadcast, out, |operator, out| operator.on_row(input, row, out));
+        let seen = (row.key_hash, row.id, row.ts);
+        self.take_row(input, broadcast, seen, out, |operator, out| operator.on_row(input, row, out));
     }
 
     /// A row read in place from a ring frame (`bytes`: its archive) reached input `input`.
     pub fn on_frame(&mut self, input: usize, row: &ArchivedRow, bytes: &[u8], broadcast: bool, out: &mut Output) {
-        self.take_row(input, broadcast, out, |operator, out| operator.on_frame(input, row, bytes, out));
+        let seen = (row.key_hash.to_native(), row.id.to_native(), row.ts.to_native());
+        self.take_row(input, broadcast, seen, out, |operator, out| operator.on_frame(input, row, bytes, out));
     }
 
+    /// `seen`: the row's (key hash, id, ts), for a trace.
     fn take_row(
         &mut self,
         input: usize,
         broadcast: bool,
+        seen: (u64, u64, i64),
         out: &mut Output,
         take: impl FnOnce(&mut Operator, &mut Output),
     ) {
+        let watermark = self.clock.watermark();
         if broadcast {
             self.broadcast_inputs |= 1 << input.min(63);
         }
@@ -140,10 +204,22 @@ impl OperatorHost {
             out.late.clear();
         }
         self.counters.count(out);
+        if let Some(tracing) = &self.tracing
+            && speaks
+            && tracing.trace.follows(seen.0)
+        {
+            let (_, id, ts) = seen;
+            let late = out.late.iter().any(|(i, row)| *i == input && row.id == id);
+            let Tracing { op, shard, tick, .. } = **tracing;
+            tracing.trace.note(TraceNote::Arrival { op, input, shard, id, ts, tick, watermark, late });
+        }
     }
 
     /// Tick `t`: the watermark from what the inputs show; the operator hears of it if it moved.
     pub fn on_tick(&mut self, t: i128, inputs: &[InputTime], idle_advance: bool, out: &mut Output) {
+        if let Some(tracing) = &mut self.tracing {
+            tracing.tick = t;
+        }
         if let Some(watermark) = self.clock.tick(t, inputs, idle_advance) {
             self.watermark_to(watermark, out);
         }
@@ -167,6 +243,13 @@ impl OperatorHost {
     }
 
     fn watermark_to(&mut self, watermark: Time, out: &mut Output) {
+        if let Some(tracing) = self.tracing.as_mut().filter(|t| t.shard == 0) {
+            if watermark == Time::POS_INF {
+                tracing.tick = END_OF_INPUT;
+            }
+            let note = TraceNote::Watermark { op: tracing.op, tick: tracing.tick, watermark };
+            tracing.trace.note(note);
+        }
         self.activate(out, |operator, out| operator.on_watermark(watermark, out));
     }
 

@@ -17,8 +17,9 @@ use thiserror::Error;
 
 use crate::plan::{Plan, Target};
 use crate::record::decode::{check_time_window, dead_letter_raw};
+use crate::record::Row;
 use crate::record::id::IdHasher;
-use crate::shard::{Figures, Runtime, RuntimeError, RuntimeOptions};
+use crate::shard::{Emit, Figures, Runtime, RuntimeError, RuntimeOptions};
 use input::{Content, InputError, Inputs, Line};
 use output::Outputs;
 
@@ -52,6 +53,41 @@ pub struct ReplayArgs<'a> {
     pub sort_run_bytes: usize,
 }
 
+/// What `braid explain` watches of a replay besides the outputs: every line as it enters (the
+/// runtime as it stands then) and everything the operators emit. Every method defaults to nothing.
+pub trait Observer {
+    /// Options for the runtime (the trace to attach).
+    fn runtime_options(&self, _options: &mut RuntimeOptions<'_>) {}
+    /// A line of stream `stream` arrived at `arrival` and was decoded into `row`; it is ingested
+    /// next (`runtime` has run the ticks up to `arrival`).
+    fn row(&mut self, _stream: usize, _arrival: i64, _row: &Row, _runtime: &Runtime) {}
+    /// A line of stream `stream` arrived at `arrival` and went to `dead_letter`.
+    fn dead_letter(&mut self, _stream: usize, _arrival: i64, _raw: &[u8], _reason: &str) {}
+    /// Operator `operator` emitted `row`.
+    fn result(&mut self, _operator: usize, _row: &Row) {}
+}
+
+/// Watches nothing: a plain `braid replay`.
+struct Unobserved;
+impl Observer for Unobserved {}
+
+/// The replay's outputs and its observer, as one [`Emit`].
+struct Observed<'o, 'p> {
+    outputs: Outputs<'p>,
+    observer: &'o mut dyn Observer,
+}
+
+impl Emit for Observed<'_, '_> {
+    fn result(&mut self, operator: usize, row: &Row) {
+        self.observer.result(operator, row);
+        self.outputs.result(operator, row);
+    }
+
+    fn late(&mut self, operator: usize, input: usize, row: &Row) {
+        self.outputs.late(operator, input, row);
+    }
+}
+
 /// What a finished replay did.
 pub struct Summary {
     pub lines: usize,
@@ -59,6 +95,11 @@ pub struct Summary {
 }
 
 pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
+    run_observed(plan, args, &mut Unobserved)
+}
+
+/// [`run`], with `observer` watching.
+pub fn run_observed(plan: &Plan, args: &ReplayArgs<'_>, observer: &mut dyn Observer) -> Result<Summary, ReplayError> {
     let inputs = args
         .inputs
         .iter()
@@ -83,13 +124,15 @@ pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
         InputError::Spill(path, error) => ReplayError::StateDir { path, error },
     };
     let mut inputs = Inputs::open(&inputs, &plan.streams, &dir, args.sort_run_bytes).map_err(input_error)?;
-    let mut sinks = Outputs::create(plan, &outputs).map_err(|(i, error)| {
+    let outputs = Outputs::create(plan, &outputs).map_err(|(i, error)| {
         let (name, path) = &args.outputs[i];
         ReplayError::Uncreatable { name: name.clone(), path: path.clone(), error }
     })?;
     let start = inputs.peek_arrival().map_err(input_error)?.map_or(0, i128::from);
-    let options = RuntimeOptions { every_tick: args.every_tick, ..RuntimeOptions::new(args.shards, &dir) };
+    let mut options = RuntimeOptions { every_tick: args.every_tick, ..RuntimeOptions::new(args.shards, &dir) };
+    observer.runtime_options(&mut options);
     let mut runtime = Runtime::start(plan, &options, start)?;
+    let mut sinks = Observed { outputs, observer };
     let mut ids = IdHasher::default();
     let mut count = 0;
     while let Some(line) = inputs.next().map_err(input_error)? {
@@ -97,14 +140,14 @@ pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
         feed(plan, &mut runtime, &mut sinks, &mut ids, line)?;
     }
     let figures = runtime.finish(&mut sinks)?;
-    sinks.finish().map_err(ReplayError::Write)?;
+    sinks.outputs.finish().map_err(ReplayError::Write)?;
     Ok(Summary { lines: count, figures })
 }
 
 fn feed(
     plan: &Plan,
     runtime: &mut Runtime,
-    sinks: &mut Outputs<'_>,
+    sinks: &mut Observed<'_, '_>,
     ids: &mut IdHasher,
     line: Line<'_>,
 ) -> Result<(), RuntimeError> {
@@ -123,12 +166,14 @@ fn feed(
         Err(reason) => {
             let label = reason.label(&def.schema);
             runtime.count_dead_letter(line.stream, &label);
-            sinks.dead_letter(line.stream, &dead_letter_raw(line.bytes, reason), &label);
+            sinks.observer.dead_letter(line.stream, arrival, line.bytes, &label);
+            sinks.outputs.dead_letter(line.stream, &dead_letter_raw(line.bytes, reason), &label);
             return Ok(());
         }
     };
     let row = crate::source::row_of(def, values, ts, ids);
-    sinks.input_row(line.stream, &row);
+    sinks.observer.row(line.stream, arrival, &row, runtime);
+    sinks.outputs.input_row(line.stream, &row);
     runtime.ingest(line.stream, &row, i128::from(arrival), sinks)
 }
 

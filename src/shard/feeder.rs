@@ -65,6 +65,11 @@ impl Runtime {
         self.planner.resume(streams, now);
     }
 
+    /// The watermark of stream `stream` as of the last tick that ran.
+    pub fn stream_watermark(&self, stream: usize) -> crate::time::Time {
+        self.planner.stream_watermark(stream)
+    }
+
     /// A line of stream `stream` went to `dead_letter`.
     pub fn count_dead_letter(&mut self, stream: usize, reason: &str) {
         let counters = &mut self.stream_counters[stream];

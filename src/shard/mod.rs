@@ -156,6 +156,8 @@ pub struct RuntimeOptions<'a> {
     /// Operators keep their stored rows on the heap instead of in arenas under `dir` (a
     /// baseline for `braid bench --memory-state`; nothing survives a restart).
     pub memory_state: bool,
+    /// Operator hosts note the rows of these keys and their watermarks' moves (`braid explain`).
+    pub trace: Option<Arc<crate::operator::host::Trace>>,
 }
 
 impl<'a> RuntimeOptions<'a> {
@@ -168,6 +170,7 @@ impl<'a> RuntimeOptions<'a> {
             exchange_ring_bytes: EXCHANGE_RING_BYTES,
             hold: false,
             memory_state: false,
+            trace: None,
         }
     }
 }

@@ -63,6 +63,7 @@ impl Runtime {
                 gate: gate.clone(),
                 cancel: Arc::clone(&cancel),
                 live: Arc::clone(&live[j]),
+                trace: options.trace.clone(),
                 state: (!options.memory_state).then(|| options.dir.join(format!("shard-{j}"))),
                 core: cores.get(j % cores.len().max(1)).copied(),
             };
@@ -245,6 +246,7 @@ struct Shard {
     gate: Option<Arc<Barrier>>,
     cancel: Arc<AtomicBool>,
     live: Arc<Mutex<Option<ShardReport>>>,
+    trace: Option<Arc<crate::operator::host::Trace>>,
     /// Its operators' state directory (none: state on the heap).
     state: Option<std::path::PathBuf>,
     core: Option<core_affinity::CoreId>,
@@ -254,7 +256,7 @@ impl Shard {
     /// The thread's body: pinned, its monoio runtime, rounds of work, sleeping on its doorbell
     /// when idle.
     fn run(self) -> Result<ShardReport, ShardError> {
-        let Shard { id, plan, shards, links, sleeper, bell, wake_feeder, gate, cancel, live, state, core } = self;
+        let Shard { id, plan, shards, links, sleeper, bell, wake_feeder, gate, cancel, live, trace, state, core } = self;
         let _wake_feeder = wake_feeder;
         if let Some(core) = core {
             core_affinity::set_for_current(core);
@@ -263,6 +265,9 @@ impl Shard {
             gate.wait();
         }
         let mut worker = Worker::new(id, plan, shards, links, state.as_deref(), live)?;
+        if let Some(trace) = trace {
+            worker.trace(&trace);
+        }
         let mut runtime = MonoioRuntime::build().map_err(ShardError::Runtime)?;
         worker.driver = runtime.driver();
         tracing::debug!(shard = id, driver = worker.driver.as_str(), "shard started");
