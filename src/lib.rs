@@ -14,6 +14,7 @@
 pub mod broker;
 pub mod config;
 pub mod demo;
+pub mod explain;
 pub mod mqtt;
 pub mod operator;
 pub mod ops;

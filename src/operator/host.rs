@@ -36,9 +36,7 @@ pub struct Trace {
 /// One note of a [`Trace`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum TraceNote {
-    /// A row of a traced key reached operator `op` on input `input` on shard `shard`, after the
-    /// tick at processing time `tick`, when the operator's watermark was `watermark`.
-    Arrival { op: usize, input: usize, shard: usize, id: u64, ts: i64, tick: i128, watermark: Time, late: bool },
+    Arrival(Arrival),
     /// The watermark of operator `op` moved to `watermark` at the tick at processing time `tick`
     /// ([`END_OF_INPUT`] at the end). Noted by shard 0 only: every shard's instance agrees.
     Watermark { op: usize, tick: i128, watermark: Time },
@@ -62,6 +60,21 @@ impl Trace {
     pub fn notes(&self) -> Vec<TraceNote> {
         self.notes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
+}
+
+/// A row of a traced key reached operator `op` on input `input` on shard `shard`, after the tick
+/// at processing time `tick`, when the operator's watermark was `watermark`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Arrival {
+    pub op: usize,
+    pub input: usize,
+    pub shard: usize,
+    pub key_hash: u64,
+    pub id: u64,
+    pub ts: i64,
+    pub tick: i128,
+    pub watermark: Time,
+    pub late: bool,
 }
 
 /// The trace a host notes into, and where it is.
@@ -208,10 +221,11 @@ impl OperatorHost {
             && speaks
             && tracing.trace.follows(seen.0)
         {
-            let (_, id, ts) = seen;
+            let (key_hash, id, ts) = seen;
             let late = out.late.iter().any(|(i, row)| *i == input && row.id == id);
             let Tracing { op, shard, tick, .. } = **tracing;
-            tracing.trace.note(TraceNote::Arrival { op, input, shard, id, ts, tick, watermark, late });
+            let arrival = Arrival { op, input, shard, key_hash, id, ts, tick, watermark, late };
+            tracing.trace.note(TraceNote::Arrival(arrival));
         }
     }
 
