@@ -47,8 +47,9 @@ pub struct AtOperator<'a> {
     /// The operator's watermark moves: (tick, watermark), in order.
     pub moves: Vec<(i128, Time)>,
     pub emitted: Vec<&'a Emitted>,
-    /// Per input: a note on keys that resemble the one asked about ("status has 'DEV-1'").
-    pub resembling: Vec<Option<String>>,
+    /// Per input: why its rows of the key may be missing — keys that resemble the one asked
+    /// about ("status has 'DEV-1'"), rows of the key dead-lettered.
+    pub hints: Vec<Option<String>>,
     /// The key as shown ('dev-1').
     pub key: String,
 }
@@ -165,7 +166,7 @@ fn listed(at: &AtOperator<'_>, rows: &[&Arrival]) -> String {
 /// "no status row with key 'dev-1' reached effect (status has 'DEV-1')".
 fn nobody(at: &AtOperator<'_>, row: &Arrival) -> String {
     let other = 1 - row.input.min(1);
-    let hint = at.resembling.get(other).and_then(Option::as_ref).map(|h| format!(" ({h})")).unwrap_or_default();
+    let hint = at.hints.get(other).and_then(Option::as_ref).map(|h| format!(" ({h})")).unwrap_or_default();
     format!("no {} row with key {} reached {}{hint}", at.inputs[other], at.key, at.name)
 }
 
@@ -195,8 +196,9 @@ fn interval_join(at: &AtOperator<'_>, row: &Arrival, spec: &crate::operator::Int
         return (Fate::Unmatched, nobody(at, row));
     };
     let by = outside(nearest.ts, bound);
+    let also_late = if nearest.late { format!(" and arrived late by {} ms", late_by(nearest)) } else { String::new() };
     let why = format!(
-        "outside the bound by {by} ms: the nearest {} row, ts {}, had to be in {shown_bound} (lower {} ms, upper {} ms){left}",
+        "outside the bound by {by} ms: the nearest {} row, ts {}, had to be in {shown_bound} (lower {} ms, upper {} ms){also_late}{left}",
         at.inputs[nearest.input], nearest.ts, spec.lower, spec.upper,
     );
     (Fate::Unmatched, why)

@@ -98,14 +98,14 @@ fn tell(plan: &Plan, watch: &Watch<'_>, shards: usize) -> Story {
     for line in &watch.lines {
         let stream = plan.streams[line.stream].name.clone();
         let story = match &line.seen {
-            Seen::DeadLetter { reason, key_shown } => RowStory {
+            Seen::DeadLetter { reason, key_shown, ts } => RowStory {
+                head: dead_head(plan, line.stream, reason, key_shown),
                 stream,
-                ts: None,
+                ts: *ts,
                 id: None,
                 arrival: Some(line.arrival),
                 shard: None,
                 stream_watermark: None,
-                head: format!("dead-lettered as {reason} (its key field holds {key_shown}); it reached no operator"),
                 dead_letter: Some(reason.clone()),
                 at: Vec::new(),
             },
@@ -157,6 +157,33 @@ fn tell(plan: &Plan, watch: &Watch<'_>, shards: usize) -> Story {
     Story { key: watch.key.text.clone(), rows, resembling: resembling_note(plan, watch) }
 }
 
+/// "dead-lettered as wrong_type:device (device holds 1 (a number), status declares it a string);
+/// it reached no operator".
+fn dead_head(plan: &Plan, stream: usize, reason: &str, key_shown: &str) -> String {
+    let def = &plan.streams[stream];
+    let key_field = def.schema.key.map(|pos| &def.schema.fields[pos]);
+    let declared = match key_field {
+        Some(field) if reason.strip_prefix("wrong_type:") == Some(field.name.as_str()) => {
+            format!(", {} declares it {}", def.name, type_words(field.ty))
+        }
+        _ => String::new(),
+    };
+    let field = key_field.map_or("its key field", |f| f.name.as_str());
+    format!("dead-lettered as {reason} ({field} holds {key_shown}{declared}); it reached no operator")
+}
+
+fn type_words(ty: crate::record::FieldType) -> &'static str {
+    use crate::record::FieldType;
+    match ty {
+        FieldType::String => "a string",
+        FieldType::Int => "an int",
+        FieldType::Float => "a float",
+        FieldType::Bool => "a bool",
+        FieldType::Bytes => "bytes (base64)",
+        FieldType::IdList => "a list of ids",
+    }
+}
+
 fn at_operator<'a>(
     plan: &'a Plan,
     watch: &'a Watch<'_>,
@@ -166,14 +193,31 @@ fn at_operator<'a>(
 ) -> AtOperator<'a> {
     let def = &plan.operators[op];
     let exact = |s: usize| watch.key.per_stream[s].as_ref().map(keys::shown);
-    let resembling = def
+    let hints = def
         .inputs
         .iter()
         .map(|node| {
             let NodeRef::Stream(s) = *node else { return None };
+            let name = &plan.streams[s].name;
             let other: Vec<&str> =
                 watch.resembling[s].iter().filter(|k| Some(k.as_str()) != exact(s).as_deref()).map(String::as_str).collect();
-            (!other.is_empty()).then(|| format!("{} has {}", plan.streams[s].name, other.join(", ")))
+            let dead: Vec<&str> = watch
+                .lines
+                .iter()
+                .filter_map(|l| match &l.seen {
+                    Seen::DeadLetter { reason, .. } if l.stream == s => Some(reason.as_str()),
+                    _ => None,
+                })
+                .collect();
+            let mut hints = Vec::new();
+            if !other.is_empty() {
+                hints.push(format!("{name} has {}", other.join(", ")));
+            }
+            if !dead.is_empty() {
+                let rows = if dead.len() == 1 { "row" } else { "rows" };
+                hints.push(format!("{} {name} {rows} of this key dead-lettered: {}", dead.len(), dead.join(", ")));
+            }
+            (!hints.is_empty()).then(|| hints.join("; "))
         })
         .collect();
     AtOperator {
@@ -189,7 +233,7 @@ fn at_operator<'a>(
             })
             .collect(),
         emitted: watch.emitted.iter().filter(|e| e.op == op).collect(),
-        resembling,
+        hints,
         key: format!("'{}'", watch.key.text),
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::operator::host::Trace;
 use crate::plan::Plan;
-use crate::record::{Key, Row, json};
+use crate::record::{Key, Row, TimeSpec, TimeUnit, json};
 use crate::replay::Observer;
 use crate::shard::{Runtime, RuntimeOptions};
 use crate::time::Time;
@@ -34,6 +34,8 @@ pub enum Seen {
         reason: String,
         /// The key field as the raw line holds it.
         key_shown: String,
+        /// The event time, when the raw line holds one in ms.
+        ts: Option<i64>,
     },
 }
 
@@ -110,7 +112,12 @@ impl Observer for Watch<'_> {
             self.resembling[stream].insert(key_shown.clone());
         }
         if text == self.key.text {
-            let seen = Seen::DeadLetter { reason: reason.to_owned(), key_shown };
+            let schema = &self.plan.streams[stream].schema;
+            let ts = match schema.time {
+                TimeSpec::Field { pos, unit: TimeUnit::Ms } => object.get(&schema.fields[pos].name).and_then(|v| v.as_i64()),
+                _ => None,
+            };
+            let seen = Seen::DeadLetter { reason: reason.to_owned(), key_shown, ts };
             self.lines.push(Line { stream, arrival, seen });
         }
     }

@@ -22,6 +22,7 @@ mod common;
 // The braid binary and its configuration errors.
 mod bench_command;
 mod config_errors;
+mod explain;
 mod examples;
 mod systemd_unit;
 
