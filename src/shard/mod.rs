@@ -30,6 +30,7 @@
 mod collector;
 pub mod driver;
 mod feeder;
+pub mod hot_keys;
 pub mod tag;
 mod threads;
 pub mod wake;
@@ -129,6 +130,8 @@ pub struct Runtime {
     /// Stream clocks and which ticks run.
     planner: TickPlanner,
     stream_counters: Vec<StreamCounters>,
+    /// Per shard: which key carries most of its rows.
+    hot_keys: Vec<hot_keys::HotKeys>,
     /// Inputs per operator (for the figures).
     op_inputs: Vec<usize>,
     /// Some operator may hold processing-time timers: send processing time.

@@ -102,6 +102,7 @@ impl Runtime {
             sleeper,
             planner: TickPlanner::new(plan, start, options.every_tick),
             stream_counters: vec![StreamCounters::default(); plan.streams.len()],
+            hot_keys: vec![super::hot_keys::HotKeys::default(); shards],
             op_inputs: plan.operators.iter().map(|o| o.inputs.len()).collect(),
             clocked,
             chained: (0..plan.operators.len()).any(|op| plan.chained(op)),
