@@ -311,3 +311,139 @@ fn hot_keys(figures: &Figures, active: &mut Vec<Warning>) {
         active.push(Warning { warning: "hot_key", subject: format!("shard {shard}"), message });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operator::host::OperatorCounters;
+    use crate::shard::StreamCounters;
+    use crate::shard::hot_keys::HotKey;
+
+    const CONFIG: &str = r#"
+[ops]
+no_match_warning = "10s"
+state_stall_warning = "20s"
+
+[streams.a]
+key = "k"
+time = { field = "ts", unit = "ms" }
+max_out_of_orderness = "500ms"
+fields = { k = "string", ts = "int" }
+
+[streams.b]
+key = "k"
+time = { field = "ts", unit = "ms" }
+fields = { k = "string", ts = "int" }
+
+[operators.j]
+kind = "interval_join"
+left = "a"
+right = "b"
+lower = "-1s"
+upper = "2s"
+select = ["left.k"]
+"#;
+
+    fn plan() -> Plan {
+        crate::config::parse("w.toml", CONFIG).unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    /// Figures at `now`: rows per stream (also the join's rows in), matches, watermarks, state.
+    fn figures(now: i128, rows: [u64; 2], matches: u64, watermarks: [i64; 2], state: usize) -> Figures {
+        let mut counters = OperatorCounters::new(2);
+        counters.rows_in = rows.to_vec();
+        counters.matched = vec![matches, 0];
+        Figures {
+            streams: rows.iter().map(|&rows| StreamCounters { rows, ..Default::default() }).collect(),
+            stream_watermarks: watermarks.iter().map(|&w| Time::ms(w)).collect(),
+            stream_idle: vec![false, false],
+            operator_counters: vec![counters],
+            operator_watermarks: vec![Time::ms(watermarks[0].min(watermarks[1]))],
+            operator_state: vec![(state, state * 100)],
+            now,
+            ..Default::default()
+        }
+    }
+
+    fn kinds(warnings: &[Warning]) -> Vec<(&'static str, &str)> {
+        warnings.iter().map(|w| (w.warning, w.subject.as_str())).collect()
+    }
+
+    #[test]
+    fn a_join_that_matches_nothing_while_both_inputs_flow_warns_after_no_match_warning() {
+        let plan = plan();
+        let mut warnings = Warnings::new(&plan, plan.ops_thresholds);
+        for s in 0..=10 {
+            let rows = 10 * (s + 1);
+            let active = warnings.look(&plan, &figures(1_000 * i128::from(s), [rows, rows], 0, [0, 0], 0));
+            assert_eq!(kinds(active).contains(&("no_match", "j")), s >= 10, "at {s} s: {active:?}");
+        }
+        // A match ends it; an input that stops flowing keeps it from starting again.
+        let active = warnings.look(&plan, &figures(11_000, [130, 130], 1, [0, 0], 0));
+        assert!(!kinds(active).contains(&("no_match", "j")));
+        for s in 12..30 {
+            let active = warnings.look(&plan, &figures(1_000 * s, [130 + s as u64, 130], 1, [0, 0], 0));
+            assert!(!kinds(active).contains(&("no_match", "j")), "at {s} s b is silent: {active:?}");
+        }
+    }
+
+    #[test]
+    fn an_input_trailing_the_other_by_more_than_span_plus_lateness_warns() {
+        let plan = plan();
+        let mut warnings = Warnings::new(&plan, plan.ops_thresholds);
+        // span 3000 + lateness 500: a trails b by 3500 → fine, by 3501 → warned.
+        let active = warnings.look(&plan, &figures(0, [1, 1], 1, [10_000, 13_500], 0));
+        assert!(kinds(active).is_empty(), "{active:?}");
+        let active = warnings.look(&plan, &figures(0, [1, 1], 1, [10_000, 13_501], 0));
+        assert_eq!(kinds(active), vec![("watermark_skew", "j/a")]);
+        let mut idle = figures(0, [1, 1], 1, [10_000, 13_501], 0);
+        idle.stream_idle[0] = true;
+        assert!(warnings.look(&plan, &idle).is_empty(), "an idle input holds nothing back");
+    }
+
+    #[test]
+    fn a_stream_silent_far_past_its_usual_gap_warns() {
+        let plan = plan();
+        let mut warnings = Warnings::new(&plan, plan.ops_thresholds);
+        // b: 10 rows a second for 10 s (a gap of 100 ms), then nothing; a keeps flowing.
+        for s in 0..10u64 {
+            warnings.look(&plan, &figures(1_000 * i128::from(s), [10 * (s + 1), 10 * (s + 1)], 1, [0, 0], 0));
+        }
+        let silent_at = |s: i128, warnings: &mut Warnings| {
+            let rows_a = 100 + s as u64;
+            kinds(warnings.look(&plan, &figures(1_000 * s, [rows_a, 100], 1, [0, 0], 0))).contains(&("silent_stream", "b"))
+        };
+        // Silent for 2 s × 20 = 2 s < the 5 s floor: not yet; past the floor: warned.
+        assert!(!silent_at(14, &mut warnings));
+        assert!(silent_at(15, &mut warnings));
+    }
+
+    #[test]
+    fn state_growing_under_a_still_watermark_warns_after_state_stall_warning() {
+        let plan = plan();
+        let mut warnings = Warnings::new(&plan, plan.ops_thresholds);
+        let mut stalled = Vec::new();
+        for s in 0..=21 {
+            let active = warnings.look(&plan, &figures(1_000 * s, [1, 1], 1, [5_000, 5_000], 10 + s as usize));
+            stalled.push(kinds(active).contains(&("state_stalled", "j")));
+        }
+        assert_eq!(stalled.iter().position(|&s| s), Some(20));
+        let active = warnings.look(&plan, &figures(22_000, [1, 1], 1, [6_000, 6_000], 40));
+        assert!(!kinds(active).contains(&("state_stalled", "j")), "the watermark moved");
+    }
+
+    #[test]
+    fn a_hot_key_is_named_with_its_share() {
+        let plan = plan();
+        let mut warnings = Warnings::new(&plan, plan.ops_thresholds);
+        let mut f = figures(0, [1, 1], 1, [0, 0], 0);
+        f.hot_keys = vec![
+            Some(HotKey { key: "dev-7".into(), share: 0.8, rows: 1000, many_keys: true }),
+            Some(HotKey { key: "dev-1".into(), share: 0.9, rows: 1000, many_keys: false }),
+            Some(HotKey { key: "dev-2".into(), share: 0.4, rows: 1000, many_keys: true }),
+        ];
+        let active = warnings.look(&plan, &f);
+        assert_eq!(kinds(active), vec![("hot_key", "shard 0")]);
+        assert_eq!(active[0].message, "key 'dev-7' carries 80 % of the shard's last 1000 rows");
+    }
+}
