@@ -223,11 +223,11 @@ impl Warnings {
                 Some((_, _, at)) if now - *at < RELOG_MS => {}
                 Some((_, _, at)) => {
                     *at = now;
-                    tracing::warn!(warning = w.warning, subject = %w.subject, "{}", w.message);
+                    tracing::warn!(warning = w.warning, subject = %w.subject, detail = %w.message, "Warning still active");
                 }
                 None => {
                     self.logged.push((w.warning, w.subject.clone(), now));
-                    tracing::warn!(warning = w.warning, subject = %w.subject, "{}", w.message);
+                    tracing::warn!(warning = w.warning, subject = %w.subject, detail = %w.message, "Warning");
                 }
             }
         }

@@ -54,3 +54,4 @@ mod mqtt_tls;
 mod service_lifecycle;
 mod service_mqtt;
 mod status_command;
+mod warnings;
