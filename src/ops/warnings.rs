@@ -28,6 +28,9 @@ use crate::plan::{NodeRef, Plan};
 use crate::shard::Figures;
 use crate::time::Time;
 
+/// Every warning's name (the `warning` label), in the module doc's order.
+pub const WARNINGS: [&str; 5] = ["no_match", "watermark_skew", "silent_stream", "state_stalled", "hot_key"];
+
 pub const SILENT_FACTOR: i128 = 20;
 pub const SILENT_FLOOR_MS: i128 = 5_000;
 pub const SILENT_MIN_ROWS: u64 = 10;
@@ -366,6 +369,7 @@ select = ["left.k"]
     }
 
     fn kinds(warnings: &[Warning]) -> Vec<(&'static str, &str)> {
+        assert!(warnings.iter().all(|w| WARNINGS.contains(&w.warning)), "{warnings:?}");
         warnings.iter().map(|w| (w.warning, w.subject.as_str())).collect()
     }
 
