@@ -117,8 +117,13 @@ fn others<'a>(at: &'a AtOperator<'_>, row: &'a Arrival) -> impl Iterator<Item = 
 /// last chance L)"; `None` while it never did.
 fn left_state(at: &AtOperator<'_>, last_chance: Time) -> Option<String> {
     let &(tick, watermark) = at.moves.iter().find(|(_, w)| *w > last_chance)?;
-    let when = if tick == END_OF_INPUT { "at the end of input".to_owned() } else { format!("at processing time {tick}") };
-    Some(format!("{when} (the watermark reached {}, past its last chance {})", shown_time(watermark), shown_time(last_chance)))
+    let when =
+        if tick == END_OF_INPUT { "at the end of input".to_owned() } else { format!("at processing time {tick}") };
+    Some(format!(
+        "{when} (the watermark reached {}, past its last chance {})",
+        shown_time(watermark),
+        shown_time(last_chance)
+    ))
 }
 
 /// The ts range a partner of `row` must fall in: for a left row `[ts + lower′, ts + upper′]`,
@@ -186,7 +191,11 @@ fn interval_join(at: &AtOperator<'_>, row: &Arrival, spec: &crate::operator::Int
         let other = at.inputs[inside.input];
         let why = if inside.late {
             let when = gone.map(|g| format!(", after this row had left the state {g}")).unwrap_or_default();
-            format!("{other} ts {} was within the bound {shown_bound} but arrived late by {} ms{when}", inside.ts, late_by(inside))
+            format!(
+                "{other} ts {} was within the bound {shown_bound} but arrived late by {} ms{when}",
+                inside.ts,
+                late_by(inside)
+            )
         } else {
             format!("{other} ts {} was within the bound {shown_bound} but did not pair{left}", inside.ts)
         };
@@ -244,7 +253,10 @@ fn windowed(at: &AtOperator<'_>, row: &Arrival, window: &WindowSpec, pairs: bool
         }
     } else if window.is_session() {
         if others(at, row).any(|o| !o.late) {
-            return (Fate::Matched, format!("grouped with the {} rows of its session", at.inputs[1 - row.input.min(1)]));
+            return (
+                Fate::Matched,
+                format!("grouped with the {} rows of its session", at.inputs[1 - row.input.min(1)]),
+            );
         }
     } else {
         let group: Vec<&Arrival> = others(at, row).filter(in_window).collect();
@@ -259,11 +271,19 @@ fn windowed(at: &AtOperator<'_>, row: &Arrival, window: &WindowSpec, pairs: bool
         return (Fate::Unmatched, format!("no {} row paired with it in its session", at.inputs[1 - row.input.min(1)]));
     }
     if let Some(same) = others(at, row).find(in_window) {
-        let why = format!("{} ts {} shared its window {} but the `where` condition did not hold", at.inputs[same.input], same.ts, shown(&windows));
+        let why = format!(
+            "{} ts {} shared its window {} but the `where` condition did not hold",
+            at.inputs[same.input],
+            same.ts,
+            shown(&windows)
+        );
         return (Fate::Unmatched, why);
     }
-    let span = (windows.iter().map(|w| w.0).min().unwrap_or(row.ts), windows.iter().map(|w| w.1 - 1).max().unwrap_or(row.ts));
-    let Some(nearest) = others(at, row).min_by_key(|o| outside(o.ts, span)) else { return (Fate::Unmatched, nobody(at, row)) };
+    let span =
+        (windows.iter().map(|w| w.0).min().unwrap_or(row.ts), windows.iter().map(|w| w.1 - 1).max().unwrap_or(row.ts));
+    let Some(nearest) = others(at, row).min_by_key(|o| outside(o.ts, span)) else {
+        return (Fate::Unmatched, nobody(at, row));
+    };
     let why = format!(
         "outside its window by {} ms: the nearest {} row, ts {}, is not in {}",
         outside(nearest.ts, span),

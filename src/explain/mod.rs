@@ -92,7 +92,8 @@ fn tell(plan: &Plan, watch: &Watch<'_>, shards: usize) -> Story {
     });
     let arrivals: Vec<&Arrival> =
         notes.iter().filter_map(|n| if let TraceNote::Arrival(a) = n { Some(a) } else { None }).collect();
-    let operators: Vec<AtOperator<'_>> = (0..plan.operators.len()).map(|op| at_operator(plan, watch, &notes, &arrivals, op)).collect();
+    let operators: Vec<AtOperator<'_>> =
+        (0..plan.operators.len()).map(|op| at_operator(plan, watch, &notes, &arrivals, op)).collect();
     let mut taken = vec![false; arrivals.len()];
     let mut rows = Vec::new();
     for line in &watch.lines {
@@ -114,9 +115,11 @@ fn tell(plan: &Plan, watch: &Watch<'_>, shards: usize) -> Story {
                 let mut at = Vec::new();
                 for (i, a) in arrivals.iter().enumerate() {
                     let from_line = plan.operators[a.op].inputs[a.input] == NodeRef::Stream(line.stream);
-                    if !taken[i] && from_line && a.id == id && !at.iter().any(|t: &(usize, Told)| t.0 == a.op) {
+                    // A row reaches each (operator, input) reading its stream once (a self-join: twice).
+                    let reached = |t: &(usize, usize, Told)| (t.0, t.1) == (a.op, a.input);
+                    if !taken[i] && from_line && a.id == id && !at.iter().any(reached) {
                         taken[i] = true;
-                        at.push((a.op, told(&operators[a.op], a)));
+                        at.push((a.op, a.input, told(&operators[a.op], a)));
                     }
                 }
                 let head = format!(
@@ -133,7 +136,7 @@ fn tell(plan: &Plan, watch: &Watch<'_>, shards: usize) -> Story {
                     stream_watermark: Some(stream_watermark),
                     head,
                     dead_letter: None,
-                    at: at.into_iter().map(|(_, t)| t).collect(),
+                    at: at.into_iter().map(|(_, _, t)| t).collect(),
                 }
             }
         };
@@ -199,8 +202,11 @@ fn at_operator<'a>(
         .map(|node| {
             let NodeRef::Stream(s) = *node else { return None };
             let name = &plan.streams[s].name;
-            let other: Vec<&str> =
-                watch.resembling[s].iter().filter(|k| Some(k.as_str()) != exact(s).as_deref()).map(String::as_str).collect();
+            let other: Vec<&str> = watch.resembling[s]
+                .iter()
+                .filter(|k| Some(k.as_str()) != exact(s).as_deref())
+                .map(String::as_str)
+                .collect();
             let dead: Vec<&str> = watch
                 .lines
                 .iter()
@@ -281,7 +287,13 @@ impl Story {
             for t in &row.at {
                 let fate = t.fate.map_or("passed", Fate::as_str);
                 let on_time = if t.fate == Some(Fate::Late) { "" } else { ", on time" };
-                writeln!(out, "  {}: {fate} (watermark {} when it arrived{on_time}): {}", t.operator, shown_time(t.watermark), t.why)?;
+                writeln!(
+                    out,
+                    "  {}: {fate} (watermark {} when it arrived{on_time}): {}",
+                    t.operator,
+                    shown_time(t.watermark),
+                    t.why
+                )?;
             }
         }
         if let Some(note) = &self.resembling {

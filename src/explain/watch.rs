@@ -114,7 +114,9 @@ impl Observer for Watch<'_> {
         if text == self.key.text {
             let schema = &self.plan.streams[stream].schema;
             let ts = match schema.time {
-                TimeSpec::Field { pos, unit: TimeUnit::Ms } => object.get(&schema.fields[pos].name).and_then(|v| v.as_i64()),
+                TimeSpec::Field { pos, unit: TimeUnit::Ms } => {
+                    object.get(&schema.fields[pos].name).and_then(|v| v.as_i64())
+                }
                 _ => None,
             };
             let seen = Seen::DeadLetter { reason: reason.to_owned(), key_shown, ts };

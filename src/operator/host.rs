@@ -39,7 +39,11 @@ pub enum TraceNote {
     Arrival(Arrival),
     /// The watermark of operator `op` moved to `watermark` at the tick at processing time `tick`
     /// ([`END_OF_INPUT`] at the end). Noted by shard 0 only: every shard's instance agrees.
-    Watermark { op: usize, tick: i128, watermark: Time },
+    Watermark {
+        op: usize,
+        tick: i128,
+        watermark: Time,
+    },
 }
 
 impl Trace {
@@ -365,6 +369,41 @@ mod tests {
             })
             .collect();
         assert_eq!(counted, vec![(1, 1), (0, 0), (0, 0)]);
+    }
+
+    #[test]
+    fn a_trace_notes_the_rows_of_its_keys_with_the_watermark_they_met_and_every_move() {
+        let trace = std::sync::Arc::new(Trace::new(vec![7]));
+        let mut host = OperatorHost::new(union(), 1, None, 0);
+        host.trace(std::sync::Arc::clone(&trace), 3, 0);
+        tick(&mut host, 200, 1_000);
+        let keyed = |key_hash, ts| Row { key: Key::Str("k".into()), key_hash, id: ts as u64, ..broadcast_row(ts) };
+        for (key_hash, ts) in [(7, 500), (8, 600), (7, 2_000)] {
+            host.on_row(0, keyed(key_hash, ts), false, &mut Output::default());
+        }
+        host.finish_watermark(&mut Output::default());
+        let arrival = |ts: i64, late| {
+            TraceNote::Arrival(Arrival {
+                op: 3,
+                input: 0,
+                shard: 0,
+                key_hash: 7,
+                id: ts as u64,
+                ts,
+                tick: 200,
+                watermark: Time::ms(1_000),
+                late,
+            })
+        };
+        assert_eq!(
+            trace.notes(),
+            vec![
+                TraceNote::Watermark { op: 3, tick: 200, watermark: Time::ms(1_000) },
+                arrival(500, true),
+                arrival(2_000, false),
+                TraceNote::Watermark { op: 3, tick: END_OF_INPUT, watermark: Time::POS_INF },
+            ]
+        );
     }
 
     #[test]

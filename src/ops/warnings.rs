@@ -148,12 +148,13 @@ impl Warnings {
                 continue;
             }
             let counters = &figures.operator_counters[op];
-            let matches = counters.results[crate::operator::ResultKind::Match as usize] + counters.matched.iter().sum::<u64>();
+            let matches =
+                counters.results[crate::operator::ResultKind::Match as usize] + counters.matched.iter().sum::<u64>();
             let seen = &mut self.joins[op];
             let rows = [0, 1].map(|i| counters.rows_in.get(i).copied().unwrap_or(0));
-            for input in 0..2 {
-                if rows[input] > seen.rows[input] {
-                    seen.last_growth[input] = now;
+            for ((now_rows, seen_rows), growth) in rows.iter().zip(&seen.rows).zip(&mut seen.last_growth) {
+                if now_rows > seen_rows {
+                    *growth = now;
                 }
             }
             seen.rows = rows;
@@ -245,7 +246,13 @@ impl Warnings {
 }
 
 fn shown(t: Time) -> String {
-    if t.is_finite() { t.raw().to_string() } else if t == Time::NEG_INF { "-inf".into() } else { "+inf".into() }
+    if t.is_finite() {
+        t.raw().to_string()
+    } else if t == Time::NEG_INF {
+        "-inf".into()
+    } else {
+        "+inf".into()
+    }
 }
 
 /// What a join can bridge between its inputs' watermarks: its span plus lateness (ms).
@@ -310,7 +317,8 @@ fn watermark_skew(plan: &Plan, figures: &Figures, active: &mut Vec<Warning>) {
 fn hot_keys(figures: &Figures, active: &mut Vec<Warning>) {
     for (shard, hot) in figures.hot_keys.iter().enumerate() {
         let Some(hot) = hot.as_ref().filter(|h| h.many_keys && h.share > HOT_KEY_SHARE) else { continue };
-        let message = format!("key '{}' carries {:.0} % of the shard's last {} rows", hot.key, hot.share * 100.0, hot.rows);
+        let message =
+            format!("key '{}' carries {:.0} % of the shard's last {} rows", hot.key, hot.share * 100.0, hot.rows);
         active.push(Warning { warning: "hot_key", subject: format!("shard {shard}"), message });
     }
 }
@@ -415,7 +423,8 @@ select = ["left.k"]
         }
         let silent_at = |s: i128, warnings: &mut Warnings| {
             let rows_a = 100 + s as u64;
-            kinds(warnings.look(&plan, &figures(1_000 * s, [rows_a, 100], 1, [0, 0], 0))).contains(&("silent_stream", "b"))
+            kinds(warnings.look(&plan, &figures(1_000 * s, [rows_a, 100], 1, [0, 0], 0)))
+                .contains(&("silent_stream", "b"))
         };
         // Silent for 2 s × 20 = 2 s < the 5 s floor: not yet; past the floor: warned.
         assert!(!silent_at(14, &mut warnings));

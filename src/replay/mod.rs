@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use crate::plan::{Plan, Target};
-use crate::record::decode::{check_time_window, dead_letter_raw};
 use crate::record::Row;
+use crate::record::decode::{check_time_window, dead_letter_raw};
 use crate::record::id::IdHasher;
 use crate::shard::{Emit, Figures, Runtime, RuntimeError, RuntimeOptions};
 use input::{Content, InputError, Inputs, Line};

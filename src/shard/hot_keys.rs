@@ -75,7 +75,12 @@ impl HotKeys {
             Key::Int(i) => i.to_string(),
             Key::Broadcast => return None,
         };
-        Some(HotKey { key, share: top.count as f64 / self.rows as f64, rows: self.rows, many_keys: self.slots.len() > 1 })
+        Some(HotKey {
+            key,
+            share: top.count as f64 / self.rows as f64,
+            rows: self.rows,
+            many_keys: self.slots.len() > 1,
+        })
     }
 
     /// The current window once it holds at least `min_rows` rows, else the last full one.

@@ -257,7 +257,8 @@ impl Shard {
     /// The thread's body: pinned, its monoio runtime, rounds of work, sleeping on its doorbell
     /// when idle.
     fn run(self) -> Result<ShardReport, ShardError> {
-        let Shard { id, plan, shards, links, sleeper, bell, wake_feeder, gate, cancel, live, trace, state, core } = self;
+        let Shard { id, plan, shards, links, sleeper, bell, wake_feeder, gate, cancel, live, trace, state, core } =
+            self;
         let _wake_feeder = wake_feeder;
         if let Some(core) = core {
             core_affinity::set_for_current(core);

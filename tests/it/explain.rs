@@ -1,5 +1,6 @@
 //! `braid explain` against the cases under tests/explain/ (its README lists them): the plain
 //! words word for word, `--json` object by object at two shard counts.
+#![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
 
@@ -9,11 +10,8 @@ use crate::common::run::braid;
 
 fn cases() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("explain");
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .collect();
+    let mut cases: Vec<PathBuf> =
+        std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
     cases.sort();
     cases
 }
@@ -105,5 +103,8 @@ fn late_rows_carry_late_by_ms_the_watermark_minus_their_ts() {
         .collect();
     assert_eq!(late.len(), 1);
     let o = &late[0];
-    assert_eq!(o["late_by_ms"].as_i64().unwrap(), o["operator_watermark"].as_i64().unwrap() - o["ts"].as_i64().unwrap());
+    assert_eq!(
+        o["late_by_ms"].as_i64().unwrap(),
+        o["operator_watermark"].as_i64().unwrap() - o["ts"].as_i64().unwrap()
+    );
 }

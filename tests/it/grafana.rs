@@ -155,7 +155,10 @@ fn alert_rules_parse_with_the_expected_groups_and_metrics() {
         ]
     );
     for warning in braid::ops::warnings::WARNINGS {
-        assert!(text.contains(&format!("braid_warning_active{{warning=\"{warning}\"}}")), "no alert rule for {warning}");
+        assert!(
+            text.contains(&format!("braid_warning_active{{warning=\"{warning}\"}}")),
+            "no alert rule for {warning}"
+        );
     }
     assert!(matches!(docs[0]["nonsense"], Yaml::BadValue));
 }

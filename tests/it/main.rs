@@ -22,8 +22,8 @@ mod common;
 // The braid binary and its configuration errors.
 mod bench_command;
 mod config_errors;
-mod explain;
 mod examples;
+mod explain;
 mod systemd_unit;
 
 // Logs and the bundled Grafana dashboard and Prometheus alerts.

@@ -57,7 +57,9 @@ fn config(devices: &str, ops: u16, state: &std::path::Path) -> String {
 /// One chunk of the workload (`i`: its index): `a` rows, `b` rows 10 s behind, `c` at first.
 fn chunk(i: i64, base: i64) -> Vec<(String, Vec<u8>)> {
     let ts = base + i * CHUNK_EVERY.as_millis() as i64;
-    let msg = |stream: &str, device: String, ts: i64| (format!("w/{device}/{stream}"), format!("{{\"ts\":{ts}}}").into_bytes());
+    let msg = |stream: &str, device: String, ts: i64| {
+        (format!("w/{device}/{stream}"), format!("{{\"ts\":{ts}}}").into_bytes())
+    };
     let mut msgs = Vec::new();
     for j in 0..10 {
         let device = if j == 0 { format!("x-{}", i % 5) } else { "x-hot".to_owned() };
@@ -107,7 +109,9 @@ fn a_workload_triggers_every_warning_listed_in_metrics_healthz_status_and_the_lo
     let all_seen = poll_until(Duration::from_secs(25), || {
         let Some((200, text)) = http_get(ops, "/metrics") else { return false };
         for (warning, subject) in want {
-            if metric(&text, "braid_warning_active", &format!("warning=\"{warning}\",subject=\"{subject}\"")) == Some(1.0) {
+            if metric(&text, "braid_warning_active", &format!("warning=\"{warning}\",subject=\"{subject}\""))
+                == Some(1.0)
+            {
                 seen.insert((warning, subject));
             }
         }
