@@ -278,9 +278,62 @@ fn shards(c: &mut Criterion) {
     }
 }
 
+/// What the join-quality counters cost (issue 15; BENCHMARKS.md "Cost of the join-quality
+/// counters"): the 10 k-keys workload on 1 shard (every row is evicted, so every row is counted),
+/// each iteration a pair — counting on and off ([`braid::operator::count_join_quality`]), in
+/// alternating order — so both see the same machine; the ratio of the medians and the median of
+/// the pairs' ratios.
+fn join_quality_cost(c: &mut Criterion) {
+    let w = setup(10_000, 90);
+    let rows = w.inputs.len();
+    let mut group = c.benchmark_group("shards/join_quality_cost");
+    group.throughput(Throughput::Elements(rows as u64));
+    group.sample_size(10);
+    group.sampling_mode(SamplingMode::Flat);
+    let (mut on, mut off) = (Stats::default(), Stats::default());
+    let mut ratios = Vec::new();
+    group.bench_function("pairs_on_and_off", |b| {
+        b.iter_custom(|iters| {
+            let mut timed = Duration::ZERO;
+            for i in 0..iters {
+                // Half the pairs run "off" first, so neither side always runs second.
+                let mut measure = |counting: bool| {
+                    braid::operator::count_join_quality(counting);
+                    let wall = if counting { on.run(&w, 1) } else { off.run(&w, 1) };
+                    braid::operator::count_join_quality(true);
+                    wall
+                };
+                let (with, without) = if i % 2 == 0 {
+                    let with = measure(true);
+                    (with, measure(false))
+                } else {
+                    let without = measure(false);
+                    (measure(true), without)
+                };
+                ratios.push(without.as_secs_f64() / with.as_secs_f64());
+                timed += with;
+            }
+            timed
+        })
+    });
+    let with = on.report("shards/join_quality_cost/counting_on", rows);
+    let without = off.report("shards/join_quality_cost/counting_off", rows);
+    if let (Some(with), Some(without)) = (with, without) {
+        ratios.sort_by(f64::total_cmp);
+        eprintln!(
+            "shards/join_quality_cost: throughput with / without the counters {:.4} (medians), median pair {:.4}, \
+             {} pairs",
+            without.as_secs_f64() / with.as_secs_f64(),
+            ratios[ratios.len() / 2],
+            ratios.len()
+        );
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(5));
-    targets = shards
+    targets = shards, join_quality_cost
 }
 criterion_main!(benches);

@@ -15,6 +15,7 @@ pub mod broker;
 pub mod checkpoint;
 pub mod config;
 pub mod demo;
+pub mod explain;
 pub mod mqtt;
 pub mod operator;
 pub mod ops;

@@ -51,6 +51,24 @@ enum Command {
         #[arg(long)]
         every_tick: bool,
     },
+    /// Why rows of a key did or did not join: replays the inputs and tells the fate of every row of
+    /// the key at every operator it reached. Exit 0, 78 bad config, 1 unreadable input.
+    Explain {
+        #[arg(long, env = "BRAID_CONFIG")]
+        config: PathBuf,
+        /// STREAM=FILE, as for replay.
+        #[arg(long = "input", value_name = "STREAM=FILE", value_parser = name_and_path)]
+        inputs: Vec<(String, PathBuf)>,
+        /// The key, as the streams' key fields read it.
+        #[arg(long)]
+        key: String,
+        /// One JSON object per row and operator instead of plain words.
+        #[arg(long)]
+        json: bool,
+        /// Overrides `runtime.shards` (the fates do not depend on it; the shard shown does).
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=MAX_SHARDS as i64))]
+        shards: Option<u16>,
+    },
     /// Synthetic load through the shard runtime, in process; prints figures (rows/s, latency, memory).
     Bench(bench::BenchFlags),
     /// The service: MQTT in, joins, results out, until SIGTERM (systemd: Type=notify).
@@ -96,7 +114,9 @@ fn main() -> ExitCode {
         return status(config.as_deref(), ops.as_deref(), *once);
     }
     let loaded = match &cli.command {
-        Command::Validate { config } | Command::Replay { config, .. } => config::load(config),
+        Command::Validate { config } | Command::Replay { config, .. } | Command::Explain { config, .. } => {
+            config::load(config)
+        }
         Command::Run { config, .. } => config::load(config),
         Command::Bench(flags) => match &flags.config {
             Some(config) => config::load(config),
@@ -130,6 +150,10 @@ fn main() -> ExitCode {
                 },
                 metrics,
             )
+        }
+        Command::Explain { inputs, key, json, shards, .. } => {
+            let shards = shards.map(usize::from).or(plan.runtime.shards).unwrap_or_else(default_shards);
+            explain(&plan, &braid::explain::ExplainArgs { shards, inputs: &inputs, key: &key }, json)
         }
         Command::Bench(flags) => run_bench(&plan, &flags.into_args()),
         Command::Run { config, shards } => {
@@ -187,6 +211,12 @@ fn status(config: Option<&std::path::Path>, ops: Option<&str>, once: bool) -> Ex
 /// `shards = "auto"`: one per core.
 fn default_shards() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+fn explain(plan: &Plan, args: &braid::explain::ExplainArgs<'_>, json: bool) -> anyhow::Result<()> {
+    let story = braid::explain::run(plan, args)?;
+    let mut out = std::io::stdout().lock();
+    if json { story.write_json(&mut out) } else { story.write_text(&mut out) }.context("writing the explanation")
 }
 
 fn run_bench(plan: &Plan, args: &bench::BenchArgs) -> anyhow::Result<()> {

@@ -80,6 +80,8 @@ pub struct Plan {
     pub runtime: RuntimeSettings,
     /// `[ops] listen`; empty turns the endpoint off.
     pub ops_listen: String,
+    /// `[ops] no_match_warning` and `state_stall_warning`.
+    pub ops_thresholds: crate::ops::warnings::Thresholds,
     pub sources: Vec<SourceDef>,
     pub streams: Vec<StreamDef>,
     /// Upstream first.
@@ -147,7 +149,8 @@ impl Plan {
         }
         let longest_chain = wired.iter().map(|w| w.depth).max().unwrap_or(0);
         let wiring = Wiring { stream_readers, operators: wired, longest_chain };
-        Plan { runtime, ops_listen, sources, streams, operators, sinks, warnings: Vec::new(), wiring }
+        let ops_thresholds = crate::ops::warnings::Thresholds::default();
+        Plan { runtime, ops_listen, ops_thresholds, sources, streams, operators, sinks, warnings: Vec::new(), wiring }
     }
 
     /// The (operator, input) pairs reading `node`, in operator order.

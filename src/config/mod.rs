@@ -191,12 +191,14 @@ fn check(root: Table<'_, '_>, errors: &mut Errors) -> Option<Plan> {
     let [runtime_t, ops_t, sources_t, streams_t, operators_t, sinks_t] =
         [0, 1, 2, 3, 4, 5].map(|i| Table { path: SECTIONS[i], span: &spans[i].0, table: spans[i].1 });
     let runtime = runtime(runtime_t, errors);
-    let ops_listen = ops(ops_t, errors);
+    let (ops_listen, ops_thresholds) = ops(ops_t, errors);
     let sources = io::sources(sources_t, errors);
     let streams = streams::streams(streams_t, &sources, errors);
     let graph = operators::operators(operators_t, &streams, errors);
     let sinks = io::sinks(sinks_t, &streams, &graph, errors);
-    Some(Plan::new(runtime, ops_listen, sources, streams.defs, graph.operators, sinks))
+    let mut plan = Plan::new(runtime, ops_listen, sources, streams.defs, graph.operators, sinks);
+    plan.ops_thresholds = ops_thresholds;
+    Some(plan)
 }
 
 fn runtime(t: Table<'_, '_>, errors: &mut Errors) -> RuntimeSettings {
@@ -266,9 +268,14 @@ fn runtime(t: Table<'_, '_>, errors: &mut Errors) -> RuntimeSettings {
     }
 }
 
-fn ops(t: Table<'_, '_>, errors: &mut Errors) -> String {
-    t.check_keys(&["listen"], errors);
-    match t.str("listen", errors) {
+fn ops(t: Table<'_, '_>, errors: &mut Errors) -> (String, crate::ops::warnings::Thresholds) {
+    t.check_keys(&["listen", "no_match_warning", "state_stall_warning"], errors);
+    let defaults = crate::ops::warnings::Thresholds::default();
+    let thresholds = crate::ops::warnings::Thresholds {
+        no_match_ms: t.duration_or("no_match_warning", defaults.no_match_ms, errors),
+        state_stall_ms: t.duration_or("state_stall_warning", defaults.state_stall_ms, errors),
+    };
+    let listen = match t.str("listen", errors) {
         Some(("", _)) => String::new(),
         Some((listen, span)) => {
             if listen.parse::<std::net::SocketAddr>().is_err() {
@@ -281,7 +288,8 @@ fn ops(t: Table<'_, '_>, errors: &mut Errors) -> String {
             listen.to_owned()
         }
         None => "127.0.0.1:9464".to_owned(),
-    }
+    };
+    (listen, thresholds)
 }
 
 #[cfg(test)]

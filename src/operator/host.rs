@@ -15,6 +15,9 @@
 //!   [`origin_rank`], the stable hash of the key each result came from. All of one key's results
 //!   come from one instance, so ranking (stably) keeps each key's own order and makes the order
 //!   across keys independent of how keys fall on shards.
+//! - **Trace** (`braid explain`): with a [`Trace`] attached, the host notes what it already knows
+//!   about the rows of the traced keys — the watermark each met on arrival, whether it was late —
+//!   and every move of its watermark. Without one the row path pays a single branch.
 
 use super::connect::END_OF_INPUT;
 use super::{Operator, Output, Quality, ResultKind};
@@ -22,6 +25,71 @@ use crate::record::{ArchivedRow, Row};
 use crate::state::snapshot::{self, SnapshotError};
 use crate::time::clock::InputTime;
 use crate::time::{OperatorClock, Time};
+
+/// What `braid explain` follows: the rows of a few keys (by key hash) through every operator.
+/// Hosts on every shard note into it; the notes are read once the run is over.
+#[derive(Debug, Default)]
+pub struct Trace {
+    keys: Vec<u64>,
+    notes: std::sync::Mutex<Vec<TraceNote>>,
+}
+
+/// One note of a [`Trace`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum TraceNote {
+    Arrival(Arrival),
+    /// The watermark of operator `op` moved to `watermark` at the tick at processing time `tick`
+    /// ([`END_OF_INPUT`] at the end). Noted by shard 0 only: every shard's instance agrees.
+    Watermark {
+        op: usize,
+        tick: i128,
+        watermark: Time,
+    },
+}
+
+impl Trace {
+    pub fn new(keys: Vec<u64>) -> Trace {
+        Trace { keys, notes: std::sync::Mutex::default() }
+    }
+
+    fn follows(&self, key_hash: u64) -> bool {
+        self.keys.contains(&key_hash)
+    }
+
+    fn note(&self, note: TraceNote) {
+        // A poisoned lock only means another shard panicked; its notes are still sound.
+        self.notes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(note);
+    }
+
+    /// Every note so far, in no particular order across shards.
+    pub fn notes(&self) -> Vec<TraceNote> {
+        self.notes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+}
+
+/// A row of a traced key reached operator `op` on input `input` on shard `shard`, after the tick
+/// at processing time `tick`, when the operator's watermark was `watermark`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Arrival {
+    pub op: usize,
+    pub input: usize,
+    pub shard: usize,
+    pub key_hash: u64,
+    pub id: u64,
+    pub ts: i64,
+    pub tick: i128,
+    pub watermark: Time,
+    pub late: bool,
+}
+
+/// The trace a host notes into, and where it is.
+struct Tracing {
+    trace: std::sync::Arc<Trace>,
+    op: usize,
+    shard: usize,
+    /// Processing time of the last tick the host saw.
+    tick: i128,
+}
 
 /// The rank of a result among everything its operator's instances emit at once: the stable hash
 /// of the key of the row it came from (at `origin`, the plan's origin key position; its own key
@@ -107,6 +175,7 @@ pub struct OperatorHost {
     speaks_for_broadcast: bool,
     /// Per input (bit i): a broadcast row came on it, so it is a broadcast input.
     broadcast_inputs: u64,
+    tracing: Option<Box<Tracing>>,
 }
 
 impl OperatorHost {
@@ -118,26 +187,38 @@ impl OperatorHost {
             origin,
             speaks_for_broadcast: shard == 0,
             broadcast_inputs: 0,
+            tracing: None,
         }
+    }
+
+    /// Notes the rows of `trace`'s keys and the watermark's moves; `op`: this operator's index,
+    /// `shard`: this instance's.
+    pub fn trace(&mut self, trace: std::sync::Arc<Trace>, op: usize, shard: usize) {
+        self.tracing = Some(Box::new(Tracing { trace, op, shard, tick: i128::MIN }));
     }
 
     /// A row (`broadcast`: one every shard receives) reached input `input`.
     pub fn on_row(&mut self, input: usize, row: Row, broadcast: bool, out: &mut Output) {
-        self.take_row(input, broadcast, out, |operator, out| operator.on_row(input, row, out));
+        let seen = (row.key_hash, row.id, row.ts);
+        self.take_row(input, broadcast, seen, out, |operator, out| operator.on_row(input, row, out));
     }
 
     /// A row read in place from a ring frame (`bytes`: its archive) reached input `input`.
     pub fn on_frame(&mut self, input: usize, row: &ArchivedRow, bytes: &[u8], broadcast: bool, out: &mut Output) {
-        self.take_row(input, broadcast, out, |operator, out| operator.on_frame(input, row, bytes, out));
+        let seen = (row.key_hash.to_native(), row.id.to_native(), row.ts.to_native());
+        self.take_row(input, broadcast, seen, out, |operator, out| operator.on_frame(input, row, bytes, out));
     }
 
+    /// `seen`: the row's (key hash, id, ts), for a trace.
     fn take_row(
         &mut self,
         input: usize,
         broadcast: bool,
+        seen: (u64, u64, i64),
         out: &mut Output,
         take: impl FnOnce(&mut Operator, &mut Output),
     ) {
+        let watermark = self.clock.watermark();
         if broadcast {
             self.broadcast_inputs |= 1 << input.min(63);
         }
@@ -150,10 +231,23 @@ impl OperatorHost {
             out.late.clear();
         }
         self.counters.count(out);
+        if let Some(tracing) = &self.tracing
+            && speaks
+            && tracing.trace.follows(seen.0)
+        {
+            let (key_hash, id, ts) = seen;
+            let late = out.late.iter().any(|(i, row)| *i == input && row.id == id);
+            let Tracing { op, shard, tick, .. } = **tracing;
+            let arrival = Arrival { op, input, shard, key_hash, id, ts, tick, watermark, late };
+            tracing.trace.note(TraceNote::Arrival(arrival));
+        }
     }
 
     /// Tick `t`: the watermark from what the inputs show; the operator hears of it if it moved.
     pub fn on_tick(&mut self, t: i128, inputs: &[InputTime], idle_advance: bool, out: &mut Output) {
+        if let Some(tracing) = &mut self.tracing {
+            tracing.tick = t;
+        }
         if let Some(watermark) = self.clock.tick(t, inputs, idle_advance) {
             self.watermark_to(watermark, out);
         }
@@ -177,6 +271,13 @@ impl OperatorHost {
     }
 
     fn watermark_to(&mut self, watermark: Time, out: &mut Output) {
+        if let Some(tracing) = self.tracing.as_mut().filter(|t| t.shard == 0) {
+            if watermark == Time::POS_INF {
+                tracing.tick = END_OF_INPUT;
+            }
+            let note = TraceNote::Watermark { op: tracing.op, tick: tracing.tick, watermark };
+            tracing.trace.note(note);
+        }
         self.activate(out, |operator, out| operator.on_watermark(watermark, out));
     }
 
@@ -305,6 +406,41 @@ mod tests {
             })
             .collect();
         assert_eq!(counted, vec![(1, 1), (0, 0), (0, 0)]);
+    }
+
+    #[test]
+    fn a_trace_notes_the_rows_of_its_keys_with_the_watermark_they_met_and_every_move() {
+        let trace = std::sync::Arc::new(Trace::new(vec![7]));
+        let mut host = OperatorHost::new(union(), 1, None, 0);
+        host.trace(std::sync::Arc::clone(&trace), 3, 0);
+        tick(&mut host, 200, 1_000);
+        let keyed = |key_hash, ts| Row { key: Key::Str("k".into()), key_hash, id: ts as u64, ..broadcast_row(ts) };
+        for (key_hash, ts) in [(7, 500), (8, 600), (7, 2_000)] {
+            host.on_row(0, keyed(key_hash, ts), false, &mut Output::default());
+        }
+        host.finish_watermark(&mut Output::default());
+        let arrival = |ts: i64, late| {
+            TraceNote::Arrival(Arrival {
+                op: 3,
+                input: 0,
+                shard: 0,
+                key_hash: 7,
+                id: ts as u64,
+                ts,
+                tick: 200,
+                watermark: Time::ms(1_000),
+                late,
+            })
+        };
+        assert_eq!(
+            trace.notes(),
+            vec![
+                TraceNote::Watermark { op: 3, tick: 200, watermark: Time::ms(1_000) },
+                arrival(500, true),
+                arrival(2_000, false),
+                TraceNote::Watermark { op: 3, tick: END_OF_INPUT, watermark: Time::POS_INF },
+            ]
+        );
     }
 
     #[test]

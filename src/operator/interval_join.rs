@@ -91,7 +91,8 @@ impl IntervalJoinSpec {
         l + i128::from(self.lower) <= r && r <= l + i128::from(self.upper)
     }
 
-    fn last_chance(&self, input: usize, ts: i64) -> Time {
+    /// The watermark a row of `input` with event time `ts` is kept up to (rule 8).
+    pub fn last_chance(&self, input: usize, ts: i64) -> Time {
         let bound = if input == LEFT { i128::from(self.upper) } else { -i128::from(self.lower) };
         Time::ms(ts).plus(bound)
     }
@@ -243,7 +244,7 @@ impl IntervalJoin {
                 return false;
             }
             matched = true;
-            let id = ids.begin().str(&spec.name).str("match").u64(left.id()).u64(right.id()).finish();
+            let id = ids.pair(&spec.name, left.id(), right.id()).finish();
             let (key, key_hash, values) =
                 spec.projection.project_views(key, key_hash, [Some(left), Some(right)], ResultKind::Match);
             let ts = ts.max(stored.ts());

@@ -104,9 +104,22 @@ pub struct Quality {
     pub unmatched: [u64; 2],
 }
 
+/// Whether join kinds count their [`Quality`]: always, except while a benchmark measures what
+/// the counting costs (benches/shards.rs, BENCHMARKS.md "Cost of the join-quality counters").
+static COUNT_QUALITY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Turns the join-quality counting on or off, process-wide. For measuring its cost only: with
+/// it off, `braid_operator_matched_total` and `..._unmatched_total` stay 0.
+pub fn count_join_quality(on: bool) {
+    COUNT_QUALITY.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 impl Quality {
     /// `rows` rows of `input` left the state, matched or not.
     pub fn count(&mut self, input: usize, matched: bool, rows: u64) {
+        if !COUNT_QUALITY.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         if matched {
             self.matched[input] += rows;
         } else {

@@ -216,7 +216,7 @@ impl TemporalJoin {
                     let picked = at == best;
                     if picked {
                         let r = &*r.to_row();
-                        let id = ids.begin().str(&spec.name).str("match").u64(l.id).u64(r.id).finish();
+                        let id = ids.pair(&spec.name, l.id, r.id).finish();
                         let (key, key_hash, values) =
                             spec.projection.project(&l.key, l.key_hash, [Some(l), Some(r)], ResultKind::Match);
                         out.results.push((ResultKind::Match, Row { ts: l.ts, key, key_hash, id, values }));

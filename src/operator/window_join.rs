@@ -125,7 +125,7 @@ impl Fire<Rows> for Pairs {
                 if spec.condition.as_ref().is_some_and(|c| !c.eval(left, right)) {
                     continue;
                 }
-                let id = ids.begin().str(&spec.name).str("match").u64(left.id).u64(right.id);
+                let id = ids.pair(&spec.name, left.id, right.id);
                 if !session {
                     id.u64(w.start as u64).u64(w.end as u64);
                 }

@@ -76,6 +76,11 @@ pub trait OpsView: Send + Sync + 'static {
     fn metrics(&self) -> String;
     /// `Ok` when healthy; else the reasons, one per line of the 503 answer.
     fn health(&self) -> Result<(), Vec<String>>;
+    /// Warnings ([`crate::ops::warnings`]): listed after `ok` (or the reasons), one a line;
+    /// they never turn the answer to 503.
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Errors starting the ops endpoint.
@@ -203,10 +208,15 @@ fn answer(view: &dyn OpsView, method: &Method, path: &str) -> Response<Full<Byte
     if metrics {
         return response(StatusCode::OK, METRICS_CONTENT_TYPE, view.metrics());
     }
-    match view.health() {
-        Ok(()) => response(StatusCode::OK, TEXT, "ok\n".to_owned()),
-        Err(reasons) => response(StatusCode::SERVICE_UNAVAILABLE, TEXT, reasons_text(&reasons)),
+    let (status, mut body) = match view.health() {
+        Ok(()) => (StatusCode::OK, "ok\n".to_owned()),
+        Err(reasons) => (StatusCode::SERVICE_UNAVAILABLE, reasons_text(&reasons)),
+    };
+    let warnings = view.warnings();
+    if !warnings.is_empty() {
+        body.push_str(&reasons_text(&warnings));
     }
+    response(status, TEXT, body)
 }
 
 /// One reason a line: a line break inside a reason would read as two reasons.

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use crate::operator::ResultKind;
-use crate::plan::Plan;
+use crate::plan::{NodeRef, Plan};
 use crate::shard::Figures;
 
 /// One metric family: its HELP and TYPE lines, then a sample per (labels, value); empty labels
@@ -20,6 +20,36 @@ pub fn write_family(out: &mut String, name: &str, kind: &str, help: &str, sample
             writeln!(out, "{name}{{{labels}}} {value}")
         };
     }
+}
+
+/// Per join input: its watermark's lag behind processing time and behind the other input.
+fn watermark_lags(plan: &Plan, figures: &Figures) -> Vec<(String, String)> {
+    let mut samples = Vec::new();
+    for def in &plan.operators {
+        if !def.spec.kind().is_join() || def.inputs.len() != 2 {
+            continue;
+        }
+        let watermark = |node: NodeRef| match node {
+            NodeRef::Stream(s) => figures.stream_watermarks[s],
+            NodeRef::Operator(u) => figures.operator_watermarks[u],
+        };
+        for (input, &node) in def.inputs.iter().enumerate() {
+            let mine = watermark(node);
+            if !mine.is_finite() {
+                continue;
+            }
+            let labels = |behind: &str| {
+                format!("operator=\"{}\",input=\"{}\",behind=\"{behind}\"", def.name, plan.node_name(node))
+            };
+            let seconds = |ms: i128| format!("{:.3}", ms.max(0) as f64 / 1000.0);
+            samples.push((labels("processing_time"), seconds(figures.now - mine.raw())));
+            let other = watermark(def.inputs[1 - input]);
+            if other.is_finite() {
+                samples.push((labels("other_input"), seconds(other.raw() - mine.raw())));
+            }
+        }
+    }
+    samples
 }
 
 /// The metrics of a run of `plan`, in Prometheus text format.
@@ -143,6 +173,12 @@ pub fn render(plan: &Plan, figures: &Figures) -> String {
                 (format!("operator=\"{}\"", o.name), figures.operator_watermarks[i].as_i64_saturating().to_string())
             })
             .collect(),
+    );
+    family(
+        "braid_operator_input_watermark_lag_seconds",
+        "gauge",
+        "How far a join input's watermark is behind processing time, or behind the join's other input (0 when ahead); no sample before the input's first watermark.",
+        watermark_lags(plan, figures),
     );
     family(
         "braid_shard_driver",

@@ -9,5 +9,6 @@ pub mod prom;
 pub mod status;
 pub mod systemd;
 pub(crate) mod throttle;
+pub mod warnings;
 
 pub use http::{OpsError, OpsView};

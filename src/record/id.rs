@@ -60,6 +60,13 @@ impl IdHasher {
         self
     }
 
+    /// Begins the id of a join pair of operator `operator` (`_kind` `match`): its left and right
+    /// rows' ids (a window join adds the window bounds). One formula for the operators that emit
+    /// pairs and for `braid explain`, which finds a row's partners by it.
+    pub fn pair(&mut self, operator: &str, left: u64, right: u64) -> &mut Self {
+        self.begin().str(operator).str("match").u64(left).u64(right)
+    }
+
     pub fn finish(&self) -> u64 {
         xxhash_rust::xxh3::xxh3_64(&self.buf)
     }

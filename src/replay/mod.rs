@@ -28,9 +28,11 @@ use thiserror::Error;
 use crate::checkpoint::{CheckpointDir, Loaded};
 use crate::config::Durability;
 use crate::plan::{Plan, Target};
+use crate::record::Row;
 use crate::record::decode::{check_time_window, dead_letter_raw};
 use crate::record::id::IdHasher;
-use crate::shard::{Figures, Runtime, RuntimeError, RuntimeOptions};
+use crate::checkpoint::Completed;
+use crate::shard::{Emit, Figures, Runtime, RuntimeError, RuntimeOptions};
 use crate::state::snapshot;
 use input::{Content, InputError, Inputs, Line};
 use output::{Committer, Outputs, ReplayCheckpoint};
@@ -75,6 +77,54 @@ pub struct ReplayArgs<'a> {
     pub sort_run_bytes: usize,
 }
 
+/// What `braid explain` watches of a replay besides the outputs: every line as it enters (the
+/// runtime as it stands then) and everything the operators emit. Every method defaults to nothing.
+pub trait Observer {
+    /// Options for the runtime (the trace to attach).
+    fn runtime_options(&self, _options: &mut RuntimeOptions<'_>) {}
+    /// A line of stream `stream` arrived at `arrival` and was decoded into `row`; it is ingested
+    /// next (`runtime` has run the ticks up to `arrival`).
+    fn row(&mut self, _stream: usize, _arrival: i64, _row: &Row, _runtime: &Runtime) {}
+    /// A line of stream `stream` arrived at `arrival` and went to `dead_letter`.
+    fn dead_letter(&mut self, _stream: usize, _arrival: i64, _raw: &[u8], _reason: &str) {}
+    /// Operator `operator` emitted `row`.
+    fn result(&mut self, _operator: usize, _row: &Row) {}
+}
+
+/// Watches nothing: a plain `braid replay`.
+struct Unobserved;
+impl Observer for Unobserved {}
+
+/// The replay's outputs and its observer, as one [`Emit`].
+struct Observed<'o, 'p> {
+    outputs: Outputs<'p>,
+    observer: &'o mut dyn Observer,
+}
+
+impl Emit for Observed<'_, '_> {
+    fn result(&mut self, operator: usize, row: &Row) {
+        self.observer.result(operator, row);
+        self.outputs.result(operator, row);
+    }
+
+    fn late(&mut self, operator: usize, input: usize, row: &Row) {
+        self.outputs.late(operator, input, row);
+    }
+
+    fn result_after_barrier(&mut self, operator: usize, row: &Row) {
+        self.observer.result(operator, row);
+        self.outputs.result_after_barrier(operator, row);
+    }
+
+    fn late_after_barrier(&mut self, operator: usize, input: usize, row: &Row) {
+        self.outputs.late_after_barrier(operator, input, row);
+    }
+
+    fn checkpointed(&mut self, done: Completed) {
+        self.outputs.checkpointed(done);
+    }
+}
+
 /// What a finished replay did.
 pub struct Summary {
     pub lines: usize,
@@ -82,6 +132,11 @@ pub struct Summary {
 }
 
 pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
+    run_observed(plan, args, &mut Unobserved)
+}
+
+/// [`run`], with `observer` watching.
+pub fn run_observed(plan: &Plan, args: &ReplayArgs<'_>, observer: &mut dyn Observer) -> Result<Summary, ReplayError> {
     let inputs = args
         .inputs
         .iter()
@@ -114,23 +169,25 @@ pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
         Some(resume) => Outputs::resume(plan, &outputs, &resume.files),
         None => Outputs::create(plan, &outputs),
     };
-    let mut sinks = opened.map_err(|(i, error)| {
+    let mut outputs = opened.map_err(|(i, error)| {
         let (name, path) = &args.outputs[i];
         ReplayError::Uncreatable { name: name.clone(), path: path.clone(), error }
     })?;
     let shards = args.shards.max(1);
     if let Some(dir) = &checkpoints {
         let exit_after = std::env::var(output::FAULT_EXIT_AFTER_CHECKPOINT).ok().and_then(|v| v.parse().ok());
-        sinks.commit_to(Committer { dir: dir.clone(), shards: shards as u32, sync, exit_after });
+        outputs.commit_to(Committer { dir: dir.clone(), shards: shards as u32, sync, exit_after });
     }
     let start = inputs.peek_arrival().map_err(input_error)?.map_or(0, i128::from);
-    let options = RuntimeOptions {
+    let mut options = RuntimeOptions {
         every_tick: args.every_tick,
         checkpoints: checkpoints.clone(),
         restore: resume.as_ref().map(|r| &r.loaded),
         ..RuntimeOptions::new(shards, &dir)
     };
+    observer.runtime_options(&mut options);
     let mut runtime = Runtime::start(plan, &options, start)?;
+    let mut sinks = Observed { outputs, observer };
     let mut ids = IdHasher::default();
     let taken = resume.as_ref().map_or(0, |r| r.position.lines);
     let mut epoch = resume.as_ref().map_or(0, |r| r.loaded.manifest.epoch);
@@ -151,9 +208,9 @@ pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
                 let position = Position { fingerprint, lines: count - 1 };
                 let position = snapshot::encode(&position).map_err(|e| RuntimeError::Checkpoint(e.to_string()))?;
                 // Told first: the barrier may pass and its checkpoint complete within the call.
-                sinks.barrier(true);
+                sinks.outputs.barrier(true);
                 if !runtime.checkpoint(epoch, position, &mut sinks)? {
-                    sinks.barrier(false);
+                    sinks.outputs.barrier(false);
                 }
                 next_checkpoint = Some(arrival + interval);
             }
@@ -161,7 +218,7 @@ pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
         feed(plan, &mut runtime, &mut sinks, &mut ids, line)?;
     }
     let figures = runtime.finish(&mut sinks)?;
-    sinks.finish().map_err(ReplayError::Write)?;
+    sinks.outputs.finish().map_err(ReplayError::Write)?;
     if let Some(dir) = &checkpoints {
         dir.clear();
     }
@@ -219,7 +276,7 @@ fn fingerprint(plan: &Plan, args: &ReplayArgs<'_>) -> u64 {
 fn feed(
     plan: &Plan,
     runtime: &mut Runtime,
-    sinks: &mut Outputs<'_>,
+    sinks: &mut Observed<'_, '_>,
     ids: &mut IdHasher,
     line: Line<'_>,
 ) -> Result<(), RuntimeError> {
@@ -238,12 +295,14 @@ fn feed(
         Err(reason) => {
             let label = reason.label(&def.schema);
             runtime.count_dead_letter(line.stream, &label);
-            sinks.dead_letter(line.stream, &dead_letter_raw(line.bytes, reason), &label);
+            sinks.observer.dead_letter(line.stream, arrival, line.bytes, &label);
+            sinks.outputs.dead_letter(line.stream, &dead_letter_raw(line.bytes, reason), &label);
             return Ok(());
         }
     };
     let row = crate::source::row_of(def, values, ts, ids);
-    sinks.input_row(line.stream, &row);
+    sinks.observer.row(line.stream, arrival, &row, runtime);
+    sinks.outputs.input_row(line.stream, &row);
     runtime.ingest(line.stream, &row, i128::from(arrival), sinks)
 }
 

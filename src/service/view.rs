@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::ops::http::OpsView;
+use crate::ops::warnings::Warnings;
 use crate::plan::Plan;
 use crate::shard::Figures;
 use crate::sink::mqtt::Uplink;
@@ -29,6 +30,8 @@ struct Current {
     control: Arc<Control>,
     /// The runtime's figures, copied by the intake thread about once a second.
     figures: Option<Figures>,
+    /// Judged at every copy of the figures.
+    warnings: Warnings,
 }
 
 /// Totals at one moment, for rates.
@@ -78,7 +81,8 @@ impl LiveView {
         (sources, uplinks): (Vec<Arc<SourceStatus>>, Vec<Arc<Uplink>>),
         control: Arc<Control>,
     ) {
-        *self.lock() = Some(Current { plan, outputs, sources, uplinks, control, figures: None });
+        let warnings = Warnings::new(&plan, plan.ops_thresholds);
+        *self.lock() = Some(Current { plan, outputs, sources, uplinks, control, figures: None, warnings });
     }
 
     /// The intake thread's copy of the runtime's figures; `None`: the generation ended.
@@ -87,6 +91,7 @@ impl LiveView {
         match figures {
             Some(f) => {
                 if let Some(c) = current.as_mut() {
+                    c.warnings.look(&c.plan, &f);
                     c.figures = Some(f);
                 }
             }
@@ -226,6 +231,16 @@ impl OpsView for LiveView {
             "Messages whose topic fed no stream of their source.",
             one(control.unrouted.load(Ordering::Relaxed)),
         );
+        family(
+            "braid_warning_active",
+            "gauge",
+            "1 while the warning holds for its subject (listed in /healthz's body; never a 503).",
+            c.warnings
+                .active()
+                .iter()
+                .map(|w| (format!("warning=\"{}\",subject=\"{}\"", w.warning, w.subject), "1".to_owned()))
+                .collect(),
+        );
         let counter = |v: &std::sync::atomic::AtomicU64| one(v.load(Ordering::Relaxed));
         family(
             "braid_sink_write_errors_total",
@@ -276,5 +291,10 @@ impl OpsView for LiveView {
             }
         }
         if reasons.is_empty() { Ok(()) } else { Err(reasons) }
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        let current = self.lock();
+        current.as_ref().map(|c| c.warnings.active().iter().map(|w| w.line()).collect()).unwrap_or_default()
     }
 }

@@ -16,6 +16,9 @@ use super::wire::Frame;
 use super::{Runtime, RuntimeError};
 use crate::checkpoint::Completed;
 
+/// Rows a shard's window must hold before its hot key is reported.
+pub const HOT_KEY_MIN_ROWS: u64 = 100;
+
 /// Where a run's outputs go, on the calling thread.
 pub trait Emit {
     /// Operator `operator` emitted `row`.
@@ -51,6 +54,10 @@ pub struct Figures {
     pub drivers: Vec<&'static str>,
     /// Per shard thread: bytes of frames waiting in its feed ring.
     pub shard_ring_used_bytes: Vec<u64>,
+    /// Processing time the figures are as of (the feeder's).
+    pub now: i128,
+    /// Per shard: the key carrying most of its recent rows ([`HotKeys`](super::hot_keys::HotKeys)).
+    pub hot_keys: Vec<Option<super::hot_keys::HotKey>>,
 }
 
 /// Counters of one input stream.
@@ -151,6 +158,8 @@ impl Runtime {
             operator_state: vec![(0, 0); ops],
             drivers: reports.iter().map(|r| r.driver.as_str()).collect(),
             shard_ring_used_bytes: self.feeds.iter().map(|f| f.ring.used_bytes()).collect(),
+            now: self.planner.now(),
+            hot_keys: self.hot_keys.iter().map(|h| h.report(HOT_KEY_MIN_ROWS)).collect(),
         };
         for report in &reports {
             for op in 0..ops {

@@ -45,6 +45,9 @@ impl Runtime {
         let seq = self.seq;
         self.writer.row_event(seq, stream, row).map_err(|e| RuntimeError::Frame(e.to_string()))?;
         let shard = (row.key != Key::Broadcast).then(|| (row.key_hash % self.shards as u64) as usize);
+        if let Some(shard) = shard {
+            self.hot_keys[shard].count(row);
+        }
         self.send_written(shard, FrameKind::Row, emit)?;
         self.unpublished += 1;
         if self.unpublished >= FEED_BATCH {
@@ -63,6 +66,11 @@ impl Runtime {
     /// `advance_to(now)`): idleness counts from `now`.
     pub fn resume_streams(&mut self, streams: &[usize], now: i128) {
         self.planner.resume(streams, now);
+    }
+
+    /// The watermark of stream `stream` as of the last tick that ran.
+    pub fn stream_watermark(&self, stream: usize) -> crate::time::Time {
+        self.planner.stream_watermark(stream)
     }
 
     /// A line of stream `stream` went to `dead_letter`.

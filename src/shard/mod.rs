@@ -31,6 +31,7 @@ mod checkpoint;
 mod collector;
 pub mod driver;
 mod feeder;
+pub mod hot_keys;
 pub mod tag;
 mod threads;
 pub mod wake;
@@ -132,6 +133,8 @@ pub struct Runtime {
     /// Stream clocks and which ticks run.
     planner: TickPlanner,
     stream_counters: Vec<StreamCounters>,
+    /// Per shard: which key carries most of its rows.
+    hot_keys: Vec<hot_keys::HotKeys>,
     /// Inputs per operator (for the figures).
     op_inputs: Vec<usize>,
     /// Names of the streams and operators (a checkpoint's feeder state goes by name).
@@ -171,6 +174,8 @@ pub struct RuntimeOptions<'a> {
     pub checkpoints: Option<crate::checkpoint::CheckpointDir>,
     /// The checkpoint to start from (taken with the same number of shards).
     pub restore: Option<&'a crate::checkpoint::Loaded>,
+    /// Operator hosts note the rows of these keys and their watermarks' moves (`braid explain`).
+    pub trace: Option<Arc<crate::operator::host::Trace>>,
 }
 
 impl<'a> RuntimeOptions<'a> {
@@ -185,6 +190,7 @@ impl<'a> RuntimeOptions<'a> {
             memory_state: false,
             checkpoints: None,
             restore: None,
+            trace: None,
         }
     }
 }

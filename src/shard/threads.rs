@@ -73,6 +73,7 @@ impl Runtime {
                 gate: gate.clone(),
                 cancel: Arc::clone(&cancel),
                 live: Arc::clone(&live[j]),
+                trace: options.trace.clone(),
                 state: (!options.memory_state).then(|| options.dir.join(format!("shard-{j}"))),
                 writer: writer.clone(),
                 checkpoints: Checkpoints {
@@ -117,6 +118,7 @@ impl Runtime {
             sleeper,
             planner: TickPlanner::new(plan, start, options.every_tick),
             stream_counters: vec![StreamCounters::default(); plan.streams.len()],
+            hot_keys: vec![super::hot_keys::HotKeys::default(); shards],
             op_inputs: plan.operators.iter().map(|o| o.inputs.len()).collect(),
             stream_names: plan.streams.iter().map(|s| s.name.clone()).collect(),
             operator_names: plan.operators.iter().map(|o| o.name.clone()).collect(),
@@ -317,6 +319,7 @@ struct Shard {
     gate: Option<Arc<Barrier>>,
     cancel: Arc<AtomicBool>,
     live: Arc<Mutex<Option<ShardReport>>>,
+    trace: Option<Arc<crate::operator::host::Trace>>,
     /// Its operators' state directory (none: state on the heap).
     state: Option<std::path::PathBuf>,
     checkpoints: Checkpoints,
@@ -340,6 +343,7 @@ impl Shard {
             gate,
             cancel,
             live,
+            trace,
             state,
             checkpoints,
             writer,
@@ -353,6 +357,9 @@ impl Shard {
             gate.wait();
         }
         let mut worker = Worker::new(id, plan, shards, links, state.as_deref(), live, checkpoints)?;
+        if let Some(trace) = trace {
+            worker.trace(&trace);
+        }
         let mut runtime = MonoioRuntime::build().map_err(ShardError::Runtime)?;
         worker.driver = runtime.driver();
         tracing::debug!(shard = id, driver = worker.driver.as_str(), "shard started");

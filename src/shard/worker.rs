@@ -214,6 +214,14 @@ impl Worker {
         })
     }
 
+    /// Every operator host notes the rows of `trace`'s keys into it (`braid explain`).
+    pub fn trace(&mut self, trace: &Arc<crate::operator::host::Trace>) {
+        let shard = self.core.id;
+        for (op, host) in self.core.hosts.iter_mut().enumerate() {
+            host.trace(Arc::clone(trace), op, shard);
+        }
+    }
+
     /// One round: exchange frames, feeder events (unless an outbox is backed up), chained
     /// operators as far as their frontiers allow, frontiers announced, outboxes flushed.
     /// Returns whether anything happened.

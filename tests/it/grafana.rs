@@ -103,6 +103,8 @@ fn dashboard_queries_use_only_exported_metrics_and_cover_them() {
         "braid_source_connected",
         "braid_journal_bytes",
         "braid_shard_ring_used_bytes",
+        "braid_operator_input_watermark_lag_seconds",
+        "braid_warning_active",
     ] {
         assert!(used.contains(name), "the dashboard does not show {name}");
     }
@@ -134,7 +136,7 @@ fn alert_rules_parse_with_the_expected_groups_and_metrics() {
             alerts.push((name.to_owned(), duration.to_owned()));
         }
     }
-    assert_eq!(groups, ["braid-connectivity", "braid-data-quality", "braid-joins", "braid-sinks"]);
+    assert_eq!(groups, ["braid-connectivity", "braid-data-quality", "braid-joins", "braid-warnings", "braid-sinks"]);
     let alerts: Vec<(&str, &str)> = alerts.iter().map(|(a, d)| (a.as_str(), d.as_str())).collect();
     assert_eq!(
         alerts,
@@ -144,8 +146,19 @@ fn alert_rules_parse_with_the_expected_groups_and_metrics() {
             ("BraidDeadLettersRising", "10m"),
             ("BraidLateRowsRising", "10m"),
             ("BraidJoinMatchesNothing", "5m"),
+            ("BraidWarningNoMatch", "1m"),
+            ("BraidWarningWatermarkSkew", "5m"),
+            ("BraidWarningSilentStream", "1m"),
+            ("BraidWarningStateStalled", "5m"),
+            ("BraidWarningHotKey", "10m"),
             ("BraidSinkQueueGrowing", "10m"),
         ]
     );
+    for warning in braid::ops::warnings::WARNINGS {
+        assert!(
+            text.contains(&format!("braid_warning_active{{warning=\"{warning}\"}}")),
+            "no alert rule for {warning}"
+        );
+    }
     assert!(matches!(docs[0]["nonsense"], Yaml::BadValue));
 }

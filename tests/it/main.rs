@@ -23,6 +23,7 @@ mod common;
 mod bench_command;
 mod config_errors;
 mod examples;
+mod explain;
 mod systemd_unit;
 
 // Logs and the bundled Grafana dashboard and Prometheus alerts.
@@ -55,3 +56,4 @@ mod service_lifecycle;
 mod service_mqtt;
 mod service_restart;
 mod status_command;
+mod warnings;

@@ -1,0 +1,110 @@
+//! `braid explain` against the cases under tests/explain/ (its README lists them): the plain
+//! words word for word, `--json` object by object at two shard counts.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::common::run::braid;
+
+fn cases() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("explain");
+    let mut cases: Vec<PathBuf> =
+        std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+    cases.sort();
+    cases
+}
+
+/// `braid explain` of a case; its stdout.
+fn explain(case: &Path, extra: &[&str]) -> String {
+    let config = case.parent().unwrap().join("config.toml");
+    let key = std::fs::read_to_string(case.join("key")).unwrap();
+    let mut cmd = braid();
+    cmd.arg("explain").arg("--config").arg(config).arg("--key").arg(key.trim_end_matches('\n'));
+    for stream in ["command", "status"] {
+        cmd.arg("--input").arg(format!("{stream}={}", case.join("in").join(format!("{stream}.jsonl")).display()));
+    }
+    let out = cmd.args(extra).output().unwrap();
+    assert!(out.status.success(), "{}: {}", case.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn name(case: &Path) -> String {
+    case.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+#[test]
+fn every_reason_has_its_case() {
+    let names: Vec<String> = cases().iter().map(|c| name(c)).collect();
+    for reason in ["dead_letter", "evicted", "key_spelling", "key_type", "late", "matched", "outside_bound"] {
+        assert!(names.iter().any(|n| n == reason), "no explain case {reason} in {names:?}");
+    }
+}
+
+#[test]
+fn plain_words_are_the_expected_ones_word_for_word() {
+    let mut failures = Vec::new();
+    for case in cases() {
+        let want = std::fs::read_to_string(case.join("expected.txt")).unwrap();
+        let got = explain(&case, &[]);
+        if got != want {
+            failures.push(format!("== {}\n-- expected\n{want}-- got\n{got}", name(&case)));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn json_is_one_object_per_row_and_operator_whatever_the_shard_count() {
+    for shards in [1, 3] {
+        for case in cases() {
+            let want: Vec<Value> = std::fs::read_to_string(case.join("expected.jsonl"))
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            let got: Vec<Value> = explain(&case, &["--json", "--shards", &shards.to_string()])
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            let comparable = |objects: &[Value]| -> Vec<Value> {
+                objects
+                    .iter()
+                    .map(|o| {
+                        let mut o = o.clone();
+                        let map = o.as_object_mut().unwrap();
+                        if let Some(id) = map.remove("id").filter(|id| !id.is_null()) {
+                            let id = id.as_str().unwrap().to_owned();
+                            assert!(id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()), "id {id}");
+                        }
+                        if let Some(shard) = map.remove("shard").and_then(|s| s.as_u64()) {
+                            assert!(shard < shards, "shard {shard} of {shards}");
+                        }
+                        for field in ["stream", "ts", "operator", "fate", "why"] {
+                            assert!(map.contains_key(field), "{}: no {field} in {o}", name(&case));
+                        }
+                        o
+                    })
+                    .collect()
+            };
+            assert_eq!(comparable(&got), comparable(&want), "{} at {shards} shards", name(&case));
+        }
+    }
+}
+
+#[test]
+fn late_rows_carry_late_by_ms_the_watermark_minus_their_ts() {
+    let case = cases().into_iter().find(|c| name(c) == "late").unwrap();
+    let late: Vec<Value> = explain(&case, &["--json"])
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|o| o["fate"] == "late")
+        .collect();
+    assert_eq!(late.len(), 1);
+    let o = &late[0];
+    assert_eq!(
+        o["late_by_ms"].as_i64().unwrap(),
+        o["operator_watermark"].as_i64().unwrap() - o["ts"].as_i64().unwrap()
+    );
+}
