@@ -39,6 +39,7 @@ mod reference_windows;
 mod replay_input;
 mod robustness;
 mod runtime;
+mod snapshots;
 mod tick_skipping;
 
 // Crash safety of the mapped files.
