@@ -14,6 +14,8 @@
 //! restored once more must do the same; a damaged snapshot (truncated, a byte flipped) is an
 //! error; a snapshot of another operator or shape is refused.
 
+#![allow(clippy::unwrap_used)] // test helpers: a panic is a failed test
+
 use braid::operator::connect::{CoProcess, Context, Domain, Fired, Timer};
 use braid::operator::host::OperatorHost;
 use braid::operator::{OperatorKind, OperatorSpec, Output, ResultKind};
