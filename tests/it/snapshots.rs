@@ -68,26 +68,6 @@ fn cases() -> Vec<Case> {
 inputs = ["a", "b"]"#,
         ),
         case(
-            "threshold",
-            r#"kind = "connect"
-function = "threshold"
-left = "a"
-right = "b"
-value = "x"
-limit = "x"
-select = ["left.v", "right.v AS rv"]"#,
-        ),
-        case(
-            "threshold_broadcast",
-            r#"kind = "connect"
-function = "threshold"
-left = "a"
-right = "lim"
-value = "x"
-limit = "max"
-select = ["left.v", "right.site"]"#,
-        ),
-        case(
             "reconcile",
             &format!(
                 "kind = \"connect\"\nfunction = \"reconcile\"\nleft = \"a\"\nright = \"b\"\ntimeout = \"300ms\"\n{pair}"
@@ -109,6 +89,15 @@ input = "a"
 timeout = "600ms""#,
         ),
     ];
+    for (name, right, limit, select) in [
+        ("threshold", "b", "x", r#"["left.v", "right.v AS rv"]"#),
+        ("threshold_broadcast", "lim", "max", r#"["left.v", "right.site"]"#),
+    ] {
+        let body = format!(
+            "kind = \"connect\"\nfunction = \"threshold\"\nleft = \"a\"\nright = \"{right}\"\nvalue = \"x\"\nlimit = \"{limit}\"\nselect = {select}"
+        );
+        cases.push(case(name, &body));
+    }
     for (name, window, extra) in [
         ("window_join_tumbling", r#"{ kind = "tumbling", size = "1s" }"#, ""),
         (

@@ -386,7 +386,11 @@ impl TimerService {
 
     fn insert(&mut self, key: Key, key_hash: u64, timer: Timer) {
         self.seq += 1;
-        let seq = self.seq;
+        self.place(self.seq, key, key_hash, timer);
+    }
+
+    /// Puts timer number `seq` in the queue, the index and the holds.
+    fn place(&mut self, seq: u64, key: Key, key_hash: u64, timer: Timer) {
         let Timer { domain, at, tag, hold } = timer;
         match self.index.entry(Ident { domain, at, key_hash, tag }) {
             Entry::Vacant(e) => {
@@ -473,16 +477,7 @@ impl TimerService {
         }
         for SavedTimer { processing, at, seq, key, key_hash, tag, hold } in saved.timers {
             let domain = if processing { Domain::Processing } else { Domain::Event };
-            match self.index.entry(Ident { domain, at, key_hash, tag }) {
-                Entry::Vacant(e) => {
-                    e.insert(seq);
-                }
-                Entry::Occupied(_) => self.collided.push((domain, at, seq)),
-            }
-            if hold != Time::POS_INF {
-                self.holds.insert((hold, seq));
-            }
-            self.queues[domain as usize].insert((at, seq), Pending { key, key_hash, tag, hold });
+            self.place(seq, key, key_hash, Timer { domain, at, tag, hold });
         }
         self.seq = saved.seq;
         Ok(())
