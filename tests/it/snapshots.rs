@@ -659,7 +659,9 @@ fn snapshot_bytes_per_stored_row_of_the_gateway_join() {
     }
     let (rows, arena_bytes) = host.state();
     assert_eq!(rows, 2 * devices as usize);
+    let started = std::time::Instant::now();
     let snapshot = host.snapshot().unwrap();
+    let snapshot_time = started.elapsed();
     let (per_row, arena_per_row) = (snapshot.len() as f64 / rows as f64, arena_bytes as f64 / rows as f64);
     eprintln!(
         "gateway interval join: {rows} stored rows, snapshot {} bytes = {per_row:.0} bytes per row (rows, handles, \
@@ -667,8 +669,12 @@ fn snapshot_bytes_per_stored_row_of_the_gateway_join() {
         snapshot.len()
     );
     assert!(per_row < 1.5 * arena_per_row, "{per_row:.0} bytes per row in a snapshot, {arena_per_row:.0} in the arena");
-    let restored = OperatorHost::new(op.spec.build(), 2, None, 0);
-    let mut restored = restored;
+    let mut restored = OperatorHost::new(op.spec.build_in(&dir.path().join("restored")).unwrap(), 2, None, 0);
+    let started = std::time::Instant::now();
     restored.restore(&snapshot).unwrap();
-    assert_eq!(restored.state().0, rows);
+    let restore_time = started.elapsed();
+    assert_eq!(restored.state(), (rows, arena_bytes));
+    eprintln!(
+        "  snapshot took {snapshot_time:?}, restore into fresh arenas {restore_time:?} (a debug build unless --release)"
+    );
 }
