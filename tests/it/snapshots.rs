@@ -613,6 +613,7 @@ fn a_snapshot_that_does_not_fit_is_refused() {
 /// (configs/gateway.toml), against the arena bytes those rows take. 2 000 devices send one
 /// command and one status each; the watermark never moves, so every row stays.
 #[test]
+#[allow(clippy::disallowed_methods)] // timing the snapshot itself, not engine time
 fn snapshot_bytes_per_stored_row_of_the_gateway_join() {
     let plan = braid::config::parse("gateway.toml", include_str!("../../configs/gateway.toml")).unwrap();
     let op = &plan.operators[0];
