@@ -30,8 +30,8 @@ use crate::record::frame::to_row;
 use crate::record::id::IdHasher;
 use crate::record::view::RowView;
 use crate::record::{ArchivedRow, Row};
-use crate::state::snapshot::{self, SnapshotError};
-use crate::state::{KeyedStore, MemoryStore, RowHandle, StoredRow};
+use crate::state::snapshot::{self, SavedStore, SnapshotError};
+use crate::state::{KeyedStore, MemoryStore, RowHandle};
 use crate::time::Time;
 
 use super::{OperatorSpec, Output, Projection, Quality, ResultKind};
@@ -313,7 +313,7 @@ impl IntervalJoin {
 struct IntervalJoinState {
     watermark: Time,
     /// Per input, the stored rows with the handles the timers name them by.
-    rows: Vec<Vec<StoredRow>>,
+    rows: Vec<SavedStore>,
     /// Every stored row's timer (the heap's contents, in no order).
     timers: Vec<Timer>,
     seq: u64,
@@ -327,7 +327,7 @@ impl IntervalJoin {
     pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
         snapshot::encode(&IntervalJoinState {
             watermark: self.watermark,
-            rows: self.state.iter().map(|store| snapshot::save_rows(store.as_ref())).collect(),
+            rows: self.state.iter().map(|store| snapshot::save_store(store.as_ref())).collect(),
             timers: self.timers.iter().map(|Reverse(timer)| *timer).collect(),
             seq: self.seq,
             quality: self.quality,
@@ -342,10 +342,10 @@ impl IntervalJoin {
             return Err(SnapshotError::Decode(format!("a timer of input {}", timer.input)));
         }
         for (store, rows) in self.state.iter().zip(&saved.rows) {
-            snapshot::check_rows(store.as_ref(), rows)?;
+            snapshot::check_store(store.as_ref(), rows)?;
         }
         for (store, rows) in self.state.iter_mut().zip(saved.rows) {
-            store.import(rows);
+            snapshot::load_store(store.as_mut(), rows);
         }
         self.watermark = saved.watermark;
         self.timers = saved.timers.into_iter().map(Reverse).collect();

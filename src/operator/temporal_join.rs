@@ -42,8 +42,8 @@ use crate::record::frame::to_row;
 use crate::record::id::IdHasher;
 use crate::record::view::KeyRef;
 use crate::record::{ArchivedRow, Key, Row};
-use crate::state::snapshot::{self, SnapshotError};
-use crate::state::{KeyedStore, MemoryStore, RowHandle, StoredRow};
+use crate::state::snapshot::{self, SavedStore, SnapshotError};
+use crate::state::{KeyedStore, MemoryStore, RowHandle};
 use crate::time::Time;
 
 use super::{OperatorSpec, Output, Projection, Quality, ResultKind};
@@ -267,8 +267,8 @@ impl TemporalJoin {
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 struct TemporalJoinState {
     watermark: Time,
-    left: Vec<StoredRow>,
-    right: Vec<StoredRow>,
+    left: SavedStore,
+    right: SavedStore,
     /// The heaps' contents, in no order.
     pending: Vec<Waiting>,
     fresh: Vec<Version>,
@@ -284,8 +284,8 @@ impl TemporalJoin {
     pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
         snapshot::encode(&TemporalJoinState {
             watermark: self.watermark,
-            left: snapshot::save_rows(self.left.as_ref()),
-            right: snapshot::save_rows(self.right.as_ref()),
+            left: snapshot::save_store(self.left.as_ref()),
+            right: snapshot::save_store(self.right.as_ref()),
             pending: self.pending.iter().map(|Reverse(w)| *w).collect(),
             fresh: self.fresh.iter().map(|Reverse(v)| v.clone()).collect(),
             floor: self.floor.iter().map(|(key, &(handle, key_hash))| (key.clone(), handle, key_hash)).collect(),
@@ -296,10 +296,10 @@ impl TemporalJoin {
     /// Takes up a [`snapshot`](Self::snapshot); `self` is freshly built from the same spec.
     pub fn restore(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
         let saved: TemporalJoinState = snapshot::decode(bytes)?;
-        snapshot::check_rows(self.left.as_ref(), &saved.left)?;
-        snapshot::check_rows(self.right.as_ref(), &saved.right)?;
-        self.left.import(saved.left);
-        self.right.import(saved.right);
+        snapshot::check_store(self.left.as_ref(), &saved.left)?;
+        snapshot::check_store(self.right.as_ref(), &saved.right)?;
+        snapshot::load_store(self.left.as_mut(), saved.left);
+        snapshot::load_store(self.right.as_mut(), saved.right);
         self.watermark = saved.watermark;
         self.pending = saved.pending.into_iter().map(Reverse).collect();
         self.fresh = saved.fresh.into_iter().map(Reverse).collect();

@@ -49,7 +49,7 @@ impl std::hash::Hasher for KeyHashHasher {
 /// Names one stored row: unique within its store for the store's lifetime.
 pub type RowHandle = u64;
 
-/// A stored row as a snapshot keeps it ([`snapshot::save_rows`]): the handle the operator's
+/// A stored row as a snapshot keeps it ([`snapshot::save_store`]): the handle the operator's
 /// timers name it by, its matched flag and the row.
 #[derive(Clone, Debug, PartialEq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct StoredRow {
@@ -92,13 +92,18 @@ pub trait KeyedStore: Send {
     /// key hash in insertion order, so [`import`](Self::import) in the same order gives every key
     /// back its scan order; key hashes in no particular order.
     fn export(&self, visit: &mut dyn FnMut(RowHandle, bool, RowView<'_>));
+    /// Bounds on every handle this store has handed out (for a snapshot): for each kind of
+    /// handle it makes, the greatest it may have handed out so far.
+    fn handles_issued(&self) -> Vec<RowHandle>;
     /// Stores `rows` under the handles they carry (a snapshot's rows, as [`export`](Self::export)
     /// visited them), each key hash's rows after those it has, in the order given. Handles the
-    /// store hands out later never equal one of these and compare greater, as if the restored
-    /// rows had been inserted first (the temporal join takes handles for arrival order; an
-    /// arena's rows kept in memory aside). The caller makes sure the handles are distinct and not
-    /// in use ([`snapshot::load_rows`]: into an empty store).
-    fn import(&mut self, rows: Vec<StoredRow>);
+    /// store hands out later equal none of these nor of `issued` (the snapshotted store's
+    /// [`handles_issued`](Self::handles_issued): a handle an operator still holds for a row
+    /// removed before the snapshot never names a later row) and compare greater, as if the
+    /// restored rows had been inserted first (the temporal join takes handles for arrival order;
+    /// an arena's rows kept in memory aside). The caller makes sure the handles are distinct and
+    /// not in use ([`snapshot::check_store`]: into an empty store).
+    fn import(&mut self, rows: Vec<StoredRow>, issued: &[RowHandle]);
     fn rows(&self) -> usize;
     fn bytes(&self) -> usize;
 }
@@ -166,10 +171,16 @@ impl KeyedStore for MemoryStore {
         }
     }
 
-    fn import(&mut self, rows: Vec<StoredRow>) {
-        for StoredRow { handle, matched, row } in rows {
-            // `load_rows` refuses `RowHandle::MAX`: no overflow.
+    fn handles_issued(&self) -> Vec<RowHandle> {
+        self.next_handle.checked_sub(1).into_iter().collect()
+    }
+
+    fn import(&mut self, rows: Vec<StoredRow>, issued: &[RowHandle]) {
+        // `check_store` refuses `RowHandle::MAX`: the next handle does not overflow.
+        for &handle in issued.iter().chain(rows.iter().map(|r| &r.handle)) {
             self.next_handle = self.next_handle.max(handle.saturating_add(1));
+        }
+        for StoredRow { handle, matched, row } in rows {
             self.rows += 1;
             self.bytes += row.size_bytes();
             self.by_hash.entry(row.key_hash).or_default().push(Entry { handle, row, matched });

@@ -15,9 +15,11 @@
 //!
 //! Rows an operator keeps in a [`KeyedStore`] go into its snapshot as [`StoredRow`]s — the
 //! handle its timers name the row by, the matched flag, the row — in the store's
-//! [`export`](KeyedStore::export) order ([`save_rows`]), and come back with the same handles
-//! ([`check_rows`], then [`KeyedStore::import`]), so timers and other references restored with
-//! them still name the same rows. Rows are restored into an empty store: an arena directory
+//! [`export`](KeyedStore::export) order ([`save_store`]), and come back with the same handles
+//! ([`check_store`], then [`load_store`]), so timers and other references restored with them
+//! still name the same rows; handles the store hands out later are new ones, past every handle
+//! the snapshotted store had handed out ([`SavedStore::issued`]), so a handle an operator kept
+//! for a row removed before the snapshot never names a later row. Rows are restored into an empty store: an arena directory
 //! restored into is a fresh one (the rows are written anew; an arena keeps no pointer into old
 //! files). A snapshot of arena rows restores into a memory store and the other way round.
 //!
@@ -85,42 +87,48 @@ where
     rkyv::from_bytes::<T, rancor::Error>(&aligned).map_err(|e| SnapshotError::Decode(e.to_string()))
 }
 
-/// Every live row of `store`, in its export order (module doc, "Stored rows").
-pub fn save_rows(store: &dyn KeyedStore) -> Vec<StoredRow> {
+/// A [`KeyedStore`] as a snapshot keeps it: its live rows in export order (module doc, "Stored
+/// rows") and the bounds of the handles it handed out.
+#[derive(Clone, Debug, Default, PartialEq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct SavedStore {
+    pub rows: Vec<StoredRow>,
+    pub issued: Vec<RowHandle>,
+}
+
+/// Every live row of `store` and the bounds of its handles.
+pub fn save_store(store: &dyn KeyedStore) -> SavedStore {
     let mut rows = Vec::with_capacity(store.rows());
     store.export(&mut |handle, matched, row| {
         rows.push(StoredRow { handle, matched, row: row.to_row().into_owned() });
     });
-    rows
+    SavedStore { rows, issued: store.handles_issued() }
 }
 
-/// Checks that `rows` can be imported into `store`: the store is empty (a freshly built
+/// Checks that `saved` can be imported into `store`: the store is empty (a freshly built
 /// instance's) and the handles are distinct and such as a store hands out (not `u64::MAX`, so a
 /// store can count on past every one).
-pub fn check_rows(store: &dyn KeyedStore, rows: &[StoredRow]) -> Result<(), SnapshotError> {
+pub fn check_store(store: &dyn KeyedStore, saved: &SavedStore) -> Result<(), SnapshotError> {
     if store.rows() > 0 {
         return Err(SnapshotError::Mismatch {
             expected: "a freshly built instance (empty stores)".into(),
             found: format!("a store holding {} rows", store.rows()),
         });
     }
-    let mut seen = std::collections::HashSet::with_capacity(rows.len());
-    for row in rows {
-        if row.handle == RowHandle::MAX || !seen.insert(row.handle) {
-            return Err(SnapshotError::Decode(format!(
-                "stored row handle {:#x} is repeated or out of range",
-                row.handle
-            )));
+    let mut seen = std::collections::HashSet::with_capacity(saved.rows.len());
+    for &handle in saved.rows.iter().map(|r| &r.handle).chain(&saved.issued) {
+        if handle == RowHandle::MAX {
+            return Err(SnapshotError::Decode("stored row handle out of range".into()));
         }
+    }
+    if let Some(row) = saved.rows.iter().find(|r| !seen.insert(r.handle)) {
+        return Err(SnapshotError::Decode(format!("two stored rows with handle {:#x}", row.handle)));
     }
     Ok(())
 }
 
-/// [`check_rows`], then imports them.
-pub fn load_rows(store: &mut dyn KeyedStore, rows: Vec<StoredRow>) -> Result<(), SnapshotError> {
-    check_rows(store, &rows)?;
-    store.import(rows);
-    Ok(())
+/// Imports what [`check_store`] accepted.
+pub fn load_store(store: &mut dyn KeyedStore, saved: SavedStore) {
+    store.import(saved.rows, &saved.issued);
 }
 
 /// [`SnapshotError::Mismatch`] unless `found == expected` (a count: inputs, slots, aggregates).
@@ -165,37 +173,45 @@ mod tests {
     }
 
     /// Rows come back under their handles, in each key's order, matched flags kept; the store
-    /// hands out greater handles afterwards; a used store or repeated handles are refused.
+    /// hands out greater handles afterwards, past those of rows removed before the snapshot too;
+    /// a used store or repeated handles are refused.
     #[test]
     fn stored_rows_round_trip_through_both_stores() {
         use crate::state::MemoryStore;
         use crate::state::arena::ArenaStore;
         let dir = tempfile::tempdir().unwrap();
-        let mut source = ArenaStore::open(&dir.path().join("source")).unwrap();
-        let handles: Vec<RowHandle> = (0..6).map(|i| source.insert(row(["a", "b"][i % 2], i as i64), i == 2)).collect();
-        source.discard(row("a", 0).key_hash, handles[0]);
-        let saved = save_rows(&source);
-        assert_eq!(saved.len(), 5);
-        let by_key = |rows: &[StoredRow], key: &str| -> Vec<(RowHandle, bool, i64)> {
-            rows.iter().filter(|r| r.row.key == row(key, 0).key).map(|r| (r.handle, r.matched, r.row.ts)).collect()
-        };
-        let a = by_key(&saved, "a");
-        assert_eq!(a, [(handles[2], true, 2), (handles[4], false, 4)]);
+        let mut memory_source = MemoryStore::default();
+        let mut arena_source = ArenaStore::open(&dir.path().join("source")).unwrap();
+        let sources: [&mut dyn KeyedStore; 2] = [&mut memory_source, &mut arena_source];
+        for (s, source) in sources.into_iter().enumerate() {
+            let handles: Vec<RowHandle> =
+                (0..7).map(|i| source.insert(row(["a", "b"][i % 2], i as i64), i == 2)).collect();
+            source.discard(row("a", 0).key_hash, handles[0]);
+            source.discard(row("a", 0).key_hash, handles[6]);
+            let saved = save_store(source);
+            assert_eq!(saved.rows.len(), 5);
+            let by_key = |rows: &[StoredRow], key: &str| -> Vec<(RowHandle, bool, i64)> {
+                rows.iter().filter(|r| r.row.key == row(key, 0).key).map(|r| (r.handle, r.matched, r.row.ts)).collect()
+            };
+            let a = by_key(&saved.rows, "a");
+            assert_eq!(a, [(handles[2], true, 2), (handles[4], false, 4)]);
 
-        let mut memory = MemoryStore::default();
-        let mut arena = ArenaStore::open(&dir.path().join("restored")).unwrap();
-        let stores: [&mut dyn KeyedStore; 2] = [&mut memory, &mut arena];
-        for store in stores {
-            load_rows(store, saved.clone()).unwrap();
-            let again = save_rows(store);
-            assert_eq!((by_key(&again, "a"), by_key(&again, "b")), (a.clone(), by_key(&saved, "b")));
-            let next = store.insert(row("a", 9), false);
-            assert!(handles.iter().all(|&h| next > h), "{next:#x} after {handles:x?}");
-            assert!(store.remove(row("a", 0).key_hash, handles[4]).is_some_and(|r| r.row.ts == 4));
-            assert!(matches!(load_rows(store, saved.clone()), Err(SnapshotError::Mismatch { .. })));
+            let mut memory = MemoryStore::default();
+            let mut arena = ArenaStore::open(&dir.path().join(format!("restored{s}"))).unwrap();
+            let stores: [&mut dyn KeyedStore; 2] = [&mut memory, &mut arena];
+            for store in stores {
+                check_store(store, &saved).unwrap();
+                load_store(store, saved.clone());
+                let again = save_store(store);
+                assert_eq!((by_key(&again.rows, "a"), by_key(&again.rows, "b")), (a.clone(), by_key(&saved.rows, "b")));
+                let next = store.insert(row("a", 9), false);
+                assert!(handles.iter().all(|&h| next > h), "{next:#x} after {handles:x?}");
+                assert!(store.remove(row("a", 0).key_hash, handles[4]).is_some_and(|r| r.row.ts == 4));
+                assert!(matches!(check_store(store, &saved), Err(SnapshotError::Mismatch { .. })));
+            }
+            let mut twice = saved.clone();
+            twice.rows.push(saved.rows[0].clone());
+            assert!(matches!(check_store(&MemoryStore::default(), &twice), Err(SnapshotError::Decode(_))));
         }
-        let mut twice = saved.clone();
-        twice.push(saved[0].clone());
-        assert!(matches!(load_rows(&mut MemoryStore::default(), twice), Err(SnapshotError::Decode(_))));
     }
 }

@@ -41,6 +41,7 @@ mod replay_input;
 mod replay_resume;
 mod robustness;
 mod runtime;
+mod snapshots;
 mod tick_skipping;
 
 // Crash safety of the mapped files.

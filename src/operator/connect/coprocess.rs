@@ -31,8 +31,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use crate::operator::{Output, Projection, ResultKind};
 use crate::record::id::IdHasher;
 use crate::record::{Key, Row};
-use crate::state::snapshot::{self, SnapshotError};
-use crate::state::{KeyedStore, MemoryStore, RowHandle, StoredRow};
+use crate::state::snapshot::{self, SavedStore, SnapshotError};
+use crate::state::{KeyedStore, MemoryStore, RowHandle};
 use crate::time::Time;
 
 /// Custom logic of a `connect` operator: per-input handlers with shared keyed state and timers.
@@ -216,23 +216,23 @@ impl KeyedState {
     }
 
     /// Every slot's rows with their handles, for a snapshot (state/snapshot.rs).
-    pub(crate) fn save(&self) -> Vec<Vec<StoredRow>> {
-        self.slots.iter().map(|store| snapshot::save_rows(store.as_ref())).collect()
+    pub(crate) fn save(&self) -> Vec<SavedStore> {
+        self.slots.iter().map(|store| snapshot::save_store(store.as_ref())).collect()
     }
 
     /// Opens the slots `saved` has rows for and checks that they can take them (empty, handles
     /// distinct), changing nothing else.
-    pub(crate) fn check(&mut self, saved: &[Vec<StoredRow>]) -> Result<(), SnapshotError> {
+    pub(crate) fn check(&mut self, saved: &[SavedStore]) -> Result<(), SnapshotError> {
         for (slot, rows) in saved.iter().enumerate() {
-            snapshot::check_rows(self.slot(slot), rows)?;
+            snapshot::check_store(self.slot(slot), rows)?;
         }
         Ok(())
     }
 
     /// Imports what [`save`](Self::save) saved, once [`check`](Self::check)ed.
-    pub(crate) fn load(&mut self, saved: Vec<Vec<StoredRow>>) {
+    pub(crate) fn load(&mut self, saved: Vec<SavedStore>) {
         for (slot, rows) in saved.into_iter().enumerate() {
-            self.slot(slot).import(rows);
+            snapshot::load_store(self.slot(slot), rows);
         }
     }
 
@@ -386,7 +386,11 @@ impl TimerService {
 
     fn insert(&mut self, key: Key, key_hash: u64, timer: Timer) {
         self.seq += 1;
-        let seq = self.seq;
+        self.place(self.seq, key, key_hash, timer);
+    }
+
+    /// Puts timer number `seq` in the queue, the index and the holds.
+    fn place(&mut self, seq: u64, key: Key, key_hash: u64, timer: Timer) {
         let Timer { domain, at, tag, hold } = timer;
         match self.index.entry(Ident { domain, at, key_hash, tag }) {
             Entry::Vacant(e) => {
@@ -473,16 +477,7 @@ impl TimerService {
         }
         for SavedTimer { processing, at, seq, key, key_hash, tag, hold } in saved.timers {
             let domain = if processing { Domain::Processing } else { Domain::Event };
-            match self.index.entry(Ident { domain, at, key_hash, tag }) {
-                Entry::Vacant(e) => {
-                    e.insert(seq);
-                }
-                Entry::Occupied(_) => self.collided.push((domain, at, seq)),
-            }
-            if hold != Time::POS_INF {
-                self.holds.insert((hold, seq));
-            }
-            self.queues[domain as usize].insert((at, seq), Pending { key, key_hash, tag, hold });
+            self.place(seq, key, key_hash, Timer { domain, at, tag, hold });
         }
         self.seq = saved.seq;
         Ok(())

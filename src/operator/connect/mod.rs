@@ -26,8 +26,7 @@ use crate::config::operators::{Builder, Built, output_schema, select};
 use crate::config::walk::{Errors, Table};
 use crate::record::Row;
 use crate::record::id::IdHasher;
-use crate::state::StoredRow;
-use crate::state::snapshot::{self, SnapshotError};
+use crate::state::snapshot::{self, SavedStore, SnapshotError};
 use crate::time::Time;
 
 use coprocess::TimersState;
@@ -275,7 +274,7 @@ struct ConnectState {
     now: i128,
     /// Per slot of keyed state, its rows with the handles functions name them by (reconcile's
     /// timer tags carry them).
-    slots: Vec<Vec<StoredRow>>,
+    slots: Vec<SavedStore>,
     timers: TimersState,
 }
 

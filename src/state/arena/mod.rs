@@ -427,7 +427,8 @@ impl ArenaStore {
         Ok(())
     }
 
-    /// Makes sure no handle handed out from now on equals one of `handles` (restored rows'):
+    /// Makes sure no handle handed out from now on equals one of `handles` (restored rows' and
+    /// the bounds of the snapshotted store's):
     /// memory handles count on past the greatest restored one, and arena rows go to segments
     /// whose sequence number is past every restored arena handle's. If the active segment's is
     /// not, it takes no more rows (recycled if empty, like a fresh store's); the next row starts
@@ -575,8 +576,15 @@ impl KeyedStore for ArenaStore {
     /// the index: a handle names a place only for rows this store wrote itself (so a store
     /// reopened from its files, without the snapshot, names a restored row by its place). A row
     /// the arena cannot take is kept in memory under its handle, as `insert` does.
-    fn import(&mut self, rows: Vec<StoredRow>) {
-        self.reserve_handles(rows.iter().map(|r| r.handle));
+    fn handles_issued(&self) -> Vec<RowHandle> {
+        // Every segment so far had a number below `next_seq`; offsets are below 2^32.
+        let arena = (self.segments.next_seq > 1).then(|| u64::from(self.segments.next_seq - 1) << 32 | 0xFFFF_FFFF);
+        let memory = (self.next_memory_handle > MEMORY_HANDLE).then(|| self.next_memory_handle - 1);
+        arena.into_iter().chain(memory).collect()
+    }
+
+    fn import(&mut self, rows: Vec<StoredRow>, issued: &[RowHandle]) {
+        self.reserve_handles(issued.iter().copied().chain(rows.iter().map(|r| r.handle)));
         for StoredRow { handle, matched, row } in rows {
             if let Err(error) = self.try_insert_as(&row, matched, Some(handle)) {
                 self.keep_in_memory_as(row, matched, &error, handle);

@@ -542,3 +542,36 @@ fn layout_is_as_documented() {
     assert!(data[64 + 448..64 + 448 + 16].iter().all(|&b| b == 0), "end mark");
     assert_eq!(high, HighWater { seq: 1, offset: 64 + 448 });
 }
+
+/// A snapshot's rows go to a fresh arena under their own handles, a row kept in memory too (it
+/// stays in memory, as it does not fit); handles made afterwards, arena and memory ones, are
+/// past every handle the snapshotted store had made, also of rows removed before it.
+#[test]
+fn restored_rows_keep_their_handles_and_later_handles_are_new() {
+    use crate::state::snapshot::{check_store, load_store, save_store};
+    let dir = tempfile::tempdir().unwrap();
+    let mut source = ArenaStore::open_with(&dir.path().join("source"), small()).unwrap();
+    // Three segments' worth, then a row too large for any, then one removed.
+    let mut handles: Vec<RowHandle> = (0..60).map(|i| source.insert(row(i % 3, i as u64, 100), i % 4 == 0)).collect();
+    handles.push(source.insert(row(1, 100, 5000), true));
+    let removed = source.insert(row(2, 101, 10), false);
+    source.discard(key(2).1, removed);
+    let saved = save_store(&source);
+    let mut restored = ArenaStore::open_with(&dir.path().join("restored"), small()).unwrap();
+    check_store(&restored, &saved).unwrap();
+    load_store(&mut restored, saved.clone());
+    assert_eq!(snapshot(&restored), snapshot(&source), "rows, handles, flags and order per key");
+    assert_eq!((restored.rows(), restored.unsaved_rows()), (61, 1));
+    let later = [restored.insert(row(2, 102, 10), false), restored.insert(row(2, 103, 5000), false)];
+    for handle in later {
+        assert!(
+            handles.iter().chain([&removed]).all(|&h| (h & MEMORY_HANDLE == handle & MEMORY_HANDLE) <= (handle > h)),
+            "{handle:#x} is not past the handles of its kind"
+        );
+        assert!(handles.iter().chain([&removed]).all(|&h| h != handle));
+    }
+    // Reopened from its files alone, the arena names restored rows by their places.
+    drop(restored);
+    let reopened = ArenaStore::open_with(&dir.path().join("restored"), small()).unwrap();
+    assert_eq!(reopened.rows(), 61, "60 restored rows and the later small one; no row kept in memory");
+}
