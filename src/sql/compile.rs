@@ -473,7 +473,7 @@ impl Compiler {
                 return err(
                     on.at(),
                     format!(
-                        "an interval join bounds the right time by the left: {r}.rt BETWEEN {l}.rt - INTERVAL … AND {l}.rt + INTERVAL … (or with >, >=, <, <=)",
+                        "a join without a time bound would keep every row forever: bound it ({r}.rt BETWEEN {l}.rt - INTERVAL … AND {l}.rt + INTERVAL …, or >, >=, <, <=), window both sides, or join FOR SYSTEM_TIME AS OF",
                         l = sides[0].alias,
                         r = sides[1].alias
                     ),

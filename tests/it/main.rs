@@ -23,6 +23,7 @@ mod common;
 mod bench_command;
 mod config_errors;
 mod examples;
+mod sql;
 mod systemd_unit;
 
 // Logs and the bundled Grafana dashboard and Prometheus alerts.
