@@ -819,7 +819,7 @@ fn aggregates(s: &Select, rel: &Relation) -> Result<Vec<Aggregate>, SqlError> {
                     "MAX" => "max",
                     "FIRST_VALUE" => "first",
                     "LAST_VALUE" => "last",
-                    "AVG" => return err(name.at, "AVG is not supported yet: select SUM and COUNT"),
+                    "AVG" => "avg",
                     other => {
                         return err(
                             name.at,

@@ -288,3 +288,30 @@ proptest! {
         let _ = load("t.sql", &nots);
     }
 }
+
+#[test]
+fn two_window_aggregates_joined_are_a_cogroup() {
+    let plan = plan(&format!(
+        "{TABLES}
+SET 'table.exec.emit.allow-lateness' = '2 s';
+CREATE VIEW per_minute AS
+  SELECT c.device, c.n, s.mean_seq, c.window_start FROM
+    (SELECT device, window_start, window_end, COUNT(*) AS n
+       FROM TABLE(HOP(TABLE command, DESCRIPTOR(rt), INTERVAL '30' SECOND, INTERVAL '1' MINUTE))
+       GROUP BY device, window_start, window_end) c
+  FULL JOIN
+    (SELECT device, window_start, window_end, AVG(seq) AS mean_seq
+       FROM TABLE(HOP(TABLE status, DESCRIPTOR(rt), INTERVAL '30' SECOND, INTERVAL '1' MINUTE))
+       GROUP BY window_start, window_end, device) s
+  ON c.device = s.device AND c.window_start = s.window_start AND c.window_end = s.window_end;"
+    ));
+    let OperatorSpec::CoGroup(spec) = &plan.operators[0].spec else { panic!("a cogroup") };
+    assert_eq!(spec.join, crate::operator::interval_join::JoinType::Full);
+    assert_eq!(spec.window.allowed_lateness, 2_000);
+    assert_eq!(spec.window.kind, crate::operator::window::WindowKind::Fixed { size: 60_000, slide: 30_000, offset: 0 });
+    let functions: Vec<_> = spec.aggregates.iter().map(|a| (a.function, a.input)).collect();
+    use crate::operator::cogroup::Function;
+    assert_eq!(functions, [(Function::Count, 0), (Function::Avg, 1)]);
+    let names: Vec<&str> = plan.operators[0].output.fields.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["device", "n", "mean_seq", "_kind", "_window_start", "_window_end", "_version"]);
+}
