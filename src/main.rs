@@ -51,6 +51,19 @@ enum Command {
         #[arg(long)]
         every_tick: bool,
     },
+    /// Print the pipeline in another system's language: `flink-sql` (a Flink SQL script).
+    Export {
+        #[arg(value_parser = ["flink-sql"])]
+        format: String,
+        #[arg(long, env = "BRAID_CONFIG")]
+        config: PathBuf,
+        /// STREAM=PATH: the table reads JSON lines from PATH (else an MQTT placeholder).
+        #[arg(long = "input", value_name = "STREAM=PATH", value_parser = name_and_path)]
+        inputs: Vec<(String, PathBuf)>,
+        /// NAME=PATH: a stream or operator written as JSON lines to PATH.
+        #[arg(long = "output", value_name = "NAME=PATH", value_parser = name_and_path)]
+        outputs: Vec<(String, PathBuf)>,
+    },
     /// Synthetic load through the shard runtime, in process; prints figures (rows/s, latency, memory).
     Bench(bench::BenchFlags),
     /// The service: MQTT in, joins, results out, until SIGTERM (systemd: Type=notify).
@@ -96,7 +109,9 @@ fn main() -> ExitCode {
         return status(config.as_deref(), ops.as_deref(), *once);
     }
     let loaded = match &cli.command {
-        Command::Validate { config } | Command::Replay { config, .. } => config::load(config),
+        Command::Validate { config } | Command::Replay { config, .. } | Command::Export { config, .. } => {
+            config::load(config)
+        }
         Command::Run { config, .. } => config::load(config),
         Command::Bench(flags) => match &flags.config {
             Some(config) => config::load(config),
@@ -131,6 +146,9 @@ fn main() -> ExitCode {
                 metrics,
             )
         }
+        Command::Export { inputs, outputs, .. } => braid::sql::export::flink_sql(&plan, &inputs, &outputs)
+            .map(|script| print!("{script}"))
+            .map_err(anyhow::Error::msg),
         Command::Bench(flags) => run_bench(&plan, &flags.into_args()),
         Command::Run { config, shards } => {
             let options = braid::service::ServiceOptions {

@@ -43,6 +43,7 @@
 
 mod ast;
 mod compile;
+pub mod export;
 mod lexer;
 mod parser;
 #[cfg(test)]
