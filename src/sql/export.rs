@@ -29,6 +29,7 @@ const DIFFERENCES: &str = "\
 --   source (table.exec.source.idle-timeout, set below to the smallest) and no idle advance.
 -- * Outer joins: both emit an unmatched row once the watermark passes its last chance; braid's
 --   watermark ticks every 200 ms of processing time (Flink: pipeline.auto-watermark-interval).
+-- * Dead letters: braid sends undecodable lines to dead_letter; Flink skips them here.
 -- * _id, _version and _supersedes are braid's; Flink's rows carry _kind and _ts computed here.
 ";
 
@@ -60,7 +61,9 @@ pub fn flink_sql(plan: &Plan, inputs: &[(String, PathBuf)], outputs: &[(String, 
         if let TimeSpec::Field { pos, unit } = stream.schema.time {
             let field = ident(&stream.schema.fields[pos].name);
             let attribute = match unit {
-                TimeUnit::Ms => format!("TO_TIMESTAMP_LTZ({field}, 3)"),
+                // A row without its time is braid's dead letter; Flink's watermark assigner would
+                // fail on it: it gets time 0 here and the filter view below drops it.
+                TimeUnit::Ms => format!("TO_TIMESTAMP_LTZ(COALESCE({field}, 0), 3)"),
                 TimeUnit::S if stream.schema.fields[pos].ty == FieldType::Int => {
                     format!("TO_TIMESTAMP_LTZ({field}, 0)")
                 }
@@ -80,14 +83,28 @@ pub fn flink_sql(plan: &Plan, inputs: &[(String, PathBuf)], outputs: &[(String, 
             columns.push(format!("  PRIMARY KEY ({}) NOT ENFORCED", ident(&key.name)));
         }
         let with = match path {
-            Some(path) => filesystem(path),
+            // A line braid sends to dead_letter is skipped by Flink.
+            Some(path) => format!("{},\n  'json.ignore-parse-errors' = 'true'", filesystem(path)),
             None => format!(
                 "  -- braid reads topic {:?}; Flink has no MQTT connector of its own: fill in yours\n  'connector' = 'mqtt'",
                 stream.topic.as_deref().unwrap_or("")
             ),
         };
-        let _ =
-            writeln!(out, "\nCREATE TABLE {} (\n{}\n) WITH (\n{with}\n);", ident(&stream.name), columns.join(",\n"));
+        // Rows missing a declared field are braid's dead letters: a view drops them (not for the
+        // versioned right side of a temporal join, which must stay a table with its key).
+        let filtered = !versioned.contains(&i);
+        let table = if filtered { ident(&format!("{}_raw", stream.name)) } else { ident(&stream.name) };
+        let _ = writeln!(out, "\nCREATE TABLE {table} (\n{}\n) WITH (\n{with}\n);", columns.join(",\n"));
+        if filtered {
+            let present: Vec<String> =
+                stream.schema.fields.iter().map(|f| format!("{} IS NOT NULL", ident(&f.name))).collect();
+            let _ = writeln!(
+                out,
+                "CREATE TEMPORARY VIEW {} AS SELECT * FROM {table} WHERE {};",
+                ident(&stream.name),
+                present.join(" AND ")
+            );
+        }
     }
     let mut exported: Vec<Option<Vec<(String, String)>>> = Vec::new();
     for op in &plan.operators {

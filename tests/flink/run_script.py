@@ -26,6 +26,7 @@ def main(path):
     config.set("parallelism.default", "1")
     config.set("table.local-time-zone", "UTC")
     config.set("execution.checkpointing.interval", "1 s")
+    config.set("restart-strategy.type", "none")
     inserts = env.create_statement_set()
     count = 0
     with open(path) as f:

@@ -173,3 +173,22 @@ fn every_invalid_sql_fails_as_announced() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+#[test]
+fn a_twin_exports_the_same_flink_script_and_bad_names_exit_1() {
+    let export = |config: &str, extra: &[&str]| {
+        let mut cmd = braid();
+        cmd.args(["export", "flink-sql", "--config", config]);
+        for (stream, path) in samples("gateway") {
+            cmd.arg("--input").arg(format!("{stream}={}", path.display()));
+        }
+        cmd.args(extra).output().unwrap()
+    };
+    let (from_sql, from_toml) = (export("configs/gateway.sql", &[]), export("configs/gateway.toml", &[]));
+    assert!(from_sql.status.success(), "{}", String::from_utf8_lossy(&from_sql.stderr));
+    assert_eq!(String::from_utf8_lossy(&from_sql.stdout), String::from_utf8_lossy(&from_toml.stdout));
+    assert!(String::from_utf8_lossy(&from_sql.stdout).contains("CREATE TEMPORARY VIEW `effect` AS"));
+    let late = export("configs/gateway.sql", &["--output", "effect.late=/tmp/x"]);
+    assert_eq!(late.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&late.stderr).contains("late rows and dead letters stay in braid"));
+}
