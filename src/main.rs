@@ -146,9 +146,12 @@ fn main() -> ExitCode {
                 metrics,
             )
         }
-        Command::Export { inputs, outputs, .. } => braid::sql::export::flink_sql(&plan, &inputs, &outputs)
-            .map(|script| print!("{script}"))
-            .map_err(anyhow::Error::msg),
+        Command::Export { inputs, outputs, .. } => {
+            braid::sql::export::flink_sql(&plan, &inputs, &outputs).map_err(anyhow::Error::msg).and_then(|script| {
+                use std::io::Write;
+                std::io::stdout().lock().write_all(script.as_bytes()).context("writing the script")
+            })
+        }
         Command::Bench(flags) => run_bench(&plan, &flags.into_args()),
         Command::Run { config, shards } => {
             let options = braid::service::ServiceOptions {

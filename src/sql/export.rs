@@ -298,7 +298,7 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
             if let Some(condition) = &spec.condition {
                 let field = |left: bool, pos: usize| {
                     let (side, s) = if left { ("l", 0) } else { ("r", 1) };
-                    format!("{side}.{}", ident(&schemas[s].fields.get(pos).map_or("?", |f| f.name.as_str())))
+                    format!("{side}.{}", ident(schemas[s].fields.get(pos).map_or("?", |f| f.name.as_str())))
                 };
                 let _ = write!(query, "\nWHERE {}", condition.to_sql(&field));
                 note.push_str("-- WHERE: SQL's / of two BIGINTs truncates and its % takes the dividend's sign (braid: true division, Python's %).\n");
