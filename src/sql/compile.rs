@@ -527,6 +527,24 @@ impl Compiler {
         Ok(join_output(&sides[0], names, false))
     }
 
+    /// Both sides windowed alike and matched on key and window: the operator's kind, inputs and
+    /// window.
+    fn windowed_header(
+        &self,
+        kind: &str,
+        s: &Select,
+        sides: &[Side; 2],
+        windows: [Window; 2],
+        on: &Expr,
+        body: &mut TomlOut,
+    ) -> Result<(), SqlError> {
+        same_window(windows, sides)?;
+        on_parts(on, sides, false)?.window_bounds(on, sides)?;
+        self.header(body, kind, s, sides);
+        self.window_keys(body, windows[0], sides[0].at);
+        Ok(())
+    }
+
     fn window_join(
         &self,
         s: &Select,
@@ -542,11 +560,7 @@ impl Compiler {
                 "outer window joins are not supported yet: braid's window join is inner (a cogroup of two window aggregates keeps empty sides)",
             );
         }
-        same_window(windows, sides)?;
-        let parts = on_parts(on, sides, false)?;
-        parts.window_bounds(on, sides)?;
-        self.header(body, "window_join", s, sides);
-        self.window_keys(body, windows[0], sides[0].at);
+        self.windowed_header("window_join", s, sides, windows, on, body)?;
         if let Some(condition) = &s.where_ {
             body.string(condition.at(), "where", &self::condition(condition, sides)?);
         }
@@ -564,11 +578,7 @@ impl Compiler {
         body: &mut TomlOut,
     ) -> Result<Relation, SqlError> {
         no_where(s, "cogroups")?;
-        same_window(windows, sides)?;
-        let parts = on_parts(on, sides, false)?;
-        parts.window_bounds(on, sides)?;
-        self.header(body, "cogroup", s, sides);
-        self.window_keys(body, windows[0], sides[0].at);
+        self.windowed_header("cogroup", s, sides, windows, on, body)?;
         Self::join_type(join, body);
         let mut names = Vec::new();
         body.line(s.at, "aggregate = [");
