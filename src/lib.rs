@@ -28,6 +28,7 @@ pub mod shard;
 pub mod sink;
 pub mod source;
 pub mod spool;
+pub mod sql;
 pub mod state;
 pub mod storage;
 #[cfg(test)]

@@ -69,6 +69,19 @@ enum Command {
         #[arg(long, value_parser = clap::value_parser!(u16).range(1..=MAX_SHARDS as i64))]
         shards: Option<u16>,
     },
+    /// Print the pipeline in another system's language: `flink-sql` (a Flink SQL script).
+    Export {
+        #[arg(value_parser = ["flink-sql"])]
+        format: String,
+        #[arg(long, env = "BRAID_CONFIG")]
+        config: PathBuf,
+        /// STREAM=PATH: the table reads JSON lines from PATH (else an MQTT placeholder).
+        #[arg(long = "input", value_name = "STREAM=PATH", value_parser = name_and_path)]
+        inputs: Vec<(String, PathBuf)>,
+        /// NAME=PATH: a stream or operator written as JSON lines to PATH.
+        #[arg(long = "output", value_name = "NAME=PATH", value_parser = name_and_path)]
+        outputs: Vec<(String, PathBuf)>,
+    },
     /// Synthetic load through the shard runtime, in process; prints figures (rows/s, latency, memory).
     Bench(bench::BenchFlags),
     /// The service: MQTT in, joins, results out, until SIGTERM (systemd: Type=notify).
@@ -114,9 +127,10 @@ fn main() -> ExitCode {
         return status(config.as_deref(), ops.as_deref(), *once);
     }
     let loaded = match &cli.command {
-        Command::Validate { config } | Command::Replay { config, .. } | Command::Explain { config, .. } => {
-            config::load(config)
-        }
+        Command::Validate { config }
+        | Command::Replay { config, .. }
+        | Command::Explain { config, .. }
+        | Command::Export { config, .. } => config::load(config),
         Command::Run { config, .. } => config::load(config),
         Command::Bench(flags) => match &flags.config {
             Some(config) => config::load(config),
@@ -154,6 +168,12 @@ fn main() -> ExitCode {
         Command::Explain { inputs, key, json, shards, .. } => {
             let shards = shards.map(usize::from).or(plan.runtime.shards).unwrap_or_else(default_shards);
             explain(&plan, &braid::explain::ExplainArgs { shards, inputs: &inputs, key: &key }, json)
+        }
+        Command::Export { inputs, outputs, .. } => {
+            braid::sql::export::flink_sql(&plan, &inputs, &outputs).map_err(anyhow::Error::msg).and_then(|script| {
+                use std::io::Write;
+                std::io::stdout().lock().write_all(script.as_bytes()).context("writing the script")
+            })
         }
         Command::Bench(flags) => run_bench(&plan, &flags.into_args()),
         Command::Run { config, shards } => {

@@ -168,7 +168,14 @@ fn check_mqtt_url(url: &str) -> Result<(), String> {
     }
 }
 
-pub fn sinks(section: Table<'_, '_>, streams: &Streams, graph: &Graph, errors: &mut Errors) -> Vec<SinkDef> {
+/// `inserts`: what SQL's `INSERT INTO sink` statements feed (sink, input), added to `inputs`.
+pub fn sinks(
+    section: Table<'_, '_>,
+    streams: &Streams,
+    graph: &Graph,
+    inserts: &[(String, String)],
+    errors: &mut Errors,
+) -> Vec<SinkDef> {
     let mut out = Vec::new();
     for (name, path, span, table) in tables(section, errors) {
         let t = Table { path: &path, span: &span, table };
@@ -193,7 +200,12 @@ pub fn sinks(section: Table<'_, '_>, streams: &Streams, graph: &Graph, errors: &
             SinkKind::Stdout => {}
         }
         t.check_keys(&keys, errors);
-        let inputs = sink_inputs(t, streams, graph, errors);
+        let inserted: Vec<String> = inserts.iter().filter(|(s, _)| s == name).map(|(_, i)| i.clone()).collect();
+        let mut inputs = match (t.get("inputs"), inserted.is_empty()) {
+            (None, false) => Vec::new(),
+            _ => sink_inputs(t, streams, graph, errors),
+        };
+        inputs.extend(inserted);
         let mut sink = SinkDef {
             name: name.to_owned(),
             kind: kind.clone(),

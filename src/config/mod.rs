@@ -55,6 +55,11 @@ pub struct ConfigErrors {
 }
 
 impl ConfigErrors {
+    /// Errors in `text` (the file named `file`).
+    pub(crate) fn new(file: &str, text: &str, errors: Vec<ConfigError>) -> ConfigErrors {
+        ConfigErrors { file: file.to_owned(), text: text.to_owned(), errors }
+    }
+
     /// (line, column), both from 1; the column counts characters. A key in a `[table]` header
     /// is reported at the header's `[`.
     pub fn line_col(&self, offset: usize) -> (usize, usize) {
@@ -130,6 +135,7 @@ pub fn load(path: &Path) -> Result<Plan, ConfigErrors> {
     let file = path.display().to_string();
     match std::fs::read(path) {
         Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) if path.extension().is_some_and(|e| e == "sql") => crate::sql::load(&file, &text),
             Ok(text) => parse(&file, &text),
             Err(e) => {
                 let offset = e.utf8_error().valid_up_to();
@@ -148,22 +154,61 @@ fn syntax_error(offset: usize, message: String) -> ConfigError {
     ConfigError { offset, path: String::new(), message }
 }
 
-/// Checks configuration text; `file` names it in error messages.
+/// Checks configuration text; `file` names it in error messages. A `[pipeline] sql` string is
+/// compiled ([`crate::sql`]) and its streams and operators checked with the rest of the file.
 pub fn parse(file: &str, text: &str) -> Result<Plan, ConfigErrors> {
-    let fail = |errors| Err(ConfigErrors { file: file.to_owned(), text: text.to_owned(), errors });
     let document = match DeTable::parse(text) {
         Ok(document) => document,
         Err(e) => {
             let offset = e.span().map_or(0, |s| s.start);
-            return fail(vec![syntax_error(offset, e.message().trim().to_owned())]);
+            return Err(ConfigErrors::new(file, text, vec![syntax_error(offset, e.message().trim().to_owned())]));
+        }
+    };
+    let sql = document.get_ref().get("pipeline").and_then(|p| match p.get_ref() {
+        toml::de::DeValue::Table(t) => t.get("sql"),
+        _ => None,
+    });
+    if let Some(sql) = sql
+        && let toml::de::DeValue::String(s) = sql.get_ref()
+    {
+        return crate::sql::expand_pipeline(file, text, sql.span(), s);
+    }
+    check_generated(file, text, text, usize::MAX, &|offset| offset, &[])
+}
+
+/// Checks `toml`, whose text from `generated_from` on was compiled from SQL: an error there is
+/// moved to `relocate(offset − generated_from)` of `shown` (the text of `file`, which positions
+/// refer to) and named in SQL's words. `inserts`: `INSERT INTO sink` feeds (sink, input).
+pub(crate) fn check_generated(
+    file: &str,
+    shown: &str,
+    toml: &str,
+    generated_from: usize,
+    relocate: &dyn Fn(usize) -> usize,
+    inserts: &[(String, String)],
+) -> Result<Plan, ConfigErrors> {
+    let place = |mut e: ConfigError| {
+        if e.offset >= generated_from {
+            e.offset = relocate(e.offset - generated_from);
+            e.path = crate::sql::component(&e.path);
+        }
+        e
+    };
+    let document = match DeTable::parse(toml) {
+        Ok(document) => document,
+        Err(e) => {
+            let offset = e.span().map_or(0, |s| s.start);
+            let error = place(syntax_error(offset, e.message().trim().to_owned()));
+            return Err(ConfigErrors::new(file, shown, vec![error]));
         }
     };
     let mut errors = Errors::default();
     let root = Table { path: "", span: &(0..0), table: document.get_ref() };
-    let plan = check(root, &mut errors);
+    let plan = check(root, inserts, &mut errors);
     match plan {
         Some(mut plan) if errors.list.is_empty() => {
-            let located = ConfigErrors { file: file.to_owned(), text: text.to_owned(), errors: errors.warnings };
+            let warnings = errors.warnings.into_iter().map(place).collect();
+            let located = ConfigErrors::new(file, shown, warnings);
             plan.warnings = located
                 .errors
                 .iter()
@@ -175,27 +220,31 @@ pub fn parse(file: &str, text: &str) -> Result<Plan, ConfigErrors> {
             Ok(plan)
         }
         _ => {
-            let mut list = errors.list;
+            let mut list: Vec<ConfigError> = errors.list.into_iter().map(place).collect();
             list.sort_by_key(|e| e.offset);
-            fail(list)
+            Err(ConfigErrors::new(file, shown, list))
         }
     }
 }
 
-const SECTIONS: [&str; 6] = ["runtime", "ops", "sources", "streams", "operators", "sinks"];
+const SECTIONS: [&str; 7] = ["runtime", "ops", "sources", "streams", "operators", "sinks", "pipeline"];
 
-fn check(root: Table<'_, '_>, errors: &mut Errors) -> Option<Plan> {
+fn check(root: Table<'_, '_>, inserts: &[(String, String)], errors: &mut Errors) -> Option<Plan> {
     root.check_keys(&SECTIONS, errors);
     let empty = DeTable::default();
     let spans: Vec<_> = SECTIONS.iter().map(|name| root.table(name, errors).unwrap_or((0..0, &empty))).collect();
-    let [runtime_t, ops_t, sources_t, streams_t, operators_t, sinks_t] =
-        [0, 1, 2, 3, 4, 5].map(|i| Table { path: SECTIONS[i], span: &spans[i].0, table: spans[i].1 });
+    let [runtime_t, ops_t, sources_t, streams_t, operators_t, sinks_t, pipeline_t] =
+        [0, 1, 2, 3, 4, 5, 6].map(|i| Table { path: SECTIONS[i], span: &spans[i].0, table: spans[i].1 });
+    pipeline_t.check_keys(&["sql"], errors);
+    if pipeline_t.get("sql").is_some_and(|v| v.get_ref().as_str().is_none()) {
+        pipeline_t.error("sql", errors, "expected a string of SQL (sql = \"\"\" … \"\"\")");
+    }
     let runtime = runtime(runtime_t, errors);
     let (ops_listen, ops_thresholds) = ops(ops_t, errors);
     let sources = io::sources(sources_t, errors);
     let streams = streams::streams(streams_t, &sources, errors);
     let graph = operators::operators(operators_t, &streams, errors);
-    let sinks = io::sinks(sinks_t, &streams, &graph, errors);
+    let sinks = io::sinks(sinks_t, &streams, &graph, inserts, errors);
     let mut plan = Plan::new(runtime, ops_listen, sources, streams.defs, graph.operators, sinks);
     plan.ops_thresholds = ops_thresholds;
     Some(plan)

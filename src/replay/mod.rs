@@ -25,13 +25,13 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
+use crate::checkpoint::Completed;
 use crate::checkpoint::{CheckpointDir, Loaded};
 use crate::config::Durability;
 use crate::plan::{Plan, Target};
 use crate::record::Row;
 use crate::record::decode::{check_time_window, dead_letter_raw};
 use crate::record::id::IdHasher;
-use crate::checkpoint::Completed;
 use crate::shard::{Emit, Figures, Runtime, RuntimeError, RuntimeOptions};
 use crate::state::snapshot;
 use input::{Content, InputError, Inputs, Line};

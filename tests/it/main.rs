@@ -24,6 +24,7 @@ mod bench_command;
 mod config_errors;
 mod examples;
 mod explain;
+mod sql;
 mod systemd_unit;
 
 // Logs and the bundled Grafana dashboard and Prometheus alerts.

@@ -276,7 +276,8 @@ impl Workload {
              allowed_lateness = \"{al}ms\"\njoin = \"{}\"\naggregate = [\"count(left) AS nl\", \"count(right) AS nr\",\n  \
              \"sum(left.v) AS sv\", \"sum(right.f) AS sf\", \"min(left.s) AS mins\", \"max(right.v) AS maxv\",\n  \
              \"min(right.f) AS minf\", \"max(left.ts) AS maxts\", \"first(left.seq) AS fl\", \"last(left.seq) AS ll\",\n  \
-             \"first(right.seq) AS fr\", \"last(right.seq) AS lr\", \"count(right.s) AS nrs\"]\n",
+             \"first(right.seq) AS fr\", \"last(right.seq) AS lr\", \"count(right.s) AS nrs\",\n  \
+             \"avg(left.v) AS av\", \"avg(right.f) AS af\"]\n",
             self.join.name()
         );
         c
@@ -594,6 +595,13 @@ impl<'w> Reference<'w> {
         obj.insert("nr".into(), json!(right.len()));
         obj.insert("sv".into(), opt((!left.is_empty()).then(|| json!(left.iter().map(|r| r.v).sum::<i64>()))));
         obj.insert("sf".into(), opt((!right.is_empty()).then(|| json!(right.iter().map(|r| r.f).sum::<f64>()))));
+        // Through text and back, as braid's output is read: serde_json's float parsing may be one
+        // ulp off the correctly rounded value (no `float_roundtrip`), for both sides alike.
+        let mean = |sum: f64, n: usize| serde_json::from_str::<Value>(&json!(sum / n as f64).to_string()).unwrap();
+        let av = (!left.is_empty()).then(|| mean(left.iter().map(|r| r.v).sum::<i64>() as f64, left.len()));
+        obj.insert("av".into(), opt(av));
+        let af = (!right.is_empty()).then(|| mean(right.iter().map(|r| r.f).sum::<f64>(), right.len()));
+        obj.insert("af".into(), opt(af));
         obj.insert("mins".into(), opt(left.iter().map(|r| r.s).min().map(|s| json!(s))));
         obj.insert("maxv".into(), opt(right.iter().map(|r| r.v).max().map(|v| json!(v))));
         obj.insert("minf".into(), opt(right.iter().map(|r| r.f).min_by(f64::total_cmp).map(|v| json!(v))));

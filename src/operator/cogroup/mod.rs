@@ -6,8 +6,9 @@
 //!   left one), right (the right one), full (either). `_kind` is `match`, `left_only` or
 //!   `right_only` by which groups are non-empty.
 //! - Aggregates per side: `count(side)` counts rows; `count(side.f)`, `sum`, `min`, `max`,
-//!   `first`, `last` skip null values (an upstream outer join's missing side) and are null over
-//!   no values. first/last order a group by (ts, arrival at this operator) (rule 11).
+//!   `first`, `last`, `avg` skip null values (an upstream outer join's missing side) and are null
+//!   over no values. `avg` is a float whatever the field's type: the exact sum of the values (ints
+//!   as doubles, exact up to 2^53) divided by their count, rounded once. first/last order a group by (ts, arrival at this operator) (rule 11).
 //! - Incremental: a window holds one accumulator per aggregate, never rows — count and sum are
 //!   counters, min/max the best value, first/last the best (ts, arrival, value). An int sum is
 //!   kept in i128 and saturates to int64 when written; a float sum is exact (Shewchuk's
@@ -68,6 +69,8 @@ pub enum Function {
     Max,
     First,
     Last,
+    /// The mean of a group's int or float values, a float (null for an empty group).
+    Avg,
 }
 
 impl Function {
@@ -79,6 +82,7 @@ impl Function {
             "max" => Function::Max,
             "first" => Function::First,
             "last" => Function::Last,
+            "avg" => Function::Avg,
             _ => return None,
         })
     }
@@ -95,7 +99,7 @@ pub struct Aggregate {
     pub ty: FieldType,
 }
 
-/// `aggregate`: `fn(left|right[.field]) [AS alias]` with fn in count, sum, min, max, first, last.
+/// `aggregate`: `fn(left|right[.field]) [AS alias]` with fn in count, sum, min, max, first, last, avg.
 /// Returns the aggregates and the output fields: the left key, one per aggregate, `_kind`.
 pub fn aggregates(
     t: Table<'_, '_>,
@@ -130,8 +134,10 @@ pub fn aggregates(
                 }
             },
         };
-        if function == "sum" && source.is_some_and(|(_, f)| !matches!(f.ty, FieldType::Int | FieldType::Float)) {
-            errors.at(&span, &path, format!("{item:?}: sum() needs an int or float field"));
+        if (function == "sum" || function == "avg")
+            && source.is_some_and(|(_, f)| !matches!(f.ty, FieldType::Int | FieldType::Float))
+        {
+            errors.at(&span, &path, format!("{item:?}: {function}() needs an int or float field"));
             continue;
         }
         let side = if input == LEFT { "left" } else { "right" };
@@ -146,6 +152,7 @@ pub fn aggregates(
         let (ty, nullable) = match source {
             None => (FieldType::Int, false),
             Some(_) if function == "count" => (FieldType::Int, false),
+            Some((_, f)) if function == "avg" => (FieldType::Float, can_be_empty[input] || f.nullable),
             Some((_, f)) => (f.ty, can_be_empty[input] || f.nullable),
         };
         let Some(function) = Function::parse(function) else { continue };
@@ -298,6 +305,8 @@ enum Acc {
     /// (ts, arrival, value) of the best row so far.
     First(Option<(i64, u64, Value)>),
     Last(Option<(i64, u64, Value)>),
+    /// The exact sum of the values (ints as doubles) and their count.
+    Avg(ExactSum, i64),
 }
 
 impl Acc {
@@ -310,6 +319,7 @@ impl Acc {
             Function::Max => Acc::Max(None),
             Function::First => Acc::First(None),
             Function::Last => Acc::Last(None),
+            Function::Avg => Acc::Avg(ExactSum::default(), 0),
         }
     }
 
@@ -322,6 +332,10 @@ impl Acc {
             Acc::Count(n) => *n += 1,
             Acc::SumInt(sum) => *sum = Some(sum.unwrap_or(0) + i128::from(int(value))),
             Acc::SumFloat(sum) => sum.get_or_insert_default().add(float(value)),
+            Acc::Avg(sum, n) => {
+                sum.add(float(value));
+                *n += 1;
+            }
             Acc::Min(best) if best.as_ref().is_none_or(|b| compare(value, b) == Ordering::Less) => {
                 *best = Some(value.clone())
             }
@@ -339,6 +353,10 @@ impl Acc {
             (Acc::Count(a), Acc::Count(b)) => *a += b,
             (Acc::SumInt(a), Acc::SumInt(Some(b))) => *a = Some(a.unwrap_or(0) + b),
             (Acc::SumFloat(a), Acc::SumFloat(Some(b))) => a.get_or_insert_default().absorb(b),
+            (Acc::Avg(a, n), Acc::Avg(b, m)) => {
+                a.absorb(b);
+                *n += m;
+            }
             (me @ (Acc::Min(_) | Acc::Max(_)), Acc::Min(Some(v)) | Acc::Max(Some(v))) => me.add(&v, 0, 0),
             (me @ (Acc::First(_) | Acc::Last(_)), Acc::First(Some((ts, seq, v))) | Acc::Last(Some((ts, seq, v)))) => {
                 me.add(&v, ts, seq)
@@ -354,6 +372,8 @@ impl Acc {
                 sum.map_or(Value::Null, |s| Value::Int(s.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64))
             }
             Acc::SumFloat(sum) => sum.as_ref().map_or(Value::Null, |s| Value::Float(s.value())),
+            Acc::Avg(_, 0) => Value::Null,
+            Acc::Avg(sum, n) => Value::Float(sum.value() / *n as f64),
             Acc::Min(v) | Acc::Max(v) => v.clone().unwrap_or(Value::Null),
             Acc::First(v) | Acc::Last(v) => v.as_ref().map_or(Value::Null, |(_, _, v)| v.clone()),
         }
@@ -361,7 +381,7 @@ impl Acc {
 
     fn bytes(&self) -> usize {
         match self {
-            Acc::SumFloat(Some(sum)) => sum.partials.len() * std::mem::size_of::<f64>(),
+            Acc::SumFloat(Some(sum)) | Acc::Avg(sum, _) => sum.partials.len() * std::mem::size_of::<f64>(),
             Acc::Min(Some(v)) | Acc::Max(Some(v)) | Acc::First(Some((_, _, v))) | Acc::Last(Some((_, _, v))) => {
                 v.heap_bytes()
             }

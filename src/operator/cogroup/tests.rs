@@ -5,7 +5,8 @@ use crate::operator::window::WindowKind;
 fn aggregate_items() {
     assert_eq!(parse_aggregate("count(left) AS views"), Some(("count", LEFT, None, Some("views"))));
     assert_eq!(parse_aggregate("sum(right.amount)"), Some(("sum", RIGHT, Some("amount"), None)));
-    assert_eq!(parse_aggregate("avg(right.amount)"), None);
+    assert_eq!(parse_aggregate("avg(right.amount)"), Some(("avg", RIGHT, Some("amount"), None)));
+    assert_eq!(parse_aggregate("median(right.amount)"), None);
     assert_eq!(parse_aggregate("count(up)"), None);
 }
 
@@ -166,4 +167,28 @@ fn quality_counts_rows_by_whether_the_other_group_is_empty() {
     g.on_watermark(Time::POS_INF, &mut out);
     assert_eq!(g.quality(), Quality { matched: [2, 2], unmatched: [2, 0] });
     assert_eq!((out.results.len(), out.late.len()), (2, 1), "inner: the two groups with both sides");
+}
+
+#[test]
+fn avg_is_the_exact_sum_over_the_count() {
+    let a = Aggregate { function: Function::Avg, input: RIGHT, pos: Some(0), ty: FieldType::Float };
+    let mut acc = Acc::new(&a);
+    assert_eq!(acc.value(), Value::Null, "no values: null");
+    for (i, f) in [-1.5, 0.75, -0.5, 4.5, 2.25, -4.25].into_iter().enumerate() {
+        acc.add(&Value::Float(f), 0, i as u64);
+    }
+    assert_eq!(acc.value(), Value::Float(1.25 / 6.0));
+}
+
+#[test]
+fn avg_absorbs_exactly() {
+    let a = Aggregate { function: Function::Avg, input: RIGHT, pos: Some(0), ty: FieldType::Float };
+    let values = [-1.5, 0.75, -0.5, 4.5, 2.25, -4.25];
+    for split in 0..=values.len() {
+        let (mut x, mut y) = (Acc::new(&a), Acc::new(&a));
+        values[..split].iter().for_each(|&f| x.add(&Value::Float(f), 0, 0));
+        values[split..].iter().for_each(|&f| y.add(&Value::Float(f), 0, 0));
+        x.absorb(y);
+        assert_eq!(x.value(), Value::Float(1.25 / 6.0), "split at {split}");
+    }
 }

@@ -172,3 +172,52 @@ impl Expr {
         self.value(self.root, left, right).truthy()
     }
 }
+
+impl Expr {
+    /// The condition as SQL (`braid export flink-sql`), `field` naming a side's field. SQL's `/`
+    /// of two integers truncates and its `%` takes the dividend's sign, where this language's
+    /// `/` is a true division and `%` Python's: the export says so beside the condition.
+    pub fn to_sql(&self, field: &dyn Fn(bool, usize) -> String) -> String {
+        self.node_sql(self.root, field)
+    }
+
+    fn node_sql(&self, at: usize, field: &dyn Fn(bool, usize) -> String) -> String {
+        let Some(node) = self.nodes.get(at) else { return "NULL".into() };
+        let two =
+            |op: &str, a: usize, b: usize| format!("({} {op} {})", self.node_sql(a, field), self.node_sql(b, field));
+        match node {
+            Node::Lit(Value::Null) => "NULL".into(),
+            Node::Lit(Value::Bool(b)) => if *b { "TRUE" } else { "FALSE" }.into(),
+            Node::Lit(Value::Int(i)) => i.to_string(),
+            Node::Lit(Value::Float(f)) => format!("{f:?}"),
+            Node::Lit(Value::Str(s)) => format!("'{}'", s.replace('\'', "''")),
+            Node::Lit(Value::IdList(_)) => "NULL".into(),
+            Node::Field(side, pos) => field(*side == Side::Left, *pos),
+            Node::Neg(a) => format!("(-{})", self.node_sql(*a, field)),
+            Node::Not(a) => format!("(NOT {})", self.node_sql(*a, field)),
+            Node::And(a, b) => two("AND", *a, *b),
+            Node::Or(a, b) => two("OR", *a, *b),
+            Node::Arith(op, a, b) => {
+                let op = match op {
+                    Arith::Add => "+",
+                    Arith::Sub => "-",
+                    Arith::Mul => "*",
+                    Arith::Div => "/",
+                    Arith::Rem => "%",
+                };
+                two(op, *a, *b)
+            }
+            Node::Cmp(op, a, b) => {
+                let op = match op {
+                    Cmp::Eq => "=",
+                    Cmp::Ne => "<>",
+                    Cmp::Lt => "<",
+                    Cmp::Le => "<=",
+                    Cmp::Gt => ">",
+                    Cmp::Ge => ">=",
+                };
+                two(op, *a, *b)
+            }
+        }
+    }
+}

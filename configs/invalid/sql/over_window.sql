@@ -1,0 +1,8 @@
+-- expect: 8:41: OVER windows are not supported: braid aggregates with GROUP BY window_start, window_end over a TUMBLE, HOP or SESSION TVF
+CREATE TABLE status (device STRING, ts BIGINT, state STRING, seq BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '0.5' SECOND)
+  WITH ('key' = 'device');
+CREATE TABLE command (device STRING, site STRING, ts BIGINT, cmd STRING,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '0.5' SECOND)
+  WITH ('key' = 'device');
+CREATE VIEW v AS SELECT c.cmd, COUNT(*) OVER (PARTITION BY c.device) AS n FROM command c JOIN status s ON c.device = s.device AND s.rt = c.rt;

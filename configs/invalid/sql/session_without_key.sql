@@ -1,0 +1,12 @@
+-- expect: 10:14: braid's sessions are per key: SESSION(TABLE command PARTITION BY device, DESCRIPTOR(…), gap)
+CREATE TABLE status (device STRING, ts BIGINT, state STRING, seq BIGINT,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '0.5' SECOND)
+  WITH ('key' = 'device');
+CREATE TABLE command (device STRING, site STRING, ts BIGINT, cmd STRING,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '0.5' SECOND)
+  WITH ('key' = 'device');
+CREATE VIEW v AS
+  SELECT c.cmd, s.state
+  FROM TABLE(SESSION(TABLE command, DESCRIPTOR(rt), INTERVAL '1' MINUTE)) c
+  JOIN TABLE(SESSION(TABLE status, DESCRIPTOR(rt), INTERVAL '1' MINUTE)) s
+  ON c.device = s.device AND c.window_start = s.window_start AND c.window_end = s.window_end;
