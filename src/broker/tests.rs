@@ -2,6 +2,7 @@
 //! small async client helpers these tests and the device simulator's tests share.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, Publish, QoS};
@@ -16,7 +17,12 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
 }
 
 pub(crate) fn settings() -> BrokerSettings {
-    BrokerSettings { listen: (Ipv4Addr::LOCALHOST, 0).into(), max_payload: 64 * 1024, tls: None }
+    BrokerSettings {
+        listen: (Ipv4Addr::LOCALHOST, 0).into(),
+        max_payload: 64 * 1024,
+        tls: None,
+        access: AccessFiles::default(),
+    }
 }
 
 pub(crate) fn options(addr: SocketAddr, id: &str, clean: bool) -> MqttOptions {
@@ -171,6 +177,34 @@ fn zero_max_payload_is_refused() {
     assert!(matches!(err, BrokerError::ZeroMaxPayload));
 }
 
+/// braid's own client on rumqttd's port, with the secret.
+pub(crate) fn own(broker: &EmbeddedBroker, id: &str) -> MqttOptions {
+    let mut o = options(broker.local_addr(), id, true);
+    let (user, password) = broker.own_login();
+    o.set_credentials(user, password);
+    o
+}
+
+/// `opts` with a user name and password.
+fn with_login(mut opts: MqttOptions, user: &str, password: &str) -> MqttOptions {
+    opts.set_credentials(user, password);
+    opts
+}
+
+/// Connects once: `None` on ConnAck success, else what went wrong (a refusing ConnAck code or
+/// a connection error).
+async fn connect_error(opts: MqttOptions) -> Option<String> {
+    let (_client, mut el) = AsyncClient::new(opts, 4);
+    let first = tokio::time::timeout(WAIT, el.poll()).await.expect("no answer to CONNECT in time");
+    match first {
+        Ok(Event::Incoming(Packet::ConnAck(ack))) if ack.code == rumqttc::ConnectReturnCode::Success => None,
+        Ok(other) => Some(format!("{other:?}")),
+        Err(error) => Some(error.to_string()),
+    }
+}
+
+mod access;
+
 #[cfg(not(feature = "embedded-broker-tls"))]
 #[test]
 fn tls_without_the_feature_is_a_clear_error() {
@@ -237,7 +271,7 @@ mod tls {
         let ca = pki.dir().join("ca.pem");
         runtime().block_on(async {
             // braid's side subscribes without TLS; a device publishes with TLS.
-            let (_sub, mut el, _) = subscriber(options(local, "braid", true), "t/#", QoS::AtLeastOnce).await;
+            let (_sub, mut el, _) = subscriber(own(&broker, "braid"), "t/#", QoS::AtLeastOnce).await;
             let msgs = messages("t/2", 5);
             publish_acked(tls_options(devices, "device", &ca), &msgs).await;
             let got = receive(&mut el, msgs.len()).await;
@@ -246,7 +280,8 @@ mod tls {
     }
 
     #[test]
-    fn bad_tls_files_and_client_certs_are_clear_errors() {
+    fn bad_tls_files_are_clear_errors() {
+        let pki = Pki::make();
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("empty.pem"), "").unwrap();
         let tls = BrokerTls {
@@ -254,10 +289,55 @@ mod tls {
             key_file: dir.path().join("missing.key"),
             ca_file: None,
         };
-        let err = start(BrokerSettings { tls: Some(tls.clone()), ..settings() }).unwrap_err();
+        let err = start(BrokerSettings { tls: Some(tls), ..settings() }).unwrap_err();
         assert!(matches!(&err, BrokerError::TlsFile { path, .. } if path.ends_with("empty.pem")), "{err:?}");
-        let with_ca = BrokerTls { ca_file: Some(dir.path().join("ca.pem")), ..tls };
-        let err = start(BrokerSettings { tls: Some(with_ca), ..settings() }).unwrap_err();
-        assert!(matches!(err, BrokerError::ClientCertsUnsupported), "{err:?}");
+        let missing_ca = BrokerTls { ca_file: Some(dir.path().join("ca.pem")), ..server_tls(&pki) };
+        let err = start(BrokerSettings { tls: Some(missing_ca), ..settings() }).unwrap_err();
+        assert!(matches!(&err, BrokerError::TlsFile { path, .. } if path.ends_with("ca.pem")), "{err:?}");
+    }
+
+    /// `tls_options` plus a client certificate (mutual TLS).
+    fn mutual_options(addr: SocketAddr, id: &str, pki: &Pki, client: &str) -> MqttOptions {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(pki.dir().join("ca.pem")).unwrap() {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let chain: Vec<_> = CertificateDer::pem_file_iter(pki.dir().join(format!("{client}.pem")))
+            .unwrap()
+            .map(|c| c.unwrap())
+            .collect();
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_file(pki.dir().join(format!("{client}.key"))).unwrap();
+        let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
+            .unwrap();
+        let mut o = options(addr, id, true);
+        o.set_transport(Transport::tls_with_config(TlsConfiguration::Rustls(Arc::new(cfg))));
+        o
+    }
+
+    #[test]
+    fn with_a_ca_file_a_client_certificate_is_required() {
+        let pki = Pki::make();
+        let tls = BrokerTls { ca_file: Some(pki.dir().join("ca.pem")), ..server_tls(&pki) };
+        let broker = start(BrokerSettings { tls: Some(tls), ..settings() }).unwrap();
+        let addr = broker.addr();
+        let ca = pki.dir().join("ca.pem");
+        runtime().block_on(async {
+            let (_sub, mut el, _) = subscriber(own(&broker, "braid"), "t/#", QoS::AtLeastOnce).await;
+            let msgs = messages("t/3", 3);
+            publish_acked(mutual_options(addr, "device", &pki, "client"), &msgs).await;
+            assert_eq!(payloads(&receive(&mut el, 3).await), msgs.into_iter().map(|m| m.1).collect::<Vec<_>>());
+            for (name, opts) in [
+                ("no certificate", tls_options(addr, "nocert", &ca)),
+                ("a certificate of another CA", mutual_options(addr, "rogue", &pki, "rogue-client")),
+            ] {
+                let error = connect_error(opts).await;
+                assert!(error.is_some(), "{name}: connected");
+            }
+        });
+        assert_eq!(broker.refusals().connections.load(Ordering::Relaxed), 2);
     }
 }
