@@ -50,6 +50,7 @@ mod mqtt_harness;
 mod mqtt_sink;
 mod mqtt_source;
 mod mqtt_tls;
+mod security;
 mod service_lifecycle;
 mod service_mqtt;
 mod status_command;

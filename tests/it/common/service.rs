@@ -217,6 +217,11 @@ impl Braid {
         assert!(ok, "braid's log has no {needle:?} (×{count}) within {timeout:?}; log:\n{}", self.log());
     }
 
+    /// Sends `sig` (SIGHUP: reload).
+    pub fn signal(&self, sig: libc::c_int) {
+        signal(self.child.as_ref().expect("braid runs"), sig);
+    }
+
     /// SIGKILL, and reap it.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
