@@ -368,6 +368,9 @@ mod tests {
         let id = persistent_client_id(dir.path(), "devices").unwrap();
         assert!(id.starts_with(&default_client_id("devices")) && id.len() == default_client_id("devices").len() + 17);
         assert_eq!(persistent_client_id(dir.path(), "devices").unwrap(), id, "stable across restarts");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join("client-id.devices")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "readable by braid only");
         let other = tempfile::tempdir().unwrap();
         assert_ne!(persistent_client_id(other.path(), "devices").unwrap(), id, "random per state dir");
         assert_ne!(persistent_client_id(dir.path(), "devices_in").unwrap(), id);
