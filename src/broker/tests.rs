@@ -216,13 +216,6 @@ fn tls_without_the_feature_is_a_clear_error() {
 
 #[cfg(feature = "embedded-broker-tls")]
 mod tls {
-    use std::path::Path;
-    use std::sync::Arc;
-
-    use rumqttc::{TlsConfiguration, Transport};
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-
     use super::*;
     use crate::test_pki::Pki;
 
@@ -231,19 +224,18 @@ mod tls {
         BrokerTls { cert_file: pki.dir().join("server.pem"), key_file: pki.dir().join("server.key"), ca_file: None }
     }
 
-    fn tls_options(addr: SocketAddr, id: &str, ca: &Path) -> MqttOptions {
-        let mut roots = rustls::RootCertStore::empty();
-        for c in CertificateDer::pem_file_iter(ca).unwrap() {
-            roots.add(c.unwrap()).unwrap();
-        }
-        let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let mut o = options(addr, id, true);
-        o.set_transport(Transport::tls_with_config(TlsConfiguration::Rustls(Arc::new(cfg))));
-        o
+    /// A device's options for the broker's TLS listener, through braid's own TLS settings
+    /// (`mqtt::options`): the test CA, and `client`'s certificate and key for mutual TLS.
+    fn tls_options(addr: SocketAddr, id: &str, pki: &Pki, client: Option<&str>) -> MqttOptions {
+        let file = |name: String| Some(pki.dir().join(name).display().to_string());
+        let conn = crate::config::MqttConn {
+            ca_file: file("ca.pem".into()),
+            cert_file: client.and_then(|c| file(format!("{c}.pem"))),
+            key_file: client.and_then(|c| file(format!("{c}.key"))),
+            keep_alive_ms: Some(5_000),
+            ..Default::default()
+        };
+        crate::mqtt::options(&format!("mqtts://{addr}"), &conn, id).unwrap()
     }
 
     #[test]
@@ -251,11 +243,10 @@ mod tls {
         let pki = Pki::make();
         let broker = start(BrokerSettings { tls: Some(server_tls(&pki)), ..settings() }).unwrap();
         let addr = broker.addr();
-        let ca = pki.dir().join("ca.pem");
         runtime().block_on(async {
-            let (_sub, mut el, _) = subscriber(tls_options(addr, "sub", &ca), "t/#", QoS::AtLeastOnce).await;
+            let (_sub, mut el, _) = subscriber(tls_options(addr, "sub", &pki, None), "t/#", QoS::AtLeastOnce).await;
             let msgs = messages("t/1", 5);
-            publish_acked(tls_options(addr, "pub", &ca), &msgs).await;
+            publish_acked(tls_options(addr, "pub", &pki, None), &msgs).await;
             let got = receive(&mut el, msgs.len()).await;
             assert_eq!(payloads(&got), msgs.into_iter().map(|m| m.1).collect::<Vec<_>>());
         });
@@ -268,12 +259,11 @@ mod tls {
         let (devices, local) = (broker.addr(), broker.local_addr());
         assert_ne!(devices, local);
         assert!(local.ip().is_loopback());
-        let ca = pki.dir().join("ca.pem");
         runtime().block_on(async {
             // braid's side subscribes without TLS; a device publishes with TLS.
             let (_sub, mut el, _) = subscriber(own(&broker, "braid"), "t/#", QoS::AtLeastOnce).await;
             let msgs = messages("t/2", 5);
-            publish_acked(tls_options(devices, "device", &ca), &msgs).await;
+            publish_acked(tls_options(devices, "device", &pki, None), &msgs).await;
             let got = receive(&mut el, msgs.len()).await;
             assert_eq!(payloads(&got), msgs.into_iter().map(|m| m.1).collect::<Vec<_>>());
         });
@@ -296,43 +286,20 @@ mod tls {
         assert!(matches!(&err, BrokerError::TlsFile { path, .. } if path.ends_with("ca.pem")), "{err:?}");
     }
 
-    /// `tls_options` plus a client certificate (mutual TLS).
-    fn mutual_options(addr: SocketAddr, id: &str, pki: &Pki, client: &str) -> MqttOptions {
-        let mut roots = rustls::RootCertStore::empty();
-        for c in CertificateDer::pem_file_iter(pki.dir().join("ca.pem")).unwrap() {
-            roots.add(c.unwrap()).unwrap();
-        }
-        let chain: Vec<_> = CertificateDer::pem_file_iter(pki.dir().join(format!("{client}.pem")))
-            .unwrap()
-            .map(|c| c.unwrap())
-            .collect();
-        let key = rustls::pki_types::PrivateKeyDer::from_pem_file(pki.dir().join(format!("{client}.key"))).unwrap();
-        let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_client_auth_cert(chain, key)
-            .unwrap();
-        let mut o = options(addr, id, true);
-        o.set_transport(Transport::tls_with_config(TlsConfiguration::Rustls(Arc::new(cfg))));
-        o
-    }
-
     #[test]
     fn with_a_ca_file_a_client_certificate_is_required() {
         let pki = Pki::make();
         let tls = BrokerTls { ca_file: Some(pki.dir().join("ca.pem")), ..server_tls(&pki) };
         let broker = start(BrokerSettings { tls: Some(tls), ..settings() }).unwrap();
         let addr = broker.addr();
-        let ca = pki.dir().join("ca.pem");
         runtime().block_on(async {
             let (_sub, mut el, _) = subscriber(own(&broker, "braid"), "t/#", QoS::AtLeastOnce).await;
             let msgs = messages("t/3", 3);
-            publish_acked(mutual_options(addr, "device", &pki, "client"), &msgs).await;
+            publish_acked(tls_options(addr, "device", &pki, Some("client")), &msgs).await;
             assert_eq!(payloads(&receive(&mut el, 3).await), msgs.into_iter().map(|m| m.1).collect::<Vec<_>>());
             for (name, opts) in [
-                ("no certificate", tls_options(addr, "nocert", &ca)),
-                ("a certificate of another CA", mutual_options(addr, "rogue", &pki, "rogue-client")),
+                ("no certificate", tls_options(addr, "nocert", &pki, None)),
+                ("a certificate of another CA", tls_options(addr, "rogue", &pki, Some("rogue-client"))),
             ] {
                 let error = connect_error(opts).await;
                 assert!(error.is_some(), "{name}: connected");

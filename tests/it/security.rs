@@ -13,15 +13,14 @@
 
 use crate::common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use common::mqtt::{Mosquitto, Subscriber, free_port, options, wait_accepting};
 use common::service::{
     Braid, Setup, Source, gateway_config, http_get, metric, now_ms, poll_until, read_complete_jsonl,
 };
-use common::tls::MOSQUITTO_PASSWD;
+use common::tls::{set_password, users_file};
 use rumqttc::{AsyncClient, ConnectReturnCode, Event, MqttOptions, Packet, QoS, SubscribeReasonCode};
 use serde_json::{Value, json};
 
@@ -33,26 +32,6 @@ const D2: &str = "d2-pw-9c41f0";
 const BRAID: &str = "braid-pw-17ad3c";
 /// README's per-device ACL: a device writes under its own topics and reads its commands.
 const DEVICE_ACL: &str = "pattern write devices/%u/#\npattern read devices/%u/command\n";
-
-/// `mosquitto_passwd -b` for each user into `dir/users` (the first with `-c`).
-fn users_file(dir: &Path, users: &[(&str, &str)]) -> PathBuf {
-    let path = dir.join("users");
-    for (i, (user, password)) in users.iter().enumerate() {
-        let mut cmd = Command::new(MOSQUITTO_PASSWD);
-        if i == 0 {
-            cmd.arg("-c");
-        }
-        let out = cmd
-            .arg("-b")
-            .arg(&path)
-            .args([user, password])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {MOSQUITTO_PASSWD} ({e}): apt-get install -y mosquitto"));
-        assert!(out.status.success(), "mosquitto_passwd: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    path
-}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
@@ -227,7 +206,7 @@ fn braids_client_id_takes_nothing(gateway: &Gateway, port: u16, base: i64) {
 #[test]
 fn the_embedded_broker_lets_in_only_its_users_and_only_onto_their_own_topics() {
     let dir = tempfile::Builder::new().prefix("braid-security-").tempdir().unwrap();
-    let users = users_file(dir.path(), &[("d1", D1), ("d2", D2)]);
+    let users = users_file(&dir.path().join("users"), &[("d1", D1), ("d2", D2)]);
     std::fs::write(dir.path().join("acl"), DEVICE_ACL).unwrap();
     let port = free_port();
     let keys = format!("users_file = {:?}\nacl_file = {:?}\n", users, dir.path().join("acl"));
@@ -260,8 +239,7 @@ fn the_embedded_broker_lets_in_only_its_users_and_only_onto_their_own_topics() {
 
     // SIGHUP reads the users file again: a rotated password takes effect, the old one is refused.
     let rotated = "d1-pw-rotated-44c9";
-    let out = Command::new(MOSQUITTO_PASSWD).arg("-b").arg(&users).args(["d1", rotated]).output().unwrap();
-    assert!(out.status.success());
+    set_password(&users, "d1", rotated, false);
     gateway.braid.signal(libc::SIGHUP);
     let applied = poll_until(Duration::from_secs(10), || connack(login(port, "z", "d1", rotated)).is_ok());
     assert!(applied, "the rotated password was not taken; log:\n{}", gateway.braid.log());
@@ -271,7 +249,7 @@ fn the_embedded_broker_lets_in_only_its_users_and_only_onto_their_own_topics() {
 #[test]
 fn mosquitto_with_the_readme_recipe_keeps_devices_and_braids_session_apart() {
     let dir = tempfile::Builder::new().prefix("braid-security-mosquitto-").tempdir().unwrap();
-    let users = users_file(dir.path(), &[("braid", BRAID), ("d1", D1), ("d2", D2)]);
+    let users = users_file(&dir.path().join("users"), &[("braid", BRAID), ("d1", D1), ("d2", D2)]);
     let acl = dir.path().join("acl");
     std::fs::write(
         &acl,
