@@ -54,6 +54,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// What the gate puts before a device's client id on its way to rumqttd. braid's own clients
 /// connect to rumqttd directly, never with it, so no device can take their sessions.
 pub const DEVICE_ID_PREFIX: &str = "device:";
+/// How long rumqttd may take to close its side after the device closed.
+const LINGER: Duration = Duration::from_secs(1);
 /// Read size per socket read.
 const READ_CHUNK: usize = 64 * 1024;
 const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -230,7 +232,9 @@ where
         Packet::Connect(connect) => connect,
         _ => return Err(End::Protocol("the first packet was not CONNECT")),
     };
-    let policy = shared.policy.borrow().clone();
+    // This connection's view of the policy: a reload from now on is seen by `Upstream::run`.
+    let mut policy_rx = shared.policy.clone();
+    let policy = policy_rx.borrow_and_update().clone();
     let (who, grants) = match admit(&policy, &connect) {
         Ok(admitted) => admitted,
         Err((code, why)) => {
@@ -255,12 +259,20 @@ where
     let device_tx = tokio::sync::Mutex::new(device_tx);
     let cut = Mutex::new(HashMap::new());
     let mut upstream = Upstream { shared, peer, client_id, who, grants, inbox, device_tx: &device_tx, cut: &cut, out };
+    let upstream = upstream.run(device_rx, broker_tx, policy_rx);
     let downstream = downstream(broker_rx, &device_tx, &cut);
-    // Either side ending ends both: dropping the halves closes the sockets, and rumqttd sees a
-    // device that vanished without DISCONNECT exactly as it would without the gate (will sent).
+    tokio::pin!(upstream, downstream);
+    // Either side ending ends both, and rumqttd sees a device that vanished without DISCONNECT
+    // exactly as it would without the gate (will sent). When the device closed, its half to
+    // rumqttd was shut down (FIN after what was forwarded, a DISCONNECT say): rumqttd's answers
+    // are read until it closes, briefly, because closing a socket with unread data sends a RST,
+    // which can make rumqttd's kernel drop what it had not read yet.
     tokio::select! {
-        ended = upstream.run(device_rx, broker_tx) => ended,
-        ended = downstream => ended,
+        ended = &mut upstream => {
+            let _ = tokio::time::timeout(LINGER, &mut downstream).await;
+            ended
+        }
+        ended = &mut downstream => ended,
     }
 }
 
@@ -314,9 +326,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Upstream<'_, S> {
         &mut self,
         mut device_rx: tokio::io::ReadHalf<S>,
         mut broker_tx: tokio::net::tcp::OwnedWriteHalf,
+        mut policy: watch::Receiver<Arc<Policy>>,
     ) -> Result<(), End> {
-        let mut policy = self.shared.policy.clone();
-        policy.mark_unchanged();
         loop {
             // Packets that came with the CONNECT (or in the last read) first.
             self.out.clear();
@@ -332,7 +343,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Upstream<'_, S> {
             }
             self.inbox.reserve(READ_CHUNK);
             tokio::select! {
-                read = device_rx.read_buf(&mut self.inbox) => if read? == 0 { return Err(End::Closed) },
+                read = device_rx.read_buf(&mut self.inbox) => if read? == 0 {
+                    let _ = broker_tx.shutdown().await;
+                    return Err(End::Closed);
+                },
                 changed = policy.changed() => {
                     if changed.is_err() {
                         continue; // the broker's policy sender lives as long as the broker

@@ -193,3 +193,37 @@ async fn suback(el: &mut EventLoop) -> Vec<SubscribeReasonCode> {
     })
     .await
 }
+
+/// What the gate costs: QoS 1 messages from one device to braid's side through the gate, and the
+/// same straight to rumqttd's port. A measurement (run in release, ignored by default):
+/// `cargo test --release --lib broker::tests::access::gate_cost -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn gate_cost() {
+    const N: usize = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    let broker = secured(dir.path(), USERS, Some(ACL));
+    let payload = vec![b'x'; 100];
+    let msgs: Vec<(String, Vec<u8>)> = (0..N).map(|_| ("devices/d1/status".to_string(), payload.clone())).collect();
+    let mut rates = Vec::new();
+    for (path, publisher) in [
+        ("through the gate", device(&broker, "d1", "p1")),
+        (
+            "straight to rumqttd",
+            with_login(options(broker.local_addr(), "direct", true), OWN_USER, &broker.own_login().1),
+        ),
+    ] {
+        let rate = runtime().block_on(async {
+            let (_braid, mut el, _) = subscriber(own(&broker, "braid"), "devices/#", QoS::AtLeastOnce).await;
+            #[allow(clippy::disallowed_methods)] // a measurement of the test itself
+            let started = std::time::Instant::now();
+            let receiving = tokio::spawn(async move { receive(&mut el, N).await.len() });
+            publish_acked(publisher, &msgs).await;
+            assert_eq!(receiving.await.unwrap(), N);
+            N as f64 / started.elapsed().as_secs_f64()
+        });
+        println!("{path}: {rate:.0} msg/s (QoS 1, 100-byte payloads, {N} messages)");
+        rates.push(rate);
+    }
+    assert!(rates.iter().all(|r| *r > 0.0));
+}
