@@ -2,6 +2,7 @@
 //! small async client helpers these tests and the device simulator's tests share.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, Publish, QoS};
@@ -16,7 +17,12 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
 }
 
 pub(crate) fn settings() -> BrokerSettings {
-    BrokerSettings { listen: (Ipv4Addr::LOCALHOST, 0).into(), max_payload: 64 * 1024, tls: None }
+    BrokerSettings {
+        listen: (Ipv4Addr::LOCALHOST, 0).into(),
+        max_payload: 64 * 1024,
+        tls: None,
+        access: AccessFiles::default(),
+    }
 }
 
 pub(crate) fn options(addr: SocketAddr, id: &str, clean: bool) -> MqttOptions {
@@ -171,6 +177,34 @@ fn zero_max_payload_is_refused() {
     assert!(matches!(err, BrokerError::ZeroMaxPayload));
 }
 
+/// braid's own client on rumqttd's port, with the secret.
+pub(crate) fn own(broker: &EmbeddedBroker, id: &str) -> MqttOptions {
+    let mut o = options(broker.local_addr(), id, true);
+    let (user, password) = broker.own_login();
+    o.set_credentials(user, password);
+    o
+}
+
+/// `opts` with a user name and password.
+fn with_login(mut opts: MqttOptions, user: &str, password: &str) -> MqttOptions {
+    opts.set_credentials(user, password);
+    opts
+}
+
+/// Connects once: `None` on ConnAck success, else what went wrong (a refusing ConnAck code or
+/// a connection error).
+async fn connect_error(opts: MqttOptions) -> Option<String> {
+    let (_client, mut el) = AsyncClient::new(opts, 4);
+    let first = tokio::time::timeout(WAIT, el.poll()).await.expect("no answer to CONNECT in time");
+    match first {
+        Ok(Event::Incoming(Packet::ConnAck(ack))) if ack.code == rumqttc::ConnectReturnCode::Success => None,
+        Ok(other) => Some(format!("{other:?}")),
+        Err(error) => Some(error.to_string()),
+    }
+}
+
+mod access;
+
 #[cfg(not(feature = "embedded-broker-tls"))]
 #[test]
 fn tls_without_the_feature_is_a_clear_error() {
@@ -182,13 +216,6 @@ fn tls_without_the_feature_is_a_clear_error() {
 
 #[cfg(feature = "embedded-broker-tls")]
 mod tls {
-    use std::path::Path;
-    use std::sync::Arc;
-
-    use rumqttc::{TlsConfiguration, Transport};
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-
     use super::*;
     use crate::test_pki::Pki;
 
@@ -197,19 +224,18 @@ mod tls {
         BrokerTls { cert_file: pki.dir().join("server.pem"), key_file: pki.dir().join("server.key"), ca_file: None }
     }
 
-    fn tls_options(addr: SocketAddr, id: &str, ca: &Path) -> MqttOptions {
-        let mut roots = rustls::RootCertStore::empty();
-        for c in CertificateDer::pem_file_iter(ca).unwrap() {
-            roots.add(c.unwrap()).unwrap();
-        }
-        let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let mut o = options(addr, id, true);
-        o.set_transport(Transport::tls_with_config(TlsConfiguration::Rustls(Arc::new(cfg))));
-        o
+    /// A device's options for the broker's TLS listener, through braid's own TLS settings
+    /// (`mqtt::options`): the test CA, and `client`'s certificate and key for mutual TLS.
+    fn tls_options(addr: SocketAddr, id: &str, pki: &Pki, client: Option<&str>) -> MqttOptions {
+        let file = |name: String| Some(pki.dir().join(name).display().to_string());
+        let conn = crate::config::MqttConn {
+            ca_file: file("ca.pem".into()),
+            cert_file: client.and_then(|c| file(format!("{c}.pem"))),
+            key_file: client.and_then(|c| file(format!("{c}.key"))),
+            keep_alive_ms: Some(5_000),
+            ..Default::default()
+        };
+        crate::mqtt::options(&format!("mqtts://{addr}"), &conn, id).unwrap()
     }
 
     #[test]
@@ -217,11 +243,10 @@ mod tls {
         let pki = Pki::make();
         let broker = start(BrokerSettings { tls: Some(server_tls(&pki)), ..settings() }).unwrap();
         let addr = broker.addr();
-        let ca = pki.dir().join("ca.pem");
         runtime().block_on(async {
-            let (_sub, mut el, _) = subscriber(tls_options(addr, "sub", &ca), "t/#", QoS::AtLeastOnce).await;
+            let (_sub, mut el, _) = subscriber(tls_options(addr, "sub", &pki, None), "t/#", QoS::AtLeastOnce).await;
             let msgs = messages("t/1", 5);
-            publish_acked(tls_options(addr, "pub", &ca), &msgs).await;
+            publish_acked(tls_options(addr, "pub", &pki, None), &msgs).await;
             let got = receive(&mut el, msgs.len()).await;
             assert_eq!(payloads(&got), msgs.into_iter().map(|m| m.1).collect::<Vec<_>>());
         });
@@ -234,19 +259,19 @@ mod tls {
         let (devices, local) = (broker.addr(), broker.local_addr());
         assert_ne!(devices, local);
         assert!(local.ip().is_loopback());
-        let ca = pki.dir().join("ca.pem");
         runtime().block_on(async {
             // braid's side subscribes without TLS; a device publishes with TLS.
-            let (_sub, mut el, _) = subscriber(options(local, "braid", true), "t/#", QoS::AtLeastOnce).await;
+            let (_sub, mut el, _) = subscriber(own(&broker, "braid"), "t/#", QoS::AtLeastOnce).await;
             let msgs = messages("t/2", 5);
-            publish_acked(tls_options(devices, "device", &ca), &msgs).await;
+            publish_acked(tls_options(devices, "device", &pki, None), &msgs).await;
             let got = receive(&mut el, msgs.len()).await;
             assert_eq!(payloads(&got), msgs.into_iter().map(|m| m.1).collect::<Vec<_>>());
         });
     }
 
     #[test]
-    fn bad_tls_files_and_client_certs_are_clear_errors() {
+    fn bad_tls_files_are_clear_errors() {
+        let pki = Pki::make();
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("empty.pem"), "").unwrap();
         let tls = BrokerTls {
@@ -254,10 +279,32 @@ mod tls {
             key_file: dir.path().join("missing.key"),
             ca_file: None,
         };
-        let err = start(BrokerSettings { tls: Some(tls.clone()), ..settings() }).unwrap_err();
+        let err = start(BrokerSettings { tls: Some(tls), ..settings() }).unwrap_err();
         assert!(matches!(&err, BrokerError::TlsFile { path, .. } if path.ends_with("empty.pem")), "{err:?}");
-        let with_ca = BrokerTls { ca_file: Some(dir.path().join("ca.pem")), ..tls };
-        let err = start(BrokerSettings { tls: Some(with_ca), ..settings() }).unwrap_err();
-        assert!(matches!(err, BrokerError::ClientCertsUnsupported), "{err:?}");
+        let missing_ca = BrokerTls { ca_file: Some(dir.path().join("ca.pem")), ..server_tls(&pki) };
+        let err = start(BrokerSettings { tls: Some(missing_ca), ..settings() }).unwrap_err();
+        assert!(matches!(&err, BrokerError::TlsFile { path, .. } if path.ends_with("ca.pem")), "{err:?}");
+    }
+
+    #[test]
+    fn with_a_ca_file_a_client_certificate_is_required() {
+        let pki = Pki::make();
+        let tls = BrokerTls { ca_file: Some(pki.dir().join("ca.pem")), ..server_tls(&pki) };
+        let broker = start(BrokerSettings { tls: Some(tls), ..settings() }).unwrap();
+        let addr = broker.addr();
+        runtime().block_on(async {
+            let (_sub, mut el, _) = subscriber(own(&broker, "braid"), "t/#", QoS::AtLeastOnce).await;
+            let msgs = messages("t/3", 3);
+            publish_acked(tls_options(addr, "device", &pki, Some("client")), &msgs).await;
+            assert_eq!(payloads(&receive(&mut el, 3).await), msgs.into_iter().map(|m| m.1).collect::<Vec<_>>());
+            for (name, opts) in [
+                ("no certificate", tls_options(addr, "nocert", &pki, None)),
+                ("a certificate of another CA", tls_options(addr, "rogue", &pki, Some("rogue-client"))),
+            ] {
+                let error = connect_error(opts).await;
+                assert!(error.is_some(), "{name}: connected");
+            }
+        });
+        assert_eq!(broker.refusals().connections.load(Ordering::Relaxed), 2);
     }
 }

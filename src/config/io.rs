@@ -23,6 +23,19 @@ pub struct SourceDef {
     pub url: Option<String>,
     pub listen: Option<String>,
     pub conn: MqttConn,
+    /// `kind = "embedded"`: who may connect and publish what (README "Security").
+    pub access: BrokerAccess,
+}
+
+/// `users_file`, `acl_file` and `anonymous` of an embedded source.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BrokerAccess {
+    /// mosquitto_passwd's format: every client authenticates.
+    pub users_file: Option<String>,
+    /// mosquitto's ACL format.
+    pub acl_file: Option<String>,
+    /// Anonymous clients are let in (on any address, with a warning).
+    pub anonymous: bool,
 }
 
 /// How braid connects to a broker: identity, credentials, TLS files and limits (sources and MQTT
@@ -100,6 +113,7 @@ pub fn sources(section: Table<'_, '_>, errors: &mut Errors) -> Vec<SourceDef> {
         let t = Table { path: &path, span: &span, table };
         let mut keys = vec!["kind", "url", "listen", "keep_alive", "max_inflight"];
         keys.extend(TLS_AND_AUTH);
+        keys.extend(BROKER_ACCESS);
         t.check_keys(&keys, errors);
         let kind = match t.required_str("kind", errors, "\"mqtt\" or \"embedded\"") {
             Some(("mqtt", _)) => SourceKind::Mqtt,
@@ -126,9 +140,100 @@ pub fn sources(section: Table<'_, '_>, errors: &mut Errors) -> Vec<SourceDef> {
             listen.to_owned()
         });
         let conn = common_mqtt_keys(t, errors);
-        out.push(SourceDef { name: name.to_owned(), kind, url, listen, conn });
+        let access = broker_access(t, &kind, errors);
+        match kind {
+            SourceKind::Embedded => check_embedded_exposure(t, listen.as_deref(), &conn, &access, errors),
+            SourceKind::Mqtt => warn_clear_text(t, url.as_deref(), errors),
+        }
+        out.push(SourceDef { name: name.to_owned(), kind, url, listen, conn, access });
     }
     out
+}
+
+const BROKER_ACCESS: [&str; 3] = ["users_file", "acl_file", "anonymous"];
+
+fn broker_access(t: Table<'_, '_>, kind: &SourceKind, errors: &mut Errors) -> BrokerAccess {
+    if *kind != SourceKind::Embedded {
+        for key in BROKER_ACCESS.iter().filter(|key| t.get(key).is_some()) {
+            t.error(key, errors, "only for kind = \"embedded\" (an external broker has its own, e.g. mosquitto's password_file and acl_file)");
+        }
+        return BrokerAccess::default();
+    }
+    let [users_file, acl_file] = ["users_file", "acl_file"].map(|key| {
+        t.str(key, errors).map(|(path, span)| {
+            if path.is_empty() {
+                errors.at(&span, &t.child_path(key), "may not be empty");
+            }
+            path.to_owned()
+        })
+    });
+    BrokerAccess { users_file, acl_file, anonymous: t.bool("anonymous", false, errors) }
+}
+
+/// The embedded broker's address is loopback unless every client authenticates (a users file, or
+/// client certificates) or `anonymous = true` says that anybody who can reach it may use it.
+fn check_embedded_exposure(
+    t: Table<'_, '_>,
+    listen: Option<&str>,
+    conn: &MqttConn,
+    access: &BrokerAccess,
+    errors: &mut Errors,
+) {
+    let Some(addr) = listen.map_or(Some(DEFAULT_EMBEDDED_LISTEN), |l| l.parse::<std::net::SocketAddr>().ok()) else {
+        return; // reported already
+    };
+    let at = if listen.is_some() { "listen" } else { "kind" };
+    let client_certificates = conn.ca_file.is_some() && conn.cert_file.is_some();
+    let authenticated = access.users_file.is_some() || client_certificates;
+    let exposed = !addr.ip().is_loopback();
+    if exposed && access.anonymous {
+        errors.warn(
+            &t.key_span(at),
+            &t.child_path(at),
+            format!(
+                "anonymous = true on {addr}: any client that reaches it may publish and subscribe without credentials"
+            ),
+        );
+    } else if exposed && !authenticated {
+        t.error(
+            at,
+            errors,
+            format!(
+                "{addr} is not a loopback address: set users_file (every client authenticates), or \
+                 anonymous = true to let anybody who reaches it in"
+            ),
+        );
+    }
+    if exposed && access.users_file.is_some() && access.acl_file.is_none() {
+        errors.warn(
+            &t.key_span("users_file"),
+            &t.child_path("users_file"),
+            "no acl_file: every authenticated client may publish and subscribe to every topic, other devices' included",
+        );
+    }
+}
+
+/// `listen` of an embedded source without one.
+pub const DEFAULT_EMBEDDED_LISTEN: std::net::SocketAddr =
+    std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 1883);
+
+/// `mqtt://` to another host sends credentials and data in clear text.
+fn warn_clear_text(t: Table<'_, '_>, url: Option<&str>, errors: &mut Errors) {
+    let Some(host) = url.and_then(|url| url.strip_prefix("mqtt://")).map(|rest| {
+        let host_port = rest.trim_end_matches('/');
+        host_port.rsplit_once(':').map_or(host_port, |(host, _)| host)
+    }) else {
+        return;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if !loopback {
+        errors.warn(
+            &t.key_span("url"),
+            &t.child_path("url"),
+            format!("mqtt:// to {host} sends credentials and data in clear text; use mqtts:// (with ca_file)"),
+        );
+    }
 }
 
 fn common_mqtt_keys(t: Table<'_, '_>, errors: &mut Errors) -> MqttConn {
@@ -266,6 +371,7 @@ fn mqtt_sink(t: Table<'_, '_>, sink: &mut SinkDef, errors: &mut Errors) {
             url.to_owned()
         },
     );
+    warn_clear_text(t, sink.url.as_deref(), errors);
     sink.topic =
         t.required_str("topic", errors, "a topic template such as \"gateways/gw1/{device}\"").map(|(topic, span)| {
             if let Err(e) = check_topic_template(topic) {

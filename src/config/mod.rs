@@ -26,7 +26,7 @@ use toml::de::DeTable;
 use crate::plan::{MAX_SHARDS, Plan};
 use walk::{Errors, Table};
 
-pub use io::{MqttConn, Overflow, SinkDef, SinkKind, SourceDef, SourceKind};
+pub use io::{BrokerAccess, DEFAULT_EMBEDDED_LISTEN, MqttConn, Overflow, SinkDef, SinkKind, SourceDef, SourceKind};
 pub use streams::StreamDef;
 
 /// Names braid writes into results itself; no field, alias or aggregate may take them.

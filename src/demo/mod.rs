@@ -52,6 +52,13 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// Runs the demo until Ctrl-C (or `--duration`).
 pub fn run(mut plan: Plan, flags: &DemoFlags) -> anyhow::Result<()> {
+    // The demo's broker takes anonymous clients (its simulated devices have no credentials): like
+    // `validate` for such a broker (README "Security"), it stays on loopback.
+    anyhow::ensure!(
+        flags.listen.ip().is_loopback(),
+        "braid demo: --listen {} is not a loopback address; the demo's broker takes anonymous clients",
+        flags.listen
+    );
     let listen = crate::broker::free_addr(flags.listen).context("no free port for the embedded broker")?;
     if listen != flags.listen {
         eprintln!(

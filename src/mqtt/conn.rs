@@ -7,9 +7,13 @@
 //!   process-default provider has to be installed and none is relied on. The trust anchors are
 //!   only the CA file named in the config: an `mqtts://` URL without `ca_file` is refused, and the
 //!   system roots are never loaded (a gateway trusts the one broker it was configured for).
-//! - **The client id is stable across restarts** (`braid-HOST-SECTION`), because a persistent
-//!   session is keyed by it: a new id every start would strand the un-acked messages of the old
-//!   session at the broker.
+//! - **The client id is stable across restarts**, because a persistent session is keyed by it: a
+//!   new id every start would strand the un-acked messages of the old session at the broker. A
+//!   source's id also has a random part that another client cannot guess
+//!   (`braid-HOST-SECTION-RANDOM`, [`persistent_client_id`], kept in STATE_DIR): a client that
+//!   connects with braid's id takes braid's session and its messages (MQTT-3.1.4-2), so a
+//!   predictable one is an invitation. Sinks keep `braid-HOST-SECTION` (their status topic is
+//!   derived from it).
 //! - Errors name the file or key at fault; none of them is helped by retrying, they need the
 //!   configuration or the files fixed.
 
@@ -33,6 +37,8 @@ const MQTTS_PORT: u16 = 8883;
 pub enum ConnError {
     #[error("bad broker URL {url:?}: {reason}")]
     Url { url: String, reason: &'static str },
+    #[error("client id file {path:?}: {source}")]
+    ClientIdFile { path: String, source: std::io::Error },
     #[error("cannot read password_file {path:?}: {source}")]
     PasswordFile { path: String, source: std::io::Error },
     #[error("password_file {path:?} is set but username is not")]
@@ -114,6 +120,59 @@ pub fn options(url: &str, conn: &MqttConn, default_client_id: &str) -> Result<Mq
 pub fn default_client_id(section: &str) -> String {
     let id = format!("braid-{}-{section}", hostname());
     id.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' }).collect()
+}
+
+/// Random bytes in a source's client id (16 hex digits).
+const CLIENT_ID_RANDOM_BYTES: usize = 8;
+
+/// The client id of source `section`: read from `STATE_DIR/client-id.SECTION`, or made once as
+/// `braid-HOST-SECTION-RANDOM` and written there (atomically: a crash leaves the old file or the
+/// new one). The file stays when the host is renamed, so the session does too.
+pub fn persistent_client_id(state_dir: &Path, section: &str) -> Result<String, ConnError> {
+    let path = state_dir.join(client_id_file_name(section));
+    let file_error = |source| ConnError::ClientIdFile { path: path.display().to_string(), source };
+    match std::fs::read_to_string(&path) {
+        Ok(text) if valid_client_id(text.trim()) => return Ok(text.trim().to_owned()),
+        Ok(_) => {
+            tracing::warn!(path = %path.display(), "Client id file is damaged; making a new id (the old session is lost)")
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(file_error(e)),
+    }
+    let mut random = [0u8; CLIENT_ID_RANDOM_BYTES];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut random)
+        .map_err(|_| file_error(std::io::Error::other("the OS gave no random bytes")))?;
+    let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let id = format!("{}-{suffix}", default_client_id(section));
+    write_atomically(&path, &id).map_err(file_error)?;
+    Ok(id)
+}
+
+/// `client-id.SECTION`, the section name reduced to file-name-safe characters (plus a checksum of
+/// the name when that changed it, so that two sections never share a file).
+fn client_id_file_name(section: &str) -> String {
+    let safe: String =
+        section.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_') { c } else { '_' }).collect();
+    match safe == section {
+        true => format!("client-id.{safe}"),
+        false => format!("client-id.{safe}-{:08x}", crc32c::crc32c(section.as_bytes())),
+    }
+}
+
+fn valid_client_id(id: &str) -> bool {
+    !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    file.write_all(text.as_bytes())?;
+    file.write_all(b"\n")?;
+    file.as_file().sync_all()?;
+    file.persist(path).map_err(|e| e.error)?;
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// The host name, from `/etc/hostname`, else the kernel's (what `gethostname` returns), else
@@ -301,6 +360,23 @@ mod tests {
             MqttConn { cert_file: Some(file("client.pem")), key_file: Some("/nonexistent/key.pem".into()), ..conn };
         let error = options("mqtts://localhost", &key_missing, "id").unwrap_err().to_string();
         assert!(error.contains("key_file") && error.contains("/nonexistent/key.pem"), "{error}");
+    }
+
+    #[test]
+    fn a_source_client_id_is_made_once_with_a_random_part_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = persistent_client_id(dir.path(), "devices").unwrap();
+        assert!(id.starts_with(&default_client_id("devices")) && id.len() == default_client_id("devices").len() + 17);
+        assert_eq!(persistent_client_id(dir.path(), "devices").unwrap(), id, "stable across restarts");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join("client-id.devices")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "readable by braid only");
+        let other = tempfile::tempdir().unwrap();
+        assert_ne!(persistent_client_id(other.path(), "devices").unwrap(), id, "random per state dir");
+        assert_ne!(persistent_client_id(dir.path(), "devices_in").unwrap(), id);
+        assert_ne!(client_id_file_name("a/b"), client_id_file_name("a_b"));
+        std::fs::write(dir.path().join("client-id.devices"), "\n").unwrap();
+        assert_ne!(persistent_client_id(dir.path(), "devices").unwrap(), id, "a damaged file gets a new id");
     }
 
     #[test]

@@ -8,4 +8,4 @@ pub mod backoff;
 pub mod conn;
 
 pub use backoff::Backoff;
-pub use conn::{ConnError, Endpoint, default_client_id, endpoint, options};
+pub use conn::{ConnError, Endpoint, default_client_id, endpoint, options, persistent_client_id};

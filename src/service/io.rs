@@ -61,6 +61,20 @@ struct Shared {
     brokers: Mutex<HashMap<SocketAddr, crate::broker::EmbeddedBroker>>,
 }
 
+/// How braid's own source reaches an embedded broker: rumqttd's loopback port, with the secret.
+struct BrokerLink {
+    addr: SocketAddr,
+    login: (String, String),
+    refusals: Arc<crate::source::mqtt::BrokerRefusals>,
+}
+
+#[cfg(feature = "embedded-broker")]
+impl BrokerLink {
+    fn of(broker: &crate::broker::EmbeddedBroker) -> BrokerLink {
+        BrokerLink { addr: broker.local_addr(), login: broker.own_login(), refusals: broker.refusals() }
+    }
+}
+
 /// The tasks of one generation.
 pub struct GenerationTasks {
     stop_sources: watch::Sender<bool>,
@@ -123,6 +137,7 @@ impl IoThread {
     pub fn start_generation(
         &self,
         plan: &Arc<Plan>,
+        state_dir: &std::path::Path,
         uplinks: &[Arc<Uplink>],
         intake: crossbeam_channel::Sender<Delivery>,
         confirmations: Arc<Confirmations>,
@@ -139,8 +154,15 @@ impl IoThread {
             uplinks: uplinks.to_vec(),
         };
         for (index, def) in plan.sources.iter().enumerate() {
+            let status = Arc::new(SourceStatus::default());
+            let mut own_login = None;
             let url = match embedded_listen(plan, index) {
-                Some(addr) => format!("mqtt://{}", self.ensure_broker(addr, plan, index)?),
+                Some(addr) => {
+                    let link = self.ensure_broker(addr, plan, index)?;
+                    own_login = Some(link.login);
+                    let _ = status.broker.set(link.refusals);
+                    format!("mqtt://{}", link.addr)
+                }
                 None if def.kind == SourceKind::Embedded => {
                     return Err(ServiceError::Source {
                         source_name: def.name.clone(),
@@ -152,16 +174,19 @@ impl IoThread {
             let mut filters: Vec<String> =
                 plan.source_streams(index).filter_map(|(_, s)| s.topic.as_deref().map(subscription_filter)).collect();
             filters.dedup();
+            let client_id = crate::mqtt::persistent_client_id(state_dir, &def.name)
+                .map_err(|e| ServiceError::Source { source_name: def.name.clone(), error: e.to_string() })?;
             let settings = SourceSettings {
                 index,
                 name: def.name.clone(),
                 url,
                 conn: def.conn.clone(),
+                client_id,
+                own_login,
                 filters,
                 max_payload: plan.source_max_payload(index),
                 qos: rumqttc::QoS::AtLeastOnce,
             };
-            let status = Arc::new(SourceStatus::default());
             tasks.status.push(Arc::clone(&status));
             let intake = Intake::new(intake.clone(), Arc::clone(&doorbell));
             let future =
@@ -188,17 +213,27 @@ impl IoThread {
         Ok(tasks)
     }
 
-    /// Starts the embedded broker listening on `addr` unless it runs already; returns where
-    /// braid's own source connects to it.
+    /// Starts the embedded broker listening on `addr` unless it runs already (then it reads the
+    /// access files this configuration names); returns how braid's own source reaches it.
     #[cfg(feature = "embedded-broker")]
-    fn ensure_broker(&self, addr: SocketAddr, plan: &Plan, source: usize) -> Result<SocketAddr, ServiceError> {
+    fn ensure_broker(&self, addr: SocketAddr, plan: &Plan, source: usize) -> Result<BrokerLink, ServiceError> {
+        let def = &plan.sources[source];
+        let source_error = |e: crate::broker::BrokerError| ServiceError::Source {
+            source_name: def.name.clone(),
+            error: e.to_string(),
+        };
+        let access = crate::broker::AccessFiles {
+            users_file: def.access.users_file.as_ref().map(Into::into),
+            acl_file: def.access.acl_file.as_ref().map(Into::into),
+            anonymous: def.access.anonymous,
+        };
         let mut brokers = lock(&self.shared.brokers);
         if let Some(broker) = brokers.get(&addr) {
-            return Ok(broker.local_addr());
+            broker.reload(Some(&access)).map_err(source_error)?;
+            return Ok(BrokerLink::of(broker));
         }
-        let name = &plan.sources[source].name;
         let max_payload = plan.source_max_payload(source);
-        let conn = &plan.sources[source].conn;
+        let conn = &def.conn;
         // Devices connect with TLS when the source names the broker's certificate and key.
         let tls = match (&conn.cert_file, &conn.key_file) {
             (Some(cert), Some(key)) => Some(crate::broker::BrokerTls {
@@ -213,17 +248,17 @@ impl IoThread {
             // Payloads just above the streams' limit still reach braid, to be dead-lettered.
             max_payload: usize::try_from(max_payload).unwrap_or(usize::MAX).saturating_mul(2).max(64 * 1024),
             tls,
+            access,
         };
-        let broker = crate::broker::start(settings)
-            .map_err(|e| ServiceError::Source { source_name: name.clone(), error: e.to_string() })?;
-        tracing::info!(source = %name, %addr, "embedded broker listening");
-        let local = broker.local_addr();
+        let broker = crate::broker::start(settings).map_err(source_error)?;
+        tracing::info!(source = %def.name, %addr, users_file = ?def.access.users_file, acl_file = ?def.access.acl_file, "embedded broker listening");
+        let link = BrokerLink::of(&broker);
         brokers.insert(addr, broker);
-        Ok(local)
+        Ok(link)
     }
 
     #[cfg(not(feature = "embedded-broker"))]
-    fn ensure_broker(&self, _addr: SocketAddr, plan: &Plan, source: usize) -> Result<SocketAddr, ServiceError> {
+    fn ensure_broker(&self, _addr: SocketAddr, plan: &Plan, source: usize) -> Result<BrokerLink, ServiceError> {
         Err(ServiceError::Source {
             source_name: plan.sources[source].name.clone(),
             error: "this build has no embedded broker (cargo feature `embedded-broker`)".into(),
@@ -346,6 +381,7 @@ fn reload(shared: &Shared) {
         return;
     };
     shared.notifier.reloading();
+    reload_broker_access(shared);
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) => {
@@ -372,6 +408,21 @@ fn reload(shared: &Shared) {
             shared.notifier.ready("running (reload refused: invalid configuration)");
         }
     }
+}
+
+/// SIGHUP: the embedded brokers read their users and ACL files again (also when the configuration
+/// is unchanged: rotating a device's password touches only the users file). A file that cannot be
+/// read or parsed leaves the running policy in place.
+fn reload_broker_access(shared: &Shared) {
+    #[cfg(feature = "embedded-broker")]
+    for (addr, broker) in lock(&shared.brokers).iter() {
+        match broker.reload(None) {
+            Ok(()) => tracing::info!(%addr, "SIGHUP: embedded broker's users and ACL files read again"),
+            Err(error) => tracing::error!(%addr, %error, "SIGHUP: keeping the embedded broker's running users and ACL"),
+        }
+    }
+    #[cfg(not(feature = "embedded-broker"))]
+    let _ = shared;
 }
 
 /// READY=1 once every source of the running generation has its subscriptions. Not while a

@@ -226,7 +226,7 @@ fn generation(
     if replayed > 0 {
         tracing::info!(entries = replayed, "journal replayed: operator state rebuilt");
     }
-    let mut tasks = io.start_generation(plan, &uplinks, intake_tx, confirmations, doorbell)?;
+    let mut tasks = io.start_generation(plan, state_dir, &uplinks, intake_tx, confirmations, doorbell)?;
     intake.start_live(wall_clock(), tasks.status().0)?;
     view.set(Arc::clone(plan), counters, tasks.status(), Arc::clone(&options.control));
     view.update_figures(Some(intake.runtime.live_figures()));
@@ -259,5 +259,9 @@ fn open_uplinks(plan: &Plan, state_dir: &Path) -> Result<Vec<Arc<Uplink>>, Servi
 /// The address an `embedded` source's broker listens on.
 pub fn embedded_listen(plan: &Plan, source: usize) -> Option<std::net::SocketAddr> {
     let def = &plan.sources[source];
-    (def.kind == SourceKind::Embedded).then(|| def.listen.as_deref().unwrap_or("127.0.0.1:1883").parse().ok()).flatten()
+    match (&def.kind, &def.listen) {
+        (SourceKind::Embedded, None) => Some(crate::config::DEFAULT_EMBEDDED_LISTEN),
+        (SourceKind::Embedded, Some(listen)) => listen.parse().ok(),
+        (SourceKind::Mqtt, _) => None,
+    }
 }

@@ -175,6 +175,28 @@ impl OpsView for LiveView {
             .map(|(d, s)| (format!("source=\"{}\"", d.name), u8::from(s.connected.load(Ordering::Relaxed)).to_string()))
             .collect();
         family("braid_source_connected", "gauge", "1 while the source is connected to its broker.", sources);
+        let refused: Vec<(String, String)> = c
+            .plan
+            .sources
+            .iter()
+            .zip(&c.sources)
+            .filter_map(|(d, s)| s.broker.get().map(|r| (d, r)))
+            .flat_map(|(d, r)| {
+                [("connection", &r.connections), ("publish", &r.publishes), ("subscription", &r.subscriptions)].map(
+                    |(what, n)| {
+                        (format!("source=\"{}\",what=\"{what}\"", d.name), n.load(Ordering::Relaxed).to_string())
+                    },
+                )
+            })
+            .collect();
+        if !refused.is_empty() {
+            family(
+                "braid_broker_refused_total",
+                "counter",
+                "What the embedded broker refused to devices: connections (credentials), publishes and subscription filters (ACL).",
+                refused,
+            );
+        }
         let control = &c.control;
         let one = |v: u64| vec![(String::new(), v.to_string())];
         family(

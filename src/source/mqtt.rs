@@ -47,7 +47,7 @@ use tokio::time::Instant;
 
 use super::{Confirmations, Delivery, Intake};
 use crate::config::MqttConn;
-use crate::mqtt::{Backoff, ConnError, default_client_id};
+use crate::mqtt::{Backoff, ConnError};
 use crate::ops::throttle::{self, Throttle};
 
 /// Incoming packet room beyond the payload: a topic of up to 65 535 bytes plus its 2-byte
@@ -95,6 +95,21 @@ pub struct SourceStatus {
     pub oversized_over_cap: AtomicU64,
     /// Filters the broker refused (SubAck failure).
     pub subscriptions_refused: AtomicU64,
+    /// An embedded source: what its broker's gate refused to devices (kept across reloads, like
+    /// the broker).
+    pub broker: std::sync::OnceLock<Arc<BrokerRefusals>>,
+}
+
+/// What the embedded broker's gate (`broker/gate.rs`) refused, for `/metrics`. No names: user
+/// names and topics are the devices' business, and a label per device would grow without bound.
+#[derive(Debug, Default)]
+pub struct BrokerRefusals {
+    /// CONNECTs refused: unknown user, wrong password, anonymous, will topic, protocol, TLS.
+    pub connections: AtomicU64,
+    /// PUBLISHes the ACL refused (dropped, never forwarded).
+    pub publishes: AtomicU64,
+    /// Subscription filters the ACL refused (SUBACK failure).
+    pub subscriptions: AtomicU64,
 }
 
 impl SourceStatus {
@@ -111,10 +126,15 @@ impl SourceStatus {
 pub struct SourceSettings {
     /// The source's index in `Plan::sources` (also [`Delivery::source`]).
     pub index: usize,
-    /// The `[sources.NAME]` section name (default client id, logs).
+    /// The `[sources.NAME]` section name (logs).
     pub name: String,
     pub url: String,
     pub conn: MqttConn,
+    /// The client id unless `conn.client_id` sets one: stable across restarts, with a random
+    /// part (`mqtt::conn::persistent_client_id`).
+    pub client_id: String,
+    /// User name and password that replace `conn`'s: braid's own login on its embedded broker.
+    pub own_login: Option<(String, String)>,
     /// MQTT filters to subscribe (see [`subscription_filter`]).
     pub filters: Vec<String>,
     /// The largest payload the feeder accepts; bigger ones still arrive and are dead-lettered.
@@ -192,8 +212,11 @@ pub async fn run(
 
 fn source_options(settings: &SourceSettings) -> Result<MqttOptions, SourceError> {
     let source_name = settings.name.clone();
-    let mut options = crate::mqtt::options(&settings.url, &settings.conn, &default_client_id(&settings.name))
+    let mut options = crate::mqtt::options(&settings.url, &settings.conn, &settings.client_id)
         .map_err(|error| SourceError::Conn { source_name: source_name.clone(), error })?;
+    if let Some((user, password)) = &settings.own_login {
+        options.set_credentials(user.clone(), password.clone());
+    }
     if options.client_id().is_empty() {
         // rumqttc panics on a persistent session without an id.
         return Err(SourceError::EmptyClientId { source_name });
@@ -574,6 +597,8 @@ mod tests {
             name: "devices".into(),
             url: "mqtt://127.0.0.1:1".into(),
             conn: MqttConn::default(),
+            client_id: "braid-test".into(),
+            own_login: None,
             filters: vec!["a/#/b".into()],
             max_payload: 1024,
             qos: QoS::AtLeastOnce,

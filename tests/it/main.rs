@@ -54,6 +54,7 @@ mod mqtt_harness;
 mod mqtt_sink;
 mod mqtt_source;
 mod mqtt_tls;
+mod security;
 mod service_lifecycle;
 mod service_mqtt;
 mod service_restart;

@@ -113,6 +113,8 @@ fn settings(broker: &Mosquitto, client_id: &str, max_payload: u64) -> SourceSett
         name: "devices".into(),
         url: broker.url(),
         conn: MqttConn { client_id: Some(client_id.into()), keep_alive_ms: Some(5_000), ..MqttConn::default() },
+        client_id: "unused: conn.client_id is set".into(),
+        own_login: None,
         filters: vec![braid::source::mqtt::subscription_filter(TOPIC)],
         max_payload,
         qos: QoS::AtLeastOnce,

@@ -150,6 +150,8 @@ impl Source {
             name: "devices".into(),
             url,
             conn,
+            client_id: "braid-test-tls-devices".into(),
+            own_login: None,
             filters: vec![subscription_filter(TOPIC)],
             max_payload: 4096,
             qos: QoS::AtLeastOnce,

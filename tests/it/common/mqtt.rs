@@ -210,7 +210,7 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
 }
 
-fn options(port: u16, client_id: &str, clean: bool) -> MqttOptions {
+pub fn options(port: u16, client_id: &str, clean: bool) -> MqttOptions {
     let mut o = MqttOptions::new(client_id, "127.0.0.1", port);
     o.set_clean_session(clean).set_keep_alive(Duration::from_secs(5)).set_max_packet_size(1 << 20, 1 << 20);
     o
@@ -237,10 +237,16 @@ impl Subscriber {
     /// A subscriber with a given client id; `clean = false` keeps its session (subscription and
     /// queued QoS 1 messages) at the broker across disconnects and broker restarts.
     pub fn connect_with(port: u16, filter: &str, qos: QoS, client_id: &str, clean: bool) -> Subscriber {
+        Subscriber::connect_opts(options(port, client_id, clean), filter, qos)
+    }
+
+    /// A subscriber with these options (credentials, say); returns once a SubAck came, granted
+    /// or not.
+    pub fn connect_opts(opts: MqttOptions, filter: &str, qos: QoS) -> Subscriber {
+        let port = opts.broker_address().1;
         let received = Received::default();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let opts = options(port, client_id, clean);
         let (filter, sink) = (filter.to_string(), received.clone());
         let thread = std::thread::Builder::new()
             .name("test-subscriber".into())

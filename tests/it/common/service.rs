@@ -217,7 +217,7 @@ impl Braid {
         assert!(ok, "braid's log has no {needle:?} (×{count}) within {timeout:?}; log:\n{}", self.log());
     }
 
-    /// Sends `sig` (e.g. SIGHUP) to the running braid.
+    /// Sends `sig` (e.g. SIGHUP: reload) to the running braid.
     pub fn signal(&self, sig: libc::c_int) {
         signal(self.child.as_ref().expect("braid runs"), sig);
     }

@@ -23,17 +23,32 @@ pub const MOSQUITTO_PASSWD: &str = "/usr/bin/mosquitto_passwd";
 
 /// A mosquitto password file for one user, made with `mosquitto_passwd -b -c`.
 pub fn password_file(dir: &Path, user: &str, password: &str) -> PathBuf {
-    let path = dir.join("mosquitto.passwd");
-    let out = Command::new(MOSQUITTO_PASSWD)
+    users_file(&dir.join("mosquitto.passwd"), &[(user, password)])
+}
+
+/// A new password file at `path` with these users, made with `mosquitto_passwd`.
+pub fn users_file(path: &Path, users: &[(&str, &str)]) -> PathBuf {
+    for (i, (user, password)) in users.iter().enumerate() {
+        set_password(path, user, password, i == 0);
+    }
+    path.to_owned()
+}
+
+/// `mosquitto_passwd -b [-c] FILE USER PASSWORD`: adds the user or changes its password
+/// (`create`: a new file).
+pub fn set_password(path: &Path, user: &str, password: &str, create: bool) {
+    let mut command = Command::new(MOSQUITTO_PASSWD);
+    if create {
+        command.arg("-c");
+    }
+    let out = command
         .arg("-b")
-        .arg("-c")
-        .arg(&path)
+        .arg(path)
         .args([user, password])
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("cannot run {MOSQUITTO_PASSWD} ({e}): apt-get install -y mosquitto"));
     assert!(out.status.success(), "mosquitto_passwd failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    path
 }
 
 /// What the secured listener demands.
