@@ -16,6 +16,7 @@ use toml::de::DeValue;
 use super::RESERVED_FIELDS;
 use super::streams::{Streams, bad_name};
 use super::walk::{Errors, Table, type_name};
+use crate::operator::expr::Expr;
 use crate::operator::interval_join::{JoinType, LEFT, RIGHT};
 use crate::operator::projection::Column;
 use crate::operator::{self, OperatorKind, OperatorSpec};
@@ -34,12 +35,22 @@ pub struct Graph {
 fn allowed_keys(kind: OperatorKind) -> &'static [&'static str] {
     match kind {
         OperatorKind::Union => &["kind", "inputs", "key"],
-        OperatorKind::IntervalJoin => {
-            &["kind", "left", "right", "lower", "upper", "lower_exclusive", "upper_exclusive", "join", "select", "key"]
-        }
+        OperatorKind::IntervalJoin => &[
+            "kind",
+            "left",
+            "right",
+            "lower",
+            "upper",
+            "lower_exclusive",
+            "upper_exclusive",
+            "join",
+            "where",
+            "select",
+            "key",
+        ],
         OperatorKind::WindowJoin => &["kind", "left", "right", "window", "allowed_lateness", "where", "select", "key"],
         OperatorKind::CoGroup => &["kind", "left", "right", "window", "allowed_lateness", "join", "aggregate", "key"],
-        OperatorKind::TemporalJoin => &["kind", "left", "right", "join", "select", "key"],
+        OperatorKind::TemporalJoin => &["kind", "left", "right", "join", "where", "select", "key"],
         OperatorKind::Connect => &["kind", "function", "left", "right", "value", "limit", "timeout", "select", "key"],
         OperatorKind::Absence => &["kind", "input", "timeout", "key"],
     }
@@ -280,6 +291,23 @@ pub fn join_type(t: Table<'_, '_>, allowed: &[&str], errors: &mut Errors) -> Opt
         Some((j, _)) if allowed.contains(&j) => JoinType::parse(j),
         Some((_, span)) => {
             errors.at(&span, &t.child_path("join"), format!("must be one of {}", allowed.join(", ")));
+            None
+        }
+    }
+}
+
+/// `where`: an optional condition on a pair of the two inputs; `None` when absent or in error
+/// (reported).
+pub fn pair_condition(t: Table<'_, '_>, inputs: &[Input; 2], errors: &mut Errors) -> Option<Expr> {
+    let value = t.get("where")?;
+    let Some(text) = value.get_ref().as_str() else {
+        t.error("where", errors, format!("expected a condition string, found {}", type_name(value.get_ref())));
+        return None;
+    };
+    match Expr::parse(text, &inputs[LEFT].schema, &inputs[RIGHT].schema) {
+        Ok(expr) => Some(expr),
+        Err(e) => {
+            t.error("where", errors, format!("bad condition {text:?}: {e}"));
             None
         }
     }

@@ -17,8 +17,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::config::operators::{Builder, Built, output_schema, select};
-use crate::config::walk::{Errors, Table, type_name};
+use crate::config::operators::{Builder, Built, output_schema, pair_condition, select};
+use crate::config::walk::{Errors, Table};
 use crate::record::id::IdHasher;
 use crate::record::schema::Field;
 use crate::record::{FieldType, Row, Value};
@@ -38,21 +38,7 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     let inputs = b.two_inputs(t, false, errors);
     let window = check_spec(t, errors);
     let inputs = inputs?;
-    let condition = match t.get("where").map(|v| v.get_ref().as_str()) {
-        None => None,
-        Some(None) => {
-            let found = t.get("where").map_or("nothing", |v| type_name(v.get_ref()));
-            t.error("where", errors, format!("expected a condition string, found {found}"));
-            None
-        }
-        Some(Some(text)) => match Expr::parse(text, &inputs[LEFT].schema, &inputs[RIGHT].schema) {
-            Ok(expr) => Some(expr),
-            Err(e) => {
-                t.error("where", errors, format!("bad condition {text:?}: {e}"));
-                None
-            }
-        },
-    };
+    let condition = pair_condition(t, &inputs, errors);
     let (columns, mut fields) = select(t, &inputs, [false, false], errors)?;
     let meta = [("_window_start", FieldType::Int), ("_window_end", FieldType::Int), ("_version", FieldType::Int)];
     fields.extend(meta.map(|(name, ty)| Field { name: name.into(), ty, nullable: false }));

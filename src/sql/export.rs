@@ -15,6 +15,7 @@ use std::path::PathBuf;
 
 use crate::operator::OperatorSpec;
 use crate::operator::cogroup::Function;
+use crate::operator::expr::Expr;
 use crate::operator::interval_join::JoinType;
 use crate::operator::projection::{Column, Projection};
 use crate::operator::window::{WindowKind, WindowSpec};
@@ -172,6 +173,26 @@ fn sql_type(ty: FieldType) -> &'static str {
 }
 
 /// `INTERVAL '1.5' SECOND` for 1500 ms (≥ 0).
+const DIVISION_NOTE: &str = "-- where: SQL's / of two BIGINTs truncates and its % takes the dividend's sign (braid: true division, Python's %).\n";
+
+/// A `where` condition in Flink SQL, `l.` / `r.` naming the sides' fields.
+fn condition_sql(condition: &Expr, schemas: &[&Schema]) -> String {
+    let field = |left: bool, pos: usize| {
+        let (side, s) = if left { ("l", 0) } else { ("r", 1) };
+        format!("{side}.{}", ident(schemas[s].fields.get(pos).map_or("?", |f| f.name.as_str())))
+    };
+    condition.to_sql(&field)
+}
+
+/// An interval or temporal join's `where` as a conjunct of ON (it decides the pairs, as ON does)
+/// and its note; empty without one.
+fn on_filter(condition: Option<&Expr>, schemas: &[&Schema]) -> (String, String) {
+    match condition {
+        Some(c) => (format!(" AND {}", condition_sql(c, schemas)), DIVISION_NOTE.to_owned()),
+        None => (String::new(), String::new()),
+    }
+}
+
 fn interval(ms: i64) -> String {
     let text = format!("{}.{:03}", ms / 1000, ms % 1000);
     format!("INTERVAL '{}' SECOND", text.trim_end_matches('0').trim_end_matches('.'))
@@ -247,14 +268,15 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
                 ));
                 columns.push(("_ts".into(), "BIGINT".into()));
             }
+            let (filter, note) = on_filter(spec.condition.as_ref(), &schemas);
             let query = format!(
-                "SELECT {}\nFROM {} AS l {} {} AS r\n  ON {on}",
+                "SELECT {}\nFROM {} AS l {} {} AS r\n  ON {on}{filter}",
                 select.join(",\n  "),
                 names[0],
                 join_words(spec.join),
                 names[1]
             );
-            Ok((query, columns, String::new()))
+            Ok((query, columns, note))
         }
         OperatorSpec::TemporalJoin(spec) => {
             if spec.broadcast_right {
@@ -267,8 +289,9 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
                 select.push(format!("l.{} AS `_ts`", ident(&lt)));
                 columns.push(("_ts".into(), "BIGINT".into()));
             }
+            let (filter, note) = on_filter(spec.condition.as_ref(), &schemas);
             let query = format!(
-                "SELECT {}\nFROM {} AS l {} {} FOR SYSTEM_TIME AS OF l.rt AS r\n  ON l.{} = r.{}",
+                "SELECT {}\nFROM {} AS l {} {} FOR SYSTEM_TIME AS OF l.rt AS r\n  ON l.{} = r.{}{filter}",
                 select.join(",\n  "),
                 names[0],
                 join_words(join),
@@ -276,7 +299,7 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
                 ident(&lk),
                 ident(&rk)
             );
-            Ok((query, columns, String::new()))
+            Ok((query, columns, note))
         }
         OperatorSpec::WindowJoin(spec) => {
             let (lk, rk) = (key(0).ok_or("no key")?, key(1).ok_or("no key")?);
@@ -296,12 +319,8 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
             );
             let mut note = lateness_note(&spec.window);
             if let Some(condition) = &spec.condition {
-                let field = |left: bool, pos: usize| {
-                    let (side, s) = if left { ("l", 0) } else { ("r", 1) };
-                    format!("{side}.{}", ident(schemas[s].fields.get(pos).map_or("?", |f| f.name.as_str())))
-                };
-                let _ = write!(query, "\nWHERE {}", condition.to_sql(&field));
-                note.push_str("-- WHERE: SQL's / of two BIGINTs truncates and its % takes the dividend's sign (braid: true division, Python's %).\n");
+                let _ = write!(query, "\nWHERE {}", condition_sql(condition, &schemas));
+                note.push_str(DIVISION_NOTE);
             }
             Ok((query, columns, note))
         }

@@ -315,3 +315,35 @@ CREATE VIEW per_minute AS
     let names: Vec<&str> = plan.operators[0].output.fields.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(names, ["device", "n", "mean_seq", "_kind", "_window_start", "_window_end", "_version"]);
 }
+
+/// The `where` a compiled view's operator got (the generated TOML line).
+fn where_line(sql: &str) -> Option<String> {
+    let compiled = compile(sql).unwrap_or_else(|e| panic!("{}", e[0].message));
+    compiled.toml.text.lines().find(|l| l.starts_with("where = ")).map(str::to_owned)
+}
+
+#[test]
+fn filters_in_on_and_an_inner_where_become_the_pairs_where() {
+    let interval = format!(
+        "{TABLES}CREATE VIEW v AS SELECT c.cmd FROM command c JOIN status s \
+         ON c.device = s.device AND s.rt = c.rt AND s.seq > 3 WHERE c.cmd <> 'noop';"
+    );
+    assert_eq!(where_line(&interval).as_deref(), Some(r#"where = "((right.seq > 3) and (left.cmd != \"noop\"))""#));
+    let compiled = plan(&interval);
+    let OperatorSpec::IntervalJoin(spec) = &compiled.operators[0].spec else { panic!("an interval join") };
+    assert!(spec.condition.is_some());
+
+    let outer_on = format!(
+        "{TABLES}CREATE VIEW v AS SELECT c.cmd FROM command c LEFT JOIN status s \
+         ON c.device = s.device AND s.rt = c.rt AND s.seq > 3;"
+    );
+    assert_eq!(where_line(&outer_on).as_deref(), Some(r#"where = "(right.seq > 3)""#));
+
+    let temporal = format!(
+        "{TABLES}CREATE VIEW v AS SELECT c.cmd FROM command c LEFT JOIN status FOR SYSTEM_TIME AS OF c.rt AS s \
+         ON c.device = s.device AND s.state = 'on';"
+    );
+    assert_eq!(where_line(&temporal).as_deref(), Some(r#"where = "(right.state == \"on\")""#));
+    let OperatorSpec::TemporalJoin(spec) = &plan(&temporal).operators[0].spec else { panic!("a temporal join") };
+    assert!(spec.condition.is_some());
+}

@@ -4,22 +4,34 @@
 use std::cmp::Ordering;
 
 use super::{Arith, Cmp, Expr, Node, Side};
-use crate::record::{Row, Value, cmp_int_float};
+use crate::record::view::RowView;
+use crate::record::{ArchivedValue, Value, cmp_int_float};
 
 impl Expr {
     /// The value of node `at` on the pair; its strings borrow from the rows or the arena.
-    pub(super) fn value<'a>(&'a self, at: usize, left: &'a Row, right: &'a Row) -> Val<'a> {
+    pub(super) fn value<'a>(&'a self, at: usize, left: RowView<'a>, right: RowView<'a>) -> Val<'a> {
         let Some(node) = self.nodes.get(at) else { return Val::Null };
         match node {
             Node::Lit(v) => Val::of(v),
-            Node::Field(Side::Left, pos) => left.values.get(*pos).map_or(Val::Null, Val::of),
-            Node::Field(Side::Right, pos) => right.values.get(*pos).map_or(Val::Null, Val::of),
+            Node::Field(Side::Left, pos) => field(left, *pos),
+            Node::Field(Side::Right, pos) => field(right, *pos),
             Node::Neg(a) => neg(self.value(*a, left, right)),
             Node::Not(a) => Val::Bool(!self.value(*a, left, right).truthy()),
             Node::And(a, b) => Val::Bool(self.value(*a, left, right).truthy() && self.value(*b, left, right).truthy()),
             Node::Or(a, b) => Val::Bool(self.value(*a, left, right).truthy() || self.value(*b, left, right).truthy()),
             Node::Arith(op, a, b) => arith(*op, self.value(*a, left, right), self.value(*b, left, right)),
             Node::Cmp(op, a, b) => compare(*op, self.value(*a, left, right), self.value(*b, left, right)),
+        }
+    }
+}
+
+/// Field `pos` of a row, borrowed; null past the end of the row.
+fn field(row: RowView<'_>, pos: usize) -> Val<'_> {
+    match row {
+        RowView::Heap(row) => row.values.get(pos).map_or(Val::Null, Val::of),
+        RowView::Archived(row) => {
+            let values: &[ArchivedValue] = &row.values;
+            values.get(pos).map_or(Val::Null, Val::of_archived)
         }
     }
 }
@@ -44,6 +56,17 @@ impl<'a> Val<'a> {
             Value::Str(s) => Val::Str(s),
             // Not a field a condition can name (refused at parse time).
             Value::IdList(_) => Val::Null,
+        }
+    }
+
+    fn of_archived(v: &'a ArchivedValue) -> Val<'a> {
+        match v {
+            ArchivedValue::Null => Val::Null,
+            ArchivedValue::Bool(b) => Val::Bool(*b),
+            ArchivedValue::Int(i) => Val::Int(i.to_native()),
+            ArchivedValue::Float(f) => Val::Float(f.to_native()),
+            ArchivedValue::Str(s) => Val::Str(s),
+            ArchivedValue::IdList(_) => Val::Null,
         }
     }
 

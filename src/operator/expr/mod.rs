@@ -108,6 +108,7 @@ mod parser;
 #[cfg(test)]
 mod tests;
 
+use crate::record::view::RowView;
 use crate::record::{Row, Schema, Value};
 
 /// The deepest tree (and the deepest nesting of parentheses, `not` and unary minus) a condition
@@ -169,6 +170,11 @@ impl Expr {
 
     /// Whether the pair satisfies the condition. Never allocates, never panics.
     pub fn eval(&self, left: &Row, right: &Row) -> bool {
+        self.eval_views(RowView::Heap(left), RowView::Heap(right))
+    }
+
+    /// [`eval`](Self::eval) on rows read in place (a ring frame's, an arena's).
+    pub fn eval_views(&self, left: RowView<'_>, right: RowView<'_>) -> bool {
         self.value(self.root, left, right).truthy()
     }
 }

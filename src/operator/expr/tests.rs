@@ -1,6 +1,7 @@
 use super::eval::{Val, int_true_div};
 use super::{Expr, MAX_DEPTH};
 use crate::record::schema::Field;
+use crate::record::view::RowView;
 use crate::record::{FieldType, Key, Row, Schema, TimeSpec, Value};
 use proptest::prelude::*;
 
@@ -55,7 +56,7 @@ fn eval(text: &str) -> bool {
 fn value_of(text: &str) -> Value {
     let (l, r) = pair();
     let e = parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
-    match e.value(e.root, &l, &r) {
+    match e.value(e.root, RowView::Heap(&l), RowView::Heap(&r)) {
         Val::Null => Value::Null,
         Val::Bool(b) => Value::Bool(b),
         Val::Int(i) => Value::Int(i),
