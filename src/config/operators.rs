@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::Arc;
 
 use toml::de::DeValue;
 
@@ -330,6 +331,23 @@ fn parse_select_item(item: &str) -> Option<(usize, &str, Option<&str>)> {
     (is_identifier(field) && alias.is_none_or(is_identifier)).then_some((input, field, alias))
 }
 
+/// A computed item, `"EXPRESSION AS name"` (the `where` language: fields, literals, arithmetic,
+/// comparisons, and/or/not, case when … then … else … end, coalesce(…)) → the expression, its
+/// type and the name.
+fn computed_item<'t>(item: &'t str, inputs: &[Input; 2]) -> Result<(Expr, FieldType, &'t str), String> {
+    let trimmed = item.trim_end();
+    let alias_start = trimmed.rfind(char::is_whitespace).map_or(0, |i| i + 1);
+    let (before, alias) = trimmed.split_at(alias_start);
+    let before = before.trim_end();
+    let expr_text = before
+        .strip_suffix(" AS")
+        .or_else(|| before.strip_suffix(" as"))
+        .filter(|_| is_identifier(alias))
+        .ok_or("want \"left.f\", \"right.f AS g\" or \"EXPRESSION AS name\" (a computed item needs its name)")?;
+    let (expr, ty) = Expr::parse_value(expr_text, &inputs[LEFT].schema, &inputs[RIGHT].schema)?;
+    Ok((expr, ty, alias))
+}
+
 pub fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
     chars.next().is_some_and(|c| c.is_alphabetic() || c == '_') && chars.all(|c| c.is_alphanumeric() || c == '_')
@@ -351,7 +369,20 @@ pub fn select(
     let before = errors.count();
     for (item, span) in items {
         let Some((input, field, alias)) = parse_select_item(item) else {
-            errors.at(&span, &path, format!("bad item {item:?} (want \"left.f\" or \"right.f AS g\")"));
+            match computed_item(item, inputs) {
+                Err(problem) => errors.at(&span, &path, format!("bad item {item:?}: {problem}")),
+                Ok((expr, ty, alias)) => {
+                    if RESERVED_FIELDS.contains(&alias) || alias == left_key.name {
+                        errors.at(&span, &path, format!("{item:?}: {alias:?} is a name braid writes itself"));
+                    } else if fields.iter().any(|f| f.name == alias) {
+                        errors.at(&span, &path, format!("{item:?}: duplicate output name {alias:?}"));
+                    } else {
+                        columns.push(Column::Computed { expr: Arc::new(expr), ty });
+                        // Nullable: any operand may be null, a side may be missing.
+                        fields.push(Field { name: alias.to_owned(), ty, nullable: true });
+                    }
+                }
+            }
             continue;
         };
         let schema = &inputs[input].schema;

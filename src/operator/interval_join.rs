@@ -366,7 +366,7 @@ impl IntervalJoin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Key, Value};
+    use crate::record::{FieldType, Key, Value};
 
     fn join(lower: i64, upper: i64, join: JoinType) -> IntervalJoin {
         let projection = Projection::key_and_first_values();
@@ -379,6 +379,66 @@ mod tests {
 
     fn kinds(out: &Output) -> Vec<(ResultKind, i64)> {
         out.results.iter().map(|(k, r)| (*k, r.ts)).collect()
+    }
+
+    /// Computed select items: typed in the output schema, evaluated on every result, a missing
+    /// side reading null; a bad item is a configuration error naming the item.
+    #[test]
+    fn computed_select_items() {
+        let text = |select: &str| {
+            format!(
+                "[streams.a]\nkey = \"k\"\nfields = {{ k = \"string\", v = \"int\", x = \"float\" }}\n\
+                 [operators.w]\nkind = \"interval_join\"\nleft = \"a\"\nright = \"a\"\nlower = \"-1s\"\nupper = \"1s\"\n\
+                 join = \"left\"\nselect = [{select}]\n"
+            )
+        };
+        let select = r#""left.v", "left.v * right.x AS value", "coalesce(right.v, -1) AS rv", "CASE WHEN right.v > left.v THEN 'up' ELSE 'flat' END as trend""#;
+        let plan = crate::config::parse("w.toml", &text(select)).unwrap_or_else(|e| panic!("{e}"));
+        let fields: Vec<(&str, FieldType, bool)> =
+            plan.operators[0].output.fields.iter().map(|f| (f.name.as_str(), f.ty, f.nullable)).collect();
+        use FieldType::{Float, Int, String};
+        assert_eq!(
+            fields,
+            [
+                ("k", String, false),
+                ("v", Int, false),
+                ("value", Float, true),
+                ("rv", Int, true),
+                ("trend", String, true),
+                ("_kind", String, false)
+            ]
+        );
+        let OperatorSpec::IntervalJoin(spec) = &plan.operators[0].spec else { panic!("an interval join") };
+        let mut j = IntervalJoin::new(spec.clone());
+        let row = |ts: i64, v: i64, x: f64| Row {
+            ts,
+            key: Key::Str("d".into()),
+            key_hash: 1,
+            id: ts as u64,
+            values: Box::new([Value::Str("d".into()), Value::Int(v), Value::Float(x)]),
+        };
+        let mut out = Output::default();
+        j.on_row(LEFT, row(1000, 2, 0.5), &mut out);
+        j.on_row(RIGHT, row(1500, 3, 1.5), &mut out);
+        j.on_row(LEFT, row(9000, 4, 0.0), &mut out);
+        j.on_watermark(Time::POS_INF, &mut out);
+        let values: Vec<Vec<Value>> = out.results.iter().map(|(_, r)| r.values[1..5].to_vec()).collect();
+        let s = |t: &str| Value::Str(t.into());
+        assert_eq!(
+            values,
+            [
+                vec![Value::Int(2), Value::Float(3.0), Value::Int(3), s("up")],
+                vec![Value::Int(4), Value::Null, Value::Int(-1), s("flat")]
+            ]
+        );
+
+        let refused = |select: &str| crate::config::parse("w.toml", &text(select)).err().map(|e| e.to_string());
+        let err = refused(r#""left.v + 1""#).unwrap_or_default();
+        assert!(err.contains("bad item \"left.v + 1\": want"), "{err}");
+        let err = refused(r#""left.v + 'a' AS y""#).unwrap_or_default();
+        assert!(err.contains("bad item \"left.v + 'a' AS y\": cannot apply + to string 'a'"), "{err}");
+        let err = refused(r#""left.v + 1 AS _ts""#).unwrap_or_default();
+        assert!(err.contains("\"_ts\" is a name braid writes itself"), "{err}");
     }
 
     /// A row whose every pair fails `where` is emitted alone by an outer join; a bad condition

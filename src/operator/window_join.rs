@@ -21,13 +21,13 @@ use crate::config::operators::{Builder, Built, output_schema, pair_condition, se
 use crate::config::walk::{Errors, Table};
 use crate::record::id::IdHasher;
 use crate::record::schema::Field;
-use crate::record::{FieldType, Row, Value};
+use crate::record::view::RowView;
+use crate::record::{FieldType, Row};
 use crate::state::snapshot::{self, SnapshotError};
 use crate::time::Time;
 
 use super::expr::Expr;
 use super::interval_join::{LEFT, RIGHT};
-use super::projection::Column;
 use super::window::{
     Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, WindowsState, check_spec, result_key,
 };
@@ -119,11 +119,8 @@ impl Fire<Rows> for Pairs {
                 let rows = [left, right];
                 let columns = &spec.projection.columns;
                 let mut values = Vec::with_capacity(columns.len() + 3);
-                values.extend(columns.iter().map(|column| match column {
-                    Column::Key => w.key.to_value(),
-                    Column::Field { input, pos } => rows[*input].values[*pos].clone(),
-                    Column::Kind => Value::Str(ResultKind::Match.as_str().into()),
-                }));
+                let views = rows.map(|r| Some(RowView::Heap(r)));
+                values.extend(columns.iter().map(|column| column.value(w.key.key_ref(), views, ResultKind::Match)));
                 values.extend(w.meta());
                 let (key, key_hash) = result_key(&w.key, w.key_hash, &values, spec.projection.rekey);
                 let row = Row { ts: w.end - 1, key, key_hash, id, values: values.into() };
@@ -237,7 +234,7 @@ impl WindowJoin {
 mod tests {
     use super::*;
     use crate::operator::window::WindowKind;
-    use crate::record::Key;
+    use crate::record::{Key, Value};
 
     fn join(kind: WindowKind, allowed_lateness: i64) -> WindowJoin {
         let window = WindowSpec { kind, allowed_lateness };

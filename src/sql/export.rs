@@ -454,6 +454,7 @@ fn projection(
                 let side = if *input == 0 { "l" } else { "r" };
                 format!("{side}.{}", ident(&schemas[*input].fields[*pos].name))
             }
+            Column::Computed { expr, .. } => condition_sql(expr, schemas),
             Column::Kind => {
                 format!(
                     "CASE WHEN l.{lk} IS NULL THEN 'right_only' WHEN r.{rk} IS NULL THEN 'left_only' ELSE 'match' END"

@@ -5,11 +5,11 @@ use std::cmp::Ordering;
 
 use super::{Arith, Cmp, Expr, Node, Side};
 use crate::record::view::RowView;
-use crate::record::{ArchivedValue, Value, cmp_int_float};
+use crate::record::{ArchivedValue, FieldType, Value, cmp_int_float};
 
 impl Expr {
     /// The value of node `at` on the pair; its strings borrow from the rows or the arena.
-    pub(super) fn value<'a>(&'a self, at: usize, left: RowView<'a>, right: RowView<'a>) -> Val<'a> {
+    pub(super) fn value<'a>(&'a self, at: usize, left: Option<RowView<'a>>, right: Option<RowView<'a>>) -> Val<'a> {
         let Some(node) = self.nodes.get(at) else { return Val::Null };
         match node {
             Node::Lit(v) => Val::of(v),
@@ -21,15 +21,25 @@ impl Expr {
             Node::Or(a, b) => Val::Bool(self.value(*a, left, right).truthy() || self.value(*b, left, right).truthy()),
             Node::Arith(op, a, b) => arith(*op, self.value(*a, left, right), self.value(*b, left, right)),
             Node::Cmp(op, a, b) => compare(*op, self.value(*a, left, right), self.value(*b, left, right)),
+            Node::Case { arms, otherwise } => {
+                match arms.iter().find(|(when, _)| self.value(*when, left, right).truthy()) {
+                    Some((_, then)) => self.value(*then, left, right),
+                    None => otherwise.map_or(Val::Null, |e| self.value(e, left, right)),
+                }
+            }
+            Node::Coalesce(args) => {
+                args.iter().map(|a| self.value(*a, left, right)).find(|v| *v != Val::Null).unwrap_or(Val::Null)
+            }
         }
     }
 }
 
 /// Field `pos` of a row, borrowed; null past the end of the row.
-fn field(row: RowView<'_>, pos: usize) -> Val<'_> {
+fn field(row: Option<RowView<'_>>, pos: usize) -> Val<'_> {
     match row {
-        RowView::Heap(row) => row.values.get(pos).map_or(Val::Null, Val::of),
-        RowView::Archived(row) => {
+        None => Val::Null,
+        Some(RowView::Heap(row)) => row.values.get(pos).map_or(Val::Null, Val::of),
+        Some(RowView::Archived(row)) => {
             let values: &[ArchivedValue] = &row.values;
             values.get(pos).map_or(Val::Null, Val::of_archived)
         }
@@ -67,6 +77,19 @@ impl<'a> Val<'a> {
             ArchivedValue::Float(f) => Val::Float(f.to_native()),
             ArchivedValue::Str(s) => Val::Str(s),
             ArchivedValue::IdList(_) => Val::Null,
+        }
+    }
+
+    /// The value as a result holds it, in a column of type `ty` (an int in a float column is
+    /// converted, as Python's `float(int)`).
+    pub(super) fn to_value(self, ty: FieldType) -> Value {
+        match self {
+            Val::Null => Value::Null,
+            Val::Bool(b) => Value::Bool(b),
+            Val::Int(i) if ty == FieldType::Float => Value::Float(i as f64),
+            Val::Int(i) => Value::Int(i),
+            Val::Float(f) => Value::Float(f),
+            Val::Str(s) => Value::Str(s.into()),
         }
     }
 
