@@ -959,11 +959,14 @@ fn select_list(s: &Select, sides: &[Side; 2], windowed: bool, body: &mut TomlOut
                 );
             }
             SelectItem::Expr { expr: Expr::Column { qualifier, name }, alias } => (qualifier, name, alias),
-            SelectItem::Expr { expr, .. } => {
-                return err(
-                    expr.at(),
-                    "computed select expressions are not supported yet: select fields (a.f, b.g AS h)",
-                );
+            SelectItem::Expr { expr, alias } => {
+                let Some(alias) = alias else {
+                    return err(expr.at(), "a computed select expression needs a name: … AS name");
+                };
+                let text = format!("{} AS {}", condition(expr, sides)?, alias.name);
+                body.line(expr.at(), format!("  {},", quote(&text)));
+                names.push(alias.name.clone());
+                continue;
             }
         };
         let side = resolve(qualifier.as_ref(), name, sides)?;
@@ -1202,11 +1205,25 @@ fn condition(e: &Expr, sides: &[Side; 2]) -> Result<String, SqlError> {
             if *negated { format!("(not {inside})") } else { inside }
         }
         Expr::Interval { at, .. } => return err(*at, "intervals are not supported in WHERE"),
+        Expr::Call { name, args, star: false, distinct: false } if name.name.eq_ignore_ascii_case("COALESCE") => {
+            let args: Vec<String> = args.iter().map(|a| condition(a, sides)).collect::<Result<_, _>>()?;
+            format!("coalesce({})", args.join(", "))
+        }
+        Expr::Case { arms, otherwise, .. } => {
+            let mut text = String::from("(case");
+            for (when, then) in arms {
+                text += &format!(" when {} then {}", condition(when, sides)?, condition(then, sides)?);
+            }
+            if let Some(e) = otherwise {
+                text += &format!(" else {}", condition(e, sides)?);
+            }
+            text + " end)"
+        }
         Expr::Call { name, .. } => {
             return err(
                 name.at,
                 format!(
-                    "{} is not supported in WHERE: fields, literals, arithmetic, comparisons, AND, OR, NOT, BETWEEN",
+                    "{} is not supported in expressions: fields, literals, arithmetic, comparisons, AND, OR, NOT, BETWEEN, CASE WHEN, COALESCE",
                     name.name
                 ),
             );
@@ -1215,7 +1232,7 @@ fn condition(e: &Expr, sides: &[Side; 2]) -> Result<String, SqlError> {
             return err(
                 *at,
                 format!(
-                    "{what} is not supported in WHERE: fields, literals, arithmetic, comparisons, AND, OR, NOT, BETWEEN"
+                    "{what} is not supported in expressions: fields, literals, arithmetic, comparisons, AND, OR, NOT, BETWEEN, CASE WHEN, COALESCE"
                 ),
             );
         }

@@ -2,6 +2,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::operator::OperatorSpec;
+use crate::record::FieldType;
 
 const TABLES: &str = "
 CREATE TABLE status (device STRING, ts BIGINT, state STRING, seq BIGINT,
@@ -151,8 +152,8 @@ fn refusals_say_where_and_what_instead() {
         ]
     );
     assert_eq!(
-        view("SELECT c.cmd, c.ts * 2 AS t2 FROM command c JOIN status s ON c.device = s.device AND s.rt = c.rt"),
-        ["t.sql:8:32: computed select expressions are not supported yet: select fields (a.f, b.g AS h)"]
+        view("SELECT c.cmd, c.ts * 2 FROM command c JOIN status s ON c.device = s.device AND s.rt = c.rt"),
+        ["t.sql:8:32: a computed select expression needs a name: … AS name"]
     );
     assert_eq!(
         view("SELECT cmd FROM command WHERE cmd = 'x'"),
@@ -346,4 +347,48 @@ fn filters_in_on_and_an_inner_where_become_the_pairs_where() {
     assert_eq!(where_line(&temporal).as_deref(), Some(r#"where = "(right.state == \"on\")""#));
     let OperatorSpec::TemporalJoin(spec) = &plan(&temporal).operators[0].spec else { panic!("a temporal join") };
     assert!(spec.condition.is_some());
+}
+
+#[test]
+fn computed_select_expressions_become_computed_items() {
+    let sql = format!(
+        "{TABLES}CREATE VIEW v AS SELECT c.cmd, s.seq * 2 + 1 AS odd, \
+         CASE WHEN s.state = 'on' THEN 1.5 WHEN s.seq > 3 THEN 2 END AS weight, \
+         COALESCE(s.state, c.cmd) AS what \
+         FROM command c LEFT JOIN status s ON c.device = s.device AND s.rt = c.rt;"
+    );
+    let compiled = compile(&sql).unwrap_or_else(|e| panic!("{}", e[0].message));
+    let items: Vec<&str> = compiled.toml.text.lines().filter(|l| l.starts_with("  \"")).collect();
+    assert_eq!(
+        items,
+        [
+            r#"  "left.cmd","#,
+            r#"  "((right.seq * 2) + 1) AS odd","#,
+            r#"  "(case when (right.state == \"on\") then 1.5 when (right.seq > 3) then 2 end) AS weight","#,
+            r#"  "coalesce(right.state, left.cmd) AS what","#,
+        ]
+    );
+    let plan = plan(&sql);
+    let fields: Vec<(&str, FieldType)> =
+        plan.operators[0].output.fields.iter().map(|f| (f.name.as_str(), f.ty)).collect();
+    assert_eq!(
+        fields,
+        [
+            ("device", FieldType::String),
+            ("cmd", FieldType::String),
+            ("odd", FieldType::Int),
+            ("weight", FieldType::Float),
+            ("what", FieldType::String),
+            ("_kind", FieldType::String)
+        ]
+    );
+    assert_eq!(
+        errors(&format!(
+            "{TABLES}CREATE VIEW v AS SELECT CASE s.seq WHEN 1 THEN 2 END AS x \
+             FROM command c JOIN status s ON c.device = s.device AND s.rt = c.rt;"
+        )),
+        [
+            "t.sql:8:25: the simple CASE x WHEN … form is not supported in expressions: fields, literals, arithmetic, comparisons, AND, OR, NOT, BETWEEN, CASE WHEN, COALESCE"
+        ]
+    );
 }
