@@ -49,7 +49,9 @@ fn allowed_keys(kind: OperatorKind) -> &'static [&'static str] {
             "select",
             "key",
         ],
-        OperatorKind::WindowJoin => &["kind", "left", "right", "window", "allowed_lateness", "where", "select", "key"],
+        OperatorKind::WindowJoin => {
+            &["kind", "left", "right", "window", "allowed_lateness", "join", "where", "select", "key"]
+        }
         OperatorKind::CoGroup => &["kind", "left", "right", "window", "allowed_lateness", "join", "aggregate", "key"],
         OperatorKind::TemporalJoin => &["kind", "left", "right", "join", "where", "select", "key"],
         OperatorKind::Connect => &["kind", "function", "left", "right", "value", "limit", "timeout", "select", "key"],

@@ -555,13 +555,10 @@ impl Compiler {
         on: &Expr,
         body: &mut TomlOut,
     ) -> Result<Relation, SqlError> {
-        if join.kind != JoinKind::Inner {
-            return err(
-                join.at,
-                "outer window joins are not supported yet: braid's window join is inner (a cogroup of two window aggregates keeps empty sides)",
-            );
-        }
         let filters = self.windowed_header("window_join", s, sides, windows, on, body)?;
+        if join.kind != JoinKind::Inner {
+            Self::join_type(join, body);
+        }
         pair_where(s, join, &filters, sides, body)?;
         let names = select_list(s, sides, true, body)?;
         Ok(join_output(&sides[0], names, true))

@@ -304,22 +304,30 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
         OperatorSpec::WindowJoin(spec) => {
             let (lk, rk) = (key(0).ok_or("no key")?, key(1).ok_or("no key")?);
             let tvf = |side: usize, k: &str| window_tvf(&spec.window, &names[side], k);
-            let (mut select, mut columns) = projection(&spec.projection, op, &schemas, JoinType::Inner, &lk, &rk);
-            select.push("l.window_start AS `_window_start`".into());
-            select.push("l.window_end AS `_window_end`".into());
+            let (mut select, mut columns) = projection(&spec.projection, op, &schemas, spec.join, &lk, &rk);
+            let bound = |b: &str| match spec.join {
+                JoinType::Inner | JoinType::Left => format!("l.{b}"),
+                JoinType::Right => format!("r.{b}"),
+                JoinType::Full => format!("COALESCE(l.{b}, r.{b})"),
+            };
+            select.push(format!("{} AS `_window_start`", bound("window_start")));
+            select.push(format!("{} AS `_window_end`", bound("window_end")));
             columns.push(("_window_start".into(), "TIMESTAMP(3)".into()));
             columns.push(("_window_end".into(), "TIMESTAMP(3)".into()));
             let mut query = format!(
-                "SELECT {}\nFROM (SELECT * FROM {}) AS l JOIN (SELECT * FROM {}) AS r\n  ON l.{} = r.{} AND l.window_start = r.window_start AND l.window_end = r.window_end",
+                "SELECT {}\nFROM (SELECT * FROM {}) AS l {} (SELECT * FROM {}) AS r\n  ON l.{} = r.{} AND l.window_start = r.window_start AND l.window_end = r.window_end",
                 select.join(",\n  "),
                 tvf(0, &lk),
+                join_words(spec.join),
                 tvf(1, &rk),
                 ident(&lk),
                 ident(&rk)
             );
             let mut note = lateness_note(&spec.window);
             if let Some(condition) = &spec.condition {
-                let _ = write!(query, "\nWHERE {}", condition_sql(condition, &schemas));
+                // An outer join's condition decides the pairs (ON); an inner one's may filter after.
+                let clause = if spec.join == JoinType::Inner { "\nWHERE" } else { " AND" };
+                let _ = write!(query, "{clause} {}", condition_sql(condition, &schemas));
                 note.push_str(DIVISION_NOTE);
             }
             Ok((query, columns, note))

@@ -392,3 +392,23 @@ fn computed_select_expressions_become_computed_items() {
         ]
     );
 }
+
+#[test]
+fn outer_window_joins_compile_with_their_join_type() {
+    for (words, join) in [("LEFT", "left"), ("RIGHT", "right"), ("FULL", "full")] {
+        let sql = format!(
+            "{TABLES}CREATE VIEW v AS SELECT c.cmd, s.state \
+             FROM TABLE(TUMBLE(TABLE command, DESCRIPTOR(rt), INTERVAL '1' MINUTE)) c \
+             {words} JOIN TABLE(TUMBLE(TABLE status, DESCRIPTOR(rt), INTERVAL '1' MINUTE)) s \
+             ON c.device = s.device AND c.window_start = s.window_start AND c.window_end = s.window_end AND s.seq > 1;"
+        );
+        let compiled = compile(&sql).unwrap_or_else(|e| panic!("{}", e[0].message));
+        assert!(compiled.toml.text.contains(&format!("join = \"{join}\"\n")), "{}", compiled.toml.text);
+        assert!(compiled.toml.text.contains("where = \"(right.seq > 1)\"\n"), "{}", compiled.toml.text);
+        let plan = plan(&sql);
+        let OperatorSpec::WindowJoin(spec) = &plan.operators[0].spec else { panic!("a window join") };
+        assert_eq!(spec.join.keeps_unmatched(1), join != "left");
+        let state = plan.operators[0].output.fields.iter().find(|f| f.name == "state").map(|f| f.nullable);
+        assert_eq!(state, Some(join != "right"), "a right field may be missing from left_only rows");
+    }
+}
