@@ -48,7 +48,14 @@ pub fn gateway_join(join: JoinType) -> IntervalJoin {
         Column::Kind,
     ];
     let projection = Projection { columns, rekey: None };
-    IntervalJoin::new(IntervalJoinSpec { name: "effect".into(), lower: LOWER_MS, upper: UPPER_MS, join, projection })
+    IntervalJoin::new(IntervalJoinSpec {
+        name: "effect".into(),
+        lower: LOWER_MS,
+        upper: UPPER_MS,
+        join,
+        condition: None,
+        projection,
+    })
 }
 
 /// Where the driver hands the operator's output.

@@ -10,12 +10,14 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::Arc;
 
 use toml::de::DeValue;
 
 use super::RESERVED_FIELDS;
 use super::streams::{Streams, bad_name};
 use super::walk::{Errors, Table, type_name};
+use crate::operator::expr::Expr;
 use crate::operator::interval_join::{JoinType, LEFT, RIGHT};
 use crate::operator::projection::Column;
 use crate::operator::{self, OperatorKind, OperatorSpec};
@@ -34,12 +36,24 @@ pub struct Graph {
 fn allowed_keys(kind: OperatorKind) -> &'static [&'static str] {
     match kind {
         OperatorKind::Union => &["kind", "inputs", "key"],
-        OperatorKind::IntervalJoin => {
-            &["kind", "left", "right", "lower", "upper", "lower_exclusive", "upper_exclusive", "join", "select", "key"]
+        OperatorKind::IntervalJoin => &[
+            "kind",
+            "left",
+            "right",
+            "lower",
+            "upper",
+            "lower_exclusive",
+            "upper_exclusive",
+            "join",
+            "where",
+            "select",
+            "key",
+        ],
+        OperatorKind::WindowJoin => {
+            &["kind", "left", "right", "window", "allowed_lateness", "join", "where", "select", "key"]
         }
-        OperatorKind::WindowJoin => &["kind", "left", "right", "window", "allowed_lateness", "where", "select", "key"],
         OperatorKind::CoGroup => &["kind", "left", "right", "window", "allowed_lateness", "join", "aggregate", "key"],
-        OperatorKind::TemporalJoin => &["kind", "left", "right", "join", "select", "key"],
+        OperatorKind::TemporalJoin => &["kind", "left", "right", "join", "where", "select", "key"],
         OperatorKind::Connect => &["kind", "function", "left", "right", "value", "limit", "timeout", "select", "key"],
         OperatorKind::Absence => &["kind", "input", "timeout", "key"],
     }
@@ -285,6 +299,23 @@ pub fn join_type(t: Table<'_, '_>, allowed: &[&str], errors: &mut Errors) -> Opt
     }
 }
 
+/// `where`: an optional condition on a pair of the two inputs; `None` when absent or in error
+/// (reported).
+pub fn pair_condition(t: Table<'_, '_>, inputs: &[Input; 2], errors: &mut Errors) -> Option<Expr> {
+    let value = t.get("where")?;
+    let Some(text) = value.get_ref().as_str() else {
+        t.error("where", errors, format!("expected a condition string, found {}", type_name(value.get_ref())));
+        return None;
+    };
+    match Expr::parse(text, &inputs[LEFT].schema, &inputs[RIGHT].schema) {
+        Ok(expr) => Some(expr),
+        Err(e) => {
+            t.error("where", errors, format!("bad condition {text:?}: {e}"));
+            None
+        }
+    }
+}
+
 /// Parses `left.f`, `right.f AS g` → (input, field, alias).
 fn parse_select_item(item: &str) -> Option<(usize, &str, Option<&str>)> {
     let words: Vec<&str> = item.split_whitespace().collect();
@@ -300,6 +331,23 @@ fn parse_select_item(item: &str) -> Option<(usize, &str, Option<&str>)> {
         _ => return None,
     };
     (is_identifier(field) && alias.is_none_or(is_identifier)).then_some((input, field, alias))
+}
+
+/// A computed item, `"EXPRESSION AS name"` (the `where` language: fields, literals, arithmetic,
+/// comparisons, and/or/not, case when … then … else … end, coalesce(…)) → the expression, its
+/// type and the name.
+fn computed_item<'t>(item: &'t str, inputs: &[Input; 2]) -> Result<(Expr, FieldType, &'t str), String> {
+    let trimmed = item.trim_end();
+    let alias_start = trimmed.rfind(char::is_whitespace).map_or(0, |i| i + 1);
+    let (before, alias) = trimmed.split_at(alias_start);
+    let before = before.trim_end();
+    let expr_text = before
+        .strip_suffix(" AS")
+        .or_else(|| before.strip_suffix(" as"))
+        .filter(|_| is_identifier(alias))
+        .ok_or("want \"left.f\", \"right.f AS g\" or \"EXPRESSION AS name\" (a computed item needs its name)")?;
+    let (expr, ty) = Expr::parse_value(expr_text, &inputs[LEFT].schema, &inputs[RIGHT].schema)?;
+    Ok((expr, ty, alias))
 }
 
 pub fn is_identifier(s: &str) -> bool {
@@ -323,7 +371,20 @@ pub fn select(
     let before = errors.count();
     for (item, span) in items {
         let Some((input, field, alias)) = parse_select_item(item) else {
-            errors.at(&span, &path, format!("bad item {item:?} (want \"left.f\" or \"right.f AS g\")"));
+            match computed_item(item, inputs) {
+                Err(problem) => errors.at(&span, &path, format!("bad item {item:?}: {problem}")),
+                Ok((expr, ty, alias)) => {
+                    if RESERVED_FIELDS.contains(&alias) || alias == left_key.name {
+                        errors.at(&span, &path, format!("{item:?}: {alias:?} is a name braid writes itself"));
+                    } else if fields.iter().any(|f| f.name == alias) {
+                        errors.at(&span, &path, format!("{item:?}: duplicate output name {alias:?}"));
+                    } else {
+                        columns.push(Column::Computed { expr: Arc::new(expr), ty });
+                        // Nullable: any operand may be null, a side may be missing.
+                        fields.push(Field { name: alias.to_owned(), ty, nullable: true });
+                    }
+                }
+            }
             continue;
         };
         let schema = &inputs[input].schema;

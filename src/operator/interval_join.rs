@@ -5,6 +5,8 @@
 //!   the late side output and nowhere else.
 //! - An on-time row meets every stored row of the other side with its key; each pair is emitted
 //!   once, by whichever of its two rows arrives second.
+//! - `where` (optional): a pair within the bounds joins only when the condition holds on it; a
+//!   row in no such pair is unmatched (an outer join emits it alone), as a condition in SQL's ON.
 //! - Eviction (rule 8, no silent loss): a left row can still meet right rows up to
 //!   `ts + upper′` and a right row left rows down to `ts − lower′`, so a row is kept while
 //!   `watermark ≤ last chance` and dropped once the watermark is strictly past it. A right row
@@ -24,7 +26,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::config::operators::{Builder, Built, Input, join_type, output_schema, select};
+use crate::config::operators::{Builder, Built, Input, join_type, output_schema, pair_condition, select};
 use crate::config::walk::{Errors, Table};
 use crate::record::frame::to_row;
 use crate::record::id::IdHasher;
@@ -34,6 +36,7 @@ use crate::state::snapshot::{self, SavedStore, SnapshotError};
 use crate::state::{KeyedStore, MemoryStore, RowHandle};
 use crate::time::Time;
 
+use super::expr::Expr;
 use super::{OperatorSpec, Output, Projection, Quality, ResultKind};
 
 pub const LEFT: usize = 0;
@@ -77,6 +80,9 @@ pub struct IntervalJoinSpec {
     /// upper′: `upper`, −1 ms when `upper_exclusive`. Validation ensures lower′ ≤ upper′.
     pub upper: i64,
     pub join: JoinType,
+    /// `where`: a pair within the bounds joins only when it holds (an outer row whose every pair
+    /// fails it is emitted alone, as SQL's ON condition).
+    pub condition: Option<Expr>,
     pub projection: Projection,
 }
 
@@ -121,11 +127,12 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     let inputs = inputs?;
     warn_about_disorder(b, t, &inputs, upper - lower, errors);
     let join = join?;
+    let condition = pair_condition(t, &inputs, errors);
     let missing = [join.keeps_unmatched(RIGHT), join.keeps_unmatched(LEFT)];
     let (columns, fields) = select(t, &inputs, missing, errors)?;
     let (output, rekey) = output_schema(t, fields, errors)?;
     let projection = Projection { columns, rekey };
-    let spec = IntervalJoinSpec { name: name.to_owned(), lower, upper, join, projection };
+    let spec = IntervalJoinSpec { name: name.to_owned(), lower, upper, join, condition, projection };
     Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: OperatorSpec::IntervalJoin(spec) })
 }
 
@@ -240,7 +247,8 @@ impl IntervalJoin {
         let (ts, key, key_hash) = (row.ts(), row.key(), row.key_hash());
         state[1 - input].scan_key(key, key_hash, &mut |stored| {
             let (left, right) = if input == LEFT { (row, stored) } else { (stored, row) };
-            if !spec.pairs(left.ts(), right.ts()) {
+            if !spec.pairs(left.ts(), right.ts()) || spec.condition.as_ref().is_some_and(|c| !c.eval_views(left, right))
+            {
                 return false;
             }
             matched = true;
@@ -358,11 +366,11 @@ impl IntervalJoin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Key, Value};
+    use crate::record::{FieldType, Key, Value};
 
     fn join(lower: i64, upper: i64, join: JoinType) -> IntervalJoin {
         let projection = Projection::key_and_first_values();
-        IntervalJoin::new(IntervalJoinSpec { name: "j".into(), lower, upper, join, projection })
+        IntervalJoin::new(IntervalJoinSpec { name: "j".into(), lower, upper, join, condition: None, projection })
     }
 
     fn row(ts: i64, tag: i64) -> Row {
@@ -371,6 +379,103 @@ mod tests {
 
     fn kinds(out: &Output) -> Vec<(ResultKind, i64)> {
         out.results.iter().map(|(k, r)| (*k, r.ts)).collect()
+    }
+
+    /// Computed select items: typed in the output schema, evaluated on every result, a missing
+    /// side reading null; a bad item is a configuration error naming the item.
+    #[test]
+    fn computed_select_items() {
+        let text = |select: &str| {
+            format!(
+                "[streams.a]\nkey = \"k\"\nfields = {{ k = \"string\", v = \"int\", x = \"float\" }}\n\
+                 [operators.w]\nkind = \"interval_join\"\nleft = \"a\"\nright = \"a\"\nlower = \"-1s\"\nupper = \"1s\"\n\
+                 join = \"left\"\nselect = [{select}]\n"
+            )
+        };
+        let select = r#""left.v", "left.v * right.x AS value", "coalesce(right.v, -1) AS rv", "CASE WHEN right.v > left.v THEN 'up' ELSE 'flat' END as trend""#;
+        let plan = crate::config::parse("w.toml", &text(select)).unwrap_or_else(|e| panic!("{e}"));
+        let fields: Vec<(&str, FieldType, bool)> =
+            plan.operators[0].output.fields.iter().map(|f| (f.name.as_str(), f.ty, f.nullable)).collect();
+        use FieldType::{Float, Int, String};
+        assert_eq!(
+            fields,
+            [
+                ("k", String, false),
+                ("v", Int, false),
+                ("value", Float, true),
+                ("rv", Int, true),
+                ("trend", String, true),
+                ("_kind", String, false)
+            ]
+        );
+        let OperatorSpec::IntervalJoin(spec) = &plan.operators[0].spec else { panic!("an interval join") };
+        let mut j = IntervalJoin::new(spec.clone());
+        let row = |ts: i64, v: i64, x: f64| Row {
+            ts,
+            key: Key::Str("d".into()),
+            key_hash: 1,
+            id: ts as u64,
+            values: Box::new([Value::Str("d".into()), Value::Int(v), Value::Float(x)]),
+        };
+        let mut out = Output::default();
+        j.on_row(LEFT, row(1000, 2, 0.5), &mut out);
+        j.on_row(RIGHT, row(1500, 3, 1.5), &mut out);
+        j.on_row(LEFT, row(9000, 4, 0.0), &mut out);
+        j.on_watermark(Time::POS_INF, &mut out);
+        let values: Vec<Vec<Value>> = out.results.iter().map(|(_, r)| r.values[1..5].to_vec()).collect();
+        let s = |t: &str| Value::Str(t.into());
+        assert_eq!(
+            values,
+            [
+                vec![Value::Int(2), Value::Float(3.0), Value::Int(3), s("up")],
+                vec![Value::Int(4), Value::Null, Value::Int(-1), s("flat")]
+            ]
+        );
+
+        let refused = |select: &str| crate::config::parse("w.toml", &text(select)).err().map(|e| e.to_string());
+        let err = refused(r#""left.v + 1""#).unwrap_or_default();
+        assert!(err.contains("bad item \"left.v + 1\": want"), "{err}");
+        let err = refused(r#""left.v + 'a' AS y""#).unwrap_or_default();
+        assert!(err.contains("bad item \"left.v + 'a' AS y\": cannot apply + to string 'a'"), "{err}");
+        let err = refused(r#""left.v + 1 AS _ts""#).unwrap_or_default();
+        assert!(err.contains("\"_ts\" is a name braid writes itself"), "{err}");
+    }
+
+    /// A row whose every pair fails `where` is emitted alone by an outer join; a bad condition
+    /// is a configuration error on interval and temporal joins alike.
+    #[test]
+    fn where_decides_the_pairs_and_a_bad_condition_is_a_config_error() {
+        use crate::record::schema::Field;
+        use crate::record::{FieldType, Schema, TimeSpec};
+        let schema =
+            Schema::new(vec![Field { name: "v".into(), ty: FieldType::Int, nullable: false }], None, TimeSpec::Ingest);
+        let mut j = join(-10, 10, JoinType::Full);
+        j.spec.condition = Some(Expr::parse("left.v < right.v", &schema, &schema).expect("a valid condition"));
+        let mut out = Output::default();
+        j.on_row(LEFT, row(100, 5), &mut out);
+        j.on_row(RIGHT, row(101, 4), &mut out); // fails: alone
+        j.on_row(RIGHT, row(102, 6), &mut out); // joins 5
+        j.on_watermark(Time::POS_INF, &mut out);
+        let got: Vec<(ResultKind, Value, Value)> =
+            out.results.iter().map(|(k, r)| (*k, r.values[1].clone(), r.values[2].clone())).collect();
+        assert_eq!(
+            got,
+            [(ResultKind::Match, Value::Int(5), Value::Int(6)), (ResultKind::RightOnly, Value::Null, Value::Int(4))]
+        );
+
+        for kind in ["interval_join\"\nlower = \"-1s\"\nupper = \"1s", "temporal_join"] {
+            let text = format!(
+                "[streams.a]\nkey = \"k\"\nfields = {{ k = \"string\", v = \"int\" }}\n\
+                 [operators.w]\nkind = \"{kind}\"\nleft = \"a\"\nright = \"a\"\nselect = [\"left.v\"]\n\
+                 where = \"left.nope > 1\"\n"
+            );
+            let err = crate::config::parse("w.toml", &text).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                err.contains("operators.w.where: bad condition \"left.nope > 1\": unknown field left.nope"),
+                "{err}"
+            );
+            assert_eq!(err.lines().count(), 1, "{err}");
+        }
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //!   arrival (rule 11): `match`, `_id` = H(operator, "match", l.id, r.id); with none, a left join
 //!   emits `left_only`, `_id` = H(operator, "left_only", l.id), and an inner join nothing.
 //!   `_ts` = l.ts. The left rows a watermark releases are emitted in (ts, arrival) order.
+//! - `where` (optional): the version found joins only when the condition holds on the pair;
+//!   otherwise the left row counts as having found none (`left_only` for a left join).
 //! - Versions (eviction): once a version's ts is below the watermark, every older version of
 //!   its key is dead — pending left rows and on-time left rows to come all have ts ≥ the
 //!   watermark, and the newer version is at least as good for them. So each key keeps the latest
@@ -35,29 +37,32 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use crate::config::operators::{Builder, Built, join_type, output_schema, select};
+use crate::config::operators::{Builder, Built, join_type, output_schema, pair_condition, select};
 use crate::config::walk::{Errors, Table};
 use crate::operator::interval_join::{JoinType, LEFT, RIGHT};
 use crate::record::frame::to_row;
 use crate::record::id::IdHasher;
-use crate::record::view::KeyRef;
+use crate::record::view::{KeyRef, RowView};
 use crate::record::{ArchivedRow, Key, Row};
 use crate::state::snapshot::{self, SavedStore, SnapshotError};
 use crate::state::{KeyedStore, MemoryStore, RowHandle};
 use crate::time::Time;
 
+use super::expr::Expr;
 use super::{OperatorSpec, Output, Projection, Quality, ResultKind};
 
 /// Checks `[operators.NAME]` of this kind.
 pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
     let inputs = b.two_inputs(t, true, errors);
     let join = join_type(t, &["inner", "left"], errors)?;
+    let condition = pair_condition(t, inputs.as_ref()?, errors);
     let (columns, fields) = select(t, inputs.as_ref()?, [false, join == JoinType::Left], errors)?;
     let (output, rekey) = output_schema(t, fields, errors)?;
     let inputs = inputs?;
     let spec = TemporalJoinSpec {
         name: name.to_owned(),
         left_join: join == JoinType::Left,
+        condition,
         broadcast_right: inputs[RIGHT].key_field().is_none(),
         projection: Projection { columns, rekey },
     };
@@ -71,6 +76,9 @@ pub struct TemporalJoinSpec {
     pub left_join: bool,
     /// The right input is a broadcast stream (key `"*"`): its versions apply to every key.
     pub broadcast_right: bool,
+    /// `where`: the version found joins only when the condition holds on the pair; otherwise the
+    /// left row has no version (Flink's temporal join applies its ON condition the same way).
+    pub condition: Option<Expr>,
     pub projection: Projection,
 }
 
@@ -209,33 +217,31 @@ impl TemporalJoin {
             at += 1;
             false
         });
-        match best {
-            Some(best) => {
-                let mut at = 0usize;
-                right.scan(key, key_hash, &mut |r| {
-                    let picked = at == best;
-                    if picked {
-                        let r = &*r.to_row();
-                        let id = ids.pair(&spec.name, l.id, r.id).finish();
-                        let (key, key_hash, values) =
-                            spec.projection.project(&l.key, l.key_hash, [Some(l), Some(r)], ResultKind::Match);
-                        out.results.push((ResultKind::Match, Row { ts: l.ts, key, key_hash, id, values }));
-                    }
-                    at += 1;
-                    // Marks the version matched: it served a left row.
-                    picked
-                });
-                return true;
-            }
-            None if spec.left_join => {
-                let id = ids.begin().str(&spec.name).str("left_only").u64(l.id).finish();
-                let (key, key_hash, values) =
-                    spec.projection.project(&l.key, l.key_hash, [Some(l), None], ResultKind::LeftOnly);
-                out.results.push((ResultKind::LeftOnly, Row { ts: l.ts, key, key_hash, id, values }));
-            }
-            None => {}
+        let mut joined = false;
+        if let Some(best) = best {
+            let mut at = 0usize;
+            right.scan(key, key_hash, &mut |r| {
+                let picked = at == best && spec.condition.as_ref().is_none_or(|c| c.eval_views(RowView::Heap(l), r));
+                if picked {
+                    joined = true;
+                    let r = &*r.to_row();
+                    let id = ids.pair(&spec.name, l.id, r.id).finish();
+                    let (key, key_hash, values) =
+                        spec.projection.project(&l.key, l.key_hash, [Some(l), Some(r)], ResultKind::Match);
+                    out.results.push((ResultKind::Match, Row { ts: l.ts, key, key_hash, id, values }));
+                }
+                at += 1;
+                // Marks the version matched: it served a left row.
+                picked
+            });
         }
-        false
+        if !joined && spec.left_join {
+            let id = ids.begin().str(&spec.name).str("left_only").u64(l.id).finish();
+            let (key, key_hash, values) =
+                spec.projection.project(&l.key, l.key_hash, [Some(l), None], ResultKind::LeftOnly);
+            out.results.push((ResultKind::LeftOnly, Row { ts: l.ts, key, key_hash, id, values }));
+        }
+        joined
     }
 
     pub fn output_watermark(&self) -> Time {
@@ -316,7 +322,13 @@ mod tests {
 
     fn join(left_join: bool, broadcast_right: bool) -> TemporalJoin {
         let projection = Projection::key_and_first_values();
-        TemporalJoin::new(TemporalJoinSpec { name: "t".into(), left_join, broadcast_right, projection })
+        TemporalJoin::new(TemporalJoinSpec {
+            name: "t".into(),
+            left_join,
+            broadcast_right,
+            condition: None,
+            projection,
+        })
     }
 
     fn keyed(key: &str, ts: i64, tag: i64) -> Row {
@@ -356,6 +368,31 @@ mod tests {
         assert!(out.is_empty(), "watermark == l.ts: a version at l.ts may still come");
         j.on_watermark(Time::ms(1001), &mut out);
         assert_eq!(results(&out), [m(1000, 10, 2)]);
+    }
+
+    /// `where` is checked on the version found, not used to search further back: a failing
+    /// version leaves the left row without one (left_only), and that version unmatched.
+    #[test]
+    fn where_filters_the_version_found() {
+        use crate::record::schema::Field;
+        use crate::record::{FieldType, Schema, TimeSpec};
+        let field = Field { name: "tag".into(), ty: FieldType::Int, nullable: false };
+        let schema = Schema::new(vec![field], None, TimeSpec::Ingest);
+        let condition = Some(Expr::parse("left.tag + right.tag != 12", &schema, &schema).expect("a valid condition"));
+        let projection = Projection::key_and_first_values();
+        let spec =
+            TemporalJoinSpec { name: "t".into(), left_join: true, broadcast_right: false, condition, projection };
+        let mut j = TemporalJoin::new(spec);
+        let mut out = Output::default();
+        j.on_row(RIGHT, row(100, 1), &mut out);
+        j.on_row(RIGHT, row(200, 2), &mut out);
+        j.on_row(LEFT, row(250, 10), &mut out); // 10 + 2 == 12: version 1 (older) is not tried
+        j.on_row(LEFT, row(260, 11), &mut out);
+        j.on_row(LEFT, row(150, 12), &mut out); // 12 + 1: passes
+        j.on_watermark(Time::POS_INF, &mut out);
+        let left_only = (ResultKind::LeftOnly, 250, Value::Int(10), Value::Null);
+        assert_eq!(results(&out), [m(150, 12, 1), left_only, m(260, 11, 2)]);
+        assert_eq!(j.quality(), Quality { matched: [2, 2], unmatched: [1, 0] });
     }
 
     #[test]

@@ -1,4 +1,7 @@
-//! window_join: every pair per key per window, inner; an optional `where` condition on a pair
+//! window_join: every pair per key per window, inner or outer (`join`: a left, right or full
+//! join emits a row in no pair of its window alone, as `left_only` / `right_only`, when the
+//! window fires; `_id` = H(operator, kind, row id, start, end), sessions without the bounds; no
+//! `allowed_lateness` then, as a re-fire could not retract such a row); an optional `where` condition on a pair
 //! (DESIGN.md "Operators", CONTRACT.md rules 5, 7–10). Windows, lateness, firing and eviction
 //! are [`super::window`]'s.
 //!
@@ -17,17 +20,17 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::config::operators::{Builder, Built, output_schema, select};
-use crate::config::walk::{Errors, Table, type_name};
+use crate::config::operators::{Builder, Built, join_type, output_schema, pair_condition, select};
+use crate::config::walk::{Errors, Table};
 use crate::record::id::IdHasher;
 use crate::record::schema::Field;
-use crate::record::{FieldType, Row, Value};
+use crate::record::view::RowView;
+use crate::record::{FieldType, Row};
 use crate::state::snapshot::{self, SnapshotError};
 use crate::time::Time;
 
 use super::expr::Expr;
-use super::interval_join::{LEFT, RIGHT};
-use super::projection::Column;
+use super::interval_join::{JoinType, LEFT, RIGHT};
 use super::window::{
     Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, WindowsState, check_spec, result_key,
 };
@@ -38,29 +41,21 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     let inputs = b.two_inputs(t, false, errors);
     let window = check_spec(t, errors);
     let inputs = inputs?;
-    let condition = match t.get("where").map(|v| v.get_ref().as_str()) {
-        None => None,
-        Some(None) => {
-            let found = t.get("where").map_or("nothing", |v| type_name(v.get_ref()));
-            t.error("where", errors, format!("expected a condition string, found {found}"));
-            None
-        }
-        Some(Some(text)) => match Expr::parse(text, &inputs[LEFT].schema, &inputs[RIGHT].schema) {
-            Ok(expr) => Some(expr),
-            Err(e) => {
-                t.error("where", errors, format!("bad condition {text:?}: {e}"));
-                None
-            }
-        },
-    };
-    let (columns, mut fields) = select(t, &inputs, [false, false], errors)?;
+    let condition = pair_condition(t, &inputs, errors);
+    let join = join_type(t, &["inner", "left", "right", "full"], errors)?;
+    if join != JoinType::Inner && window.is_some_and(|w| w.allowed_lateness > 0) {
+        let message = "an outer window join takes no allowed_lateness: a late row could turn a row emitted alone into a pair, and a consumer upserting by _id cannot retract the row emitted alone";
+        t.error("allowed_lateness", errors, message.to_owned());
+    }
+    let missing = [join.keeps_unmatched(RIGHT), join.keeps_unmatched(LEFT)];
+    let (columns, mut fields) = select(t, &inputs, missing, errors)?;
     let meta = [("_window_start", FieldType::Int), ("_window_end", FieldType::Int), ("_version", FieldType::Int)];
     fields.extend(meta.map(|(name, ty)| Field { name: name.into(), ty, nullable: false }));
     let (output, rekey) = output_schema(t, fields, errors)?;
     // A bad window is reported already (the plan will not run); the output stays referable.
     let window = window.unwrap_or(WindowSpec::UNUSED);
     let projection = Projection { columns, rekey };
-    let spec = WindowJoinSpec { name: name.to_owned(), window, condition, projection };
+    let spec = WindowJoinSpec { name: name.to_owned(), window, join, condition, projection };
     Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: OperatorSpec::WindowJoin(spec) })
 }
 
@@ -68,6 +63,9 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
 pub struct WindowJoinSpec {
     pub name: String,
     pub window: WindowSpec,
+    /// inner, or which rows in no pair of their window are emitted alone (`left_only`,
+    /// `right_only`) when it fires.
+    pub join: JoinType,
     /// `where`: a pair is emitted only when it holds.
     pub condition: Option<Expr>,
     /// The key, the selected fields and `_kind`; the window bounds and `_version` follow.
@@ -120,32 +118,68 @@ impl Fire<Rows> for Pairs {
     fn fire(&mut self, w: &Window<Rows>, out: &mut Output) -> Option<u64> {
         let Pairs { spec, ids } = self;
         let session = spec.window.is_session();
+        let rights = &w.contents.sides[RIGHT];
+        // Which right rows were in a pair (only an outer join keeping right rows looks).
+        let mut right_paired = vec![false; if spec.join.keeps_unmatched(RIGHT) { rights.len() } else { 0 }];
         for (_, left) in &w.contents.sides[LEFT] {
-            for (_, right) in &w.contents.sides[RIGHT] {
+            let mut paired = false;
+            for (i, (_, right)) in rights.iter().enumerate() {
                 if spec.condition.as_ref().is_some_and(|c| !c.eval(left, right)) {
                     continue;
+                }
+                paired = true;
+                if let Some(flag) = right_paired.get_mut(i) {
+                    *flag = true;
                 }
                 let id = ids.pair(&spec.name, left.id, right.id);
                 if !session {
                     id.u64(w.start as u64).u64(w.end as u64);
                 }
                 let id = id.finish();
-                let rows = [left, right];
-                let columns = &spec.projection.columns;
-                let mut values = Vec::with_capacity(columns.len() + 3);
-                values.extend(columns.iter().map(|column| match column {
-                    Column::Key => w.key.to_value(),
-                    Column::Field { input, pos } => rows[*input].values[*pos].clone(),
-                    Column::Kind => Value::Str(ResultKind::Match.as_str().into()),
-                }));
-                values.extend(w.meta());
-                let (key, key_hash) = result_key(&w.key, w.key_hash, &values, spec.projection.rekey);
-                let row = Row { ts: w.end - 1, key, key_hash, id, values: values.into() };
-                out.results.push((ResultKind::Match, row));
+                emit(spec, w, [Some(left), Some(right)], ResultKind::Match, id, out);
+            }
+            if !paired && spec.join.keeps_unmatched(LEFT) {
+                let id = alone_id(ids, spec, w, ResultKind::LeftOnly, left.id);
+                emit(spec, w, [Some(left), None], ResultKind::LeftOnly, id, out);
+            }
+        }
+        for (paired, (_, right)) in right_paired.iter().zip(rights) {
+            if !paired {
+                let id = alone_id(ids, spec, w, ResultKind::RightOnly, right.id);
+                emit(spec, w, [None, Some(right)], ResultKind::RightOnly, id, out);
             }
         }
         None
     }
+}
+
+/// `_id` of a row emitted alone: H(operator, kind, row id[, start, end]) (sessions without the
+/// bounds, as pairs).
+fn alone_id(ids: &mut IdHasher, spec: &WindowJoinSpec, w: &Window<Rows>, kind: ResultKind, row_id: u64) -> u64 {
+    let id = ids.begin().str(&spec.name).str(kind.as_str()).u64(row_id);
+    if !spec.window.is_session() {
+        id.u64(w.start as u64).u64(w.end as u64);
+    }
+    id.finish()
+}
+
+/// Emits one result of window `w`: `_ts = end − 1`, the window bounds and `_version`.
+fn emit(
+    spec: &WindowJoinSpec,
+    w: &Window<Rows>,
+    rows: [Option<&Arc<Row>>; 2],
+    kind: ResultKind,
+    id: u64,
+    out: &mut Output,
+) {
+    let columns = &spec.projection.columns;
+    let mut values = Vec::with_capacity(columns.len() + 3);
+    let views = rows.map(|r| r.map(|r| RowView::Heap(r)));
+    values.extend(columns.iter().map(|column| column.value(w.key.key_ref(), views, kind)));
+    values.extend(w.meta());
+    let (key, key_hash) = result_key(&w.key, w.key_hash, &values, spec.projection.rekey);
+    let row = Row { ts: w.end - 1, key, key_hash, id, values: values.into() };
+    out.results.push((kind, row));
 }
 
 pub struct WindowJoin {
@@ -251,12 +285,12 @@ impl WindowJoin {
 mod tests {
     use super::*;
     use crate::operator::window::WindowKind;
-    use crate::record::Key;
+    use crate::record::{Key, Value};
 
     fn join(kind: WindowKind, allowed_lateness: i64) -> WindowJoin {
         let window = WindowSpec { kind, allowed_lateness };
         let projection = Projection::key_and_first_values();
-        WindowJoin::new(WindowJoinSpec { name: "w".into(), window, condition: None, projection })
+        WindowJoin::new(WindowJoinSpec { name: "w".into(), window, join: JoinType::Inner, condition: None, projection })
     }
 
     fn row(ts: i64, tag: i64) -> Row {

@@ -212,7 +212,13 @@ pub enum Expr {
         star: bool,
         distinct: bool,
     },
-    /// CASE, CAST, IS NULL, IN, LIKE, subqueries…: parsed far enough to be refused by name.
+    /// `CASE WHEN c THEN v … [ELSE v] END` (the searched form).
+    Case {
+        arms: Vec<(Expr, Expr)>,
+        otherwise: Option<Box<Expr>>,
+        at: usize,
+    },
+    /// CAST, IS NULL, IN, LIKE, subqueries, CASE x WHEN…: parsed far enough to be refused by name.
     Other {
         what: String,
         at: usize,
@@ -232,6 +238,7 @@ impl Expr {
             | Expr::Not { at, .. }
             | Expr::Neg { at, .. }
             | Expr::Between { at, .. }
+            | Expr::Case { at, .. }
             | Expr::Other { at, .. } => *at,
         }
     }

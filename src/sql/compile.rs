@@ -465,7 +465,6 @@ impl Compiler {
         on: &Expr,
         body: &mut TomlOut,
     ) -> Result<Relation, SqlError> {
-        no_where(s, "interval joins")?;
         let parts = on_parts(on, sides, true)?;
         let [(lower, lower_ex, lower_at), (upper, upper_ex, upper_at)] = match (parts.lower, parts.upper) {
             (Some(l), Some(u)) => [l, u],
@@ -490,6 +489,7 @@ impl Compiler {
             body.line(upper_at, "upper_exclusive = true");
         }
         Self::join_type(join, body);
+        pair_where(s, join, &parts.filters, sides, body)?;
         let names = select_list(s, sides, false, body)?;
         Ok(join_output(&sides[0], names, false))
     }
@@ -503,7 +503,6 @@ impl Compiler {
         as_of: &Expr,
         body: &mut TomlOut,
     ) -> Result<Relation, SqlError> {
-        no_where(s, "temporal joins")?;
         if !matches!(join.kind, JoinKind::Inner | JoinKind::Left) {
             return err(join.at, "a temporal join (FOR SYSTEM_TIME AS OF) is INNER or LEFT");
         }
@@ -520,29 +519,31 @@ impl Compiler {
                 );
             }
         }
-        on_parts(on, sides, false)?;
+        let parts = on_parts(on, sides, false)?;
         self.header(body, "temporal_join", s, sides);
         Self::join_type(join, body);
+        pair_where(s, join, &parts.filters, sides, body)?;
         let names = select_list(s, sides, false, body)?;
         Ok(join_output(&sides[0], names, false))
     }
 
     /// Both sides windowed alike and matched on key and window: the operator's kind, inputs and
     /// window.
-    fn windowed_header(
+    fn windowed_header<'e>(
         &self,
         kind: &str,
         s: &Select,
         sides: &[Side; 2],
         windows: [Window; 2],
-        on: &Expr,
+        on: &'e Expr,
         body: &mut TomlOut,
-    ) -> Result<(), SqlError> {
+    ) -> Result<Vec<&'e Expr>, SqlError> {
         same_window(windows, sides)?;
-        on_parts(on, sides, false)?.window_bounds(on, sides)?;
+        let parts = on_parts(on, sides, false)?;
+        parts.window_bounds(on, sides)?;
         self.header(body, kind, s, sides);
         self.window_keys(body, windows[0], sides[0].at);
-        Ok(())
+        Ok(parts.filters)
     }
 
     fn window_join(
@@ -554,16 +555,11 @@ impl Compiler {
         on: &Expr,
         body: &mut TomlOut,
     ) -> Result<Relation, SqlError> {
+        let filters = self.windowed_header("window_join", s, sides, windows, on, body)?;
         if join.kind != JoinKind::Inner {
-            return err(
-                join.at,
-                "outer window joins are not supported yet: braid's window join is inner (a cogroup of two window aggregates keeps empty sides)",
-            );
+            Self::join_type(join, body);
         }
-        self.windowed_header("window_join", s, sides, windows, on, body)?;
-        if let Some(condition) = &s.where_ {
-            body.string(condition.at(), "where", &self::condition(condition, sides)?);
-        }
+        pair_where(s, join, &filters, sides, body)?;
         let names = select_list(s, sides, true, body)?;
         Ok(join_output(&sides[0], names, true))
     }
@@ -578,7 +574,12 @@ impl Compiler {
         body: &mut TomlOut,
     ) -> Result<Relation, SqlError> {
         no_where(s, "cogroups")?;
-        self.windowed_header("cogroup", s, sides, windows, on, body)?;
+        if let [first, ..] = self.windowed_header("cogroup", s, sides, windows, on, body)?[..] {
+            return err(
+                first.at(),
+                "a cogroup's ON holds the key equality and the window bounds only: filters are not supported here (a cogroup aggregates groups, not pairs)",
+            );
+        }
         Self::join_type(join, body);
         let mut names = Vec::new();
         body.line(s.at, "aggregate = [");
@@ -649,9 +650,36 @@ fn one_table_refusal(s: &Select) -> String {
 
 fn no_where(s: &Select, what: &str) -> Result<(), SqlError> {
     match &s.where_ {
-        Some(w) => err(w.at(), format!("WHERE on {what} is not supported yet (braid: window joins only)")),
+        Some(w) => err(w.at(), format!("WHERE on {what} is not supported: braid filters pairs of joins")),
         None => Ok(()),
     }
+}
+
+/// The filters of ON and, on an inner join, WHERE → `where`, a condition on the pair. An outer
+/// join's WHERE is refused: it would filter the outer rows too, where braid's `where` (as ON)
+/// decides which pairs join and emits the rest alone.
+fn pair_where(
+    s: &Select,
+    join: &Join,
+    filters: &[&Expr],
+    sides: &[Side; 2],
+    body: &mut TomlOut,
+) -> Result<(), SqlError> {
+    let mut all: Vec<&Expr> = filters.to_vec();
+    if let Some(w) = &s.where_ {
+        if !matches!(join.kind, JoinKind::Inner | JoinKind::Cross) {
+            return err(
+                w.at(),
+                "WHERE after an outer join would drop its outer rows too: write the condition in ON (braid's where decides which pairs join, as ON does)",
+            );
+        }
+        all.push(w);
+    }
+    let Some(first) = all.first() else { return Ok(()) };
+    let parts: Vec<String> = all.iter().map(|c| condition(c, sides)).collect::<Result<_, _>>()?;
+    let text = if parts.len() == 1 { parts[0].clone() } else { format!("({})", parts.join(" and ")) };
+    body.string(first.at(), "where", &text);
+    Ok(())
 }
 
 fn same_window(windows: [Window; 2], sides: &[Side; 2]) -> Result<(), SqlError> {
@@ -928,11 +956,14 @@ fn select_list(s: &Select, sides: &[Side; 2], windowed: bool, body: &mut TomlOut
                 );
             }
             SelectItem::Expr { expr: Expr::Column { qualifier, name }, alias } => (qualifier, name, alias),
-            SelectItem::Expr { expr, .. } => {
-                return err(
-                    expr.at(),
-                    "computed select expressions are not supported yet: select fields (a.f, b.g AS h)",
-                );
+            SelectItem::Expr { expr, alias } => {
+                let Some(alias) = alias else {
+                    return err(expr.at(), "a computed select expression needs a name: … AS name");
+                };
+                let text = format!("{} AS {}", condition(expr, sides)?, alias.name);
+                body.line(expr.at(), format!("  {},", quote(&text)));
+                names.push(alias.name.clone());
+                continue;
             }
         };
         let side = resolve(qualifier.as_ref(), name, sides)?;
@@ -965,15 +996,17 @@ fn select_list(s: &Select, sides: &[Side; 2], windowed: bool, body: &mut TomlOut
 
 /// What the ON condition of a join says.
 #[derive(Default)]
-struct OnParts {
+struct OnParts<'e> {
     /// The right time minus the left: (bound in ms, exclusive, where).
     lower: Option<(i64, bool, usize)>,
     upper: Option<(i64, bool, usize)>,
     window_start: bool,
     window_end: bool,
+    /// The other conjuncts: conditions on the pair (braid's `where`).
+    filters: Vec<&'e Expr>,
 }
 
-impl OnParts {
+impl OnParts<'_> {
     fn window_bounds(&self, on: &Expr, sides: &[Side; 2]) -> Result<(), SqlError> {
         if !(self.window_start && self.window_end) {
             let (l, r) = (&sides[0].alias, &sides[1].alias);
@@ -998,9 +1031,9 @@ fn conjuncts<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
     }
 }
 
-/// Splits ON into the key equality (required), the window bounds and, with `bounds`, the time
-/// bounds of an interval join.
-fn on_parts(on: &Expr, sides: &[Side; 2], bounds: bool) -> Result<OnParts, SqlError> {
+/// Splits ON into the key equality (required), the window bounds, with `bounds` the time bounds
+/// of an interval join, and the filters.
+fn on_parts<'e>(on: &'e Expr, sides: &[Side; 2], bounds: bool) -> Result<OnParts<'e>, SqlError> {
     let mut list = Vec::new();
     conjuncts(on, &mut list);
     let mut parts = OnParts::default();
@@ -1050,9 +1083,7 @@ fn on_parts(on: &Expr, sides: &[Side; 2], bounds: bool) -> Result<OnParts, SqlEr
         if bounds && time_bound(c, sides, &mut parts)? {
             continue;
         }
-        let what =
-            if bounds { "the key equality and the time bounds" } else { "the key equality and the window bounds" };
-        return err(c.at(), format!("ON holds {what} only: filters are not supported here"));
+        parts.filters.push(c);
     }
     if !key_eq {
         let (l, r) = (&sides[0], &sides[1]);
@@ -1171,11 +1202,25 @@ fn condition(e: &Expr, sides: &[Side; 2]) -> Result<String, SqlError> {
             if *negated { format!("(not {inside})") } else { inside }
         }
         Expr::Interval { at, .. } => return err(*at, "intervals are not supported in WHERE"),
+        Expr::Call { name, args, star: false, distinct: false } if name.name.eq_ignore_ascii_case("COALESCE") => {
+            let args: Vec<String> = args.iter().map(|a| condition(a, sides)).collect::<Result<_, _>>()?;
+            format!("coalesce({})", args.join(", "))
+        }
+        Expr::Case { arms, otherwise, .. } => {
+            let mut text = String::from("(case");
+            for (when, then) in arms {
+                text += &format!(" when {} then {}", condition(when, sides)?, condition(then, sides)?);
+            }
+            if let Some(e) = otherwise {
+                text += &format!(" else {}", condition(e, sides)?);
+            }
+            text + " end)"
+        }
         Expr::Call { name, .. } => {
             return err(
                 name.at,
                 format!(
-                    "{} is not supported in WHERE: fields, literals, arithmetic, comparisons, AND, OR, NOT, BETWEEN",
+                    "{} is not supported in expressions: fields, literals, arithmetic, comparisons, AND, OR, NOT, BETWEEN, CASE WHEN, COALESCE",
                     name.name
                 ),
             );
@@ -1184,7 +1229,7 @@ fn condition(e: &Expr, sides: &[Side; 2]) -> Result<String, SqlError> {
             return err(
                 *at,
                 format!(
-                    "{what} is not supported in WHERE: fields, literals, arithmetic, comparisons, AND, OR, NOT, BETWEEN"
+                    "{what} is not supported in expressions: fields, literals, arithmetic, comparisons, AND, OR, NOT, BETWEEN, CASE WHEN, COALESCE"
                 ),
             );
         }

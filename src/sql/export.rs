@@ -15,6 +15,7 @@ use std::path::PathBuf;
 
 use crate::operator::OperatorSpec;
 use crate::operator::cogroup::Function;
+use crate::operator::expr::Expr;
 use crate::operator::interval_join::JoinType;
 use crate::operator::projection::{Column, Projection};
 use crate::operator::window::{WindowKind, WindowSpec};
@@ -172,6 +173,30 @@ fn sql_type(ty: FieldType) -> &'static str {
 }
 
 /// `INTERVAL '1.5' SECOND` for 1500 ms (≥ 0).
+const DIVISION_NOTE: &str = "-- where and computed items: SQL's / of two BIGINTs truncates and its % takes the dividend's sign (braid: true division, Python's %).\n";
+
+/// A `where` condition in Flink SQL, `l.` / `r.` naming the sides' fields.
+fn condition_sql(condition: &Expr, schemas: &[&Schema]) -> String {
+    let field = |left: bool, pos: usize| {
+        let (side, s) = if left { ("l", 0) } else { ("r", 1) };
+        format!("{side}.{}", ident(schemas[s].fields.get(pos).map_or("?", |f| f.name.as_str())))
+    };
+    condition.to_sql(&field)
+}
+
+/// An interval or temporal join's `where` as a conjunct of ON (it decides the pairs, as ON does)
+/// and the note its expressions need (or its computed items'); empty without either.
+fn on_filter(condition: Option<&Expr>, projection: &Projection, schemas: &[&Schema]) -> (String, String) {
+    let filter = condition.map_or(String::new(), |c| format!(" AND {}", condition_sql(c, schemas)));
+    (filter, division_note(condition.is_some(), projection).to_owned())
+}
+
+/// [`DIVISION_NOTE`] when a view holds braid expressions: a condition or computed items.
+fn division_note(condition: bool, projection: &Projection) -> &'static str {
+    let computed = projection.columns.iter().any(|c| matches!(c, Column::Computed { .. }));
+    if condition || computed { DIVISION_NOTE } else { "" }
+}
+
 fn interval(ms: i64) -> String {
     let text = format!("{}.{:03}", ms / 1000, ms % 1000);
     format!("INTERVAL '{}' SECOND", text.trim_end_matches('0').trim_end_matches('.'))
@@ -247,14 +272,15 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
                 ));
                 columns.push(("_ts".into(), "BIGINT".into()));
             }
+            let (filter, note) = on_filter(spec.condition.as_ref(), &spec.projection, &schemas);
             let query = format!(
-                "SELECT {}\nFROM {} AS l {} {} AS r\n  ON {on}",
+                "SELECT {}\nFROM {} AS l {} {} AS r\n  ON {on}{filter}",
                 select.join(",\n  "),
                 names[0],
                 join_words(spec.join),
                 names[1]
             );
-            Ok((query, columns, String::new()))
+            Ok((query, columns, note))
         }
         OperatorSpec::TemporalJoin(spec) => {
             if spec.broadcast_right {
@@ -267,8 +293,9 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
                 select.push(format!("l.{} AS `_ts`", ident(&lt)));
                 columns.push(("_ts".into(), "BIGINT".into()));
             }
+            let (filter, note) = on_filter(spec.condition.as_ref(), &spec.projection, &schemas);
             let query = format!(
-                "SELECT {}\nFROM {} AS l {} {} FOR SYSTEM_TIME AS OF l.rt AS r\n  ON l.{} = r.{}",
+                "SELECT {}\nFROM {} AS l {} {} FOR SYSTEM_TIME AS OF l.rt AS r\n  ON l.{} = r.{}{filter}",
                 select.join(",\n  "),
                 names[0],
                 join_words(join),
@@ -276,33 +303,37 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
                 ident(&lk),
                 ident(&rk)
             );
-            Ok((query, columns, String::new()))
+            Ok((query, columns, note))
         }
         OperatorSpec::WindowJoin(spec) => {
             let (lk, rk) = (key(0).ok_or("no key")?, key(1).ok_or("no key")?);
             let tvf = |side: usize, k: &str| window_tvf(&spec.window, &names[side], k);
-            let (mut select, mut columns) = projection(&spec.projection, op, &schemas, JoinType::Inner, &lk, &rk);
-            select.push("l.window_start AS `_window_start`".into());
-            select.push("l.window_end AS `_window_end`".into());
+            let (mut select, mut columns) = projection(&spec.projection, op, &schemas, spec.join, &lk, &rk);
+            let bound = |b: &str| match spec.join {
+                JoinType::Inner | JoinType::Left => format!("l.{b}"),
+                JoinType::Right => format!("r.{b}"),
+                JoinType::Full => format!("COALESCE(l.{b}, r.{b})"),
+            };
+            select.push(format!("{} AS `_window_start`", bound("window_start")));
+            select.push(format!("{} AS `_window_end`", bound("window_end")));
             columns.push(("_window_start".into(), "TIMESTAMP(3)".into()));
             columns.push(("_window_end".into(), "TIMESTAMP(3)".into()));
             let mut query = format!(
-                "SELECT {}\nFROM (SELECT * FROM {}) AS l JOIN (SELECT * FROM {}) AS r\n  ON l.{} = r.{} AND l.window_start = r.window_start AND l.window_end = r.window_end",
+                "SELECT {}\nFROM (SELECT * FROM {}) AS l {} (SELECT * FROM {}) AS r\n  ON l.{} = r.{} AND l.window_start = r.window_start AND l.window_end = r.window_end",
                 select.join(",\n  "),
                 tvf(0, &lk),
+                join_words(spec.join),
                 tvf(1, &rk),
                 ident(&lk),
                 ident(&rk)
             );
             let mut note = lateness_note(&spec.window);
             if let Some(condition) = &spec.condition {
-                let field = |left: bool, pos: usize| {
-                    let (side, s) = if left { ("l", 0) } else { ("r", 1) };
-                    format!("{side}.{}", ident(schemas[s].fields.get(pos).map_or("?", |f| f.name.as_str())))
-                };
-                let _ = write!(query, "\nWHERE {}", condition.to_sql(&field));
-                note.push_str("-- WHERE: SQL's / of two BIGINTs truncates and its % takes the dividend's sign (braid: true division, Python's %).\n");
+                // An outer join's condition decides the pairs (ON); an inner one's may filter after.
+                let clause = if spec.join == JoinType::Inner { "\nWHERE" } else { " AND" };
+                let _ = write!(query, "{clause} {}", condition_sql(condition, &schemas));
             }
+            note.push_str(division_note(spec.condition.is_some(), &spec.projection));
             Ok((query, columns, note))
         }
         OperatorSpec::CoGroup(spec) => {
@@ -435,6 +466,7 @@ fn projection(
                 let side = if *input == 0 { "l" } else { "r" };
                 format!("{side}.{}", ident(&schemas[*input].fields[*pos].name))
             }
+            Column::Computed { expr, .. } => condition_sql(expr, schemas),
             Column::Kind => {
                 format!(
                     "CASE WHEN l.{lk} IS NULL THEN 'right_only' WHEN r.{rk} IS NULL THEN 'left_only' ELSE 'match' END"
@@ -469,5 +501,36 @@ mod tests {
         assert!(flink_sql(&plan, &[], &[("effect.late".into(), PathBuf::from("x"))]).is_err());
         assert_eq!(interval(1), "INTERVAL '0.001' SECOND");
         assert_eq!(interval(60_000), "INTERVAL '60' SECOND");
+    }
+
+    /// `where` of an interval or temporal join and of an outer window join goes into ON;
+    /// computed items become SQL expressions; an outer window join keeps its join words.
+    #[test]
+    fn conditions_computed_items_and_outer_window_joins_export() {
+        let sql = "
+CREATE TABLE s (device STRING, ts BIGINT, seq BIGINT, rt AS TO_TIMESTAMP_LTZ(ts, 3),
+  WATERMARK FOR rt AS rt - INTERVAL '0.5' SECOND) WITH ('key' = 'device');
+CREATE TABLE c (device STRING, ts BIGINT, cmd STRING, rt AS TO_TIMESTAMP_LTZ(ts, 3),
+  WATERMARK FOR rt AS rt - INTERVAL '0.5' SECOND) WITH ('key' = 'device');
+CREATE VIEW i AS SELECT c.cmd, COALESCE(s.seq * 2, 0) AS twice FROM c LEFT JOIN s
+  ON c.device = s.device AND s.rt BETWEEN c.rt AND c.rt + INTERVAL '1' SECOND AND s.seq > 3;
+CREATE VIEW t AS SELECT c.cmd FROM c JOIN s FOR SYSTEM_TIME AS OF c.rt AS v ON c.device = v.device AND v.seq <> 0;
+CREATE VIEW w AS SELECT x.cmd, y.seq
+  FROM TABLE(TUMBLE(TABLE c, DESCRIPTOR(rt), INTERVAL '1' SECOND)) x
+  FULL JOIN TABLE(TUMBLE(TABLE s, DESCRIPTOR(rt), INTERVAL '1' SECOND)) y
+  ON x.device = y.device AND x.window_start = y.window_start AND x.window_end = y.window_end AND y.seq > 1;";
+        let plan = crate::sql::load("t.sql", sql).unwrap_or_else(|e| panic!("{e}"));
+        let script = flink_sql(&plan, &[], &[]).expect("exports");
+        for wanted in [
+            "AND l.rt + INTERVAL '1' SECOND AND (r.`seq` > 3)",
+            "COALESCE((r.`seq` * 2), 0) AS `twice`",
+            "ON l.`device` = r.`device` AND (r.`seq` <> 0)",
+            "AS l FULL JOIN (SELECT * FROM TABLE(TUMBLE(",
+            "l.window_end = r.window_end AND (r.`seq` > 1)",
+            "COALESCE(l.window_start, r.window_start) AS `_window_start`",
+            "-- where and computed items: SQL's / of two BIGINTs truncates",
+        ] {
+            assert!(script.contains(wanted), "{wanted:?} in\n{script}");
+        }
     }
 }

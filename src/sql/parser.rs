@@ -770,6 +770,13 @@ impl Parser {
                 }
                 Ok(Expr::Interval { value, unit, at })
             }
+            "CASE" if matches!(self.peek_at(1), Some(TokKind::Word(x)) if x.eq_ignore_ascii_case("WHEN")) => {
+                self.i += 1;
+                self.nest()?;
+                let case = self.case(at);
+                self.depth -= 1;
+                case
+            }
             "CASE" => {
                 self.i += 1;
                 let mut depth = 1usize;
@@ -782,7 +789,7 @@ impl Parser {
                     }
                     self.i += 1;
                 }
-                Ok(Expr::Other { what: "CASE".into(), at })
+                Ok(Expr::Other { what: "the simple CASE x WHEN … form".into(), at })
             }
             "CAST" | "TRY_CAST" | "EXISTS" => {
                 self.i += 1;
@@ -792,6 +799,23 @@ impl Parser {
             }
             _ => self.column_or_call(),
         }
+    }
+
+    /// `WHEN c THEN v … [ELSE v] END` after `CASE` (at `at`).
+    fn case(&mut self, at: usize) -> Result<Expr, SqlError> {
+        let mut arms = Vec::new();
+        while self.eat_word("WHEN") {
+            let when = self.expr()?;
+            if !self.eat_word("THEN") {
+                return Err(self.expected("THEN"));
+            }
+            arms.push((when, self.expr()?));
+        }
+        let otherwise = if self.eat_word("ELSE") { Some(Box::new(self.expr()?)) } else { None };
+        if !self.eat_word("END") {
+            return Err(self.expected("WHEN, ELSE or END"));
+        }
+        Ok(Expr::Case { arms, otherwise, at })
     }
 
     fn column_or_call(&mut self) -> Result<Expr, SqlError> {

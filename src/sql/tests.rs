@@ -2,6 +2,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::operator::OperatorSpec;
+use crate::record::FieldType;
 
 const TABLES: &str = "
 CREATE TABLE status (device STRING, ts BIGINT, state STRING, seq BIGINT,
@@ -151,8 +152,8 @@ fn refusals_say_where_and_what_instead() {
         ]
     );
     assert_eq!(
-        view("SELECT c.cmd, c.ts * 2 AS t2 FROM command c JOIN status s ON c.device = s.device AND s.rt = c.rt"),
-        ["t.sql:8:32: computed select expressions are not supported yet: select fields (a.f, b.g AS h)"]
+        view("SELECT c.cmd, c.ts * 2 FROM command c JOIN status s ON c.device = s.device AND s.rt = c.rt"),
+        ["t.sql:8:32: a computed select expression needs a name: … AS name"]
     );
     assert_eq!(
         view("SELECT cmd FROM command WHERE cmd = 'x'"),
@@ -314,4 +315,100 @@ CREATE VIEW per_minute AS
     assert_eq!(functions, [(Function::Count, 0), (Function::Avg, 1)]);
     let names: Vec<&str> = plan.operators[0].output.fields.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(names, ["device", "n", "mean_seq", "_kind", "_window_start", "_window_end", "_version"]);
+}
+
+/// The `where` a compiled view's operator got (the generated TOML line).
+fn where_line(sql: &str) -> Option<String> {
+    let compiled = compile(sql).unwrap_or_else(|e| panic!("{}", e[0].message));
+    compiled.toml.text.lines().find(|l| l.starts_with("where = ")).map(str::to_owned)
+}
+
+#[test]
+fn filters_in_on_and_an_inner_where_become_the_pairs_where() {
+    let interval = format!(
+        "{TABLES}CREATE VIEW v AS SELECT c.cmd FROM command c JOIN status s \
+         ON c.device = s.device AND s.rt = c.rt AND s.seq > 3 WHERE c.cmd <> 'noop';"
+    );
+    assert_eq!(where_line(&interval).as_deref(), Some(r#"where = "((right.seq > 3) and (left.cmd != \"noop\"))""#));
+    let compiled = plan(&interval);
+    let OperatorSpec::IntervalJoin(spec) = &compiled.operators[0].spec else { panic!("an interval join") };
+    assert!(spec.condition.is_some());
+
+    let outer_on = format!(
+        "{TABLES}CREATE VIEW v AS SELECT c.cmd FROM command c LEFT JOIN status s \
+         ON c.device = s.device AND s.rt = c.rt AND s.seq > 3;"
+    );
+    assert_eq!(where_line(&outer_on).as_deref(), Some(r#"where = "(right.seq > 3)""#));
+
+    let temporal = format!(
+        "{TABLES}CREATE VIEW v AS SELECT c.cmd FROM command c LEFT JOIN status FOR SYSTEM_TIME AS OF c.rt AS s \
+         ON c.device = s.device AND s.state = 'on';"
+    );
+    assert_eq!(where_line(&temporal).as_deref(), Some(r#"where = "(right.state == \"on\")""#));
+    let OperatorSpec::TemporalJoin(spec) = &plan(&temporal).operators[0].spec else { panic!("a temporal join") };
+    assert!(spec.condition.is_some());
+}
+
+#[test]
+fn computed_select_expressions_become_computed_items() {
+    let sql = format!(
+        "{TABLES}CREATE VIEW v AS SELECT c.cmd, s.seq * 2 + 1 AS odd, \
+         CASE WHEN s.state = 'on' THEN 1.5 WHEN s.seq > 3 THEN 2 END AS weight, \
+         COALESCE(s.state, c.cmd) AS what \
+         FROM command c LEFT JOIN status s ON c.device = s.device AND s.rt = c.rt;"
+    );
+    let compiled = compile(&sql).unwrap_or_else(|e| panic!("{}", e[0].message));
+    let items: Vec<&str> = compiled.toml.text.lines().filter(|l| l.starts_with("  \"")).collect();
+    assert_eq!(
+        items,
+        [
+            r#"  "left.cmd","#,
+            r#"  "((right.seq * 2) + 1) AS odd","#,
+            r#"  "(case when (right.state == \"on\") then 1.5 when (right.seq > 3) then 2 end) AS weight","#,
+            r#"  "coalesce(right.state, left.cmd) AS what","#,
+        ]
+    );
+    let plan = plan(&sql);
+    let fields: Vec<(&str, FieldType)> =
+        plan.operators[0].output.fields.iter().map(|f| (f.name.as_str(), f.ty)).collect();
+    assert_eq!(
+        fields,
+        [
+            ("device", FieldType::String),
+            ("cmd", FieldType::String),
+            ("odd", FieldType::Int),
+            ("weight", FieldType::Float),
+            ("what", FieldType::String),
+            ("_kind", FieldType::String)
+        ]
+    );
+    assert_eq!(
+        errors(&format!(
+            "{TABLES}CREATE VIEW v AS SELECT CASE s.seq WHEN 1 THEN 2 END AS x \
+             FROM command c JOIN status s ON c.device = s.device AND s.rt = c.rt;"
+        )),
+        [
+            "t.sql:8:25: the simple CASE x WHEN … form is not supported in expressions: fields, literals, arithmetic, comparisons, AND, OR, NOT, BETWEEN, CASE WHEN, COALESCE"
+        ]
+    );
+}
+
+#[test]
+fn outer_window_joins_compile_with_their_join_type() {
+    for (words, join) in [("LEFT", "left"), ("RIGHT", "right"), ("FULL", "full")] {
+        let sql = format!(
+            "{TABLES}CREATE VIEW v AS SELECT c.cmd, s.state \
+             FROM TABLE(TUMBLE(TABLE command, DESCRIPTOR(rt), INTERVAL '1' MINUTE)) c \
+             {words} JOIN TABLE(TUMBLE(TABLE status, DESCRIPTOR(rt), INTERVAL '1' MINUTE)) s \
+             ON c.device = s.device AND c.window_start = s.window_start AND c.window_end = s.window_end AND s.seq > 1;"
+        );
+        let compiled = compile(&sql).unwrap_or_else(|e| panic!("{}", e[0].message));
+        assert!(compiled.toml.text.contains(&format!("join = \"{join}\"\n")), "{}", compiled.toml.text);
+        assert!(compiled.toml.text.contains("where = \"(right.seq > 1)\"\n"), "{}", compiled.toml.text);
+        let plan = plan(&sql);
+        let OperatorSpec::WindowJoin(spec) = &plan.operators[0].spec else { panic!("a window join") };
+        assert_eq!(spec.join.keeps_unmatched(1), join != "left");
+        let state = plan.operators[0].output.fields.iter().find(|f| f.name == "state").map(|f| f.nullable);
+        assert_eq!(state, Some(join != "right"), "a right field may be missing from left_only rows");
+    }
 }

@@ -4,22 +4,44 @@
 use std::cmp::Ordering;
 
 use super::{Arith, Cmp, Expr, Node, Side};
-use crate::record::{Row, Value, cmp_int_float};
+use crate::record::view::RowView;
+use crate::record::{ArchivedValue, FieldType, Value, cmp_int_float};
 
 impl Expr {
     /// The value of node `at` on the pair; its strings borrow from the rows or the arena.
-    pub(super) fn value<'a>(&'a self, at: usize, left: &'a Row, right: &'a Row) -> Val<'a> {
+    pub(super) fn value<'a>(&'a self, at: usize, left: Option<RowView<'a>>, right: Option<RowView<'a>>) -> Val<'a> {
         let Some(node) = self.nodes.get(at) else { return Val::Null };
         match node {
             Node::Lit(v) => Val::of(v),
-            Node::Field(Side::Left, pos) => left.values.get(*pos).map_or(Val::Null, Val::of),
-            Node::Field(Side::Right, pos) => right.values.get(*pos).map_or(Val::Null, Val::of),
+            Node::Field(Side::Left, pos) => field(left, *pos),
+            Node::Field(Side::Right, pos) => field(right, *pos),
             Node::Neg(a) => neg(self.value(*a, left, right)),
             Node::Not(a) => Val::Bool(!self.value(*a, left, right).truthy()),
             Node::And(a, b) => Val::Bool(self.value(*a, left, right).truthy() && self.value(*b, left, right).truthy()),
             Node::Or(a, b) => Val::Bool(self.value(*a, left, right).truthy() || self.value(*b, left, right).truthy()),
             Node::Arith(op, a, b) => arith(*op, self.value(*a, left, right), self.value(*b, left, right)),
             Node::Cmp(op, a, b) => compare(*op, self.value(*a, left, right), self.value(*b, left, right)),
+            Node::Case { arms, otherwise } => {
+                match arms.iter().find(|(when, _)| self.value(*when, left, right).truthy()) {
+                    Some((_, then)) => self.value(*then, left, right),
+                    None => otherwise.map_or(Val::Null, |e| self.value(e, left, right)),
+                }
+            }
+            Node::Coalesce(args) => {
+                args.iter().map(|a| self.value(*a, left, right)).find(|v| *v != Val::Null).unwrap_or(Val::Null)
+            }
+        }
+    }
+}
+
+/// Field `pos` of a row, borrowed; null past the end of the row.
+fn field(row: Option<RowView<'_>>, pos: usize) -> Val<'_> {
+    match row {
+        None => Val::Null,
+        Some(RowView::Heap(row)) => row.values.get(pos).map_or(Val::Null, Val::of),
+        Some(RowView::Archived(row)) => {
+            let values: &[ArchivedValue] = &row.values;
+            values.get(pos).map_or(Val::Null, Val::of_archived)
         }
     }
 }
@@ -44,6 +66,30 @@ impl<'a> Val<'a> {
             Value::Str(s) => Val::Str(s),
             // Not a field a condition can name (refused at parse time).
             Value::IdList(_) => Val::Null,
+        }
+    }
+
+    fn of_archived(v: &'a ArchivedValue) -> Val<'a> {
+        match v {
+            ArchivedValue::Null => Val::Null,
+            ArchivedValue::Bool(b) => Val::Bool(*b),
+            ArchivedValue::Int(i) => Val::Int(i.to_native()),
+            ArchivedValue::Float(f) => Val::Float(f.to_native()),
+            ArchivedValue::Str(s) => Val::Str(s),
+            ArchivedValue::IdList(_) => Val::Null,
+        }
+    }
+
+    /// The value as a result holds it, in a column of type `ty` (an int in a float column is
+    /// converted, as Python's `float(int)`).
+    pub(super) fn to_value(self, ty: FieldType) -> Value {
+        match self {
+            Val::Null => Value::Null,
+            Val::Bool(b) => Value::Bool(b),
+            Val::Int(i) if ty == FieldType::Float => Value::Float(i as f64),
+            Val::Int(i) => Value::Int(i),
+            Val::Float(f) => Value::Float(f),
+            Val::Str(s) => Value::Str(s.into()),
         }
     }
 

@@ -15,6 +15,13 @@ pub(super) enum Op {
     Arith(Arith),
     Open,
     Close,
+    Comma,
+    Case,
+    When,
+    Then,
+    Else,
+    End,
+    Coalesce,
 }
 
 #[derive(Debug)]
@@ -212,6 +219,12 @@ fn word(s: &str, schemas: [&Schema; 2]) -> Result<(TokKind, usize), String> {
         "true" => TokKind::Lit(Value::Bool(true)),
         "false" => TokKind::Lit(Value::Bool(false)),
         "null" => TokKind::Lit(Value::Null),
+        "case" => TokKind::Op(Op::Case),
+        "when" => TokKind::Op(Op::When),
+        "then" => TokKind::Op(Op::Then),
+        "else" => TokKind::Op(Op::Else),
+        "end" => TokKind::Op(Op::End),
+        "coalesce" => TokKind::Op(Op::Coalesce),
         _ => return Err(format!("unknown word {} (fields are left.x / right.x)", quoted(w))),
     };
     Ok((kind, len))
@@ -242,6 +255,7 @@ fn operator(s: &str) -> Option<(Op, usize)> {
         b'!' => Op::Not,
         b'(' => Op::Open,
         b')' => Op::Close,
+        b',' => Op::Comma,
         _ => return None,
     };
     Some((op, 1))

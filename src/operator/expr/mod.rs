@@ -108,7 +108,8 @@ mod parser;
 #[cfg(test)]
 mod tests;
 
-use crate::record::{Row, Schema, Value};
+use crate::record::view::RowView;
+use crate::record::{FieldType, Row, Schema, Value};
 
 /// The deepest tree (and the deepest nesting of parentheses, `not` and unary minus) a condition
 /// may have. Bounds the recursion of parsing and of [`Expr::eval`].
@@ -133,6 +134,14 @@ enum Node {
     Or(usize, usize),
     Arith(Arith, usize, usize),
     Cmp(Cmp, usize, usize),
+    /// `case when c then v … [else v] end`: the first arm whose condition holds, else `otherwise`
+    /// (null without one).
+    Case {
+        arms: Box<[(usize, usize)]>,
+        otherwise: Option<usize>,
+    },
+    /// `coalesce(a, b, …)`: the first operand that is not null.
+    Coalesce(Box<[usize]>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,7 +178,25 @@ impl Expr {
 
     /// Whether the pair satisfies the condition. Never allocates, never panics.
     pub fn eval(&self, left: &Row, right: &Row) -> bool {
-        self.value(self.root, left, right).truthy()
+        self.eval_views(RowView::Heap(left), RowView::Heap(right))
+    }
+
+    /// [`eval`](Self::eval) on rows read in place (a ring frame's, an arena's).
+    pub fn eval_views(&self, left: RowView<'_>, right: RowView<'_>) -> bool {
+        self.value(self.root, Some(left), Some(right)).truthy()
+    }
+
+    /// Parses a computed `select` expression (same language, any type but null) and its output
+    /// type: an int or float expression, a string (also from a `bytes` field), or a bool.
+    pub fn parse_value(text: &str, left: &Schema, right: &Schema) -> Result<(Expr, FieldType), String> {
+        parser::parse_value(text, left, right)
+    }
+
+    /// The value of a computed expression of type `ty` ([`parse_value`](Self::parse_value)); a
+    /// side that is missing (an outer row) reads null. An int where `ty` is float (a CASE or
+    /// COALESCE mixing them) becomes a float.
+    pub fn compute(&self, ty: FieldType, left: Option<RowView<'_>>, right: Option<RowView<'_>>) -> Value {
+        self.value(self.root, left, right).to_value(ty)
     }
 }
 
@@ -206,6 +233,20 @@ impl Expr {
                     Arith::Rem => "%",
                 };
                 two(op, *a, *b)
+            }
+            Node::Case { arms, otherwise } => {
+                let mut sql = String::from("(CASE");
+                for (when, then) in arms.iter() {
+                    sql += &format!(" WHEN {} THEN {}", self.node_sql(*when, field), self.node_sql(*then, field));
+                }
+                if let Some(e) = otherwise {
+                    sql += &format!(" ELSE {}", self.node_sql(*e, field));
+                }
+                sql + " END)"
+            }
+            Node::Coalesce(args) => {
+                let args: Vec<String> = args.iter().map(|a| self.node_sql(*a, field)).collect();
+                format!("COALESCE({})", args.join(", "))
             }
             Node::Cmp(op, a, b) => {
                 let op = match op {

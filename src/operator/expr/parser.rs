@@ -9,6 +9,23 @@ use crate::record::{FieldType, Schema, Value};
 
 /// Parses and type-checks `text`: [`Expr::parse`].
 pub(super) fn parse(text: &str, left: &Schema, right: &Schema) -> Result<Expr, String> {
+    parse_typed(text, left, right).map(|(expr, _)| expr)
+}
+
+/// [`Expr::parse_value`]: the expression and the type of its values.
+pub(super) fn parse_value(text: &str, left: &Schema, right: &Schema) -> Result<(Expr, FieldType), String> {
+    let (expr, ty) = parse_typed(text, left, right)?;
+    let ty = match ty {
+        Ty::Bool => FieldType::Bool,
+        Ty::Int => FieldType::Int,
+        Ty::Float => FieldType::Float,
+        Ty::Str => FieldType::String,
+        Ty::Null => return Err("the expression is always null: it has no type a field could have".into()),
+    };
+    Ok((expr, ty))
+}
+
+fn parse_typed(text: &str, left: &Schema, right: &Schema) -> Result<(Expr, Ty), String> {
     let toks = tokenize(text, [left, right])?;
     if toks.is_empty() {
         return Err("empty condition".into());
@@ -21,7 +38,7 @@ pub(super) fn parse(text: &str, left: &Schema, right: &Schema) -> Result<Expr, S
     if let Some(e) = parser.type_error {
         return Err(e);
     }
-    Ok(Expr { nodes: parser.nodes, root: root.at })
+    Ok((Expr { nodes: parser.nodes, root: root.at }, root.ty))
 }
 
 /// The static type of a subexpression (its value may always be null as well).
@@ -120,6 +137,90 @@ impl Parser<'_> {
         }
         self.i += 1;
         self.toks.get(self.i - 1).map(|t| t.start)
+    }
+
+    /// The next token's start, or the end of the text.
+    fn here(&self) -> usize {
+        self.toks.get(self.i).map_or(self.text.trim_end().len(), |t| t.start)
+    }
+
+    /// Consumes `op` or fails saying `what` was wanted.
+    fn expect(&mut self, op: Op, what: &str) -> Result<usize, String> {
+        self.take(op).ok_or_else(|| {
+            let found = match self.toks.get(self.i) {
+                Some(t) => format!("found {}", self.quoted_tok(t)),
+                None => "found the end".into(),
+            };
+            format!("expected {what} at column {} ({found})", column(self.text, self.here()))
+        })
+    }
+
+    /// The type of values that may come from any of `subs` (CASE branches, COALESCE operands):
+    /// null goes with anything, int with float gives float; other mixes are a type error.
+    fn unify(&mut self, what: &str, subs: &[Sub]) -> Ty {
+        let mut ty = Ty::Null;
+        for s in subs {
+            ty = match (ty, s.ty) {
+                (Ty::Null, t) | (t, Ty::Null) => t,
+                (Ty::Int, Ty::Float) | (Ty::Float, Ty::Int) => Ty::Float,
+                (a, b) if a == b => a,
+                (a, b) => {
+                    self.type_error(format!(
+                        "{what} mixes {a} and {b} {} at column {} (one type, or int and float)",
+                        self.fragment(*s),
+                        column(self.text, s.start)
+                    ));
+                    return Ty::Null;
+                }
+            };
+        }
+        ty
+    }
+
+    /// `case when c then v … [else v] end` (after `case`, at `start`).
+    fn case(&mut self, start: usize) -> Result<Sub, String> {
+        self.enter(start)?;
+        let (mut arms, mut operands, mut values) = (Vec::new(), Vec::new(), Vec::new());
+        self.expect(Op::When, "when after case")?;
+        loop {
+            let when = self.or()?;
+            self.expect(Op::Then, "then")?;
+            let then = self.or()?;
+            arms.push((when.at, then.at));
+            operands.extend([when, then]);
+            values.push(then);
+            if self.take(Op::When).is_none() {
+                break;
+            }
+        }
+        let otherwise = match self.take(Op::Else) {
+            Some(_) => {
+                let e = self.or()?;
+                operands.push(e);
+                values.push(e);
+                Some(e.at)
+            }
+            None => None,
+        };
+        let end = self.expect(Op::End, "when, else or end")?;
+        self.nesting -= 1;
+        let ty = self.unify("case", &values);
+        self.push(Node::Case { arms: arms.into(), otherwise }, ty, start, end + 3, &operands)
+    }
+
+    /// `coalesce(a, b, …)` (after `coalesce`, at `start`).
+    fn coalesce(&mut self, start: usize) -> Result<Sub, String> {
+        self.enter(start)?;
+        self.expect(Op::Open, "( after coalesce")?;
+        let mut args = vec![self.or()?];
+        while self.take(Op::Comma).is_some() {
+            args.push(self.or()?);
+        }
+        let close = self.expect(Op::Close, ", or )")?;
+        self.nesting -= 1;
+        let ty = self.unify("coalesce", &args);
+        let nodes: Vec<usize> = args.iter().map(|a| a.at).collect();
+        self.push(Node::Coalesce(nodes.into()), ty, start, close + 1, &args)
     }
 
     fn fragment(&self, sub: Sub) -> &str {
@@ -306,6 +407,14 @@ impl Parser<'_> {
                     return Err(format!("missing ) for the ( at column {} ({found})", column(self.text, start)));
                 };
                 Ok(Sub { start, end: close + 1, ..a })
+            }
+            TokKind::Op(Op::Case) => {
+                self.i += 1;
+                self.case(start)
+            }
+            TokKind::Op(Op::Coalesce) => {
+                self.i += 1;
+                self.coalesce(start)
             }
             TokKind::Op(_) => {
                 Err(format!("unexpected {} at column {}", self.quoted_tok(tok), column(self.text, start)))

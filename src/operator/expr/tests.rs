@@ -1,6 +1,7 @@
 use super::eval::{Val, int_true_div};
 use super::{Expr, MAX_DEPTH};
 use crate::record::schema::Field;
+use crate::record::view::RowView;
 use crate::record::{FieldType, Key, Row, Schema, TimeSpec, Value};
 use proptest::prelude::*;
 
@@ -55,7 +56,7 @@ fn eval(text: &str) -> bool {
 fn value_of(text: &str) -> Value {
     let (l, r) = pair();
     let e = parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
-    match e.value(e.root, &l, &r) {
+    match e.value(e.root, Some(RowView::Heap(&l)), Some(RowView::Heap(&r))) {
         Val::Null => Value::Null,
         Val::Bool(b) => Value::Bool(b),
         Val::Int(i) => Value::Int(i),
@@ -539,4 +540,73 @@ fn decompose(f: f64) -> (i128, i32) {
     let exp = ((bits >> 52) & 0x7ff) as i32;
     let m = i128::from((bits & ((1 << 52) - 1)) | 1 << 52);
     (if f < 0.0 { -m } else { m }, exp - 1075)
+}
+
+/// A computed select item's value and type on `pair()`, the right side missing when `outer`.
+fn computed(text: &str, outer: bool) -> (Value, FieldType) {
+    let (ls, rs) = schemas();
+    let (l, r) = pair();
+    let (e, ty) = Expr::parse_value(text, &ls, &rs).unwrap_or_else(|e| panic!("{text}: {e}"));
+    let right = if outer { None } else { Some(RowView::Heap(&r)) };
+    (e.compute(ty, Some(RowView::Heap(&l)), right), ty)
+}
+
+#[test]
+fn computed_values_have_a_type() {
+    use FieldType::*;
+    assert_eq!(computed("left.n * right.qty", false), (Value::Int(-21), Int));
+    assert_eq!(computed("right.amount * left.n", false), (Value::Float(1050.0), Float));
+    assert_eq!(computed("left.n / 2", false), (Value::Float(3.5), Float));
+    assert_eq!(computed("right.amount > 100", false), (Value::Bool(true), Bool));
+    assert_eq!(computed("left.b", false), (s("QQ=="), String), "bytes read as their text");
+    // CASE: the first arm that holds, else ELSE, else null; an int branch in a float CASE is a float.
+    let case = "case when right.amount > 200 then 'big' when right.amount > 100 then 'mid' else 'small' end";
+    assert_eq!(computed(case, false), (s("mid"), String));
+    assert_eq!(computed("CASE WHEN left.n > 100 THEN 'x' END", false), (Value::Null, String));
+    assert_eq!(computed("case when left.flag then 1 else right.amount end", false), (Value::Float(1.0), Float));
+    assert_eq!(
+        computed("case when left.n = 7 then case when right.ok then 1 else 2 end end", false),
+        (Value::Int(2), Int)
+    );
+    // COALESCE: the first operand not null; a missing side reads null.
+    assert_eq!(computed("coalesce(right.qty, 0)", false), (Value::Int(-3), Int));
+    assert_eq!(computed("coalesce(right.qty, 0)", true), (Value::Int(0), Int));
+    assert_eq!(computed("coalesce(right.amount * 2, left.n, 0)", true), (Value::Float(7.0), Float));
+    assert_eq!(computed("right.tag", true), (Value::Null, String));
+    // The same language in `where`.
+    assert!(eval("coalesce(right.tag, 'z') == 'a' and case when left.flag then true else false end"));
+}
+
+#[test]
+fn computed_values_refuse_mixed_and_null_types() {
+    let (ls, rs) = schemas();
+    let refused = |text: &str| Expr::parse_value(text, &ls, &rs).err().unwrap_or_default();
+    assert_eq!(
+        refused("case when left.flag then 1 else 'one' end"),
+        "case mixes int and string 'one' at column 33 (one type, or int and float)"
+    );
+    assert_eq!(
+        refused("coalesce(left.name, 0)"),
+        "coalesce mixes string and int 0 at column 21 (one type, or int and float)"
+    );
+    assert_eq!(refused("null"), "the expression is always null: it has no type a field could have");
+    assert_eq!(refused("case left.n when 1 then 2 end"), "expected when after case at column 6 (found 'left.n')");
+    assert_eq!(refused("case when left.flag then 1"), "expected when, else or end at column 27 (found the end)");
+    assert_eq!(refused("coalesce(left.n 1)"), "expected , or ) at column 17 (found '1')");
+    assert_eq!(refused("coalesce left.n"), "expected ( after coalesce at column 10 (found 'left.n')");
+}
+
+proptest! {
+    /// Arbitrary CASE / COALESCE soup never panics, in parsing or on any pair.
+    #[test]
+    fn case_and_coalesce_soup_never_panics(words in proptest::collection::vec(
+        prop::sample::select(vec!["case", "when", "then", "else", "end", "coalesce", "(", ")", ",", "left.n",
+            "right.qty", "left.name", "1", "2.5", "'s'", "null", "+", "/", ">", "and", "not"]), 0..24)) {
+        let (ls, rs) = schemas();
+        let (l, r) = pair();
+        if let Ok((e, ty)) = Expr::parse_value(&words.join(" "), &ls, &rs) {
+            let _ = e.compute(ty, Some(RowView::Heap(&l)), None);
+            let _ = e.compute(ty, Some(RowView::Heap(&l)), Some(RowView::Heap(&r)));
+        }
+    }
 }

@@ -241,6 +241,8 @@ pub struct Join {
     /// None: omitted (default inner).
     pub join: Option<JoinType>,
     pub select: Vec<Sel>,
+    /// `where = "(left.seq + right.seq) % M != 0"` with this M; None: no `where`.
+    pub where_mod: Option<i64>,
 }
 
 impl Join {
@@ -260,6 +262,11 @@ impl Join {
 
     pub fn cond(&self, lts: i64, rts: i64) -> bool {
         lts + self.lo() <= rts && rts <= lts + self.hi()
+    }
+
+    /// Whether the pair passes `where` (Python's `%`: the seqs are positive here anyway).
+    pub fn passes_where(&self, l: &Row, r: &Row) -> bool {
+        self.where_mod.is_none_or(|m| (l.seq + r.seq).rem_euclid(m) != 0)
     }
 
     /// The alias under which a side's field is selected, if it is.
@@ -336,6 +343,9 @@ impl Workload {
             }
             if let Some(j) = op.join {
                 writeln!(s, "join = \"{}\"", j.name()).unwrap();
+            }
+            if let Some(m) = op.where_mod {
+                writeln!(s, "where = \"(left.seq + right.seq) % {m} != 0\"").unwrap();
             }
             let sel: Vec<String> = op.select.iter().map(|x| format!("\"{}\"", x.text())).collect();
             writeln!(s, "select = [{}]", sel.join(", ")).unwrap();
@@ -628,6 +638,7 @@ fn gen_join(rng: &mut Rng, name: &str, left: &str, right: &str, grid: i64, notes
         upper_excl,
         join,
         select: vec![],
+        where_mod: None,
     }
 }
 
@@ -1048,7 +1059,9 @@ pub fn expected(w: &Workload) -> Expected {
             if l.key != r.key {
                 continue;
             }
-            if j.cond(l.ts, r.ts) {
+            if j.cond(l.ts, r.ts) && !j.passes_where(l, r) {
+                // Within the bounds, filtered out by `where`: not a pair.
+            } else if j.cond(l.ts, r.ts) {
                 *e.results.entry(("match".into(), Some(l.seq), Some(r.seq))).or_insert(0) += 1;
                 matched.insert(l.seq);
                 matched.insert(r.seq);
