@@ -17,7 +17,10 @@
 //!
 //! Routes: `GET /metrics` → 200 Prometheus text (version 0.0.4); `GET /healthz` → 200 `ok`, or
 //! 503 with one reason a line; another path → 404; another method on these paths → 405 with
-//! `Allow: GET, HEAD` (HEAD answers like GET, without the body).
+//! `Allow: GET, HEAD` (HEAD answers like GET, without the body). `GET /journal` → 200 the
+//! journal's messages as replay input lines (`braid explain --live`), to loopback clients only
+//! (403 to others: it holds the payloads); 404 where there is no journal, 503 when the intake
+//! thread does not hand a copy over within [`JOURNAL_WAIT`].
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -81,7 +84,23 @@ pub trait OpsView: Send + Sync + 'static {
     fn warnings(&self) -> Vec<String> {
         Vec::new()
     }
+    /// `GET /journal`: a blocking reader of the journal's messages as replay input lines
+    /// ([`crate::service`]); the server runs it off the io thread. `None`: no journal to read.
+    fn journal(&self) -> Option<JournalReader> {
+        None
+    }
 }
+
+/// Reads the journal as `{"stream":NAME,"line":LINE}` lines; `Err`: why it could not.
+pub type JournalReader = Box<dyn FnOnce() -> Result<String, String> + Send>;
+
+/// How long `GET /journal` waits for the intake thread's copy (it answers within a round of its
+/// loop, but not while it replays the journal at start).
+pub const JOURNAL_WAIT: Duration = Duration::from_secs(5);
+
+/// The journal route: loopback clients only (it holds the payloads braid took).
+pub const JOURNAL_PATH: &str = "/journal";
+const NDJSON: &str = "application/x-ndjson";
 
 /// Errors starting the ops endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -162,9 +181,18 @@ async fn serve_connection(
     view: Arc<dyn OpsView>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let loopback = stream.peer_addr().is_ok_and(|peer| peer.ip().is_loopback());
     let service = service_fn(move |request: Request<Incoming>| {
+        let journal = (request.uri().path() == JOURNAL_PATH && request.method() == Method::GET)
+            .then(|| journal_reader(view.as_ref(), loopback));
         let response = answer(view.as_ref(), request.method(), request.uri().path());
-        async move { Ok::<_, Infallible>(response) }
+        async move {
+            match journal {
+                Some(Ok(read)) => Ok::<_, Infallible>(journal_answer(read).await),
+                Some(Err((status, why))) => Ok(response(status, TEXT, why.to_owned())),
+                None => Ok(response),
+            }
+        }
     });
     let mut builder = http1::Builder::new();
     // max_buf_size panics below hyper's minimum of 8 KiB; MAX_BUF is a constant above it.
@@ -193,11 +221,35 @@ async fn serve_connection(
     }
 }
 
+/// The journal's reader, or the refusal: a client off this machine (403), no journal (404).
+fn journal_reader(view: &dyn OpsView, loopback: bool) -> Result<JournalReader, (StatusCode, &'static str)> {
+    if !loopback {
+        return Err((StatusCode::FORBIDDEN, "the journal is served to loopback clients only\n"));
+    }
+    view.journal().ok_or((StatusCode::NOT_FOUND, "no journal here\n"))
+}
+
+/// Runs the reader on tokio's blocking pool (it waits for the intake thread and converts every
+/// payload): the io thread's sources and sinks go on meanwhile.
+async fn journal_answer(read: JournalReader) -> Response<Full<Bytes>> {
+    match tokio::task::spawn_blocking(read).await {
+        Ok(Ok(lines)) => response(StatusCode::OK, NDJSON, lines),
+        Ok(Err(why)) => response(StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("{why}\n")),
+        Err(error) => response(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("journal reader failed: {error}\n")),
+    }
+}
+
 /// The answer to `method path`.
 fn answer(view: &dyn OpsView, method: &Method, path: &str) -> Response<Full<Bytes>> {
     let metrics = match path {
         "/metrics" => true,
         "/healthz" => false,
+        // GET is answered by the journal's reader (serve_connection).
+        JOURNAL_PATH => {
+            let mut refused = response(StatusCode::METHOD_NOT_ALLOWED, TEXT, "method not allowed\n".to_owned());
+            refused.headers_mut().insert(ALLOW, HeaderValue::from_static("GET"));
+            return refused;
+        }
         _ => return response(StatusCode::NOT_FOUND, TEXT, "not found\n".to_owned()),
     };
     if method != Method::GET && method != Method::HEAD {

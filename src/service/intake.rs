@@ -76,7 +76,13 @@ pub struct Control {
     pub checkpoint_bytes: AtomicU64,
     /// Redelivered messages recognised as taken already (redelivery.rs).
     pub redelivered: AtomicU64,
+    /// `GET /journal` waiting for a copy of the journal's messages ([`Control::ask_journal`]).
+    journal_asked: std::sync::atomic::AtomicBool,
+    journal_wanted: std::sync::Mutex<Vec<crossbeam_channel::Sender<JournalCopy>>>,
 }
+
+/// The journal's messages at one moment: (source name, arrival, topic, payload), oldest first.
+pub type JournalCopy = Arc<Vec<super::journal::Entry>>;
 
 impl Control {
     pub fn request(&self) -> Request {
@@ -99,6 +105,15 @@ impl Control {
         if request != Request::Run {
             self.interrupt.store(true, Ordering::Release);
         }
+    }
+
+    /// Asks the intake thread for a copy of the journal's messages; it answers on the next round
+    /// of its loop (within a tick, 200 ms) on the returned channel.
+    pub fn ask_journal(&self) -> crossbeam_channel::Receiver<JournalCopy> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.journal_wanted.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(tx);
+        self.journal_asked.store(true, Ordering::Release);
+        rx
     }
 
     /// Back to running (after a reload was applied or refused).
@@ -313,6 +328,7 @@ impl<'a> Intake<'a> {
             self.outputs.flush();
             self.release_old_entries();
             self.show_figures();
+            self.copy_journal_if_asked();
             self.control.heartbeat.fetch_add(1, Ordering::Relaxed);
             let until_tick = Duration::from_millis((next_tick(self.now) - self.now).clamp(1, 200) as u64);
             let (intake, control) = (&self.intake, &self.control);
@@ -366,6 +382,26 @@ impl<'a> Intake<'a> {
             self.control.stalled_rounds.store(rounds, Ordering::Relaxed);
             self.control.journal_bytes.store(self.journal.queued_bytes(), Ordering::Relaxed);
             self.control.journal_dropped.store(self.journal.dropped(), Ordering::Relaxed);
+        }
+    }
+
+    /// Answers `GET /journal`: one copy of the messages still held for everyone waiting. A copy
+    /// of payloads the journal bounds (`journal_bytes`), taken between two rounds.
+    fn copy_journal_if_asked(&mut self) {
+        if !self.control.journal_asked.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let waiting = std::mem::take(
+            &mut *self.control.journal_wanted.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if waiting.is_empty() {
+            return;
+        }
+        let copy: JournalCopy =
+            Arc::new(self.journal.entries().filter(|e| matches!(e.what, What::Message { .. })).collect());
+        for asker in waiting {
+            // An asker that gave up has dropped its end: nothing to do.
+            let _ = asker.send(Arc::clone(&copy));
         }
     }
 

@@ -1,0 +1,416 @@
+//! `braid explain --row STREAM:FIELD=VALUE[,...] --row ...` (or `--id ID`): two given rows, what
+//! happened to each and to the pair.
+//!
+//! A first replay finds the two rows ([`Finder`]: by field values, decoded or dead-lettered, or by
+//! `_id`) and reads their keys. Rows with one key are then explained by one watched replay of that
+//! key, as `--key` does, and the pair's verdict reads the same facts ([`fate::pair`]: their
+//! arrivals at the join both reached, its watermark's moves and the results it emitted). Rows
+//! with different keys never meet: each is explained by a replay of its own key, and the verdict
+//! names the keys (and whether they differ only in type, case or whitespace).
+
+use std::io::Write;
+
+use thiserror::Error;
+
+use crate::operator::host::{Arrival, TraceNote};
+use crate::plan::{NodeRef, Plan};
+use crate::record::id::hex;
+use crate::record::{Key, Row, Value};
+use crate::replay::{Observer, ReplayError};
+use crate::shard::Runtime;
+
+use super::fate;
+use super::keys::{shown, shown_json};
+use super::watch::Watch;
+use super::{ExplainArgs, RowStory, at_operator, tell, time_json, watched};
+
+#[derive(Debug, Error)]
+pub enum PairError {
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
+    #[error("{0}")]
+    Pick(String),
+}
+
+/// One row named on the command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pick {
+    /// `--row STREAM:FIELD=VALUE[,FIELD=VALUE...]`: the row of STREAM whose fields read so (a
+    /// string as is, a number as written in JSON).
+    Fields { stream: String, fields: Vec<(String, String)> },
+    /// `--id ID`: the input row with this `_id` (16 hex digits).
+    Id(u64),
+}
+
+impl Pick {
+    pub fn parse_row(text: &str) -> Result<Pick, String> {
+        let expected = || format!("--row {text:?}: expected STREAM:FIELD=VALUE[,FIELD=VALUE...]");
+        let (stream, rest) = text.split_once(':').ok_or_else(expected)?;
+        let fields = rest
+            .split(',')
+            .map(|pair| pair.split_once('=').map(|(f, v)| (f.trim().to_owned(), v.to_owned())))
+            .collect::<Option<Vec<_>>>()
+            .filter(|fields| !fields.is_empty() && fields.iter().all(|(f, _)| !f.is_empty()))
+            .ok_or_else(expected)?;
+        Ok(Pick::Fields { stream: stream.trim().to_owned(), fields })
+    }
+
+    pub fn parse_id(text: &str) -> Result<Pick, String> {
+        let text = text.trim();
+        if text.len() != 16 {
+            return Err(format!("--id {text:?}: expected an _id of 16 hex digits"));
+        }
+        u64::from_str_radix(text, 16).map(Pick::Id).map_err(|_| format!("--id {text:?}: expected 16 hex digits"))
+    }
+
+    /// As given: "command:cmd_id=c5", "id 38eed7104cd8c28a".
+    fn shown(&self) -> String {
+        match self {
+            Pick::Fields { stream, fields } => {
+                let fields: Vec<String> = fields.iter().map(|(f, v)| format!("{f}={v}")).collect();
+                format!("{stream}:{}", fields.join(","))
+            }
+            Pick::Id(id) => format!("id {}", hex(*id)),
+        }
+    }
+
+    /// Checks the stream and fields against the config.
+    fn check(&self, plan: &Plan) -> Result<(), String> {
+        let Pick::Fields { stream, fields } = self else { return Ok(()) };
+        let def = plan
+            .streams
+            .iter()
+            .find(|s| &s.name == stream)
+            .ok_or_else(|| format!("--row {}: no stream {stream} in the config", self.shown()))?;
+        match fields.iter().find(|(f, _)| !def.schema.fields.iter().any(|d| &d.name == f)) {
+            Some((field, _)) => Err(format!("--row {}: stream {stream} has no field {field}", self.shown())),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A picked row, as the finding replay saw it.
+#[derive(Clone)]
+struct Found {
+    stream: usize,
+    arrival: i64,
+    /// `None`: dead-lettered.
+    id: Option<u64>,
+    key: FoundKey,
+}
+
+#[derive(Clone, PartialEq, Eq)]
+struct FoundKey {
+    /// As a person reads it ('dev-1', 1 (a number)).
+    shown: String,
+    /// Its text, the `--key` that explains it.
+    text: String,
+}
+
+/// Finds the picked rows in a replay.
+struct Finder<'p> {
+    plan: &'p Plan,
+    picks: &'p [Pick],
+    found: Vec<Vec<Found>>,
+}
+
+fn value_text(value: &Value) -> Option<String> {
+    Some(match value {
+        Value::Null => "null".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Int(i) => i.to_string(),
+        Value::Float(f) => f.to_string(),
+        Value::Str(s) => s.to_string(),
+        Value::IdList(_) => return None,
+    })
+}
+
+impl Finder<'_> {
+    fn stream_is(&self, stream: usize, name: &str) -> bool {
+        self.plan.streams[stream].name == name
+    }
+}
+
+impl Observer for Finder<'_> {
+    fn row(&mut self, stream: usize, arrival: i64, row: &Row, _runtime: &Runtime) {
+        let text = match &row.key {
+            Key::Str(s) => s.to_string(),
+            Key::Int(i) => i.to_string(),
+            Key::Broadcast => String::new(),
+        };
+        let schema = &self.plan.streams[stream].schema;
+        for (i, pick) in self.picks.iter().enumerate() {
+            let hit = match pick {
+                Pick::Id(id) => row.id == *id,
+                Pick::Fields { stream: name, fields } => {
+                    self.stream_is(stream, name)
+                        && fields.iter().all(|(field, want)| {
+                            let pos = schema.fields.iter().position(|f| &f.name == field);
+                            pos.and_then(|p| row.values.get(p)).and_then(value_text).as_deref() == Some(want.as_str())
+                        })
+                }
+            };
+            if hit {
+                let key = FoundKey { shown: shown(&row.key), text: text.clone() };
+                self.found[i].push(Found { stream, arrival, id: Some(row.id), key });
+            }
+        }
+    }
+
+    fn dead_letter(&mut self, stream: usize, arrival: i64, raw: &[u8], _reason: &str) {
+        let Ok(serde_json::Value::Object(object)) = serde_json::from_slice::<serde_json::Value>(raw) else { return };
+        let schema = &self.plan.streams[stream].schema;
+        let key = schema.key.and_then(|pos| object.get(&schema.fields[pos].name)).map(shown_json);
+        for (i, pick) in self.picks.iter().enumerate() {
+            let Pick::Fields { stream: name, fields } = pick else { continue };
+            let hit = self.stream_is(stream, name)
+                && fields.iter().all(|(field, want)| object.get(field).map(|v| shown_json(v).1).as_ref() == Some(want));
+            if hit {
+                let (shown, text) = key.clone().unwrap_or_else(|| ("no key".into(), String::new()));
+                self.found[i].push(Found { stream, arrival, id: None, key: FoundKey { shown, text } });
+            }
+        }
+    }
+}
+
+/// What became of the pair.
+pub struct PairVerdict {
+    /// `joined`, `dead_letter`, `different_keys`, `not_met`, or a [`fate::PairFate`] verdict.
+    pub verdict: &'static str,
+    /// The join both reached.
+    pub operator: Option<String>,
+    pub result_id: Option<u64>,
+    pub by_ms: Option<i64>,
+    pub why: String,
+}
+
+/// Two rows' stories and the pair's verdict.
+pub struct PairStory {
+    pub picks: [String; 2],
+    pub rows: Vec<RowStory>,
+    /// Each row's key, as shown.
+    pub keys: [String; 2],
+    pub verdict: PairVerdict,
+}
+
+pub fn run(plan: &Plan, args: &ExplainArgs<'_>, picks: &[Pick; 2]) -> Result<PairStory, PairError> {
+    for pick in picks {
+        pick.check(plan).map_err(PairError::Pick)?;
+    }
+    let mut finder = Finder { plan, picks, found: vec![Vec::new(), Vec::new()] };
+    crate::replay::run_observed(plan, &super::replay_args(args), &mut finder)?;
+    let mut found = Vec::new();
+    for (pick, hits) in picks.iter().zip(finder.found) {
+        let first = hits.first().cloned().ok_or_else(|| PairError::Pick(format!("no row matches {}", pick.shown())))?;
+        if hits.len() > 1 && matches!(pick, Pick::Fields { .. }) {
+            return Err(PairError::Pick(format!(
+                "{} rows match {}: name more fields (or use --id)",
+                hits.len(),
+                pick.shown()
+            )));
+        }
+        found.push(first);
+    }
+    let (a, b) = (&found[0], &found[1]);
+    let shards = args.shards.max(1);
+    let mut rows: Vec<Option<RowStory>> = vec![None, None];
+    let mut verdict = None;
+    let mut texts = vec![a.key.text.as_str()];
+    if b.key.text != a.key.text {
+        texts.push(&b.key.text);
+    }
+    for text in texts {
+        let watch = watched(plan, args, text)?;
+        let story = tell(plan, &watch, shards);
+        for (i, f) in found.iter().enumerate() {
+            if f.key.text == text && rows[i].is_none() {
+                rows[i] = story.rows.iter().position(|r| is_found(plan, r, f)).map(|p| story_row(&story.rows[p]));
+            }
+        }
+        if a.key == b.key && a.id.is_some() && b.id.is_some() {
+            verdict = Some(met(plan, &watch, a, b));
+        }
+    }
+    let verdict = match (rows.iter().position(|r| r.as_ref().is_some_and(|r| r.dead_letter.is_some())), verdict) {
+        (Some(dead), _) => dead_verdict(rows[dead].as_ref()),
+        (None, _) if a.key != b.key => different_keys(plan, a, b),
+        (None, Some(verdict)) => verdict,
+        (None, None) => not_met("they did not meet at any join".into()),
+    };
+    let picks = [picks[0].shown(), picks[1].shown()];
+    let keys = [a.key.shown.clone(), b.key.shown.clone()];
+    Ok(PairStory { picks, rows: rows.into_iter().flatten().collect(), keys, verdict })
+}
+
+fn is_found(plan: &Plan, row: &RowStory, f: &Found) -> bool {
+    match f.id {
+        Some(id) => row.id == Some(id),
+        None => {
+            row.dead_letter.is_some() && row.stream == plan.streams[f.stream].name && row.arrival == Some(f.arrival)
+        }
+    }
+}
+
+fn story_row(row: &RowStory) -> RowStory {
+    RowStory {
+        stream: row.stream.clone(),
+        ts: row.ts,
+        id: row.id,
+        arrival: row.arrival,
+        shard: row.shard,
+        stream_watermark: row.stream_watermark,
+        head: row.head.clone(),
+        dead_letter: row.dead_letter.clone(),
+        at: row
+            .at
+            .iter()
+            .map(|t| super::Told {
+                operator: t.operator.clone(),
+                fate: t.fate,
+                late_by_ms: t.late_by_ms,
+                watermark: t.watermark,
+                why: t.why.clone(),
+            })
+            .collect(),
+    }
+}
+
+fn not_met(why: String) -> PairVerdict {
+    PairVerdict { verdict: "not_met", operator: None, result_id: None, by_ms: None, why }
+}
+
+fn dead_verdict(row: Option<&RowStory>) -> PairVerdict {
+    let (name, reason) = row.map_or(("a row".into(), ""), |r| {
+        let ts = r.ts.map(|ts| format!(" ts {ts}")).unwrap_or_default();
+        (format!("{}{ts}", r.stream), r.dead_letter.as_deref().unwrap_or(""))
+    });
+    let why = format!("they did not join: {name} was dead-lettered as {reason}, so it reached no operator");
+    PairVerdict { verdict: "dead_letter", operator: None, result_id: None, by_ms: None, why }
+}
+
+/// "their keys differ: command has 'dev-1', status has 'DEV-1' (only in case)".
+fn different_keys(plan: &Plan, a: &Found, b: &Found) -> PairVerdict {
+    let fold_space = |t: &str| t.split_whitespace().collect::<String>();
+    let (x, y) = (&a.key.text, &b.key.text);
+    let near = if x == y {
+        " (only in type)"
+    } else if x.to_lowercase() == y.to_lowercase() {
+        " (only in case)"
+    } else if fold_space(x) == fold_space(y) {
+        " (only in whitespace)"
+    } else if fold_space(x).to_lowercase() == fold_space(y).to_lowercase() {
+        " (only in case and whitespace)"
+    } else {
+        ""
+    };
+    let why = format!(
+        "they did not join: their keys differ: {} has {}, {} has {}{near}",
+        plan.streams[a.stream].name, a.key.shown, plan.streams[b.stream].name, b.key.shown
+    );
+    PairVerdict { verdict: "different_keys", operator: None, result_id: None, by_ms: None, why }
+}
+
+/// The verdict at the first join both rows reached on different inputs.
+fn met(plan: &Plan, watch: &Watch<'_>, a: &Found, b: &Found) -> PairVerdict {
+    let notes = watch.trace.notes();
+    let arrivals: Vec<&Arrival> =
+        notes.iter().filter_map(|n| if let TraceNote::Arrival(a) = n { Some(a) } else { None }).collect();
+    let of = |f: &Found| -> Vec<&Arrival> {
+        arrivals
+            .iter()
+            .copied()
+            .filter(|x| {
+                Some(x.id) == f.id && plan.operators[x.op].inputs[x.input] == NodeRef::Stream(f.stream)
+            })
+            .collect()
+    };
+    let (xs, ys) = (of(a), of(b));
+    let met = xs.iter().find_map(|x| ys.iter().find(|y| y.op == x.op && y.input != x.input).map(|y| (*x, *y)));
+    let Some((x, y)) = met else {
+        return not_met("they did not join: no operator takes both rows on different inputs".into());
+    };
+    let at = at_operator(plan, watch, &notes, &arrivals, x.op);
+    let fate = fate::pair(&at, x, y);
+    PairVerdict {
+        verdict: fate.verdict,
+        operator: Some(at.name.to_owned()),
+        result_id: fate.result_id,
+        by_ms: fate.by_ms,
+        why: fate.why,
+    }
+}
+
+impl PairStory {
+    /// "rows: A and B", each row's block as `--key` prints it, then the pair's verdict.
+    pub fn write_text(&self, out: &mut impl Write) -> std::io::Result<()> {
+        writeln!(out, "rows {} (key {}) and {} (key {})", self.picks[0], self.keys[0], self.picks[1], self.keys[1])?;
+        for row in &self.rows {
+            row.write_text(out)?;
+        }
+        writeln!(out, "pair: {}", self.verdict.why)
+    }
+
+    /// One JSON object for the pair (README "braid explain" lists its fields).
+    pub fn write_json(&self, out: &mut impl Write) -> std::io::Result<()> {
+        use serde_json::json;
+        let rows: Vec<serde_json::Value> = self
+            .rows
+            .iter()
+            .map(|row| {
+                let at: Vec<serde_json::Value> = row
+                    .at
+                    .iter()
+                    .map(|t| {
+                        json!({
+                            "operator": t.operator,
+                            "fate": t.fate.map(fate::Fate::as_str),
+                            "late_by_ms": t.late_by_ms,
+                            "operator_watermark": time_json(t.watermark),
+                            "why": t.why,
+                        })
+                    })
+                    .collect();
+                json!({
+                    "stream": row.stream,
+                    "ts": row.ts,
+                    "id": row.id.map(hex),
+                    "arrival": row.arrival,
+                    "shard": row.shard,
+                    "stream_watermark": row.stream_watermark.map(time_json),
+                    "dead_letter": row.dead_letter,
+                    "head": row.head,
+                    "at": at,
+                })
+            })
+            .collect();
+        let v = &self.verdict;
+        let object = json!({
+            "rows": rows,
+            "keys": self.keys,
+            "verdict": v.verdict,
+            "joined": v.verdict == "joined",
+            "operator": v.operator,
+            "result_id": v.result_id.map(hex),
+            "by_ms": v.by_ms,
+            "why": v.why,
+        });
+        writeln!(out, "{object}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_parse_or_say_what_was_expected() {
+        let pick = Pick::parse_row("command:cmd_id=c5,device=dev-1").unwrap();
+        let fields = vec![("cmd_id".to_owned(), "c5".to_owned()), ("device".to_owned(), "dev-1".to_owned())];
+        assert_eq!(pick, Pick::Fields { stream: "command".into(), fields });
+        assert!(Pick::parse_row("command").unwrap_err().contains("STREAM:FIELD=VALUE"));
+        assert!(Pick::parse_row("command:cmd_id").is_err());
+        assert_eq!(Pick::parse_id("38eed7104cd8c28a").unwrap(), Pick::Id(0x38ee_d710_4cd8_c28a));
+        assert!(Pick::parse_id("38eed71").is_err());
+        assert!(Pick::parse_id("zzeed7104cd8c28a").is_err());
+    }
+}
