@@ -331,6 +331,12 @@ pub fn pair(at: &AtOperator<'_>, x: &Arrival, y: &Arrival) -> PairFate {
             shown_time(late.watermark)
         );
         if let OperatorSpec::IntervalJoin(spec) = at.spec {
+            let missed = outside(r.ts, interval_bound(spec.lower, spec.upper, l));
+            if missed > 0 {
+                let why =
+                    format!("{head}, so it went to {}.late; it was outside the bound by {missed} ms as well", at.name);
+                return fate("late", Some(by), why);
+            }
             let last_chance = spec.last_chance(other.input, other.ts);
             if let Some((tick, watermark)) = left_at(at, last_chance).filter(|&(tick, _)| tick <= late.tick) {
                 let why = format!(
@@ -371,7 +377,11 @@ pub fn pair(at: &AtOperator<'_>, x: &Arrival, y: &Arrival) -> PairFate {
             if let Some(missed) = outside_windows(at, l, r, &spec.window) {
                 return missed;
             }
-            return fate("joined", None, format!("they were grouped together at {} (same window, both on time)", at.name));
+            return fate(
+                "joined",
+                None,
+                format!("they were grouped together at {} (same window, both on time)", at.name),
+            );
         }
         OperatorSpec::TemporalJoin(_) if r.ts > l.ts => {
             let by = r.ts - l.ts;

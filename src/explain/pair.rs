@@ -232,7 +232,7 @@ pub fn run(plan: &Plan, args: &ExplainArgs<'_>, picks: &[Pick; 2]) -> Result<Pai
         }
     }
     let verdict = match (rows.iter().position(|r| r.as_ref().is_some_and(|r| r.dead_letter.is_some())), verdict) {
-        (Some(dead), _) => dead_verdict(rows[dead].as_ref()),
+        (Some(dead), _) => dead_verdict(plan, rows[dead].as_ref(), &found[dead], &found[1 - dead]),
         (None, _) if a.key != b.key => different_keys(plan, a, b),
         (None, Some(verdict)) => verdict,
         (None, None) => not_met("they did not meet at any join".into()),
@@ -279,12 +279,27 @@ fn not_met(why: String) -> PairVerdict {
     PairVerdict { verdict: "not_met", operator: None, result_id: None, by_ms: None, why }
 }
 
-fn dead_verdict(row: Option<&RowStory>) -> PairVerdict {
+/// "status ts 1500 was dead-lettered as wrong_type:device, so it reached no operator (its key 1
+/// (a number) differs only in type from command's '1')".
+fn dead_verdict(plan: &Plan, row: Option<&RowStory>, dead: &Found, other: &Found) -> PairVerdict {
     let (name, reason) = row.map_or(("a row".into(), ""), |r| {
         let ts = r.ts.map(|ts| format!(" ts {ts}")).unwrap_or_default();
         (format!("{}{ts}", r.stream), r.dead_letter.as_deref().unwrap_or(""))
     });
-    let why = format!("they did not join: {name} was dead-lettered as {reason}, so it reached no operator");
+    let schema = &plan.streams[dead.stream].schema;
+    let key_field = schema.key.map(|pos| schema.fields[pos].name.as_str());
+    let typed = reason.strip_prefix("wrong_type:").is_some_and(|f| Some(f) == key_field)
+        && dead.key.text == other.key.text
+        && dead.key.shown != other.key.shown;
+    let near = if typed {
+        format!(
+            " (its key {} differs only in type from {}'s {})",
+            dead.key.shown, plan.streams[other.stream].name, other.key.shown
+        )
+    } else {
+        String::new()
+    };
+    let why = format!("they did not join: {name} was dead-lettered as {reason}, so it reached no operator{near}");
     PairVerdict { verdict: "dead_letter", operator: None, result_id: None, by_ms: None, why }
 }
 
@@ -319,9 +334,7 @@ fn met(plan: &Plan, watch: &Watch<'_>, a: &Found, b: &Found) -> PairVerdict {
         arrivals
             .iter()
             .copied()
-            .filter(|x| {
-                Some(x.id) == f.id && plan.operators[x.op].inputs[x.input] == NodeRef::Stream(f.stream)
-            })
+            .filter(|x| Some(x.id) == f.id && plan.operators[x.op].inputs[x.input] == NodeRef::Stream(f.stream))
             .collect()
     };
     let (xs, ys) = (of(a), of(b));

@@ -185,12 +185,12 @@ async fn serve_connection(
     let service = service_fn(move |request: Request<Incoming>| {
         let journal = (request.uri().path() == JOURNAL_PATH && request.method() == Method::GET)
             .then(|| journal_reader(view.as_ref(), loopback));
-        let response = answer(view.as_ref(), request.method(), request.uri().path());
+        let answered = answer(view.as_ref(), request.method(), request.uri().path());
         async move {
             match journal {
                 Some(Ok(read)) => Ok::<_, Infallible>(journal_answer(read).await),
                 Some(Err((status, why))) => Ok(response(status, TEXT, why.to_owned())),
-                None => Ok(response),
+                None => Ok(answered),
             }
         }
     });

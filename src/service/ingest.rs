@@ -102,7 +102,15 @@ impl Ingest {
     /// payload object with the fields its topic captured and `"arrival"` (the processing time it
     /// was taken at). A payload that is no JSON object, or a topic level that does not type as
     /// its field, has no such line (it was dead-lettered): left out, counted in the return.
-    pub fn replay_lines(&self, plan: &Plan, source: usize, topic: &str, payload: &[u8], arrival: i128, out: &mut String) -> usize {
+    pub fn replay_lines(
+        &self,
+        plan: &Plan,
+        source: usize,
+        topic: &str,
+        payload: &[u8],
+        arrival: i128,
+        out: &mut String,
+    ) -> usize {
         let Some(router) = self.routers.get(source) else { return 0 };
         let mut left_out = 0;
         for (stream, captures) in router.route(topic) {

@@ -391,9 +391,8 @@ impl<'a> Intake<'a> {
         if !self.control.journal_asked.swap(false, Ordering::AcqRel) {
             return;
         }
-        let waiting = std::mem::take(
-            &mut *self.control.journal_wanted.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        let waiting =
+            std::mem::take(&mut *self.control.journal_wanted.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
         if waiting.is_empty() {
             return;
         }
