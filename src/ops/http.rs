@@ -307,6 +307,8 @@ mod tests {
 
     struct TestView {
         health: Mutex<Result<(), Vec<String>>>,
+        /// What the journal's reader gives; `None`: no journal.
+        journal: Option<Result<String, String>>,
     }
 
     impl OpsView for TestView {
@@ -315,6 +317,10 @@ mod tests {
         }
         fn health(&self) -> Result<(), Vec<String>> {
             self.health.lock().unwrap().clone()
+        }
+        fn journal(&self) -> Option<JournalReader> {
+            let read = self.journal.clone()?;
+            Some(Box::new(move || read))
         }
     }
 
@@ -326,7 +332,11 @@ mod tests {
 
     impl Server {
         fn start(limits: Limits, health: Result<(), Vec<String>>) -> Server {
-            let view: Arc<dyn OpsView> = Arc::new(TestView { health: Mutex::new(health) });
+            Server::start_view(limits, TestView { health: Mutex::new(health), journal: None })
+        }
+
+        fn start_view(limits: Limits, view: TestView) -> Server {
+            let view: Arc<dyn OpsView> = Arc::new(view);
             let (stop, shutdown) = watch::channel(false);
             let (addr_tx, addr_rx) = std::sync::mpsc::channel();
             let thread = std::thread::spawn(move || {
@@ -366,6 +376,30 @@ mod tests {
         let (head, body) = raw.split_once("\r\n\r\n").unwrap();
         let status = head.split(' ').nth(1).unwrap().parse().unwrap();
         Answer { status, head: head.to_ascii_lowercase(), body: body.to_owned() }
+    }
+
+    #[test]
+    fn the_journal_is_read_off_the_io_thread_or_refused() {
+        let none = Server::start(LIMITS, Ok(()));
+        assert_eq!(request(none.addr, "GET", "/journal").status, 404);
+        let post = request(none.addr, "POST", "/journal");
+        assert_eq!(post.status, 405);
+        assert!(post.head.contains("allow: get\r\n") || post.head.ends_with("allow: get"), "{}", post.head);
+        none.stop();
+
+        let lines = "{\"stream\":\"status\",\"line\":{\"ts\":1,\"arrival\":2}}\n".to_owned();
+        let view = TestView { health: Mutex::new(Ok(())), journal: Some(Ok(lines.clone())) };
+        let held = Server::start_view(LIMITS, view);
+        let journal = request(held.addr, "GET", "/journal");
+        assert_eq!((journal.status, journal.body.as_str()), (200, lines.as_str()));
+        assert!(journal.head.contains("content-type: application/x-ndjson"), "{}", journal.head);
+        held.stop();
+
+        let view = TestView { health: Mutex::new(Ok(())), journal: Some(Err("intake busy".into())) };
+        let busy = Server::start_view(LIMITS, view);
+        let journal = request(busy.addr, "GET", "/journal");
+        assert_eq!((journal.status, journal.body.as_str()), (503, "intake busy\n"));
+        busy.stop();
     }
 
     #[test]
