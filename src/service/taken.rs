@@ -166,7 +166,7 @@ impl Taken {
 /// Appends hashes to a log; false when it cannot (then a restart may repeat some rows).
 fn write_log(log: Option<impl std::borrow::Borrow<File>>, hashes: &[u8]) -> bool {
     let Some(log) = log else { return true };
-    let written = (&*log.borrow()).write_all(hashes);
+    let written = log.borrow().write_all(hashes);
     if written.is_err() {
         tracing::warn!("Cannot keep the log of rows taken; a restart may repeat some");
     }
