@@ -47,6 +47,7 @@ pub struct Story {
 }
 
 /// One row of the key and its fate at every operator it reached.
+#[derive(Clone)]
 pub struct RowStory {
     /// Its stream (or the operator it is a result of).
     pub stream: String,
@@ -62,6 +63,7 @@ pub struct RowStory {
 }
 
 /// A row's fate at one operator.
+#[derive(Clone)]
 pub struct Told {
     pub operator: String,
     /// `None`: the row passed an operator that is no join (shown, not judged).
@@ -288,6 +290,18 @@ fn time_json(t: Time) -> serde_json::Value {
 }
 
 impl RowStory {
+    /// The fields every JSON object of the row carries.
+    fn json_base(&self) -> serde_json::Value {
+        serde_json::json!({
+            "stream": self.stream,
+            "ts": self.ts,
+            "id": self.id.map(hex),
+            "arrival": self.arrival,
+            "shard": self.shard,
+            "stream_watermark": self.stream_watermark.map(time_json),
+        })
+    }
+
     /// "command ts 5000: decoded, ...", then a line per operator it reached.
     pub fn write_text(&self, out: &mut impl Write) -> std::io::Result<()> {
         let ts = self.ts.map(|ts| format!(" ts {ts}")).unwrap_or_default();
@@ -325,15 +339,7 @@ impl Story {
     pub fn write_json(&self, out: &mut impl Write) -> std::io::Result<()> {
         use serde_json::{Value, json};
         for row in &self.rows {
-            let base = json!({
-                "stream": row.stream,
-                "ts": row.ts,
-                "id": row.id.map(hex),
-                "arrival": row.arrival,
-                "shard": row.shard,
-                "stream_watermark": row.stream_watermark.map(time_json),
-            });
-            let mut base = base;
+            let mut base = row.json_base();
             if let Some(note) = &self.resembling {
                 base["resembling_keys"] = json!(note);
             }

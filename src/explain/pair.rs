@@ -224,7 +224,7 @@ pub fn run(plan: &Plan, args: &ExplainArgs<'_>, picks: &[Pick; 2]) -> Result<Pai
         let story = tell(plan, &watch, shards);
         for (i, f) in found.iter().enumerate() {
             if f.key.text == text && rows[i].is_none() {
-                rows[i] = story.rows.iter().position(|r| is_found(plan, r, f)).map(|p| story_row(&story.rows[p]));
+                rows[i] = story.rows.iter().position(|r| is_found(plan, r, f)).map(|p| story.rows[p].clone());
             }
         }
         if a.key == b.key && a.id.is_some() && b.id.is_some() {
@@ -248,30 +248,6 @@ fn is_found(plan: &Plan, row: &RowStory, f: &Found) -> bool {
         None => {
             row.dead_letter.is_some() && row.stream == plan.streams[f.stream].name && row.arrival == Some(f.arrival)
         }
-    }
-}
-
-fn story_row(row: &RowStory) -> RowStory {
-    RowStory {
-        stream: row.stream.clone(),
-        ts: row.ts,
-        id: row.id,
-        arrival: row.arrival,
-        shard: row.shard,
-        stream_watermark: row.stream_watermark,
-        head: row.head.clone(),
-        dead_letter: row.dead_letter.clone(),
-        at: row
-            .at
-            .iter()
-            .map(|t| super::Told {
-                operator: t.operator.clone(),
-                fate: t.fate,
-                late_by_ms: t.late_by_ms,
-                watermark: t.watermark,
-                why: t.why.clone(),
-            })
-            .collect(),
     }
 }
 
@@ -383,17 +359,11 @@ impl PairStory {
                         })
                     })
                     .collect();
-                json!({
-                    "stream": row.stream,
-                    "ts": row.ts,
-                    "id": row.id.map(hex),
-                    "arrival": row.arrival,
-                    "shard": row.shard,
-                    "stream_watermark": row.stream_watermark.map(time_json),
-                    "dead_letter": row.dead_letter,
-                    "head": row.head,
-                    "at": at,
-                })
+                let mut object = row.json_base();
+                object["dead_letter"] = json!(row.dead_letter);
+                object["head"] = json!(row.head);
+                object["at"] = json!(at);
+                object
             })
             .collect();
         let v = &self.verdict;
