@@ -66,7 +66,8 @@ enum Command {
         /// `--row` or an `--id`).
         #[arg(long = "row", value_name = "STREAM:FIELD=VALUE,...", value_parser = braid::explain::pair::Pick::parse_row, conflicts_with = "key")]
         rows: Vec<braid::explain::pair::Pick>,
-        /// An input row's `_id` (16 hex digits): one row of a pair to explain.
+        /// An input row's `_id` (16 hex digits): one row of a pair to explain; alone, a result's
+        /// `_id`: the pair behind it.
         #[arg(long = "id", value_name = "ID", value_parser = braid::explain::pair::Pick::parse_id, conflicts_with = "key")]
         ids: Vec<braid::explain::pair::Pick>,
         /// Explain what the running service's journal still holds (fetched from its ops
@@ -278,12 +279,8 @@ fn explain(plan: &Plan, config: &std::path::Path, flags: Explained) -> anyhow::R
         return if json { story.write_json(&mut out) } else { story.write_text(&mut out) }
             .context("writing the explanation");
     }
-    let picks: [braid::explain::pair::Pick; 2] = flags
-        .picks
-        .try_into()
-        .map_err(|picks: Vec<_>| anyhow::anyhow!("name two rows (--row or --id, twice in all), not {}", picks.len()))?;
     let args = braid::explain::ExplainArgs { shards: flags.shards, inputs, key: "" };
-    let story = braid::explain::pair::run(plan, &args, &picks)?;
+    let story = braid::explain::pair::run(plan, &args, &flags.picks)?;
     if json { story.write_json(&mut out) } else { story.write_text(&mut out) }.context("writing the explanation")
 }
 

@@ -403,7 +403,7 @@ pub fn pair(at: &AtOperator<'_>, x: &Arrival, y: &Arrival) -> PairFate {
 }
 
 /// The `match` result of the pair (`l` on the left input), if the operator emitted one.
-fn pair_result(at: &AtOperator<'_>, l: &Arrival, r: &Arrival) -> Option<u64> {
+pub fn pair_result(at: &AtOperator<'_>, l: &Arrival, r: &Arrival) -> Option<u64> {
     let mut ids = IdHasher::default();
     let windows: Vec<Option<(i64, i64)>> = match at.spec {
         OperatorSpec::WindowJoin(spec) if !spec.window.is_session() => spec.window.assign(l.ts).map(Some).collect(),

@@ -21,7 +21,7 @@ use crate::shard::Runtime;
 
 use super::fate;
 use super::keys::{shown, shown_json};
-use super::watch::Watch;
+use super::watch::{Seen, Watch};
 use super::{ExplainArgs, RowStory, at_operator, tell, time_json, watched};
 
 #[derive(Debug, Error)]
@@ -112,6 +112,8 @@ struct Finder<'p> {
     plan: &'p Plan,
     picks: &'p [Pick],
     found: Vec<Vec<Found>>,
+    /// Per pick: the result with its `_id` (operator, key), if it names one.
+    results: Vec<Option<(usize, Key)>>,
 }
 
 fn value_text(value: &Value) -> Option<String> {
@@ -157,6 +159,14 @@ impl Observer for Finder<'_> {
         }
     }
 
+    fn result(&mut self, op: usize, row: &Row) {
+        for (i, pick) in self.picks.iter().enumerate() {
+            if *pick == Pick::Id(row.id) && self.results[i].is_none() {
+                self.results[i] = Some((op, row.key.clone()));
+            }
+        }
+    }
+
     fn dead_letter(&mut self, stream: usize, arrival: i64, raw: &[u8], _reason: &str) {
         let Ok(serde_json::Value::Object(object)) = serde_json::from_slice::<serde_json::Value>(raw) else { return };
         let schema = &self.plan.streams[stream].schema;
@@ -186,21 +196,61 @@ pub struct PairVerdict {
 
 /// Two rows' stories and the pair's verdict.
 pub struct PairStory {
-    pub picks: [String; 2],
+    /// The first line: the rows as named, and their keys.
+    pub title: String,
     pub rows: Vec<RowStory>,
     /// Each row's key, as shown.
     pub keys: [String; 2],
     pub verdict: PairVerdict,
 }
 
-pub fn run(plan: &Plan, args: &ExplainArgs<'_>, picks: &[Pick; 2]) -> Result<PairStory, PairError> {
+/// Explains two picked rows, or the two rows behind one result `_id` (a single `--id`).
+pub fn run(plan: &Plan, args: &ExplainArgs<'_>, picks: &[Pick]) -> Result<PairStory, PairError> {
+    if !(1..=2).contains(&picks.len()) {
+        return Err(PairError::Pick(format!(
+            "name two rows (--row or --id, twice in all), or one result with --id; not {}",
+            picks.len()
+        )));
+    }
     for pick in picks {
         pick.check(plan).map_err(PairError::Pick)?;
     }
-    let mut finder = Finder { plan, picks, found: vec![Vec::new(), Vec::new()] };
+    let mut finder = Finder { plan, picks, found: vec![Vec::new(); picks.len()], results: vec![None; picks.len()] };
     crate::replay::run_observed(plan, &super::replay_args(args), &mut finder)?;
-    let mut found = Vec::new();
-    for (pick, hits) in picks.iter().zip(finder.found) {
+    let found = match (picks, &finder.results[..]) {
+        ([Pick::Id(id)], [Some((op, key))]) if finder.found[0].is_empty() => behind_result(plan, args, *id, *op, key)?,
+        ([one], _) => {
+            let what = if finder.found[0].is_empty() { "matches no row or result" } else { "is one row" };
+            return Err(PairError::Pick(format!("{} {what}: name a second row, or one result's _id", one.shown())));
+        }
+        _ => found_rows(picks, finder.found)?,
+    };
+    let title = match picks {
+        [one] => format!(
+            "result _id {}: the rows it paired (key {})",
+            one.shown().trim_start_matches("id "),
+            found[0].key.shown
+        ),
+        _ => format!(
+            "rows {} (key {}) and {} (key {})",
+            picks[0].shown(),
+            found[0].key.shown,
+            picks[1].shown(),
+            found[1].key.shown
+        ),
+    };
+    explain_found(plan, args, &found, title)
+}
+
+/// The one row each pick names.
+fn found_rows(picks: &[Pick], found: Vec<Vec<Found>>) -> Result<Vec<Found>, PairError> {
+    let mut rows = Vec::new();
+    for (pick, hits) in picks.iter().zip(found) {
+        if hits.is_empty() && matches!(pick, Pick::Id(_)) {
+            let why =
+                format!("no input row has {} (a result's _id names a pair by itself: give it alone)", pick.shown());
+            return Err(PairError::Pick(why));
+        }
         let first = hits.first().cloned().ok_or_else(|| PairError::Pick(format!("no row matches {}", pick.shown())))?;
         if hits.len() > 1 && matches!(pick, Pick::Fields { .. }) {
             return Err(PairError::Pick(format!(
@@ -209,8 +259,51 @@ pub fn run(plan: &Plan, args: &ExplainArgs<'_>, picks: &[Pick; 2]) -> Result<Pai
                 pick.shown()
             )));
         }
-        found.push(first);
+        rows.push(first);
     }
+    Ok(rows)
+}
+
+/// The two rows result `id` of operator `op` paired, found by their pair id among the arrivals
+/// of its key.
+fn behind_result(plan: &Plan, args: &ExplainArgs<'_>, id: u64, op: usize, key: &Key) -> Result<Vec<Found>, PairError> {
+    let name = &plan.operators[op].name;
+    let text = match key {
+        Key::Str(s) => s.to_string(),
+        Key::Int(i) => i.to_string(),
+        Key::Broadcast => return Err(PairError::Pick(format!("result {} of {name} has no key", hex(id)))),
+    };
+    let watch = watched(plan, args, &text)?;
+    let notes = watch.trace.notes();
+    let arrivals: Vec<&Arrival> =
+        notes.iter().filter_map(|n| if let TraceNote::Arrival(a) = n { Some(a) } else { None }).collect();
+    let at = at_operator(plan, &watch, &notes, &arrivals, op);
+    let on = |input: usize| at.arrivals.iter().copied().filter(move |a| a.input == input);
+    let pair = on(0).find_map(|x| on(1).find(|y| fate::pair_result(&at, x, y) == Some(id)).map(|y| [x, y]));
+    let Some(pair) = pair else {
+        return Err(PairError::Pick(format!("result {} of {name} is no pair of two rows (not a match)", hex(id))));
+    };
+    pair.iter()
+        .map(|row| {
+            let NodeRef::Stream(stream) = plan.operators[op].inputs[row.input] else {
+                let from = plan.node_name(plan.operators[op].inputs[row.input]);
+                return Err(PairError::Pick(format!(
+                    "result {} of {name}: a row of it comes from {from}; explain that result",
+                    hex(id)
+                )));
+            };
+            let arrival = watch
+                .lines
+                .iter()
+                .find(|l| l.stream == stream && matches!(l.seen, Seen::Decoded { id, .. } if id == row.id))
+                .map_or(0, |l| l.arrival);
+            Ok(Found { stream, arrival, id: Some(row.id), key: FoundKey { shown: shown(key), text: text.clone() } })
+        })
+        .collect()
+}
+
+/// Both rows' stories and the pair's verdict.
+fn explain_found(plan: &Plan, args: &ExplainArgs<'_>, found: &[Found], title: String) -> Result<PairStory, PairError> {
     let (a, b) = (&found[0], &found[1]);
     let shards = args.shards.max(1);
     let mut rows: Vec<Option<RowStory>> = vec![None, None];
@@ -237,9 +330,8 @@ pub fn run(plan: &Plan, args: &ExplainArgs<'_>, picks: &[Pick; 2]) -> Result<Pai
         (None, Some(verdict)) => verdict,
         (None, None) => not_met("they did not meet at any join".into()),
     };
-    let picks = [picks[0].shown(), picks[1].shown()];
     let keys = [a.key.shown.clone(), b.key.shown.clone()];
-    Ok(PairStory { picks, rows: rows.into_iter().flatten().collect(), keys, verdict })
+    Ok(PairStory { title, rows: rows.into_iter().flatten().collect(), keys, verdict })
 }
 
 fn is_found(plan: &Plan, row: &RowStory, f: &Found) -> bool {
@@ -330,9 +422,9 @@ fn met(plan: &Plan, watch: &Watch<'_>, a: &Found, b: &Found) -> PairVerdict {
 }
 
 impl PairStory {
-    /// "rows: A and B", each row's block as `--key` prints it, then the pair's verdict.
+    /// The title, each row's block as `--key` prints it, then the pair's verdict.
     pub fn write_text(&self, out: &mut impl Write) -> std::io::Result<()> {
-        writeln!(out, "rows {} (key {}) and {} (key {})", self.picks[0], self.keys[0], self.picks[1], self.keys[1])?;
+        writeln!(out, "{}", self.title)?;
         for row in &self.rows {
             row.write_text(out)?;
         }

@@ -195,6 +195,9 @@ fn a_pair_by_ids_is_the_pair_by_field_values() {
     };
     assert_eq!(by("by_id")["result_id"], by("joined")["result_id"]);
     assert_eq!(by("by_id")["rows"], by("joined")["rows"]);
+    // The joined pair's result _id alone names the same two rows.
+    assert_eq!(by("by_result")["rows"], by("joined")["rows"]);
+    assert_eq!(by("by_result")["result_id"], by("joined")["result_id"]);
 }
 
 #[test]
@@ -223,7 +226,13 @@ fn rows_that_cannot_be_told_apart_or_found_are_refused_clearly() {
     let stderr = run(&["--row", "command:cmd_id=c1", "--row", "status:colour=red"]);
     assert!(stderr.contains("stream status has no field colour"), "{stderr}");
     let stderr = run(&["--row", "command:cmd_id=c1"]);
-    assert!(stderr.contains("name two rows"), "{stderr}");
+    assert!(stderr.contains("command:cmd_id=c1 is one row: name a second row"), "{stderr}");
+    let stderr = run(&["--id", "38eed7104cd8c28a", "--id", "38eed7104cd8c28a", "--id", "38eed7104cd8c28a"]);
+    assert!(stderr.contains("name two rows (--row or --id, twice in all), or one result with --id; not 3"), "{stderr}");
+    let stderr = run(&["--id", "38eed7104cd8c28a"]);
+    assert!(stderr.contains("id 38eed7104cd8c28a is one row: name a second row, or one result's _id"), "{stderr}");
+    let stderr = run(&["--id", "0000000000000001"]);
+    assert!(stderr.contains("id 0000000000000001 matches no row or result"), "{stderr}");
     let stderr = run(&["--row", "command"]);
     assert!(stderr.contains("STREAM:FIELD=VALUE"), "{stderr}");
 }
