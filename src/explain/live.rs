@@ -69,6 +69,6 @@ pub fn fetch(addr: SocketAddr) -> Result<LiveInputs, LiveError> {
     Ok(LiveInputs { _dir: dir, inputs, lines })
 }
 
-/// The most `GET /journal` may answer: the journal's default `journal_bytes` bound and then some
-/// for the JSON around each payload.
-const JOURNAL_ANSWER: u64 = 1 << 30;
+/// The most `GET /journal` may answer: the service copies at most 64 MiB of payloads
+/// (`JOURNAL_COPY_BYTES`), each line adds the JSON around it.
+const JOURNAL_ANSWER: u64 = 256 << 20;

@@ -36,6 +36,8 @@ const BATCH: usize = 256;
 const RETENTION_EVERY_MS: i128 = 1000;
 /// Journal entries replayed between two requests for more start-up time.
 const EXTEND_EVERY_ENTRIES: u64 = 100_000;
+/// The most payload bytes one `GET /journal` copies (the newest messages).
+pub const JOURNAL_COPY_BYTES: usize = 64 << 20;
 /// How often the live figures are copied.
 const SHOW_EVERY_MS: i128 = 1000;
 
@@ -385,8 +387,8 @@ impl<'a> Intake<'a> {
         }
     }
 
-    /// Answers `GET /journal`: one copy of the messages still held for everyone waiting. A copy
-    /// of payloads the journal bounds (`journal_bytes`), taken between two rounds.
+    /// Answers `GET /journal`: one copy of the messages still held (the newest
+    /// [`JOURNAL_COPY_BYTES`] of payloads) for everyone waiting, taken between two rounds.
     fn copy_journal_if_asked(&mut self) {
         if !self.control.journal_asked.swap(false, Ordering::AcqRel) {
             return;
@@ -396,8 +398,22 @@ impl<'a> Intake<'a> {
         if waiting.is_empty() {
             return;
         }
-        let copy: JournalCopy =
-            Arc::new(self.journal.entries().filter(|e| matches!(e.what, What::Message { .. })).collect());
+        // The newest messages, back to the bound: a copy never holds the whole journal of a long
+        // checkpoint failure (journal_bytes) in memory a second time.
+        let mut newest = Vec::new();
+        let mut bytes = 0;
+        for position in self.journal.positions().rev() {
+            let Some(entry) = self.journal.entry(position) else { continue };
+            if let What::Message { payload, .. } = &entry.what {
+                bytes += payload.len();
+                if bytes > JOURNAL_COPY_BYTES {
+                    break;
+                }
+                newest.push(entry);
+            }
+        }
+        newest.reverse();
+        let copy: JournalCopy = Arc::new(newest);
         for asker in waiting {
             // An asker that gave up has dropped its end: nothing to do.
             let _ = asker.send(Arc::clone(&copy));
