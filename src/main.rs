@@ -60,8 +60,23 @@ enum Command {
         #[arg(long = "input", value_name = "STREAM=FILE", value_parser = name_and_path)]
         inputs: Vec<(String, PathBuf)>,
         /// The key, as the streams' key fields read it.
-        #[arg(long)]
-        key: String,
+        #[arg(long, required_unless_present_any = ["rows", "ids"])]
+        key: Option<String>,
+        /// STREAM:FIELD=VALUE[,FIELD=VALUE...]: one row of a pair to explain (with a second
+        /// `--row` or an `--id`).
+        #[arg(long = "row", value_name = "STREAM:FIELD=VALUE,...", value_parser = braid::explain::pair::Pick::parse_row, conflicts_with = "key")]
+        rows: Vec<braid::explain::pair::Pick>,
+        /// An input row's `_id` (16 hex digits): one row of a pair to explain; alone, a result's
+        /// `_id`: the pair behind it.
+        #[arg(long = "id", value_name = "ID", value_parser = braid::explain::pair::Pick::parse_id, conflicts_with = "key")]
+        ids: Vec<braid::explain::pair::Pick>,
+        /// Explain what the running service's journal still holds (fetched from its ops
+        /// endpoint) instead of `--input` files.
+        #[arg(long, conflicts_with = "inputs")]
+        live: bool,
+        /// With `--live`: the ops endpoint (else the config's `[ops] listen`).
+        #[arg(long, value_name = "ADDR", requires = "live")]
+        ops: Option<String>,
         /// One JSON object per row and operator instead of plain words.
         #[arg(long)]
         json: bool,
@@ -165,9 +180,10 @@ fn main() -> ExitCode {
                 metrics,
             )
         }
-        Command::Explain { inputs, key, json, shards, .. } => {
+        Command::Explain { config, inputs, key, rows, ids, json, shards, live, ops } => {
             let shards = shards.map(usize::from).or(plan.runtime.shards).unwrap_or_else(default_shards);
-            explain(&plan, &braid::explain::ExplainArgs { shards, inputs: &inputs, key: &key }, json)
+            let picks: Vec<_> = rows.into_iter().chain(ids).collect();
+            explain(&plan, &config, Explained { shards, inputs, key, picks, json, live, ops })
         }
         Command::Export { inputs, outputs, .. } => {
             braid::sql::export::flink_sql(&plan, &inputs, &outputs).map_err(anyhow::Error::msg).and_then(|script| {
@@ -233,9 +249,38 @@ fn default_shards() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
 
-fn explain(plan: &Plan, args: &braid::explain::ExplainArgs<'_>, json: bool) -> anyhow::Result<()> {
-    let story = braid::explain::run(plan, args)?;
+/// `braid explain`'s flags, checked by clap.
+struct Explained {
+    shards: usize,
+    inputs: Vec<(String, PathBuf)>,
+    key: Option<String>,
+    picks: Vec<braid::explain::pair::Pick>,
+    json: bool,
+    live: bool,
+    ops: Option<String>,
+}
+
+fn explain(plan: &Plan, config: &std::path::Path, flags: Explained) -> anyhow::Result<()> {
+    let live = match flags.live {
+        true => {
+            let file = config.display().to_string();
+            let addr = braid::ops::status::resolve(flags.ops.as_deref(), Some((&file, &plan.ops_listen)))?;
+            let fetched = braid::explain::live::fetch(addr)?;
+            eprintln!("{addr}: the journal holds {} line(s) (the messages since the last checkpoint)", fetched.lines);
+            Some(fetched)
+        }
+        false => None,
+    };
+    let inputs = live.as_ref().map_or(flags.inputs.as_slice(), |l| l.inputs.as_slice());
     let mut out = std::io::stdout().lock();
+    let json = flags.json;
+    if let Some(key) = &flags.key {
+        let story = braid::explain::run(plan, &braid::explain::ExplainArgs { shards: flags.shards, inputs, key })?;
+        return if json { story.write_json(&mut out) } else { story.write_text(&mut out) }
+            .context("writing the explanation");
+    }
+    let args = braid::explain::ExplainArgs { shards: flags.shards, inputs, key: "" };
+    let story = braid::explain::pair::run(plan, &args, &flags.picks)?;
     if json { story.write_json(&mut out) } else { story.write_text(&mut out) }.context("writing the explanation")
 }
 

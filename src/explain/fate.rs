@@ -116,7 +116,7 @@ fn others<'a>(at: &'a AtOperator<'_>, row: &'a Arrival) -> impl Iterator<Item = 
 /// When the watermark first passed `last_chance`: "at processing time T (watermark W, past its
 /// last chance L)"; `None` while it never did.
 fn left_state(at: &AtOperator<'_>, last_chance: Time) -> Option<String> {
-    let &(tick, watermark) = at.moves.iter().find(|(_, w)| *w > last_chance)?;
+    let (tick, watermark) = left_at(at, last_chance)?;
     let when =
         if tick == END_OF_INPUT { "at the end of input".to_owned() } else { format!("at processing time {tick}") };
     Some(format!(
@@ -124,6 +124,11 @@ fn left_state(at: &AtOperator<'_>, last_chance: Time) -> Option<String> {
         shown_time(watermark),
         shown_time(last_chance)
     ))
+}
+
+/// The first watermark move past `last_chance`: (tick, watermark).
+fn left_at(at: &AtOperator<'_>, last_chance: Time) -> Option<(i128, Time)> {
+    at.moves.iter().copied().find(|(_, w)| *w > last_chance)
 }
 
 /// The ts range a partner of `row` must fall in: for a left row `[ts + lower′, ts + upper′]`,
@@ -292,4 +297,140 @@ fn windowed(at: &AtOperator<'_>, row: &Arrival, window: &WindowSpec, pairs: bool
         shown(&windows),
     );
     (Fate::Unmatched, why)
+}
+
+/// What became of two given rows together at the operator both reached (`braid explain --row`):
+/// `verdict` is one of `joined`, `late`, `left_state`, `outside_bound`, `outside_window`,
+/// `not_paired`.
+pub struct PairFate {
+    pub verdict: &'static str,
+    /// The result the pair became (a `match` id; none for a cogroup's group).
+    pub result_id: Option<u64>,
+    /// How far it missed: ms late, or ms outside the bound or window.
+    pub by_ms: Option<i64>,
+    pub why: String,
+}
+
+/// The fate of the pair `x`, `y` (arrivals of two rows on different inputs of `at`).
+pub fn pair(at: &AtOperator<'_>, x: &Arrival, y: &Arrival) -> PairFate {
+    let (l, r) = if x.input <= y.input { (x, y) } else { (y, x) };
+    let row = |o: &Arrival| format!("{} ts {}", at.inputs[o.input], o.ts);
+    let fate = |verdict, by_ms, why: String| PairFate { verdict, result_id: None, by_ms, why };
+    if let Some(id) = pair_result(at, l, r) {
+        let why = format!("they joined at {} as result _id {}", at.name, crate::record::id::hex(id));
+        return PairFate { verdict: "joined", result_id: Some(id), by_ms: None, why };
+    }
+    if let Some(late) = [l, r].into_iter().find(|o| o.late) {
+        let other = if std::ptr::eq(late, l) { r } else { l };
+        let by = late_by(late);
+        let head = format!(
+            "they did not join at {}: {} arrived late by {by} ms ({}'s watermark was {} when it arrived)",
+            at.name,
+            row(late),
+            at.name,
+            shown_time(late.watermark)
+        );
+        if let OperatorSpec::IntervalJoin(spec) = at.spec {
+            let missed = outside(r.ts, interval_bound(spec.lower, spec.upper, l));
+            if missed > 0 {
+                let why =
+                    format!("{head}, so it went to {}.late; it was outside the bound by {missed} ms as well", at.name);
+                return fate("late", Some(by), why);
+            }
+            let last_chance = spec.last_chance(other.input, other.ts);
+            if let Some((tick, watermark)) = left_at(at, last_chance).filter(|&(tick, _)| tick <= late.tick) {
+                let why = format!(
+                    "{head}, after {} had left the state at processing time {tick} (the watermark reached {}, past its last chance {})",
+                    row(other),
+                    shown_time(watermark),
+                    shown_time(last_chance)
+                );
+                return fate("left_state", Some(by), why);
+            }
+        }
+        return fate("late", Some(by), format!("{head}, so it went to {}.late", at.name));
+    }
+    match at.spec {
+        OperatorSpec::IntervalJoin(spec) => {
+            let bound = interval_bound(spec.lower, spec.upper, l);
+            let by = outside(r.ts, bound);
+            if by > 0 {
+                let why = format!(
+                    "they did not join at {}: outside the bound by {by} ms: {} had to be in [{}, {}] for {} (lower {} ms, upper {} ms)",
+                    at.name,
+                    row(r),
+                    bound.0,
+                    bound.1,
+                    row(l),
+                    spec.lower,
+                    spec.upper
+                );
+                return fate("outside_bound", Some(by), why);
+            }
+        }
+        OperatorSpec::WindowJoin(spec) if !spec.window.is_session() => {
+            if let Some(missed) = outside_windows(at, l, r, &spec.window) {
+                return missed;
+            }
+        }
+        OperatorSpec::CoGroup(spec) if !spec.window.is_session() => {
+            if let Some(missed) = outside_windows(at, l, r, &spec.window) {
+                return missed;
+            }
+            return fate(
+                "joined",
+                None,
+                format!("they were grouped together at {} (same window, both on time)", at.name),
+            );
+        }
+        OperatorSpec::TemporalJoin(_) if r.ts > l.ts => {
+            let by = r.ts - l.ts;
+            let why = format!(
+                "they did not join at {}: {} is a version {by} ms later than {} (a temporal join takes the latest version at or before the row)",
+                at.name,
+                row(r),
+                row(l)
+            );
+            return fate("outside_bound", Some(by), why);
+        }
+        _ => {}
+    }
+    let why = format!(
+        "they did not join at {}: both arrived on time and within reach of each other, but {} did not pair them (its `where` condition, or another version taken)",
+        at.name, at.name
+    );
+    fate("not_paired", None, why)
+}
+
+/// The `match` result of the pair (`l` on the left input), if the operator emitted one.
+pub fn pair_result(at: &AtOperator<'_>, l: &Arrival, r: &Arrival) -> Option<u64> {
+    let mut ids = IdHasher::default();
+    let windows: Vec<Option<(i64, i64)>> = match at.spec {
+        OperatorSpec::WindowJoin(spec) if !spec.window.is_session() => spec.window.assign(l.ts).map(Some).collect(),
+        _ => vec![None],
+    };
+    windows.into_iter().find_map(|window| {
+        let id = ids.pair(at.name, l.id, r.id);
+        if let Some((start, end)) = window {
+            id.u64(start as u64).u64(end as u64);
+        }
+        let id = id.finish();
+        at.emitted.iter().any(|e| e.kind == "match" && e.id == id).then_some(id)
+    })
+}
+
+/// `outside_window` when `r` shares no window with `l`.
+fn outside_windows(at: &AtOperator<'_>, l: &Arrival, r: &Arrival, window: &WindowSpec) -> Option<PairFate> {
+    let windows: Vec<(i64, i64)> = window.assign(l.ts).collect();
+    if windows.iter().any(|&(s, e)| (s..e).contains(&r.ts)) {
+        return None;
+    }
+    let span = (windows.iter().map(|w| w.0).min()?, windows.iter().map(|w| w.1 - 1).max()?);
+    let by = outside(r.ts, span);
+    let shown = windows.iter().map(|(s, e)| format!("[{s}, {e})")).collect::<Vec<_>>().join(", ");
+    let why = format!(
+        "they did not join at {}: outside the window by {by} ms: {} ts {} is not in {shown}, the window of {} ts {}",
+        at.name, at.inputs[r.input], r.ts, at.inputs[l.input], l.ts
+    );
+    Some(PairFate { verdict: "outside_window", result_id: None, by_ms: Some(by), why })
 }

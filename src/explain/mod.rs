@@ -13,6 +13,8 @@
 
 pub mod fate;
 pub mod keys;
+pub mod live;
+pub mod pair;
 pub mod watch;
 
 use std::io::Write;
@@ -45,6 +47,7 @@ pub struct Story {
 }
 
 /// One row of the key and its fate at every operator it reached.
+#[derive(Clone)]
 pub struct RowStory {
     /// Its stream (or the operator it is a result of).
     pub stream: String,
@@ -60,6 +63,7 @@ pub struct RowStory {
 }
 
 /// A row's fate at one operator.
+#[derive(Clone)]
 pub struct Told {
     pub operator: String,
     /// `None`: the row passed an operator that is no join (shown, not judged).
@@ -70,16 +74,25 @@ pub struct Told {
 }
 
 pub fn run(plan: &Plan, args: &ExplainArgs<'_>) -> Result<Story, ReplayError> {
-    let replay = ReplayArgs {
+    let watch = watched(plan, args, args.key)?;
+    Ok(tell(plan, &watch, args.shards.max(1)))
+}
+
+/// The replay of `args.inputs`, watched for `key`.
+fn watched<'p>(plan: &'p Plan, args: &ExplainArgs<'_>, key: &str) -> Result<Watch<'p>, ReplayError> {
+    let mut watch = Watch::new(plan, AskedKey::new(plan, key));
+    crate::replay::run_observed(plan, &replay_args(args), &mut watch)?;
+    Ok(watch)
+}
+
+fn replay_args<'a>(args: &ExplainArgs<'a>) -> ReplayArgs<'a> {
+    ReplayArgs {
         shards: args.shards,
         every_tick: true,
         inputs: args.inputs,
         outputs: &[],
         sort_run_bytes: crate::replay::input::SORT_RUN_BYTES,
-    };
-    let mut watch = Watch::new(plan, AskedKey::new(plan, args.key));
-    crate::replay::run_observed(plan, &replay, &mut watch)?;
-    Ok(tell(plan, &watch, args.shards.max(1)))
+    }
 }
 
 /// Puts the facts of a watched replay together, row by row.
@@ -276,25 +289,45 @@ fn time_json(t: Time) -> serde_json::Value {
     if t.is_finite() { serde_json::json!(t.as_i64_saturating()) } else { serde_json::json!(shown_time(t)) }
 }
 
+impl RowStory {
+    /// The fields every JSON object of the row carries.
+    fn json_base(&self) -> serde_json::Value {
+        serde_json::json!({
+            "stream": self.stream,
+            "ts": self.ts,
+            "id": self.id.map(hex),
+            "arrival": self.arrival,
+            "shard": self.shard,
+            "stream_watermark": self.stream_watermark.map(time_json),
+        })
+    }
+
+    /// "command ts 5000: decoded, ...", then a line per operator it reached.
+    pub fn write_text(&self, out: &mut impl Write) -> std::io::Result<()> {
+        let ts = self.ts.map(|ts| format!(" ts {ts}")).unwrap_or_default();
+        writeln!(out, "{}{ts}: {}", self.stream, self.head)?;
+        for t in &self.at {
+            let fate = t.fate.map_or("passed", Fate::as_str);
+            let on_time = if t.fate == Some(Fate::Late) { "" } else { ", on time" };
+            writeln!(
+                out,
+                "  {}: {fate} (watermark {} when it arrived{on_time}): {}",
+                t.operator,
+                shown_time(t.watermark),
+                t.why
+            )?;
+        }
+        Ok(())
+    }
+}
+
 impl Story {
     /// Plain words: a block per row, a line per operator it reached.
     pub fn write_text(&self, out: &mut impl Write) -> std::io::Result<()> {
         let rows = if self.rows.len() == 1 { "1 row".to_owned() } else { format!("{} rows", self.rows.len()) };
         writeln!(out, "key '{}': {rows}", self.key)?;
         for row in &self.rows {
-            let ts = row.ts.map(|ts| format!(" ts {ts}")).unwrap_or_default();
-            writeln!(out, "{}{ts}: {}", row.stream, row.head)?;
-            for t in &row.at {
-                let fate = t.fate.map_or("passed", Fate::as_str);
-                let on_time = if t.fate == Some(Fate::Late) { "" } else { ", on time" };
-                writeln!(
-                    out,
-                    "  {}: {fate} (watermark {} when it arrived{on_time}): {}",
-                    t.operator,
-                    shown_time(t.watermark),
-                    t.why
-                )?;
-            }
+            row.write_text(out)?;
         }
         if let Some(note) = &self.resembling {
             writeln!(out, "keys that differ only in type, case or whitespace: {note}")?;
@@ -306,15 +339,7 @@ impl Story {
     pub fn write_json(&self, out: &mut impl Write) -> std::io::Result<()> {
         use serde_json::{Value, json};
         for row in &self.rows {
-            let base = json!({
-                "stream": row.stream,
-                "ts": row.ts,
-                "id": row.id.map(hex),
-                "arrival": row.arrival,
-                "shard": row.shard,
-                "stream_watermark": row.stream_watermark.map(time_json),
-            });
-            let mut base = base;
+            let mut base = row.json_base();
             if let Some(note) = &self.resembling {
                 base["resembling_keys"] = json!(note);
             }

@@ -17,7 +17,10 @@
 //!
 //! Routes: `GET /metrics` → 200 Prometheus text (version 0.0.4); `GET /healthz` → 200 `ok`, or
 //! 503 with one reason a line; another path → 404; another method on these paths → 405 with
-//! `Allow: GET, HEAD` (HEAD answers like GET, without the body).
+//! `Allow: GET, HEAD` (HEAD answers like GET, without the body). `GET /journal` → 200 the
+//! journal's messages as replay input lines (`braid explain --live`), to loopback clients only
+//! (403 to others: it holds the payloads); 404 where there is no journal, 503 when the intake
+//! thread does not hand a copy over within [`JOURNAL_WAIT`].
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -81,7 +84,23 @@ pub trait OpsView: Send + Sync + 'static {
     fn warnings(&self) -> Vec<String> {
         Vec::new()
     }
+    /// `GET /journal`: a blocking reader of the journal's messages as replay input lines
+    /// ([`crate::service`]); the server runs it off the io thread. `None`: no journal to read.
+    fn journal(&self) -> Option<JournalReader> {
+        None
+    }
 }
+
+/// Reads the journal as `{"stream":NAME,"line":LINE}` lines; `Err`: why it could not.
+pub type JournalReader = Box<dyn FnOnce() -> Result<String, String> + Send>;
+
+/// How long `GET /journal` waits for the intake thread's copy (it answers within a round of its
+/// loop, but not while it replays the journal at start).
+pub const JOURNAL_WAIT: Duration = Duration::from_secs(5);
+
+/// The journal route: loopback clients only (it holds the payloads braid took).
+pub const JOURNAL_PATH: &str = "/journal";
+const NDJSON: &str = "application/x-ndjson";
 
 /// Errors starting the ops endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -162,9 +181,18 @@ async fn serve_connection(
     view: Arc<dyn OpsView>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let loopback = stream.peer_addr().is_ok_and(|peer| peer.ip().is_loopback());
     let service = service_fn(move |request: Request<Incoming>| {
-        let response = answer(view.as_ref(), request.method(), request.uri().path());
-        async move { Ok::<_, Infallible>(response) }
+        let journal = (request.uri().path() == JOURNAL_PATH && request.method() == Method::GET)
+            .then(|| journal_reader(view.as_ref(), loopback));
+        let answered = answer(view.as_ref(), request.method(), request.uri().path());
+        async move {
+            match journal {
+                Some(Ok(read)) => Ok::<_, Infallible>(journal_answer(read).await),
+                Some(Err((status, why))) => Ok(response(status, TEXT, why.to_owned())),
+                None => Ok(answered),
+            }
+        }
     });
     let mut builder = http1::Builder::new();
     // max_buf_size panics below hyper's minimum of 8 KiB; MAX_BUF is a constant above it.
@@ -193,11 +221,35 @@ async fn serve_connection(
     }
 }
 
+/// The journal's reader, or the refusal: a client off this machine (403), no journal (404).
+fn journal_reader(view: &dyn OpsView, loopback: bool) -> Result<JournalReader, (StatusCode, &'static str)> {
+    if !loopback {
+        return Err((StatusCode::FORBIDDEN, "the journal is served to loopback clients only\n"));
+    }
+    view.journal().ok_or((StatusCode::NOT_FOUND, "no journal here\n"))
+}
+
+/// Runs the reader on tokio's blocking pool (it waits for the intake thread and converts every
+/// payload): the io thread's sources and sinks go on meanwhile.
+async fn journal_answer(read: JournalReader) -> Response<Full<Bytes>> {
+    match tokio::task::spawn_blocking(read).await {
+        Ok(Ok(lines)) => response(StatusCode::OK, NDJSON, lines),
+        Ok(Err(why)) => response(StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("{why}\n")),
+        Err(error) => response(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("journal reader failed: {error}\n")),
+    }
+}
+
 /// The answer to `method path`.
 fn answer(view: &dyn OpsView, method: &Method, path: &str) -> Response<Full<Bytes>> {
     let metrics = match path {
         "/metrics" => true,
         "/healthz" => false,
+        // GET is answered by the journal's reader (serve_connection).
+        JOURNAL_PATH => {
+            let mut refused = response(StatusCode::METHOD_NOT_ALLOWED, TEXT, "method not allowed\n".to_owned());
+            refused.headers_mut().insert(ALLOW, HeaderValue::from_static("GET"));
+            return refused;
+        }
         _ => return response(StatusCode::NOT_FOUND, TEXT, "not found\n".to_owned()),
     };
     if method != Method::GET && method != Method::HEAD {
@@ -255,6 +307,8 @@ mod tests {
 
     struct TestView {
         health: Mutex<Result<(), Vec<String>>>,
+        /// What the journal's reader gives; `None`: no journal.
+        journal: Option<Result<String, String>>,
     }
 
     impl OpsView for TestView {
@@ -263,6 +317,10 @@ mod tests {
         }
         fn health(&self) -> Result<(), Vec<String>> {
             self.health.lock().unwrap().clone()
+        }
+        fn journal(&self) -> Option<JournalReader> {
+            let read = self.journal.clone()?;
+            Some(Box::new(move || read))
         }
     }
 
@@ -274,7 +332,11 @@ mod tests {
 
     impl Server {
         fn start(limits: Limits, health: Result<(), Vec<String>>) -> Server {
-            let view: Arc<dyn OpsView> = Arc::new(TestView { health: Mutex::new(health) });
+            Server::start_view(limits, TestView { health: Mutex::new(health), journal: None })
+        }
+
+        fn start_view(limits: Limits, view: TestView) -> Server {
+            let view: Arc<dyn OpsView> = Arc::new(view);
             let (stop, shutdown) = watch::channel(false);
             let (addr_tx, addr_rx) = std::sync::mpsc::channel();
             let thread = std::thread::spawn(move || {
@@ -314,6 +376,30 @@ mod tests {
         let (head, body) = raw.split_once("\r\n\r\n").unwrap();
         let status = head.split(' ').nth(1).unwrap().parse().unwrap();
         Answer { status, head: head.to_ascii_lowercase(), body: body.to_owned() }
+    }
+
+    #[test]
+    fn the_journal_is_read_off_the_io_thread_or_refused() {
+        let none = Server::start(LIMITS, Ok(()));
+        assert_eq!(request(none.addr, "GET", "/journal").status, 404);
+        let post = request(none.addr, "POST", "/journal");
+        assert_eq!(post.status, 405);
+        assert!(post.head.contains("allow: get\r\n") || post.head.ends_with("allow: get"), "{}", post.head);
+        none.stop();
+
+        let lines = "{\"stream\":\"status\",\"line\":{\"ts\":1,\"arrival\":2}}\n".to_owned();
+        let view = TestView { health: Mutex::new(Ok(())), journal: Some(Ok(lines.clone())) };
+        let held = Server::start_view(LIMITS, view);
+        let journal = request(held.addr, "GET", "/journal");
+        assert_eq!((journal.status, journal.body.as_str()), (200, lines.as_str()));
+        assert!(journal.head.contains("content-type: application/x-ndjson"), "{}", journal.head);
+        held.stop();
+
+        let view = TestView { health: Mutex::new(Ok(())), journal: Some(Err("intake busy".into())) };
+        let busy = Server::start_view(LIMITS, view);
+        let journal = request(busy.addr, "GET", "/journal");
+        assert_eq!((journal.status, journal.body.as_str()), (503, "intake busy\n"));
+        busy.stop();
     }
 
     #[test]

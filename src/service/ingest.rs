@@ -95,3 +95,45 @@ impl Ingest {
         Ok(matched)
     }
 }
+
+impl Ingest {
+    /// A journaled message as `braid replay` input lines (`GET /journal`, `braid explain
+    /// --live`): one `{"stream":NAME,"line":LINE}` per stream its topic feeds, LINE being the
+    /// payload object with the fields its topic captured and `"arrival"` (the processing time it
+    /// was taken at). A payload that is no JSON object, or a topic level that does not type as
+    /// its field, has no such line (it was dead-lettered): left out, counted in the return.
+    pub fn replay_lines(
+        &self,
+        plan: &Plan,
+        source: usize,
+        topic: &str,
+        payload: &[u8],
+        arrival: i128,
+        out: &mut String,
+    ) -> usize {
+        let Some(router) = self.routers.get(source) else { return 0 };
+        let mut left_out = 0;
+        for (stream, captures) in router.route(topic) {
+            let def = &plan.streams[stream];
+            let (Ok(captures), Ok(serde_json::Value::Object(mut line))) =
+                (captures, serde_json::from_slice::<serde_json::Value>(payload))
+            else {
+                left_out += 1;
+                continue;
+            };
+            for &(pos, captured) in &captures {
+                let value = match captured.to_value() {
+                    Value::Str(s) => serde_json::Value::from(s.as_ref()),
+                    Value::Int(i) => serde_json::Value::from(i),
+                    _ => continue,
+                };
+                line.entry(def.schema.fields[pos].name.clone()).or_insert(value);
+            }
+            line.insert("arrival".into(), serde_json::Value::from(arrival as i64));
+            let wrapped = serde_json::json!({ "stream": def.name, "line": line });
+            out.push_str(&wrapped.to_string());
+            out.push('\n');
+        }
+        left_out
+    }
+}

@@ -36,6 +36,8 @@ const BATCH: usize = 256;
 const RETENTION_EVERY_MS: i128 = 1000;
 /// Journal entries replayed between two requests for more start-up time.
 const EXTEND_EVERY_ENTRIES: u64 = 100_000;
+/// The most payload bytes one `GET /journal` copies (the newest messages).
+pub const JOURNAL_COPY_BYTES: usize = 64 << 20;
 /// How often the live figures are copied.
 const SHOW_EVERY_MS: i128 = 1000;
 
@@ -76,7 +78,13 @@ pub struct Control {
     pub checkpoint_bytes: AtomicU64,
     /// Redelivered messages recognised as taken already (redelivery.rs).
     pub redelivered: AtomicU64,
+    /// `GET /journal` waiting for a copy of the journal's messages ([`Control::ask_journal`]).
+    journal_asked: std::sync::atomic::AtomicBool,
+    journal_wanted: std::sync::Mutex<Vec<crossbeam_channel::Sender<JournalCopy>>>,
 }
+
+/// The journal's messages at one moment: (source name, arrival, topic, payload), oldest first.
+pub type JournalCopy = Arc<Vec<super::journal::Entry>>;
 
 impl Control {
     pub fn request(&self) -> Request {
@@ -99,6 +107,15 @@ impl Control {
         if request != Request::Run {
             self.interrupt.store(true, Ordering::Release);
         }
+    }
+
+    /// Asks the intake thread for a copy of the journal's messages; it answers on the next round
+    /// of its loop (within a tick, 200 ms) on the returned channel.
+    pub fn ask_journal(&self) -> crossbeam_channel::Receiver<JournalCopy> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.journal_wanted.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(tx);
+        self.journal_asked.store(true, Ordering::Release);
+        rx
     }
 
     /// Back to running (after a reload was applied or refused).
@@ -313,6 +330,7 @@ impl<'a> Intake<'a> {
             self.outputs.flush();
             self.release_old_entries();
             self.show_figures();
+            self.copy_journal_if_asked();
             self.control.heartbeat.fetch_add(1, Ordering::Relaxed);
             let until_tick = Duration::from_millis((next_tick(self.now) - self.now).clamp(1, 200) as u64);
             let (intake, control) = (&self.intake, &self.control);
@@ -366,6 +384,39 @@ impl<'a> Intake<'a> {
             self.control.stalled_rounds.store(rounds, Ordering::Relaxed);
             self.control.journal_bytes.store(self.journal.queued_bytes(), Ordering::Relaxed);
             self.control.journal_dropped.store(self.journal.dropped(), Ordering::Relaxed);
+        }
+    }
+
+    /// Answers `GET /journal`: one copy of the messages still held (the newest
+    /// [`JOURNAL_COPY_BYTES`] of payloads) for everyone waiting, taken between two rounds.
+    fn copy_journal_if_asked(&mut self) {
+        if !self.control.journal_asked.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let waiting =
+            std::mem::take(&mut *self.control.journal_wanted.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        if waiting.is_empty() {
+            return;
+        }
+        // The newest messages, back to the bound: a copy never holds the whole journal of a long
+        // checkpoint failure (journal_bytes) in memory a second time.
+        let mut newest = Vec::new();
+        let mut bytes = 0;
+        for position in self.journal.positions().rev() {
+            let Some(entry) = self.journal.entry(position) else { continue };
+            if let What::Message { payload, .. } = &entry.what {
+                bytes += payload.len();
+                if bytes > JOURNAL_COPY_BYTES {
+                    break;
+                }
+                newest.push(entry);
+            }
+        }
+        newest.reverse();
+        let copy: JournalCopy = Arc::new(newest);
+        for asker in waiting {
+            // An asker that gave up has dropped its end: nothing to do.
+            let _ = asker.send(Arc::clone(&copy));
         }
     }
 

@@ -223,9 +223,8 @@ fn generation(
         intake.resume_from(&restored.barrier);
     }
     let replayed = intake.replay_journal()?;
-    if replayed > 0 {
-        tracing::info!(entries = replayed, "journal replayed: operator state rebuilt");
-    }
+    // Logged also when there was nothing after the checkpoint: the start is done either way.
+    tracing::info!(entries = replayed, "journal replayed: operator state rebuilt");
     let mut tasks = io.start_generation(plan, state_dir, &uplinks, intake_tx, confirmations, doorbell)?;
     intake.start_live(wall_clock(), tasks.status().0)?;
     view.set(Arc::clone(plan), counters, tasks.status(), Arc::clone(&options.control));

@@ -130,6 +130,32 @@ impl LiveView {
     }
 }
 
+impl LiveView {
+    /// `GET /journal`: asks the intake thread for a copy of the journal's messages, and turns them
+    /// into replay input lines off the io thread.
+    fn journal_reader(&self) -> Option<crate::ops::http::JournalReader> {
+        let (plan, control) = {
+            let current = self.lock();
+            let current = current.as_ref()?;
+            (Arc::clone(&current.plan), Arc::clone(&current.control))
+        };
+        let copy = control.ask_journal();
+        Some(Box::new(move || {
+            let entries = copy
+                .recv_timeout(crate::ops::http::JOURNAL_WAIT)
+                .map_err(|_| "the intake thread did not hand the journal over (starting or stopping?)".to_owned())?;
+            let ingest = super::ingest::Ingest::new(&plan);
+            let mut lines = String::new();
+            for entry in entries.iter() {
+                let super::journal::What::Message { topic, payload } = &entry.what else { continue };
+                let Some(source) = plan.sources.iter().position(|s| s.name == entry.source) else { continue };
+                ingest.replay_lines(&plan, source, topic, payload, entry.arrival, &mut lines);
+            }
+            Ok(lines)
+        }))
+    }
+}
+
 impl OpsView for LiveView {
     fn metrics(&self) -> String {
         let current = self.lock();
@@ -318,5 +344,9 @@ impl OpsView for LiveView {
     fn warnings(&self) -> Vec<String> {
         let current = self.lock();
         current.as_ref().map(|c| c.warnings.active().iter().map(|w| w.line()).collect()).unwrap_or_default()
+    }
+
+    fn journal(&self) -> Option<crate::ops::http::JournalReader> {
+        self.journal_reader()
     }
 }

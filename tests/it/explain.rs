@@ -11,9 +11,31 @@ use crate::common::run::braid;
 fn cases() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("explain");
     let mut cases: Vec<PathBuf> =
-        std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+        std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("key").is_file()).collect();
     cases.sort();
     cases
+}
+
+/// The pair cases under tests/explain/pairs/ (`rows`: the flags naming the two rows, one a line).
+fn pair_cases() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("explain").join("pairs");
+    let mut cases: Vec<PathBuf> =
+        std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("rows").is_file()).collect();
+    cases.sort();
+    cases
+}
+
+/// `braid explain` of a pair case (its `rows` flags, then `extra`): exit success and stdout.
+fn explain_pair(case: &Path, extra: &[&str]) -> (bool, String, String) {
+    let config = case.parent().unwrap().parent().unwrap().join("config.toml");
+    let mut cmd = braid();
+    cmd.arg("explain").arg("--config").arg(config);
+    for stream in ["command", "status"] {
+        cmd.arg("--input").arg(format!("{stream}={}", case.join("in").join(format!("{stream}.jsonl")).display()));
+    }
+    cmd.args(std::fs::read_to_string(case.join("rows")).unwrap().lines());
+    let out = cmd.args(extra).output().unwrap();
+    (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// `braid explain` of a case; its stdout.
@@ -107,4 +129,110 @@ fn late_rows_carry_late_by_ms_the_watermark_minus_their_ts() {
         o["late_by_ms"].as_i64().unwrap(),
         o["operator_watermark"].as_i64().unwrap() - o["ts"].as_i64().unwrap()
     );
+}
+
+#[test]
+fn every_pair_verdict_has_its_case() {
+    let verdicts: Vec<String> = pair_cases()
+        .iter()
+        .map(|c| {
+            let json: Value = serde_json::from_str(&std::fs::read_to_string(c.join("expected.json")).unwrap()).unwrap();
+            json["verdict"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    for verdict in ["joined", "outside_bound", "different_keys", "late", "left_state", "dead_letter"] {
+        assert!(verdicts.iter().any(|v| v == verdict), "no pair case with verdict {verdict} in {verdicts:?}");
+    }
+}
+
+#[test]
+fn pairs_in_plain_words_are_the_expected_ones_word_for_word() {
+    let mut failures = Vec::new();
+    for case in pair_cases() {
+        let want = std::fs::read_to_string(case.join("expected.txt")).unwrap();
+        let (ok, got, stderr) = explain_pair(&case, &[]);
+        assert!(ok, "{}: {stderr}", name(&case));
+        if got != want {
+            failures.push(format!("== {}\n-- expected\n{want}-- got\n{got}", name(&case)));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_pair_in_json_is_one_object_whatever_the_shard_count() {
+    // The shard a row went to (and the head line naming it) depends on the count; nothing else.
+    let comparable = |mut o: Value| {
+        for row in o["rows"].as_array_mut().unwrap() {
+            let row = row.as_object_mut().unwrap();
+            assert!(row.remove("shard").is_some() && row.remove("head").is_some(), "{row:?}");
+        }
+        o
+    };
+    for shards in [1, 3] {
+        for case in pair_cases() {
+            let want: Value =
+                serde_json::from_str(&std::fs::read_to_string(case.join("expected.json")).unwrap()).unwrap();
+            let (ok, got, stderr) = explain_pair(&case, &["--json", "--shards", &shards.to_string()]);
+            assert!(ok, "{}: {stderr}", name(&case));
+            assert_eq!(got.lines().count(), 1, "{}: one object for the pair", name(&case));
+            let got: Value = serde_json::from_str(&got).unwrap();
+            assert_eq!(got["joined"], got["verdict"] == "joined");
+            assert_eq!(comparable(got), comparable(want), "{} at {shards} shards", name(&case));
+        }
+    }
+}
+
+#[test]
+fn a_pair_by_ids_is_the_pair_by_field_values() {
+    let by = |case: &str| {
+        let case = pair_cases().into_iter().find(|c| name(c) == case).unwrap();
+        let (ok, got, stderr) = explain_pair(&case, &["--json"]);
+        assert!(ok, "{stderr}");
+        let mut got: Value = serde_json::from_str(&got).unwrap();
+        got.as_object_mut().unwrap().remove("keys");
+        got
+    };
+    assert_eq!(by("by_id")["result_id"], by("joined")["result_id"]);
+    assert_eq!(by("by_id")["rows"], by("joined")["rows"]);
+    // The joined pair's result _id alone names the same two rows.
+    assert_eq!(by("by_result")["rows"], by("joined")["rows"]);
+    assert_eq!(by("by_result")["result_id"], by("joined")["result_id"]);
+}
+
+#[test]
+fn rows_that_cannot_be_told_apart_or_found_are_refused_clearly() {
+    let case = pair_cases().into_iter().find(|c| name(c) == "late").unwrap();
+    let config = case.parent().unwrap().parent().unwrap().join("config.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let doubled = dir.path().join("status.jsonl");
+    std::fs::write(&doubled, "{\"device\":\"dev-1\",\"ts\":1,\"seq\":1}\n{\"device\":\"dev-1\",\"ts\":2,\"seq\":1}\n")
+        .unwrap();
+    let twice = format!("status={}", doubled.display());
+    let run = |rows: &[&str]| {
+        let mut cmd = braid();
+        cmd.arg("explain").arg("--config").arg(&config);
+        for stream in ["command", "status"] {
+            cmd.arg("--input").arg(format!("{stream}={}", case.join("in").join(format!("{stream}.jsonl")).display()));
+        }
+        let out = cmd.args(rows).output().unwrap();
+        assert!(!out.status.success(), "{rows:?} was accepted");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = run(&["--row", "command:cmd_id=c1", "--row", "status:seq=1,device=dev-1", "--input", &twice]);
+    assert!(stderr.contains(" rows match status:seq=1,device=dev-1: name more fields"), "{stderr}");
+    let stderr = run(&["--row", "command:cmd_id=c1", "--row", "status:seq=7"]);
+    assert!(stderr.contains("no row matches status:seq=7"), "{stderr}");
+    let stderr = run(&["--row", "command:cmd_id=c1", "--row", "status:colour=red"]);
+    assert!(stderr.contains("stream status has no field colour"), "{stderr}");
+    let stderr = run(&["--row", "command:cmd_id=c1"]);
+    assert!(stderr.contains("command:cmd_id=c1 is one row: name a second row"), "{stderr}");
+    let stderr = run(&["--id", "38eed7104cd8c28a", "--id", "38eed7104cd8c28a", "--id", "38eed7104cd8c28a"]);
+    assert!(stderr.contains("name two rows (--row or --id, twice in all), or one result with --id; not 3"), "{stderr}");
+    let stderr = run(&["--id", "38eed7104cd8c28a"]);
+    assert!(stderr.contains("id 38eed7104cd8c28a is one row: name a second row, or one result's _id"), "{stderr}");
+    let stderr = run(&["--id", "0000000000000001"]);
+    assert!(stderr.contains("id 0000000000000001 matches no row or result"), "{stderr}");
+    let stderr = run(&["--row", "command"]);
+    assert!(stderr.contains("STREAM:FIELD=VALUE"), "{stderr}");
 }

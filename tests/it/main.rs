@@ -24,6 +24,7 @@ mod bench_command;
 mod config_errors;
 mod examples;
 mod explain;
+mod explain_live;
 mod sql;
 mod systemd_unit;
 

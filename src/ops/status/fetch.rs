@@ -26,6 +26,11 @@ pub enum FetchError {
 
 /// `GET path` on `addr`: the status code and the body as text (invalid UTF-8 replaced).
 pub fn get(addr: SocketAddr, path: &str) -> Result<(u16, String), FetchError> {
+    get_bounded(addr, path, MAX_ANSWER)
+}
+
+/// [`get`] taking up to `max_answer` bytes (`braid explain --live` reads a whole journal).
+pub fn get_bounded(addr: SocketAddr, path: &str, max_answer: u64) -> Result<(u16, String), FetchError> {
     let unreachable = |error| FetchError::Unreachable { addr, error };
     let mut stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(unreachable)?;
     stream.set_read_timeout(Some(READ_TIMEOUT)).map_err(unreachable)?;
@@ -33,7 +38,7 @@ pub fn get(addr: SocketAddr, path: &str) -> Result<(u16, String), FetchError> {
     write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: braid-status\r\nConnection: close\r\n\r\n")
         .map_err(unreachable)?;
     let mut raw = Vec::new();
-    stream.take(MAX_ANSWER).read_to_end(&mut raw).map_err(unreachable)?;
+    stream.take(max_answer).read_to_end(&mut raw).map_err(unreachable)?;
     parse_answer(&raw).map_err(|what| FetchError::BadAnswer { addr, path: path.to_owned(), what })
 }
 
