@@ -356,11 +356,11 @@ struct Counts {
 }
 
 impl Emit for Counts {
-    fn result(&mut self, _operator: usize, _row: &Row) {
+    fn result(&mut self, _operator: usize, _row: &Row, _after_barrier: bool) {
         self.results += 1;
     }
 
-    fn late(&mut self, _operator: usize, _input: usize, _row: &Row) {
+    fn late(&mut self, _operator: usize, _input: usize, _row: &Row, _after_barrier: bool) {
         self.late += 1;
     }
 }

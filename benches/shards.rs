@@ -85,11 +85,11 @@ struct Count {
 }
 
 impl Emit for Count {
-    fn result(&mut self, _operator: usize, _row: &Row) {
+    fn result(&mut self, _operator: usize, _row: &Row, _after_barrier: bool) {
         self.results += 1;
     }
 
-    fn late(&mut self, _operator: usize, _input: usize, _row: &Row) {
+    fn late(&mut self, _operator: usize, _input: usize, _row: &Row, _after_barrier: bool) {
         self.late += 1;
     }
 }
@@ -104,12 +104,12 @@ struct OutputBytes {
 }
 
 impl Emit for OutputBytes {
-    fn result(&mut self, operator: usize, row: &Row) {
+    fn result(&mut self, operator: usize, row: &Row, _after_barrier: bool) {
         self.results += 1;
         self.bytes += frame_bytes(self.writer.output(operator, RESULT, row).unwrap().len());
     }
 
-    fn late(&mut self, _operator: usize, _input: usize, _row: &Row) {
+    fn late(&mut self, _operator: usize, _input: usize, _row: &Row, _after_barrier: bool) {
         self.late += 1;
     }
 }

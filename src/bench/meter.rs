@@ -185,8 +185,8 @@ impl Meter {
 pub(super) struct Answered(pub bool);
 
 impl Emit for Answered {
-    fn result(&mut self, _operator: usize, _row: &Row) {}
-    fn late(&mut self, _operator: usize, _input: usize, _row: &Row) {}
+    fn result(&mut self, _operator: usize, _row: &Row, _after_barrier: bool) {}
+    fn late(&mut self, _operator: usize, _input: usize, _row: &Row, _after_barrier: bool) {}
     fn checkpointed(&mut self, _done: Completed) {
         self.0 = true;
     }
@@ -205,7 +205,7 @@ impl Emit for Meter {
         }
     }
 
-    fn result(&mut self, operator: usize, row: &Row) {
+    fn result(&mut self, operator: usize, row: &Row, _after_barrier: bool) {
         let handed = self.trace[operator].traces(row).then(|| self.handed.get(&(row.key_hash, row.ts))).flatten();
         if let Some(&handed) = handed {
             let ns = self.now_ns().saturating_sub(handed);
@@ -218,7 +218,7 @@ impl Emit for Meter {
         }
     }
 
-    fn late(&mut self, _operator: usize, _input: usize, _row: &Row) {}
+    fn late(&mut self, _operator: usize, _input: usize, _row: &Row, _after_barrier: bool) {}
 }
 
 /// CPU time (user + system) this process has used, all threads; zero where it cannot be read.

@@ -149,16 +149,9 @@ impl CheckpointDir {
         self.epoch_dir(epoch).join(format!("shard-{shard}.snap"))
     }
 
-    /// Writes (and syncs, with `durability = "power"`) one shard's snapshots of checkpoint
-    /// `file.epoch`.
-    pub fn write_shard(&self, file: &ShardFile) -> Result<u64, CheckpointError> {
-        let (path, bytes) = self.shard_file(file)?;
-        write_file(&path, &bytes, self.sync)?;
-        Ok(bytes.len() as u64)
-    }
-
-    /// What [`write_shard`](Self::write_shard) writes, and where (its directory is made), for a
-    /// shard that writes it itself without blocking (shard/threads.rs).
+    /// One shard's snapshots of checkpoint `file.epoch` as a file, and where it goes (its
+    /// directory is made); the runtime's checkpoint writer thread writes it with [`write_file`]
+    /// (shard/threads.rs), so the shard does not wait for the disk.
     pub fn shard_file(&self, file: &ShardFile) -> Result<(PathBuf, Vec<u8>), CheckpointError> {
         let dir = self.epoch_dir(file.epoch);
         std::fs::create_dir_all(&dir).map_err(|error| CheckpointError::Io { path: dir.clone(), error })?;
@@ -289,8 +282,8 @@ fn unframed<'a>(magic: &[u8; 8], bytes: &'a [u8], path: &Path) -> Result<&'a [u8
     Ok(payload)
 }
 
-/// Writes `bytes` to `path`, and syncs the file when asked.
-fn write_file(path: &Path, bytes: &[u8], sync: bool) -> Result<(), CheckpointError> {
+/// Writes `bytes` to `path`, and syncs the file when asked (`durability = "power"`).
+pub fn write_file(path: &Path, bytes: &[u8], sync: bool) -> Result<(), CheckpointError> {
     let io = |error| CheckpointError::Io { path: path.to_owned(), error };
     let mut file = std::fs::File::create(path).map_err(io)?;
     file.write_all(bytes).map_err(io)?;

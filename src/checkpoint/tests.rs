@@ -5,9 +5,15 @@ fn shard_file(epoch: u64, shard: u32, shards: u32) -> ShardFile {
     ShardFile { epoch, shard, shards, operators }
 }
 
+/// What a shard and the checkpoint writer do.
+fn write_shard(dir: &CheckpointDir, file: &ShardFile) {
+    let (path, bytes) = dir.shard_file(file).unwrap();
+    write_file(&path, &bytes, dir.syncs()).unwrap();
+}
+
 fn commit(dir: &CheckpointDir, epoch: u64, shards: u32) {
     for shard in 0..shards {
-        dir.write_shard(&shard_file(epoch, shard, shards)).unwrap();
+        write_shard(dir, &shard_file(epoch, shard, shards));
     }
     let manifest = Manifest { epoch, shards, feeder: vec![1, 2], driver: vec![epoch as u8] };
     dir.commit(&manifest).unwrap();
@@ -22,7 +28,7 @@ fn the_newest_committed_checkpoint_wins_and_two_are_kept() {
         commit(&dir, epoch, 2);
     }
     // Shard files of an epoch whose manifest was never written (a crash before the commit).
-    dir.write_shard(&shard_file(4, 0, 2)).unwrap();
+    write_shard(&dir, &shard_file(4, 0, 2));
     let loaded = dir.latest().unwrap();
     assert_eq!(loaded.manifest.epoch, 3);
     assert_eq!(loaded.manifest.driver, vec![3]);

@@ -102,22 +102,13 @@ struct Observed<'o, 'p> {
 }
 
 impl Emit for Observed<'_, '_> {
-    fn result(&mut self, operator: usize, row: &Row) {
+    fn result(&mut self, operator: usize, row: &Row, after_barrier: bool) {
         self.observer.result(operator, row);
-        self.outputs.result(operator, row);
+        self.outputs.result(operator, row, after_barrier);
     }
 
-    fn late(&mut self, operator: usize, input: usize, row: &Row) {
-        self.outputs.late(operator, input, row);
-    }
-
-    fn result_after_barrier(&mut self, operator: usize, row: &Row) {
-        self.observer.result(operator, row);
-        self.outputs.result_after_barrier(operator, row);
-    }
-
-    fn late_after_barrier(&mut self, operator: usize, input: usize, row: &Row) {
-        self.outputs.late_after_barrier(operator, input, row);
+    fn late(&mut self, operator: usize, input: usize, row: &Row, after_barrier: bool) {
+        self.outputs.late(operator, input, row, after_barrier);
     }
 
     fn checkpointed(&mut self, done: Completed) {

@@ -241,39 +241,21 @@ impl OutFile {
     }
 }
 
-impl Outputs<'_> {
-    fn emit_result(&mut self, operator: usize, row: &Row, early: bool) {
+impl Emit for Outputs<'_> {
+    fn result(&mut self, operator: usize, row: &Row, early: bool) {
         if self.wants(Target::Operator(operator)) {
             json::write_result(&mut self.buf, &self.plan.operators[operator].output, row);
             self.write(Target::Operator(operator), early);
         }
     }
 
-    fn emit_late(&mut self, operator: usize, input: usize, row: &Row, early: bool) {
+    fn late(&mut self, operator: usize, input: usize, row: &Row, early: bool) {
         if self.wants(Target::Late(operator)) {
             let node = self.plan.operators[operator].inputs[input];
             let from_operator = matches!(node, NodeRef::Operator(_));
             json::write_late(&mut self.buf, self.plan.node_schema(node), from_operator, self.plan.node_name(node), row);
             self.write(Target::Late(operator), early);
         }
-    }
-}
-
-impl Emit for Outputs<'_> {
-    fn result(&mut self, operator: usize, row: &Row) {
-        self.emit_result(operator, row, false);
-    }
-
-    fn late(&mut self, operator: usize, input: usize, row: &Row) {
-        self.emit_late(operator, input, row, false);
-    }
-
-    fn result_after_barrier(&mut self, operator: usize, row: &Row) {
-        self.emit_result(operator, row, true);
-    }
-
-    fn late_after_barrier(&mut self, operator: usize, input: usize, row: &Row) {
-        self.emit_late(operator, input, row, true);
     }
 
     fn checkpointed(&mut self, done: Completed) {

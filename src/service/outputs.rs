@@ -212,8 +212,8 @@ fn write_line(w: &mut impl Write, line: &[u8], counters: &OutputCounters) {
     }
 }
 
-impl Outputs {
-    fn emit_result(&mut self, operator: usize, row: &Row, early: bool) {
+impl Emit for Outputs {
+    fn result(&mut self, operator: usize, row: &Row, early: bool) {
         self.counters.results[operator].fetch_add(1, Ordering::Relaxed);
         if self.wants(Target::Operator(operator)) {
             json::write_result(&mut self.line, &self.plan.operators[operator].output, row);
@@ -221,7 +221,7 @@ impl Outputs {
         }
     }
 
-    fn emit_late(&mut self, operator: usize, input: usize, row: &Row, early: bool) {
+    fn late(&mut self, operator: usize, input: usize, row: &Row, early: bool) {
         self.counters.late[operator].fetch_add(1, Ordering::Relaxed);
         if self.wants(Target::Late(operator)) {
             let node = self.plan.operators[operator].inputs[input];
@@ -235,24 +235,6 @@ impl Outputs {
             );
             self.deliver(Target::Late(operator), input, Some(&row.values), early);
         }
-    }
-}
-
-impl Emit for Outputs {
-    fn result(&mut self, operator: usize, row: &Row) {
-        self.emit_result(operator, row, false);
-    }
-
-    fn late(&mut self, operator: usize, input: usize, row: &Row) {
-        self.emit_late(operator, input, row, false);
-    }
-
-    fn result_after_barrier(&mut self, operator: usize, row: &Row) {
-        self.emit_result(operator, row, true);
-    }
-
-    fn late_after_barrier(&mut self, operator: usize, input: usize, row: &Row) {
-        self.emit_late(operator, input, row, true);
     }
 
     fn checkpointed(&mut self, done: Completed) {

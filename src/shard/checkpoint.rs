@@ -128,18 +128,15 @@ impl Runtime {
     /// Hands a result or late row of `op` from `shard` to `emit`, noting it when it left after
     /// its instance passed the barrier of the checkpoint under way.
     pub(super) fn emit_output(&mut self, shard: usize, op: usize, input: u32, row: &Row, emit: &mut impl Emit) {
-        let after_barrier = self.in_flight.as_mut().filter(|f| f.passed[shard].get(op).copied().unwrap_or(false));
-        match after_barrier {
-            Some(flight) => {
-                flight.early.push(Early { op: op as u32, input, id: row.id });
-                if input == RESULT {
-                    emit.result_after_barrier(op, row);
-                } else {
-                    emit.late_after_barrier(op, input as usize, row);
-                }
-            }
-            None if input == RESULT => emit.result(op, row),
-            None => emit.late(op, input as usize, row),
+        let flight = self.in_flight.as_mut().filter(|f| f.passed[shard].get(op).copied().unwrap_or(false));
+        let after_barrier = flight.is_some();
+        if let Some(flight) = flight {
+            flight.early.push(Early { op: op as u32, input, id: row.id });
+        }
+        if input == RESULT {
+            emit.result(op, row, after_barrier);
+        } else {
+            emit.late(op, input as usize, row, after_barrier);
         }
     }
 }

@@ -21,20 +21,14 @@ pub const HOT_KEY_MIN_ROWS: u64 = 100;
 
 /// Where a run's outputs go, on the calling thread.
 pub trait Emit {
-    /// Operator `operator` emitted `row`.
-    fn result(&mut self, operator: usize, row: &Row);
-    /// `row` reached operator `operator` on input `input` late.
-    fn late(&mut self, operator: usize, input: usize, row: &Row);
-    /// A result that left after its operator instance passed the barrier of the checkpoint under
-    /// way: a restart from that checkpoint produces it again (its `_id` is in
-    /// [`Completed::early`]).
-    fn result_after_barrier(&mut self, operator: usize, row: &Row) {
-        self.result(operator, row);
-    }
-    /// [`late`](Self::late) after the barrier, as [`result_after_barrier`](Self::result_after_barrier).
-    fn late_after_barrier(&mut self, operator: usize, input: usize, row: &Row) {
-        self.late(operator, input, row);
-    }
+    /// Operator `operator` emitted `row`. `after_barrier`: it left after its operator instance
+    /// passed the barrier of the checkpoint under way, so a restart from that checkpoint produces
+    /// it again (its `_id` is in [`Completed::early`]); only a driver that commits checkpoints
+    /// cares.
+    fn result(&mut self, operator: usize, row: &Row, after_barrier: bool);
+    /// `row` reached operator `operator` on input `input` late (`after_barrier` as for
+    /// [`result`](Self::result)).
+    fn late(&mut self, operator: usize, input: usize, row: &Row, after_barrier: bool);
     /// Every shard has written its part of a checkpoint: the driver commits it (with its own
     /// positions as of now: everything emitted so far is before them).
     fn checkpointed(&mut self, _done: Completed) {}

@@ -284,9 +284,9 @@ fn start_writer() -> Result<(crossbeam_channel::Sender<WriteJob>, JoinHandle<()>
         .name("braid-checkpoint".into())
         .spawn(move || {
             for (SnapshotWrite { path, bytes, sync, outcome }, bell) in queue {
-                let written = write_synced(&path, &bytes, sync);
+                let written = crate::checkpoint::write_file(&path, &bytes, sync);
                 if let Err(error) = &written {
-                    tracing::warn!(path = %path.display(), %error, "Cannot write a checkpoint file");
+                    tracing::warn!(%error, "Cannot write a checkpoint file");
                 }
                 outcome.store(if written.is_ok() { WRITTEN } else { NOT_WRITTEN }, Ordering::SeqCst);
                 bell.ring();
@@ -294,16 +294,6 @@ fn start_writer() -> Result<(crossbeam_channel::Sender<WriteJob>, JoinHandle<()>
         })
         .map_err(RuntimeError::Spawn)?;
     Ok((jobs, thread))
-}
-
-fn write_synced(path: &std::path::Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut file = std::fs::File::create(path)?;
-    file.write_all(bytes)?;
-    if sync {
-        file.sync_all()?;
-    }
-    Ok(())
 }
 
 /// What a shard thread starts with.

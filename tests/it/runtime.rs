@@ -566,11 +566,11 @@ select = [\"left.v\", \"right.k AS limit_from\", \"right.v AS limit\"]\n";
 struct Collected(Vec<String>);
 
 impl Emit for Collected {
-    fn result(&mut self, operator: usize, row: &Row) {
+    fn result(&mut self, operator: usize, row: &Row, _after_barrier: bool) {
         self.0.push(format!("{operator} result {row:?}"));
     }
 
-    fn late(&mut self, operator: usize, input: usize, row: &Row) {
+    fn late(&mut self, operator: usize, input: usize, row: &Row, _after_barrier: bool) {
         self.0.push(format!("{operator} late {input} {row:?}"));
     }
 }

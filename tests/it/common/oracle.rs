@@ -295,7 +295,7 @@ impl Oracle {
         let mut results: Vec<Row> = Vec::new();
         for answer in answers {
             for (input, row) in answer.late {
-                emit.late(op, input, &row);
+                emit.late(op, input, &row, false);
             }
             results.extend(answer.results.into_iter().map(|(_, row)| row));
         }
@@ -309,7 +309,7 @@ impl Oracle {
         }
         let feeds = !node.readers.is_empty();
         for row in results {
-            emit.result(op, &row);
+            emit.result(op, &row, false);
             if feeds {
                 self.wave.push_back((op, row));
             }
