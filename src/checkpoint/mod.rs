@@ -40,7 +40,7 @@ use crate::plan::Plan;
 use crate::state::snapshot::{self, SnapshotError};
 
 /// Bumped whenever any snapshot layout changes: a checkpoint of another version is not read.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 const HEADER: usize = 24;
 const SHARD_MAGIC: &[u8; 8] = b"braidshd";
 const MANIFEST_MAGIC: &[u8; 8] = b"braidckp";

@@ -335,7 +335,7 @@ impl IntervalJoin {
     pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
         snapshot::encode(&IntervalJoinState {
             watermark: self.watermark,
-            rows: self.state.iter().map(|store| snapshot::save_store(store.as_ref())).collect(),
+            rows: self.state.iter().map(|store| snapshot::save_store(store.as_ref())).collect::<Result<_, _>>()?,
             timers: self.timers.iter().map(|Reverse(timer)| *timer).collect(),
             seq: self.seq,
             quality: self.quality,
@@ -352,8 +352,8 @@ impl IntervalJoin {
         for (store, rows) in self.state.iter().zip(&saved.rows) {
             snapshot::check_store(store.as_ref(), rows)?;
         }
-        for (store, rows) in self.state.iter_mut().zip(saved.rows) {
-            snapshot::load_store(store.as_mut(), rows);
+        for (store, rows) in self.state.iter_mut().zip(&saved.rows) {
+            snapshot::load_store(store.as_mut(), rows)?;
         }
         self.watermark = saved.watermark;
         self.timers = saved.timers.into_iter().map(Reverse).collect();

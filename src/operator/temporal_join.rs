@@ -290,8 +290,8 @@ impl TemporalJoin {
     pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
         snapshot::encode(&TemporalJoinState {
             watermark: self.watermark,
-            left: snapshot::save_store(self.left.as_ref()),
-            right: snapshot::save_store(self.right.as_ref()),
+            left: snapshot::save_store(self.left.as_ref())?,
+            right: snapshot::save_store(self.right.as_ref())?,
             pending: self.pending.iter().map(|Reverse(w)| *w).collect(),
             fresh: self.fresh.iter().map(|Reverse(v)| v.clone()).collect(),
             floor: self.floor.iter().map(|(key, &(handle, key_hash))| (key.clone(), handle, key_hash)).collect(),
@@ -304,8 +304,8 @@ impl TemporalJoin {
         let saved: TemporalJoinState = snapshot::decode(bytes)?;
         snapshot::check_store(self.left.as_ref(), &saved.left)?;
         snapshot::check_store(self.right.as_ref(), &saved.right)?;
-        snapshot::load_store(self.left.as_mut(), saved.left);
-        snapshot::load_store(self.right.as_mut(), saved.right);
+        snapshot::load_store(self.left.as_mut(), &saved.left)?;
+        snapshot::load_store(self.right.as_mut(), &saved.right)?;
         self.watermark = saved.watermark;
         self.pending = saved.pending.into_iter().map(Reverse).collect();
         self.fresh = saved.fresh.into_iter().map(Reverse).collect();

@@ -17,7 +17,10 @@ pub mod snapshot;
 
 use std::collections::HashMap;
 
-use crate::record::frame::to_row;
+use rkyv::util::AlignedVec;
+
+use self::snapshot::{SavedStore, SnapshotError};
+use crate::record::frame::{FrameError, RowEncoder, to_row};
 use crate::record::view::{KeyRef, RowView};
 use crate::record::{ArchivedRow, Key, Row};
 
@@ -49,15 +52,6 @@ impl std::hash::Hasher for KeyHashHasher {
 /// Names one stored row: unique within its store for the store's lifetime.
 pub type RowHandle = u64;
 
-/// A stored row as a snapshot keeps it ([`snapshot::save_store`]): the handle the operator's
-/// timers name it by, its matched flag and the row.
-#[derive(Clone, Debug, PartialEq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
-pub struct StoredRow {
-    pub handle: RowHandle,
-    pub matched: bool,
-    pub row: Row,
-}
-
 /// A row removed from a store, with its matched flag.
 #[derive(Debug)]
 pub struct Removed {
@@ -88,22 +82,25 @@ pub trait KeyedStore: Send {
     /// Visits the rows stored under `key` in insertion order with their handles, until `visit`
     /// returns false; for callers that pick one row to remove (connect's keyed state).
     fn scan_handles(&self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(RowHandle, &Row) -> bool);
-    /// Visits every live row with its handle and matched flag (for a snapshot): the rows of one
-    /// key hash in insertion order, so [`import`](Self::import) in the same order gives every key
-    /// back its scan order; key hashes in no particular order.
-    fn export(&self, visit: &mut dyn FnMut(RowHandle, bool, RowView<'_>));
+    /// Visits every live row with its handle, matched flag and archive (for a snapshot: the bytes
+    /// [`RowEncoder`] writes, which an arena record holds as they are): the rows of one key hash
+    /// in insertion order, so [`import`](Self::import) in the same order gives every key back its
+    /// scan order; key hashes in no particular order. Fails only if a row kept on the heap does
+    /// not encode.
+    fn export(&self, visit: &mut dyn FnMut(RowHandle, bool, &[u8])) -> Result<(), FrameError>;
     /// Bounds on every handle this store has handed out (for a snapshot): for each kind of
     /// handle it makes, the greatest it may have handed out so far.
     fn handles_issued(&self) -> Vec<RowHandle>;
-    /// Stores `rows` under the handles they carry (a snapshot's rows, as [`export`](Self::export)
-    /// visited them), each key hash's rows after those it has, in the order given. Handles the
+    /// Stores a snapshot's rows under the handles they carry (as [`export`](Self::export) visited
+    /// them), each key hash's rows after those it has, in the order given; an archive that is not
+    /// a row is an error (the store is then half filled, to be dropped). Handles the
     /// store hands out later equal none of these nor of `issued` (the snapshotted store's
     /// [`handles_issued`](Self::handles_issued): a handle an operator still holds for a row
     /// removed before the snapshot never names a later row) and compare greater, as if the
     /// restored rows had been inserted first (the temporal join takes handles for arrival order;
     /// an arena's rows kept in memory aside). The caller makes sure the handles are distinct and
     /// not in use ([`snapshot::check_store`]: into an empty store).
-    fn import(&mut self, rows: Vec<StoredRow>, issued: &[RowHandle]);
+    fn import(&mut self, saved: &SavedStore) -> Result<(), SnapshotError>;
     fn rows(&self) -> usize;
     fn bytes(&self) -> usize;
 }
@@ -163,28 +160,33 @@ impl KeyedStore for MemoryStore {
         }
     }
 
-    fn export(&self, visit: &mut dyn FnMut(RowHandle, bool, RowView<'_>)) {
+    fn export(&self, visit: &mut dyn FnMut(RowHandle, bool, &[u8])) -> Result<(), FrameError> {
+        let mut encoder = RowEncoder::new();
         for entries in self.by_hash.values() {
             for entry in entries {
-                visit(entry.handle, entry.matched, RowView::Heap(&entry.row));
+                visit(entry.handle, entry.matched, encoder.encode(&entry.row)?);
             }
         }
+        Ok(())
     }
 
     fn handles_issued(&self) -> Vec<RowHandle> {
         self.next_handle.checked_sub(1).into_iter().collect()
     }
 
-    fn import(&mut self, rows: Vec<StoredRow>, issued: &[RowHandle]) {
+    fn import(&mut self, saved: &SavedStore) -> Result<(), SnapshotError> {
         // `check_store` refuses `RowHandle::MAX`: the next handle does not overflow.
-        for &handle in issued.iter().chain(rows.iter().map(|r| &r.handle)) {
+        for &handle in saved.issued.iter().chain(saved.rows.iter().map(|r| &r.handle)) {
             self.next_handle = self.next_handle.max(handle.saturating_add(1));
         }
-        for StoredRow { handle, matched, row } in rows {
+        let mut scratch = AlignedVec::new();
+        for (handle, matched, archive) in saved.iter() {
+            let row = to_row(snapshot::access_row(&mut scratch, archive)?);
             self.rows += 1;
             self.bytes += row.size_bytes();
             self.by_hash.entry(row.key_hash).or_default().push(Entry { handle, row, matched });
         }
+        Ok(())
     }
 
     fn rows(&self) -> usize {

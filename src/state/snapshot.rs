@@ -13,8 +13,8 @@
 //!
 //! # Stored rows
 //!
-//! Rows an operator keeps in a [`KeyedStore`] go into its snapshot as [`StoredRow`]s — the
-//! handle its timers name the row by, the matched flag, the row — in the store's
+//! Rows an operator keeps in a [`KeyedStore`] go into its snapshot as a [`SavedStore`] — per row
+//! the handle its timers name the row by, the matched flag, the row's archive — in the store's
 //! [`export`](KeyedStore::export) order ([`save_store`]), and come back with the same handles
 //! ([`check_store`], then [`load_store`]), so timers and other references restored with them
 //! still name the same rows; handles the store hands out later are new ones, past every handle
@@ -39,7 +39,7 @@ use rkyv::ser::allocator::ArenaHandle;
 use rkyv::util::AlignedVec;
 use thiserror::Error;
 
-use super::{KeyedStore, RowHandle, StoredRow};
+use super::{KeyedStore, RowHandle};
 
 /// Bytes of the crc32c after the archive.
 const CRC_LEN: usize = 4;
@@ -88,31 +88,71 @@ where
 }
 
 /// A [`KeyedStore`] as a snapshot keeps it: its live rows in export order (module doc, "Stored
-/// rows") and the bounds of the handles it handed out.
+/// rows") and the bounds of the handles it handed out. A row is kept as its archive — the bytes
+/// an arena record holds (`RowEncoder`'s) — so taking and restoring a snapshot copies bytes,
+/// never decodes and re-encodes a row; the archives lie one after another in `archives`.
 #[derive(Clone, Debug, Default, PartialEq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct SavedStore {
-    pub rows: Vec<StoredRow>,
+    pub rows: Vec<SavedRow>,
+    pub archives: Vec<u8>,
     pub issued: Vec<RowHandle>,
 }
 
+/// One stored row of a [`SavedStore`]: the handle the operator's timers name it by, its matched
+/// flag and the length of its archive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct SavedRow {
+    pub handle: RowHandle,
+    pub len: u32,
+    pub matched: bool,
+}
+
+impl SavedStore {
+    /// Each row's handle, matched flag and archive, in order. [`check_store`] has made sure the
+    /// lengths add up; a store that does not stops early (and `import` then reports it).
+    pub fn iter(&self) -> impl Iterator<Item = (RowHandle, bool, &[u8])> + '_ {
+        let mut at = 0usize;
+        self.rows.iter().map_while(move |row| {
+            let archive = self.archives.get(at..at.checked_add(row.len as usize)?)?;
+            at += row.len as usize;
+            Some((row.handle, row.matched, archive))
+        })
+    }
+}
+
 /// Every live row of `store` and the bounds of its handles.
-pub fn save_store(store: &dyn KeyedStore) -> SavedStore {
-    let mut rows = Vec::with_capacity(store.rows());
-    store.export(&mut |handle, matched, row| {
-        rows.push(StoredRow { handle, matched, row: row.to_row().into_owned() });
-    });
-    SavedStore { rows, issued: store.handles_issued() }
+pub fn save_store(store: &dyn KeyedStore) -> Result<SavedStore, SnapshotError> {
+    let mut saved = SavedStore {
+        rows: Vec::with_capacity(store.rows()),
+        archives: Vec::with_capacity(store.bytes()),
+        issued: store.handles_issued(),
+    };
+    store
+        .export(&mut |handle, matched, archive| {
+            saved.rows.push(SavedRow { handle, len: archive.len() as u32, matched });
+            saved.archives.extend_from_slice(archive);
+        })
+        .map_err(|e| SnapshotError::Encode(e.to_string()))?;
+    Ok(saved)
 }
 
 /// Checks that `saved` can be imported into `store`: the store is empty (a freshly built
-/// instance's) and the handles are distinct and such as a store hands out (not `u64::MAX`, so a
-/// store can count on past every one).
+/// instance's), the archives' lengths add up, and the handles are distinct and such as a store
+/// hands out (not `u64::MAX`, so a store can count on past every one). Each archive is checked
+/// as it is imported.
 pub fn check_store(store: &dyn KeyedStore, saved: &SavedStore) -> Result<(), SnapshotError> {
     if store.rows() > 0 {
         return Err(SnapshotError::Mismatch {
             expected: "a freshly built instance (empty stores)".into(),
             found: format!("a store holding {} rows", store.rows()),
         });
+    }
+    let lengths: u64 = saved.rows.iter().map(|r| u64::from(r.len)).sum();
+    if lengths != saved.archives.len() as u64 {
+        return Err(SnapshotError::Decode(format!(
+            "stored rows of {lengths} bytes in {} bytes of archives",
+            saved.archives.len()
+        )));
     }
     let mut seen = std::collections::HashSet::with_capacity(saved.rows.len());
     for &handle in saved.rows.iter().map(|r| &r.handle).chain(&saved.issued) {
@@ -126,9 +166,20 @@ pub fn check_store(store: &dyn KeyedStore, saved: &SavedStore) -> Result<(), Sna
     Ok(())
 }
 
-/// Imports what [`check_store`] accepted.
-pub fn load_store(store: &mut dyn KeyedStore, saved: SavedStore) {
-    store.import(saved.rows, &saved.issued);
+/// Imports what [`check_store`] accepted; an archive that is not a row is an error, and the
+/// store, half filled, is then to be dropped with the instance it belongs to.
+pub fn load_store(store: &mut dyn KeyedStore, saved: &SavedStore) -> Result<(), SnapshotError> {
+    store.import(saved)
+}
+
+/// Copies `archive` (any alignment) into `scratch` and reads it as a row, checked.
+pub fn access_row<'a>(
+    scratch: &'a mut AlignedVec<16>,
+    archive: &[u8],
+) -> Result<&'a crate::record::ArchivedRow, SnapshotError> {
+    scratch.clear();
+    scratch.extend_from_slice(archive);
+    crate::record::frame::access(scratch).map_err(|e| SnapshotError::Decode(format!("a stored row: {e}")))
 }
 
 /// [`SnapshotError::Mismatch`] unless `found == expected` (a count: inputs, slots, aggregates).
@@ -177,6 +228,7 @@ mod tests {
     /// a used store or repeated handles are refused.
     #[test]
     fn stored_rows_round_trip_through_both_stores() {
+        use crate::record::frame::to_row;
         use crate::state::MemoryStore;
         use crate::state::arena::ArenaStore;
         let dir = tempfile::tempdir().unwrap();
@@ -188,12 +240,18 @@ mod tests {
                 (0..7).map(|i| source.insert(row(["a", "b"][i % 2], i as i64), i == 2)).collect();
             source.discard(row("a", 0).key_hash, handles[0]);
             source.discard(row("a", 0).key_hash, handles[6]);
-            let saved = save_store(source);
+            let saved = save_store(source).unwrap();
             assert_eq!(saved.rows.len(), 5);
-            let by_key = |rows: &[StoredRow], key: &str| -> Vec<(RowHandle, bool, i64)> {
-                rows.iter().filter(|r| r.row.key == row(key, 0).key).map(|r| (r.handle, r.matched, r.row.ts)).collect()
+            let by_key = |saved: &SavedStore, key: &str| -> Vec<(RowHandle, bool, i64)> {
+                let mut scratch = AlignedVec::new();
+                saved
+                    .iter()
+                    .map(|(handle, matched, archive)| (handle, matched, to_row(access_row(&mut scratch, archive).unwrap())))
+                    .filter(|(_, _, r)| r.key == row(key, 0).key)
+                    .map(|(handle, matched, r)| (handle, matched, r.ts))
+                    .collect()
             };
-            let a = by_key(&saved.rows, "a");
+            let a = by_key(&saved, "a");
             assert_eq!(a, [(handles[2], true, 2), (handles[4], false, 4)]);
 
             let mut memory = MemoryStore::default();
@@ -201,17 +259,26 @@ mod tests {
             let stores: [&mut dyn KeyedStore; 2] = [&mut memory, &mut arena];
             for store in stores {
                 check_store(store, &saved).unwrap();
-                load_store(store, saved.clone());
-                let again = save_store(store);
-                assert_eq!((by_key(&again.rows, "a"), by_key(&again.rows, "b")), (a.clone(), by_key(&saved.rows, "b")));
+                load_store(store, &saved).unwrap();
+                let again = save_store(store).unwrap();
+                assert_eq!((by_key(&again, "a"), by_key(&again, "b")), (a.clone(), by_key(&saved, "b")));
                 let next = store.insert(row("a", 9), false);
                 assert!(handles.iter().all(|&h| next > h), "{next:#x} after {handles:x?}");
                 assert!(store.remove(row("a", 0).key_hash, handles[4]).is_some_and(|r| r.row.ts == 4));
                 assert!(matches!(check_store(store, &saved), Err(SnapshotError::Mismatch { .. })));
             }
             let mut twice = saved.clone();
-            twice.rows.push(saved.rows[0].clone());
+            twice.rows.push(saved.rows[0]);
+            twice.archives.extend_from_slice(&saved.archives[..saved.rows[0].len as usize]);
             assert!(matches!(check_store(&MemoryStore::default(), &twice), Err(SnapshotError::Decode(_))));
+            let mut short = saved.clone();
+            short.archives.pop();
+            assert!(matches!(check_store(&MemoryStore::default(), &short), Err(SnapshotError::Decode(_))));
+            let mut damaged = saved.clone();
+            damaged.archives[..saved.rows[0].len as usize].fill(0xFF);
+            let mut memory = MemoryStore::default();
+            check_store(&memory, &damaged).unwrap();
+            assert!(matches!(load_store(&mut memory, &damaged), Err(SnapshotError::Decode(_))), "not a row");
         }
     }
 }

@@ -216,7 +216,7 @@ impl KeyedState {
     }
 
     /// Every slot's rows with their handles, for a snapshot (state/snapshot.rs).
-    pub(crate) fn save(&self) -> Vec<SavedStore> {
+    pub(crate) fn save(&self) -> Result<Vec<SavedStore>, SnapshotError> {
         self.slots.iter().map(|store| snapshot::save_store(store.as_ref())).collect()
     }
 
@@ -230,10 +230,11 @@ impl KeyedState {
     }
 
     /// Imports what [`save`](Self::save) saved, once [`check`](Self::check)ed.
-    pub(crate) fn load(&mut self, saved: Vec<SavedStore>) {
-        for (slot, rows) in saved.into_iter().enumerate() {
-            snapshot::load_store(self.slot(slot), rows);
+    pub(crate) fn load(&mut self, saved: &[SavedStore]) -> Result<(), SnapshotError> {
+        for (slot, rows) in saved.iter().enumerate() {
+            snapshot::load_store(self.slot(slot), rows)?;
         }
+        Ok(())
     }
 
     pub fn bytes(&self) -> usize {

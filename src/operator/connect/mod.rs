@@ -307,7 +307,7 @@ impl Connect {
             function: self.function.name().to_owned(),
             watermark: self.watermark,
             now: self.now,
-            slots: self.state.save(),
+            slots: self.state.save()?,
             timers: self.timers.save(),
         })
     }
@@ -334,7 +334,7 @@ impl Connect {
         }
         self.state.check(&saved.slots)?;
         self.timers.load(saved.timers)?;
-        self.state.load(saved.slots);
+        self.state.load(&saved.slots)?;
         self.watermark = saved.watermark;
         self.now = saved.now;
         Ok(())

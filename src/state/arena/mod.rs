@@ -119,7 +119,8 @@ use std::sync::Arc;
 use thiserror::Error;
 
 use self::segment::{OpenError, RECORD_HEADER, SEGMENT_HEADER, Segment, record_size};
-use super::{KeyedStore, Removed, RowHandle, StoredRow};
+use super::snapshot::{self, SavedStore, SnapshotError};
+use super::{KeyedStore, Removed, RowHandle};
 use crate::record::frame::{self, FrameError, RowEncoder};
 use crate::record::view::{KeyRef, RowView};
 use crate::record::{ArchivedRow, Key, Row};
@@ -344,31 +345,27 @@ impl ArenaStore {
 
     /// Stores `row` in the arena; fails (storing nothing) when it cannot.
     pub fn try_insert(&mut self, row: &Row, matched: bool) -> Result<RowHandle, ArenaError> {
-        self.try_insert_as(row, matched, None)
-    }
-
-    /// [`try_insert`](Self::try_insert) under `handle` when given (a restored row), else under
-    /// the handle of the place it is written to.
-    fn try_insert_as(&mut self, row: &Row, matched: bool, handle: Option<RowHandle>) -> Result<RowHandle, ArenaError> {
         let payload = self.encoder.encode(row)?;
         let size = record_size(payload.len());
         let (slot, off) = self.segments.append(payload, size, row.key_hash, row.ts, matched)?;
-        let handle = handle.unwrap_or_else(|| self.segments.handle(slot, off));
+        let handle = self.segments.handle(slot, off);
         Ok(self.indexed(slot, off, size, row.key_hash, matched, handle))
     }
 
     /// Stores a row archive as it is (`bytes`: exactly what [`RowEncoder`] wrote for a row
-    /// with this key hash and event time — a ring frame's row).
-    fn try_insert_bytes(
+    /// with this key hash and event time — a ring frame's row, a snapshot's checked row) under
+    /// `handle` when given (a restored row), else under the handle of its place.
+    fn append_indexed(
         &mut self,
         bytes: &[u8],
         key_hash: u64,
         ts: i64,
         matched: bool,
+        handle: Option<RowHandle>,
     ) -> Result<RowHandle, ArenaError> {
         let size = record_size(bytes.len());
         let (slot, off) = self.segments.append(bytes, size, key_hash, ts, matched)?;
-        let handle = self.segments.handle(slot, off);
+        let handle = handle.unwrap_or_else(|| self.segments.handle(slot, off));
         Ok(self.indexed(slot, off, size, key_hash, matched, handle))
     }
 
@@ -485,7 +482,7 @@ impl KeyedStore for ArenaStore {
     }
 
     fn insert_archived(&mut self, row: &ArchivedRow, bytes: &[u8], matched: bool) -> RowHandle {
-        match self.try_insert_bytes(bytes, row.key_hash.to_native(), row.ts.to_native(), matched) {
+        match self.append_indexed(bytes, row.key_hash.to_native(), row.ts.to_native(), matched, None) {
             Ok(handle) => handle,
             Err(error) => self.keep_in_memory(frame::to_row(row), matched, &error),
         }
@@ -557,19 +554,21 @@ impl KeyedStore for ArenaStore {
         }
     }
 
-    fn export(&self, visit: &mut dyn FnMut(RowHandle, bool, RowView<'_>)) {
+    fn export(&self, visit: &mut dyn FnMut(RowHandle, bool, &[u8])) -> Result<(), FrameError> {
+        let mut encoder = RowEncoder::new();
         for entries in self.index.values() {
             for entry in entries {
                 match &entry.place {
-                    Place::Memory(row) => visit(entry.handle, entry.matched, RowView::Heap(row)),
+                    Place::Memory(row) => visit(entry.handle, entry.matched, encoder.encode(row)?),
                     &Place::Arena { slot, off } => {
-                        if let Some(row) = self.segments.row(slot, off) {
-                            visit(entry.handle, entry.matched, RowView::Archived(row));
+                        if let Some(archive) = self.segments.payload(slot, off) {
+                            visit(entry.handle, entry.matched, archive);
                         }
                     }
                 }
             }
         }
+        Ok(())
     }
 
     /// Restored rows are written anew, each to the next free place, and keep their handles in
@@ -583,13 +582,19 @@ impl KeyedStore for ArenaStore {
         arena.into_iter().chain(memory).collect()
     }
 
-    fn import(&mut self, rows: Vec<StoredRow>, issued: &[RowHandle]) {
-        self.reserve_handles(issued.iter().copied().chain(rows.iter().map(|r| r.handle)));
-        for StoredRow { handle, matched, row } in rows {
-            if let Err(error) = self.try_insert_as(&row, matched, Some(handle)) {
+    fn import(&mut self, saved: &SavedStore) -> Result<(), SnapshotError> {
+        self.reserve_handles(saved.issued.iter().copied().chain(saved.rows.iter().map(|r| r.handle)));
+        let mut scratch = rkyv::util::AlignedVec::new();
+        for (handle, matched, archive) in saved.iter() {
+            let row = snapshot::access_row(&mut scratch, archive)?;
+            let (key_hash, ts) = (row.key_hash.to_native(), row.ts.to_native());
+            let inserted = self.append_indexed(&scratch, key_hash, ts, matched, Some(handle));
+            if let Err(error) = inserted {
+                let row = frame::to_row(snapshot::access_row(&mut scratch, archive)?);
                 self.keep_in_memory_as(row, matched, &error, handle);
             }
         }
+        Ok(())
     }
 
     fn rows(&self) -> usize {
@@ -627,6 +632,11 @@ impl Segments {
         // only when all its records are dead, so the segment in the slot is still the one whose
         // record that was and has not been reset since: `Segment::row`'s contract.
         segment.map(|s| unsafe { s.row(off as usize) })
+    }
+
+    /// The archive of an index entry's row, as the record holds it (`None` as for [`row`](Self::row)).
+    fn payload(&self, slot: u32, off: u32) -> Option<&[u8]> {
+        self.get(slot).map(|s| s.payload(off as usize))
     }
 
     /// Appends a record of `size` bytes, starting a new segment if it does not fit the active

@@ -182,6 +182,12 @@ impl Segment {
         unsafe { frame::access_unchecked(self.log.payload(off)) }
     }
 
+    /// The payload of the record at `off` (a row's archive) as bytes, for a snapshot: `off` is an
+    /// index entry's, as for [`row`](Self::row), but reading bytes needs no promise about them.
+    pub(super) fn payload(&self, off: usize) -> &[u8] {
+        self.log.payload(off)
+    }
+
     /// Walks the records (storage/log.rs, "Recovery"): `live` gets every intact live record
     /// (offset, size, matched flag, row). A record is intact when the log's checks pass,
     /// [`frame::access`] accepts its payload and the payload's key hash is the header's; dead

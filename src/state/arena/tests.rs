@@ -556,10 +556,10 @@ fn restored_rows_keep_their_handles_and_later_handles_are_new() {
     handles.push(source.insert(row(1, 100, 5000), true));
     let removed = source.insert(row(2, 101, 10), false);
     source.discard(key(2).1, removed);
-    let saved = save_store(&source);
+    let saved = save_store(&source).unwrap();
     let mut restored = ArenaStore::open_with(&dir.path().join("restored"), small()).unwrap();
     check_store(&restored, &saved).unwrap();
-    load_store(&mut restored, saved.clone());
+    load_store(&mut restored, &saved).unwrap();
     assert_eq!(snapshot(&restored), snapshot(&source), "rows, handles, flags and order per key");
     assert_eq!((restored.rows(), restored.unsaved_rows()), (61, 1));
     let later = [restored.insert(row(2, 102, 10), false), restored.insert(row(2, 103, 5000), false)];
