@@ -176,6 +176,7 @@ impl Meter {
             duration_max: durations.last().copied().unwrap_or_default(),
             restore: restore.map(|r| r.0),
             restored_bytes: restore.map_or(0, |r| r.1),
+            ..CheckpointFigures::default()
         }
     }
 }

@@ -259,6 +259,10 @@ pub struct CheckpointFigures {
     /// Restoring the last checkpoint into a second runtime until its shards answer a barrier.
     pub restore: Option<Duration>,
     pub restored_bytes: u64,
+    /// Over all shard threads: taking the snapshots and encoding the files, and handing the
+    /// files to the disk (the whole write on the legacy driver; shard/file_write.rs).
+    pub shard_snapshot: Duration,
+    pub shard_stall: Duration,
 }
 
 /// Names of the bench's private directories: `braid-bench-PID-…`.
@@ -393,7 +397,11 @@ pub fn run(plan: &Plan, args: &BenchArgs) -> Result<Report, BenchError> {
         state_end,
         operators,
         state_backend: if args.memory_state { "memory" } else { "arenas" },
-        checkpoints: checkpoints.map(|_| meter.checkpoint_figures(restore)),
+        checkpoints: checkpoints.map(|_| CheckpointFigures {
+            shard_snapshot: figures.as_ref().map_or(Duration::ZERO, |f| f.checkpoint_snapshot),
+            shard_stall: figures.as_ref().map_or(Duration::ZERO, |f| f.checkpoint_stall),
+            ..meter.checkpoint_figures(restore)
+        }),
     })
 }
 

@@ -52,6 +52,10 @@ pub struct Figures {
     pub now: i128,
     /// Per shard: the key carrying most of its recent rows ([`HotKeys`](super::hot_keys::HotKeys)).
     pub hot_keys: Vec<Option<super::hot_keys::HotKey>>,
+    /// Over all shard threads: time taking checkpoint snapshots and encoding shard files, and
+    /// time handing the files to the disk ([`ShardReport`]).
+    pub checkpoint_snapshot: std::time::Duration,
+    pub checkpoint_stall: std::time::Duration,
 }
 
 /// Counters of one input stream.
@@ -71,6 +75,11 @@ pub struct ShardReport {
     /// Per operator: (rows, bytes).
     pub state: Vec<(usize, usize)>,
     pub driver: Driver,
+    /// Checkpoint work on the shard thread: taking the snapshots and encoding the shard file,
+    /// and handing the file to the disk (all of the write on the legacy driver,
+    /// shard/file_write.rs).
+    pub checkpoint_snapshot: std::time::Duration,
+    pub checkpoint_stall: std::time::Duration,
 }
 
 impl Runtime {
@@ -154,6 +163,8 @@ impl Runtime {
             shard_ring_used_bytes: self.feeds.iter().map(|f| f.ring.used_bytes()).collect(),
             now: self.planner.now(),
             hot_keys: self.hot_keys.iter().map(|h| h.report(HOT_KEY_MIN_ROWS)).collect(),
+            checkpoint_snapshot: reports.iter().map(|r| r.checkpoint_snapshot).sum(),
+            checkpoint_stall: reports.iter().map(|r| r.checkpoint_stall).sum(),
         };
         for report in &reports {
             for op in 0..ops {

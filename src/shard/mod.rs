@@ -31,6 +31,7 @@ mod checkpoint;
 mod collector;
 pub mod driver;
 mod feeder;
+mod file_write;
 pub mod hot_keys;
 pub mod tag;
 mod threads;
@@ -149,8 +150,6 @@ pub struct Runtime {
     /// Barriers may be sent ([`RuntimeOptions::checkpoints`]).
     checkpoints: bool,
     in_flight: Option<checkpoint::InFlight>,
-    /// The checkpoint writer thread (threads.rs), with checkpoints on.
-    checkpoint_writer: Option<JoinHandle<()>>,
 }
 
 pub struct RuntimeOptions<'a> {

@@ -11,10 +11,11 @@ use crate::plan::{MAX_CHAIN_DEPTH, MAX_SHARDS, Plan};
 use crate::ring::{FrameKind, Ring};
 use crate::time::TickPlanner;
 
-use super::driver::MonoioRuntime;
+use super::driver::{Driver, MonoioRuntime};
+use super::file_write::FileWrites;
 use super::wake::{Doorbell, Inbox, Outbox};
 use super::wire::Writer;
-use super::worker::{Checkpoints, Links, NOT_WRITTEN, SnapshotWrite, WRITTEN, Worker};
+use super::worker::{Checkpoints, Links, Worker};
 use super::{Emit, Feed, Runtime, RuntimeError, RuntimeOptions, ShardError, ShardReport, StreamCounters};
 
 /// The rings of a run, seen from both ends.
@@ -52,10 +53,6 @@ impl Runtime {
         let ended: Vec<Arc<AtomicBool>> = (0..shards).map(|_| Arc::default()).collect();
         let cancel = Arc::new(AtomicBool::new(false));
         let live: Vec<Arc<Mutex<Option<ShardReport>>>> = (0..shards).map(|_| Arc::default()).collect();
-        let (writer, writer_thread) = match options.checkpoints {
-            Some(_) => start_writer().map(|(jobs, thread)| (Some(jobs), Some(thread)))?,
-            None => (None, None),
-        };
         let cores = core_affinity::get_core_ids().unwrap_or_default();
         if shards > cores.len() && !cores.is_empty() {
             tracing::warn!(shards, cores = cores.len(), "more shards than cores: shards share cores round-robin");
@@ -75,7 +72,6 @@ impl Runtime {
                 live: Arc::clone(&live[j]),
                 trace: options.trace.clone(),
                 state: (!options.memory_state).then(|| options.dir.join(format!("shard-{j}"))),
-                writer: writer.clone(),
                 checkpoints: Checkpoints {
                     dir: options.checkpoints.clone(),
                     restore: options.restore.map(|loaded| loaded.shards[j].clone()),
@@ -129,7 +125,6 @@ impl Runtime {
             writer: Writer::default(),
             checkpoints: options.checkpoints.is_some(),
             in_flight: None,
-            checkpoint_writer: writer_thread,
         };
         if let Some(loaded) = options.restore {
             runtime.restore_feeder(&loaded.manifest.feeder).map_err(|e| RuntimeError::Checkpoint(e.to_string()))?;
@@ -234,10 +229,6 @@ impl Drop for Runtime {
     /// joined, so no thread is left waiting for input that will never come.
     fn drop(&mut self) {
         self.stop_threads();
-        // Every shard has dropped its sender: the writer ends once it has written what it has.
-        if let Some(writer) = self.checkpoint_writer.take() {
-            let _ = writer.join();
-        }
     }
 }
 
@@ -269,33 +260,6 @@ impl Drop for WakeOnDrop {
     }
 }
 
-/// A checkpoint file for the writer thread, and the doorbell of the shard that waits for it.
-type WriteJob = (SnapshotWrite, Arc<Doorbell>);
-
-/// The checkpoint writer: one thread per runtime that writes the shards' checkpoint files (and
-/// syncs them with `durability = "power"`), so a shard never waits for the disk — it goes on with
-/// its rounds and hears of the outcome at its next one (the writer rings its doorbell). Not
-/// monoio's file I/O on the shard thread: monoio runs a spawned task only when the shard's loop
-/// yields, which a busy shard does not do, and a loop that yields to it parks until the disk
-/// answers. Ends when every shard has dropped its sender.
-fn start_writer() -> Result<(crossbeam_channel::Sender<WriteJob>, JoinHandle<()>), RuntimeError> {
-    let (jobs, queue) = crossbeam_channel::unbounded::<WriteJob>();
-    let thread = std::thread::Builder::new()
-        .name("braid-checkpoint".into())
-        .spawn(move || {
-            for (SnapshotWrite { path, bytes, sync, outcome }, bell) in queue {
-                let written = crate::checkpoint::write_file(&path, &bytes, sync);
-                if let Err(error) = &written {
-                    tracing::warn!(%error, "Cannot write a checkpoint file");
-                }
-                outcome.store(if written.is_ok() { WRITTEN } else { NOT_WRITTEN }, Ordering::SeqCst);
-                bell.ring();
-            }
-        })
-        .map_err(RuntimeError::Spawn)?;
-    Ok((jobs, thread))
-}
-
 /// What a shard thread starts with.
 struct Shard {
     id: usize,
@@ -313,8 +277,6 @@ struct Shard {
     /// Its operators' state directory (none: state on the heap).
     state: Option<std::path::PathBuf>,
     checkpoints: Checkpoints,
-    /// Where its checkpoint files go to be written (checkpoints on).
-    writer: Option<crossbeam_channel::Sender<WriteJob>>,
     core: Option<core_affinity::CoreId>,
 }
 
@@ -336,7 +298,6 @@ impl Shard {
             trace,
             state,
             checkpoints,
-            writer,
             core,
         } = self;
         let _wake_feeder = wake_feeder;
@@ -352,6 +313,7 @@ impl Shard {
         }
         let mut runtime = MonoioRuntime::build().map_err(ShardError::Runtime)?;
         worker.driver = runtime.driver();
+        let mut files = FileWrites::new(worker.driver == Driver::IoUring, bell.waker_fd());
         tracing::debug!(shard = id, driver = worker.driver.as_str(), "shard started");
         runtime.block_on(async move {
             sleeper.set_nonblocking(true).map_err(ShardError::Wait)?;
@@ -361,12 +323,11 @@ impl Shard {
                 if cancel.load(Ordering::Relaxed) {
                     return Err(ShardError::Cancelled);
                 }
+                files.poll();
                 let moved = worker.round()?;
                 if let Some(write) = worker.take_snapshot_write() {
-                    let job = (write, Arc::clone(&bell));
-                    if let Some(Err(crossbeam_channel::SendError((write, _)))) = writer.as_ref().map(|w| w.send(job)) {
-                        write.outcome.store(NOT_WRITTEN, Ordering::SeqCst);
-                    }
+                    files.start(write);
+                    worker.checkpoint_stall = files.stalled();
                 }
                 if moved {
                     continue;
@@ -376,7 +337,7 @@ impl Shard {
                 }
                 bell.prepare_sleep();
                 // SeqCst against the dropping runtime's store then ring (the doorbell's Dekker pair).
-                if worker.has_work() || cancel.load(Ordering::SeqCst) {
+                if worker.has_work() || files.completed() || cancel.load(Ordering::SeqCst) {
                     bell.awake();
                     continue;
                 }

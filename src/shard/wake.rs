@@ -46,6 +46,13 @@ impl Doorbell {
         fence(Ordering::SeqCst);
     }
 
+    /// The waker end's descriptor: a byte written to it wakes the owner (a shard's checkpoint
+    /// file write rings it from io_uring, shard/file_write.rs). Valid as long as the bell.
+    pub fn waker_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.waker.as_raw_fd()
+    }
+
     /// The owner found work after [`prepare_sleep`](Self::prepare_sleep), or woke up.
     pub fn awake(&self) {
         self.sleeping.store(false, Ordering::Relaxed);

@@ -118,6 +118,8 @@ struct Core {
     to_write: Option<SnapshotWrite>,
     /// A shard file being written: its epoch, and where the writer leaves its outcome.
     writing: Option<(u64, Arc<AtomicU8>)>,
+    /// Time spent taking snapshots and encoding shard files.
+    snapshot_time: std::time::Duration,
 }
 
 /// One shard's checkpoint file, to be written off the shard's thread (threads.rs).
@@ -151,6 +153,8 @@ pub struct Worker {
     ticks_shown: u64,
     /// The driver the shard's runtime runs on (shown with its figures).
     pub driver: super::driver::Driver,
+    /// Time the thread spent handing checkpoint files to the disk (threads.rs keeps it).
+    pub checkpoint_stall: std::time::Duration,
 }
 
 impl Worker {
@@ -200,6 +204,7 @@ impl Worker {
             barrier: None,
             to_write: None,
             writing: None,
+            snapshot_time: std::time::Duration::ZERO,
             plan,
             shards,
         };
@@ -211,6 +216,7 @@ impl Worker {
             ticks_seen: 0,
             ticks_shown: 0,
             driver: super::driver::Driver::Legacy,
+            checkpoint_stall: std::time::Duration::ZERO,
         })
     }
 
@@ -289,6 +295,8 @@ impl Worker {
             watermarks: hosts.iter().map(OperatorHost::watermark).collect(),
             state: hosts.iter().map(OperatorHost::state).collect(),
             driver: self.driver,
+            checkpoint_snapshot: self.core.snapshot_time,
+            checkpoint_stall: self.checkpoint_stall,
         }
     }
 
@@ -508,7 +516,11 @@ impl Core {
     /// collector told (results after this frame come after the barrier). Once every operator of
     /// the shard has passed, the shard's file is written.
     fn pass_barrier(&mut self, op: usize, epoch: u64) {
-        let snapshot = match self.hosts[op].snapshot() {
+        #[allow(clippy::disallowed_methods)] // a figure of the checkpoint's cost, not a decision
+        let began = std::time::Instant::now();
+        let snapshot = self.hosts[op].snapshot();
+        self.snapshot_time += began.elapsed();
+        let snapshot = match snapshot {
             Ok(bytes) => bytes,
             Err(error) => {
                 let name = &self.plan.operators[op].name;
@@ -548,7 +560,11 @@ impl Core {
             })
             .collect();
         let file = ShardFile { epoch, shard: self.id as u32, shards: self.shards as u32, operators };
-        match dir.shard_file(&file) {
+        #[allow(clippy::disallowed_methods)] // a figure of the checkpoint's cost, not a decision
+        let began = std::time::Instant::now();
+        let encoded = dir.shard_file(&file);
+        self.snapshot_time += began.elapsed();
+        match encoded {
             Ok((path, bytes)) => {
                 let outcome = Arc::new(AtomicU8::new(0));
                 self.writing = Some((epoch, Arc::clone(&outcome)));

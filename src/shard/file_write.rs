@@ -1,0 +1,276 @@
+//! Writing a shard's checkpoint file from the shard's own thread without waiting for the disk
+//! (DESIGN.md "State": "through io_uring on the shard thread so the shard never blocks on the
+//! disk").
+//!
+//! Under monoio's io_uring driver the shard keeps a small io_uring of its own for its checkpoint
+//! files: the file is opened (a metadata operation), then one linked chain is submitted — the
+//! write, forced to the kernel's workers (`IOSQE_ASYNC`) so that not even the copy into the page
+//! cache runs on the shard thread; `fsync` with `durability = "power"`; and last one byte sent
+//! to the shard's own doorbell, so that a shard asleep for lack of input wakes when the file is
+//! on its way. The shard reads the completions at its next round (no system call: the
+//! completion queue is shared memory). Not monoio's file API: monoio submits a spawned task's
+//! operations only when the shard's loop yields to it, which a busy shard does not do, and a loop
+//! that yields parks in the driver until the disk answers.
+//!
+//! Under the legacy (epoll) driver — no io_uring — the shard writes the file itself, blocking
+//! for as long as the disk takes. [`FileWrites::stalled`] adds up the time the shard thread spent
+//! handing files to the disk on either path, so the difference can be measured (`braid bench
+//! --checkpoint-interval-ms`, `MONOIO_FORCE_LEGACY_DRIVER=1`).
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use io_uring::{IoUring, opcode, squeue, types};
+
+use super::worker::{NOT_WRITTEN, SnapshotWrite, WRITTEN};
+
+/// Completion tags of a chain's operations.
+const WRITE: u64 = 1;
+const SYNC: u64 = 2;
+const BELL: u64 = 3;
+/// The most one write operation asks for (the kernel caps a read or write near 2 GiB).
+const MAX_WRITE: usize = 1 << 30;
+/// What the chain sends to the doorbell.
+static BELL_BYTE: [u8; 1] = [1];
+
+/// The shard's checkpoint file writes (module doc).
+pub struct FileWrites {
+    /// `None`: the legacy driver, or a kernel that refused a ring; files are written inline.
+    ring: Option<IoUring>,
+    /// The shard's doorbell socket (the waker end): the chain's last operation writes to it.
+    bell: RawFd,
+    in_flight: Option<InFlight>,
+    stalled: Duration,
+}
+
+/// A file being written: everything the submitted operations point at lives here until every
+/// one of them has completed.
+struct InFlight {
+    write: SnapshotWrite,
+    file: File,
+    /// Bytes of `write.bytes` written so far.
+    written: usize,
+    /// Completions still to come for the submitted chain.
+    outstanding: u32,
+    /// The chain's write result (bytes, or a negative errno) and the sync's.
+    wrote: i32,
+    synced: i32,
+}
+
+impl FileWrites {
+    /// With io_uring when `uring` (the shard's runtime has it) and the kernel gives a ring;
+    /// `bell` is the waker socket of the shard's doorbell.
+    pub fn new(uring: bool, bell: RawFd) -> FileWrites {
+        let ring = uring.then(|| IoUring::new(4)).and_then(|made| {
+            made.map_err(|error| tracing::warn!(%error, "No io_uring for checkpoint files; the shard writes them itself"))
+                .ok()
+        });
+        FileWrites { ring, bell, in_flight: None, stalled: Duration::ZERO }
+    }
+
+    /// Starts writing `write` (one file at a time: the worker hands over the next only once
+    /// this one's outcome is in).
+    pub fn start(&mut self, write: SnapshotWrite) {
+        #[allow(clippy::disallowed_methods)] // a figure of the checkpoint's cost, not a decision
+        let began = Instant::now();
+        if self.in_flight.is_some() {
+            write.outcome.store(NOT_WRITTEN, Ordering::SeqCst);
+        } else if self.ring.is_none() {
+            let written = crate::checkpoint::write_file(&write.path, &write.bytes, write.sync);
+            if let Err(error) = &written {
+                tracing::warn!(%error, "Cannot write a checkpoint file");
+            }
+            write.outcome.store(if written.is_ok() { WRITTEN } else { NOT_WRITTEN }, Ordering::SeqCst);
+        } else {
+            match File::create(&write.path) {
+                Ok(file) => {
+                    let flight = InFlight { write, file, written: 0, outstanding: 0, wrote: 0, synced: 0 };
+                    self.submit(flight);
+                }
+                Err(error) => {
+                    tracing::warn!(path = %write.path.display(), %error, "Cannot create a checkpoint file");
+                    write.outcome.store(NOT_WRITTEN, Ordering::SeqCst);
+                }
+            }
+        }
+        self.stalled += began.elapsed();
+    }
+
+    /// Reads the completions that came in; sets the file's outcome when its chain is done (or
+    /// submits the rest after a short write).
+    pub fn poll(&mut self) {
+        let (Some(ring), Some(flight)) = (self.ring.as_mut(), self.in_flight.as_mut()) else { return };
+        #[allow(clippy::disallowed_methods)] // a figure of the checkpoint's cost, not a decision
+        let began = Instant::now();
+        for cqe in ring.completion() {
+            match cqe.user_data() {
+                WRITE => flight.wrote = cqe.result(),
+                SYNC => flight.synced = cqe.result(),
+                _ => {} // the doorbell's byte: a full socket already holds a wake-up
+            }
+            flight.outstanding -= 1;
+        }
+        if flight.outstanding == 0
+            && let Some(flight) = self.in_flight.take()
+        {
+            self.finish(flight);
+        }
+        self.stalled += began.elapsed();
+    }
+
+    /// Whether a file's outcome is waiting to be read by [`poll`](Self::poll).
+    pub fn completed(&mut self) -> bool {
+        self.ring.as_mut().is_some_and(|ring| !ring.completion().is_empty())
+    }
+
+    /// Time the shard thread spent handing files to the disk: the whole write on the legacy
+    /// path; opening the file and submitting under io_uring.
+    pub fn stalled(&self) -> Duration {
+        self.stalled
+    }
+
+    /// The chain's operations are all done: the next chain, or the outcome.
+    fn finish(&mut self, mut flight: InFlight) {
+        let failed = |what: &str, errno: i32| {
+            let error = std::io::Error::from_raw_os_error(-errno);
+            tracing::warn!(path = %flight.write.path.display(), %error, "Cannot {what} a checkpoint file");
+        };
+        if flight.wrote <= 0 {
+            // Zero bytes written for a non-empty rest would loop forever: a failure too.
+            failed("write", if flight.wrote == 0 { -libc::ENOSPC } else { flight.wrote });
+            flight.write.outcome.store(NOT_WRITTEN, Ordering::SeqCst);
+            return;
+        }
+        if flight.synced < 0 {
+            failed("sync", flight.synced);
+            flight.write.outcome.store(NOT_WRITTEN, Ordering::SeqCst);
+            return;
+        }
+        flight.written += flight.wrote as usize;
+        if flight.written < flight.write.bytes.len() {
+            self.submit(flight);
+            return;
+        }
+        flight.write.outcome.store(WRITTEN, Ordering::SeqCst);
+    }
+
+    /// Submits the chain for the rest of `flight`'s bytes: write, (sync,) doorbell.
+    fn submit(&mut self, mut flight: InFlight) {
+        let Some(ring) = self.ring.as_mut() else { return };
+        let rest = &flight.write.bytes[flight.written..];
+        let len = rest.len().min(MAX_WRITE) as u32;
+        let fd = types::Fd(flight.file.as_raw_fd());
+        let link = squeue::Flags::IO_HARDLINK;
+        let mut chain = vec![
+            opcode::Write::new(fd, rest.as_ptr(), len)
+                .offset(flight.written as u64)
+                .build()
+                .flags(link | squeue::Flags::ASYNC)
+                .user_data(WRITE),
+        ];
+        if flight.write.sync {
+            chain.push(opcode::Fsync::new(fd).build().flags(link).user_data(SYNC));
+        }
+        chain.push(
+            opcode::Send::new(types::Fd(self.bell), BELL_BYTE.as_ptr(), 1)
+                .flags(libc::MSG_DONTWAIT)
+                .build()
+                .user_data(BELL),
+        );
+        (flight.wrote, flight.synced, flight.outstanding) = (0, 0, chain.len() as u32);
+        // SAFETY: every operation points at memory and descriptors that outlive it: the bytes
+        // (`flight.write.bytes`, not touched until the chain completes) and the file are moved
+        // into `self.in_flight` below and dropped only after all the chain's completions are
+        // read (`poll`, or `Drop`, which waits for them); the doorbell's socket belongs to the
+        // shard's `Doorbell`, which outlives the shard thread and with it this value; the
+        // byte is a static. The ring has 4 entries and one chain of at most 3 is in flight.
+        let pushed = unsafe { ring.submission().push_multiple(&chain) };
+        let submitted = pushed.is_ok() && ring.submit().is_ok();
+        if !submitted {
+            tracing::warn!(path = %flight.write.path.display(), "Cannot submit a checkpoint file write");
+            flight.write.outcome.store(NOT_WRITTEN, Ordering::SeqCst);
+            if pushed.is_ok() {
+                // Pushed but not submitted: the entries stay in the queue; wait them out below.
+                flight.outstanding = chain.len() as u32;
+                self.in_flight = Some(flight);
+                self.wait_out();
+            }
+            return;
+        }
+        self.in_flight = Some(flight);
+    }
+
+    /// Blocks until the chain in flight has completed (the memory it points at may then go).
+    fn wait_out(&mut self) {
+        let (Some(ring), Some(flight)) = (self.ring.as_mut(), self.in_flight.as_mut()) else { return };
+        while flight.outstanding > 0 {
+            if ring.submit_and_wait(1).is_err() {
+                // Nothing more can be learned; the completions may still come, so the memory
+                // stays (leaked) rather than freed under the kernel.
+                std::mem::forget(self.in_flight.take());
+                return;
+            }
+            for _ in ring.completion() {
+                flight.outstanding -= 1;
+            }
+        }
+        self.in_flight = None;
+    }
+}
+
+impl Drop for FileWrites {
+    /// A shard that stops with a file in flight waits for it: the kernel may still be reading
+    /// the bytes.
+    fn drop(&mut self) {
+        self.wait_out();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicU8;
+
+    use super::*;
+    use crate::shard::wake::Doorbell;
+
+    fn job(path: std::path::PathBuf, bytes: Vec<u8>, sync: bool) -> (SnapshotWrite, Arc<AtomicU8>) {
+        let outcome = Arc::new(AtomicU8::new(0));
+        (SnapshotWrite { path, bytes, sync, outcome: Arc::clone(&outcome) }, outcome)
+    }
+
+    /// Both paths write the whole file (synced or not) and report it; the io_uring one also rings
+    /// the doorbell, so a sleeping shard hears of it; a file that cannot be created is reported
+    /// as not written, and the next one goes through.
+    #[test]
+    fn files_are_written_on_both_paths_and_failures_are_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        for uring in [true, false] {
+            let (bell, mut sleeper) = Doorbell::new().unwrap();
+            let mut files = FileWrites::new(uring, bell.waker_fd());
+            assert_eq!(files.ring.is_some(), uring, "this machine has io_uring (README: what the tests need)");
+            let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+            for (n, sync) in [(0, false), (1, true)] {
+                let path = dir.path().join(format!("{uring}-{n}"));
+                let (write, outcome) = job(path.clone(), bytes.clone(), sync);
+                files.start(write);
+                if files.ring.is_some() {
+                    use std::io::Read;
+                    let mut byte = [0u8; 1];
+                    sleeper.read_exact(&mut byte).unwrap(); // the chain's last operation
+                    while outcome.load(Ordering::SeqCst) == 0 {
+                        files.poll();
+                    }
+                }
+                assert_eq!(outcome.load(Ordering::SeqCst), WRITTEN);
+                assert_eq!(std::fs::read(&path).unwrap(), bytes);
+            }
+            let (write, outcome) = job(dir.path().join("missing/dir/file"), vec![1; 10], false);
+            files.start(write);
+            assert_eq!(outcome.load(Ordering::SeqCst), NOT_WRITTEN);
+            assert!(files.in_flight.is_none());
+        }
+    }
+}
