@@ -15,7 +15,7 @@
 pub mod arena;
 pub mod snapshot;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use rkyv::util::AlignedVec;
 
@@ -114,7 +114,7 @@ struct Entry {
 /// Rows in memory, grouped by key hash.
 #[derive(Default)]
 pub struct MemoryStore {
-    by_hash: ByKeyHash<Vec<Entry>>,
+    by_hash: ByKeyHash<VecDeque<Entry>>,
     next_handle: RowHandle,
     rows: usize,
     bytes: usize,
@@ -126,7 +126,7 @@ impl KeyedStore for MemoryStore {
         self.next_handle += 1;
         self.rows += 1;
         self.bytes += row.size_bytes();
-        self.by_hash.entry(row.key_hash).or_default().push(Entry { handle, row, matched });
+        self.by_hash.entry(row.key_hash).or_default().push_back(Entry { handle, row, matched });
         handle
     }
 
@@ -142,7 +142,8 @@ impl KeyedStore for MemoryStore {
     fn remove(&mut self, key_hash: u64, handle: RowHandle) -> Option<Removed> {
         let entries = self.by_hash.get_mut(&key_hash)?;
         let at = entries.iter().position(|e| e.handle == handle)?;
-        let Entry { row, matched, .. } = entries.remove(at);
+        // Rows usually leave in arrival order: the first of the key, O(1) in a deque.
+        let Entry { row, matched, .. } = entries.remove(at)?;
         if entries.is_empty() {
             self.by_hash.remove(&key_hash);
         }
@@ -184,7 +185,7 @@ impl KeyedStore for MemoryStore {
             let row = to_row(snapshot::access_row(&mut scratch, archive)?);
             self.rows += 1;
             self.bytes += row.size_bytes();
-            self.by_hash.entry(row.key_hash).or_default().push(Entry { handle, row, matched });
+            self.by_hash.entry(row.key_hash).or_default().push_back(Entry { handle, row, matched });
         }
         Ok(())
     }

@@ -113,6 +113,7 @@ mod segment;
 #[cfg(test)]
 mod tests;
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -225,7 +226,7 @@ struct Segments {
 /// A keyed store in mmap segment files (module doc).
 pub struct ArenaStore {
     segments: Segments,
-    index: super::ByKeyHash<Vec<Entry>>,
+    index: super::ByKeyHash<VecDeque<Entry>>,
     encoder: RowEncoder,
     rows: usize,
     bytes: usize,
@@ -315,7 +316,7 @@ impl ArenaStore {
             let walk = segment.walk(|off, size, matched, row| {
                 let handle = u64::from(seq) << 32 | off as u64;
                 let place = Place::Arena { slot, off: off as u32 };
-                index.entry(row.key_hash.to_native()).or_default().push(Entry { handle, matched, place });
+                index.entry(row.key_hash.to_native()).or_default().push_back(Entry { handle, matched, place });
                 *rows += 1;
                 *bytes += size;
             })?;
@@ -379,7 +380,7 @@ impl ArenaStore {
         handle: RowHandle,
     ) -> RowHandle {
         let place = Place::Arena { slot, off: off as u32 };
-        self.index.entry(key_hash).or_default().push(Entry { handle, matched, place });
+        self.index.entry(key_hash).or_default().push_back(Entry { handle, matched, place });
         self.rows += 1;
         self.bytes += size;
         handle
@@ -389,7 +390,9 @@ impl ArenaStore {
     fn unindex(&mut self, key_hash: u64, handle: RowHandle) -> Option<Entry> {
         let entries = self.index.get_mut(&key_hash)?;
         let at = entries.iter().position(|e| e.handle == handle)?;
-        let entry = entries.remove(at);
+        // Rows usually leave in arrival order (time-ordered expiry): the first of the key, which
+        // a deque removes in O(1), so evicting a hot key's n rows is O(n), not O(n²).
+        let entry = entries.remove(at)?;
         if entries.is_empty() {
             self.index.remove(&key_hash);
         }
@@ -468,7 +471,7 @@ impl ArenaStore {
         self.rows += 1;
         self.bytes += row.size_bytes();
         let key_hash = row.key_hash;
-        self.index.entry(key_hash).or_default().push(Entry { handle, matched, place: Place::Memory(Box::new(row)) });
+        self.index.entry(key_hash).or_default().push_back(Entry { handle, matched, place: Place::Memory(Box::new(row)) });
         handle
     }
 }
