@@ -181,16 +181,14 @@ impl Meter {
     }
 }
 
-/// An [`Emit`] that only notes that a checkpoint completed (the restore timing's).
+/// An [`Emit`] for the runtime a restore is timed on: it gets no input, so nothing comes.
 #[derive(Default)]
-pub(super) struct Answered(pub bool);
+pub(super) struct Nothing;
 
-impl Emit for Answered {
+impl Emit for Nothing {
     fn result(&mut self, _operator: usize, _row: &Row, _after_barrier: bool) {}
     fn late(&mut self, _operator: usize, _input: usize, _row: &Row, _after_barrier: bool) {}
-    fn checkpointed(&mut self, _done: Completed) {
-        self.0 = true;
-    }
+    fn checkpointed(&mut self, _done: Completed) {}
 }
 
 impl Emit for Meter {
@@ -222,16 +220,7 @@ impl Emit for Meter {
     fn late(&mut self, _operator: usize, _input: usize, _row: &Row, _after_barrier: bool) {}
 }
 
-/// CPU time (user + system) this process has used, all threads; zero where it cannot be read.
-pub(super) fn process_cpu_time() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable `timespec` for the duration of the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    match (rc, u64::try_from(ts.tv_sec), u32::try_from(ts.tv_nsec)) {
-        (0, Ok(secs), Ok(nanos)) => Duration::new(secs, nanos),
-        _ => Duration::ZERO,
-    }
-}
+pub(super) use braid::time::cpu::process as process_cpu_time;
 
 /// /proc/self/status, read into a buffer kept across reads: sampling after every batch must not
 /// allocate (a growing read buffer made glibc consolidate its whole heap each time).

@@ -136,6 +136,13 @@ pub struct BenchFlags {
     /// time it. 0: no checkpoints.
     #[arg(long, default_value_t = 0)]
     checkpoint_interval_ms: u64,
+    /// Write the checkpoints under this directory (a disk) instead of the bench's scratch
+    /// directory (`/dev/shm` where there is one); a fresh subdirectory is made and removed.
+    #[arg(long, value_name = "DIR")]
+    checkpoint_dir: Option<std::path::PathBuf>,
+    /// Sync every checkpoint file and directory, as `durability = "power"` does.
+    #[arg(long)]
+    checkpoint_sync: bool,
 }
 
 impl BenchFlags {
@@ -151,6 +158,8 @@ impl BenchFlags {
             batch_rows: self.batch_rows as usize,
             memory_state: self.memory_state,
             checkpoint_interval_ms: self.checkpoint_interval_ms,
+            checkpoint_dir: self.checkpoint_dir,
+            checkpoint_sync: self.checkpoint_sync,
         }
     }
 }
@@ -191,6 +200,10 @@ pub struct BenchArgs {
     pub memory_state: bool,
     /// A checkpoint every this many ms of processing time; 0: none.
     pub checkpoint_interval_ms: u64,
+    /// Where the checkpoints go (a fresh subdirectory of it); none: the bench's own directory.
+    pub checkpoint_dir: Option<std::path::PathBuf>,
+    /// Files and directories synced (`durability = "power"`).
+    pub checkpoint_sync: bool,
 }
 
 /// How much load: a number of input rows, or a measured (wall-clock) time.
@@ -259,7 +272,8 @@ pub struct CheckpointFigures {
     /// Restoring the last checkpoint into a second runtime until its shards answer a barrier.
     pub restore: Option<Duration>,
     pub restored_bytes: u64,
-    /// Over all shard threads: taking the snapshots and encoding the files, and handing the
+    /// Over all shard threads: CPU time taking the snapshots and encoding the files, and wall
+    /// time handing the
     /// files to the disk (the whole write on the legacy driver; shard/file_write.rs).
     pub shard_snapshot: Duration,
     pub shard_stall: Duration,
@@ -291,8 +305,18 @@ fn wall_clock() -> Instant {
 /// Runs the load through the shard runtime and measures it.
 pub fn run(plan: &Plan, args: &BenchArgs) -> Result<Report, BenchError> {
     let dir = private_dir()?;
+    let disk_dir = match &args.checkpoint_dir {
+        Some(base) => Some(
+            tempfile::Builder::new()
+                .prefix(PRIVATE_PREFIX)
+                .tempdir_in(base)
+                .map_err(|error| BenchError::Dir { path: base.clone(), error })?,
+        ),
+        None => None,
+    };
+    let checkpoint_root = disk_dir.as_ref().map_or_else(|| dir.path().join("checkpoints"), |d| d.path().to_owned());
     let checkpoints =
-        (args.checkpoint_interval_ms > 0).then(|| CheckpointDir::new(dir.path().join("checkpoints"), false));
+        (args.checkpoint_interval_ms > 0).then(|| CheckpointDir::new(checkpoint_root, args.checkpoint_sync));
     let options = RuntimeOptions {
         memory_state: args.memory_state,
         checkpoints: checkpoints.clone(),
@@ -406,8 +430,8 @@ pub fn run(plan: &Plan, args: &BenchArgs) -> Result<Report, BenchError> {
 }
 
 /// Restores the last committed checkpoint into a second runtime (its own rings and arenas) and
-/// times it until every shard has answered a barrier, which a shard reads only once it has
-/// restored its operators. (time, bytes of the checkpoint); `None` without a checkpoint.
+/// times it from reading the files until every shard has restored its operators. (time, bytes of
+/// the checkpoint); `None` without a checkpoint.
 fn time_restore(
     plan: &Plan,
     args: &BenchArgs,
@@ -427,11 +451,7 @@ fn time_restore(
         ..RuntimeOptions::new(args.shards, &restore_dir)
     };
     let mut restored = Runtime::start(plan, &options, 0)?;
-    let mut done = meter::Answered::default();
-    restored.checkpoint(loaded.manifest.epoch + 1, Vec::new(), &mut done)?;
-    while !done.0 {
-        restored.wait(&mut done, DRAIN_WAIT, || false)?;
-    }
+    restored.wait_built(&mut meter::Nothing)?;
     let took = wall_clock().saturating_duration_since(started);
     drop(restored);
     Ok(Some((took, bytes)))
@@ -514,6 +534,8 @@ mod tests {
             batch_rows: 500,
             memory_state: false,
             checkpoint_interval_ms: 0,
+            checkpoint_dir: None,
+            checkpoint_sync: false,
         }
     }
 

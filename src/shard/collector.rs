@@ -75,7 +75,7 @@ pub struct ShardReport {
     /// Per operator: (rows, bytes).
     pub state: Vec<(usize, usize)>,
     pub driver: Driver,
-    /// Checkpoint work on the shard thread: taking the snapshots and encoding the shard file,
+    /// Checkpoint work on the shard thread: CPU time taking the snapshots and encoding the shard file,
     /// and handing the file to the disk (all of the write on the legacy driver,
     /// shard/file_write.rs).
     pub checkpoint_snapshot: std::time::Duration,

@@ -122,6 +122,8 @@ pub struct Runtime {
     gate: Option<Arc<Barrier>>,
     /// Per shard: its thread has ended (set before it wakes the feeder a last time).
     ended: Vec<Arc<AtomicBool>>,
+    /// Per shard: its operators are built (and restored from the checkpoint, if any).
+    built: Vec<Arc<AtomicBool>>,
     /// Set when the runtime is dropped before `finish`: the shards stop.
     cancel: Arc<AtomicBool>,
     /// Per shard: its figures as of its last tick (a live service shows them).

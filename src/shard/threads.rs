@@ -51,6 +51,7 @@ impl Runtime {
         let Wiring { bell, sleeper, shard_bells, shard_sleepers, mut feeds, results, links } = wire(options, shards)?;
         let gate = options.hold.then(|| Arc::new(Barrier::new(shards + 1)));
         let ended: Vec<Arc<AtomicBool>> = (0..shards).map(|_| Arc::default()).collect();
+        let built: Vec<Arc<AtomicBool>> = (0..shards).map(|_| Arc::default()).collect();
         let cancel = Arc::new(AtomicBool::new(false));
         let live: Vec<Arc<Mutex<Option<ShardReport>>>> = (0..shards).map(|_| Arc::default()).collect();
         let cores = core_affinity::get_core_ids().unwrap_or_default();
@@ -67,6 +68,7 @@ impl Runtime {
                 sleeper,
                 bell: Arc::clone(&shard_bells[j]),
                 wake_feeder: WakeOnDrop(Arc::clone(&ended[j]), Arc::clone(&bell)),
+                built: Arc::clone(&built[j]),
                 gate: gate.clone(),
                 cancel: Arc::clone(&cancel),
                 live: Arc::clone(&live[j]),
@@ -106,6 +108,7 @@ impl Runtime {
             threads,
             gate,
             ended,
+            built,
             cancel,
             live,
             last_released: vec![0; shards],
@@ -146,6 +149,15 @@ impl Runtime {
             let drained = self.collect(emit);
             quiet_rounds = if pending || drained { 0 } else { quiet_rounds + 1 };
             self.wait(emit, std::time::Duration::from_millis(5), || false)?;
+        }
+        Ok(())
+    }
+
+    /// Waits until every shard has built its operators — restored them from the checkpoint the
+    /// runtime started from, if any: the end of a restart's restore (`braid bench` times it).
+    pub fn wait_built(&mut self, emit: &mut impl Emit) -> Result<(), RuntimeError> {
+        while !self.built.iter().all(|b| b.load(Ordering::SeqCst)) {
+            self.wait(emit, std::time::Duration::from_millis(50), || false)?;
         }
         Ok(())
     }
@@ -269,6 +281,8 @@ struct Shard {
     sleeper: UnixStream,
     bell: Arc<Doorbell>,
     wake_feeder: WakeOnDrop,
+    /// Set once its operators are built and restored (the feeder's [`Runtime::wait_built`]).
+    built: Arc<AtomicBool>,
     /// Held shards wait here until the feeder releases them.
     gate: Option<Arc<Barrier>>,
     cancel: Arc<AtomicBool>,
@@ -292,6 +306,7 @@ impl Shard {
             sleeper,
             bell,
             wake_feeder,
+            built,
             gate,
             cancel,
             live,
@@ -311,6 +326,8 @@ impl Shard {
         if let Some(trace) = trace {
             worker.trace(&trace);
         }
+        built.store(true, Ordering::SeqCst);
+        _wake_feeder.1.ring();
         let mut runtime = MonoioRuntime::build().map_err(ShardError::Runtime)?;
         worker.driver = runtime.driver();
         let mut files = FileWrites::new(worker.driver == Driver::IoUring, bell.waker_fd());

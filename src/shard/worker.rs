@@ -118,7 +118,7 @@ struct Core {
     to_write: Option<SnapshotWrite>,
     /// A shard file being written: its epoch, and where the writer leaves its outcome.
     writing: Option<(u64, Arc<AtomicU8>)>,
-    /// Time spent taking snapshots and encoding shard files.
+    /// CPU time spent taking snapshots and encoding shard files.
     snapshot_time: std::time::Duration,
 }
 
@@ -516,10 +516,9 @@ impl Core {
     /// collector told (results after this frame come after the barrier). Once every operator of
     /// the shard has passed, the shard's file is written.
     fn pass_barrier(&mut self, op: usize, epoch: u64) {
-        #[allow(clippy::disallowed_methods)] // a figure of the checkpoint's cost, not a decision
-        let began = std::time::Instant::now();
+        let began = crate::time::cpu::thread();
         let snapshot = self.hosts[op].snapshot();
-        self.snapshot_time += began.elapsed();
+        self.snapshot_time += crate::time::cpu::thread().saturating_sub(began);
         let snapshot = match snapshot {
             Ok(bytes) => bytes,
             Err(error) => {
@@ -560,10 +559,9 @@ impl Core {
             })
             .collect();
         let file = ShardFile { epoch, shard: self.id as u32, shards: self.shards as u32, operators };
-        #[allow(clippy::disallowed_methods)] // a figure of the checkpoint's cost, not a decision
-        let began = std::time::Instant::now();
+        let began = crate::time::cpu::thread();
         let encoded = dir.shard_file(&file);
-        self.snapshot_time += began.elapsed();
+        self.snapshot_time += crate::time::cpu::thread().saturating_sub(began);
         match encoded {
             Ok((path, bytes)) => {
                 let outcome = Arc::new(AtomicU8::new(0));

@@ -6,6 +6,7 @@
 //! last chance. Nothing here reads a clock: processing time is always passed in.
 
 pub mod clock;
+pub mod cpu;
 pub mod rfc3339;
 pub mod ticks;
 
