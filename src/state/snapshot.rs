@@ -43,6 +43,8 @@ use super::{KeyedStore, RowHandle};
 
 /// Bytes of the crc32c after the archive.
 const CRC_LEN: usize = 4;
+/// The alignment an archive is read at (rkyv's, and [`AlignedVec`]'s default).
+const ARCHIVE_ALIGN: usize = 16;
 
 #[derive(Debug, Error)]
 pub enum SnapshotError {
@@ -82,9 +84,16 @@ where
     if crc32c::crc32c(archive) != u32::from_le_bytes(*crc) {
         return Err(SnapshotError::Decode("checksum mismatch (damaged or truncated)".into()));
     }
-    let mut aligned = AlignedVec::<16>::with_capacity(archive.len());
-    aligned.extend_from_slice(archive);
-    rkyv::from_bytes::<T, rancor::Error>(&aligned).map_err(|e| SnapshotError::Decode(e.to_string()))
+    let decoded = if archive.as_ptr().align_offset(ARCHIVE_ALIGN) == 0 {
+        // A snapshot nested in another (its bytes a `Vec` the outer one decoded into, which the
+        // allocator aligns) or a buffer read whole: read in place, no copy.
+        rkyv::from_bytes::<T, rancor::Error>(archive)
+    } else {
+        let mut aligned = AlignedVec::<ARCHIVE_ALIGN>::with_capacity(archive.len());
+        aligned.extend_from_slice(archive);
+        rkyv::from_bytes::<T, rancor::Error>(&aligned)
+    };
+    decoded.map_err(|e| SnapshotError::Decode(e.to_string()))
 }
 
 /// A [`KeyedStore`] as a snapshot keeps it: its live rows in export order (module doc, "Stored
@@ -205,6 +214,11 @@ mod tests {
         let sample = Sample { a: 7, b: vec![(-3, true), (i128::MAX, false)] };
         let bytes = encode(&sample).unwrap();
         assert_eq!(decode::<Sample>(&bytes).unwrap(), sample);
+        for shift in 1..16 {
+            let mut shifted = vec![0u8; shift];
+            shifted.extend_from_slice(&bytes);
+            assert_eq!(decode::<Sample>(&shifted[shift..]).unwrap(), sample, "read at an offset of {shift}");
+        }
         for len in 0..bytes.len() {
             assert!(decode::<Sample>(&bytes[..len]).is_err(), "truncated to {len}");
         }
