@@ -158,7 +158,7 @@ fn refusals_say_where_and_what_instead() {
     assert_eq!(
         view("SELECT cmd FROM command WHERE cmd = 'x'"),
         [
-            "t.sql:8:18: a SELECT over one table (a filter or projection) is not an operator braid has: join it, union it (UNION ALL), or read the table itself"
+            "t.sql:8:18: a SELECT over one table (a filter or projection) is not an operator braid has: join it, union it (UNION ALL), aggregate it by window (GROUP BY window_start, window_end, key), or read the table itself"
         ]
     );
     assert_eq!(
