@@ -310,7 +310,12 @@ fn aggregated(at: &AtOperator<'_>, row: &Arrival, window: &WindowSpec) -> (Fate,
         return (Fate::Matched, "aggregated into its session's result".into());
     }
     let windows: Vec<String> = window.assign(row.ts).map(|(start, end)| format!("[{start}, {end})")).collect();
-    (Fate::Matched, format!("aggregated into the result of window {}", windows.join(", ")))
+    let refired = if row.watermark > Time::ms(row.ts) {
+        format!(" (behind the watermark by {} ms, within allowed lateness: re-fired)", late_by(row))
+    } else {
+        String::new()
+    };
+    (Fate::Matched, format!("aggregated into the result of window {}{refired}", windows.join(", ")))
 }
 
 /// What became of two given rows together at the operator both reached (`braid explain --row`):
