@@ -85,8 +85,8 @@ pub struct Output {
     pub results: Vec<(ResultKind, Row)>,
     /// Late rows with the index of the input they came on.
     pub late: Vec<(usize, Row)>,
-    /// Rows a window aggregate's `where` dropped (nothing else to do with them: explain's trace
-    /// reads it).
+    /// Rows a window aggregate's `where` dropped: a running count, never drained (explain's
+    /// trace compares it before and after a row; nothing else is done with such a row).
     pub filtered: usize,
 }
 
@@ -185,7 +185,9 @@ impl OperatorKind {
             | OperatorKind::CoGroup
             | OperatorKind::IntervalJoin
             | OperatorKind::TemporalJoin => true,
-            OperatorKind::Union | OperatorKind::Connect | OperatorKind::Absence | OperatorKind::WindowAggregate => false,
+            OperatorKind::Union | OperatorKind::Connect | OperatorKind::Absence | OperatorKind::WindowAggregate => {
+                false
+            }
         }
     }
 

@@ -401,7 +401,12 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
 }
 
 /// A window aggregate (one input): its TVF grouped by key and window, `where` as WHERE.
-fn window_aggregate(spec: &CoGroupSpec, op: &crate::plan::OperatorDef, schemas: &[&Schema], table: &str) -> Result<View, String> {
+fn window_aggregate(
+    spec: &CoGroupSpec,
+    op: &crate::plan::OperatorDef,
+    schemas: &[&Schema],
+    table: &str,
+) -> Result<View, String> {
     let k = schemas[0].key_field().map(|f| f.name.clone()).ok_or("no key")?;
     let key_out = &op.output.fields[0];
     let mut items = vec![format!("{} AS {}", ident(&k), ident(&key_out.name))];

@@ -263,9 +263,15 @@ fn window_aggregate_rows_are_aggregated_filtered_or_late() {
         const BASE: i64 = 1_767_225_600_000;
         assert_eq!(rows.len(), 8);
         let (f, why) = fate(BASE + 1000);
-        assert_eq!((f.as_str(), why.as_str()), ("matched", "aggregated into the result of window [1767225600000, 1767225610000)"));
+        assert_eq!(
+            (f.as_str(), why.as_str()),
+            ("matched", "aggregated into the result of window [1767225600000, 1767225610000)")
+        );
         let (f, why) = fate(BASE + 6000);
-        assert_eq!((f.as_str(), why.as_str()), ("unmatched", "the `where` condition of per_device did not hold: it was not aggregated"));
+        assert_eq!(
+            (f.as_str(), why.as_str()),
+            ("unmatched", "the `where` condition of per_device did not hold: it was not aggregated")
+        );
         let (f, why) = fate(BASE + 8000);
         assert_eq!(f, "matched");
         assert!(why.ends_with("(behind the watermark by 3499 ms, within allowed lateness: re-fired)"), "{why}");

@@ -867,15 +867,15 @@ fn check(w: &Workload, shards: Option<u32>) -> Result<Stats, String> {
     let late_rows = |late: &[usize]| -> Vec<Value> {
         late.iter()
             .map(|&i| {
-            let row = &w.rows[i];
-            let mut v: Value = serde_json::from_str(&w.line(i)).unwrap();
-            let obj = v.as_object_mut().unwrap();
-            obj.remove("arrival");
-            obj.insert("_stream".into(), json!(STREAMS[row.side]));
-            obj.insert("_ts".into(), json!(row.ts));
-            v
-        })
-        .collect()
+                let row = &w.rows[i];
+                let mut v: Value = serde_json::from_str(&w.line(i)).unwrap();
+                let obj = v.as_object_mut().unwrap();
+                obj.remove("arrival");
+                obj.insert("_stream".into(), json!(STREAMS[row.side]));
+                obj.insert("_ts".into(), json!(row.ts));
+                v
+            })
+            .collect()
     };
     for (name, late) in [("j.late", &r.late), ("g.late", &r.late), ("a.late", &r.late_a)] {
         let expected = late_rows(late);

@@ -134,7 +134,11 @@ timeout = "600ms""#,
     }
     let one_input = r#"aggregate = ["count(*) AS n", "count(v) AS nv", "sum(v) AS sv", "sum(x) AS sx", "avg(x) AS ax", "min(s) AS mn", "max(x) AS mx", "first(v) AS f", "last(s) AS l"]"#;
     for (name, window, extra) in [
-        ("window_aggregate_sliding_where", r#"{ kind = "sliding", size = "1s", slide = "300ms" }"#, "where = \"v > 2 or s == 'ok'\"\n"),
+        (
+            "window_aggregate_sliding_where",
+            r#"{ kind = "sliding", size = "1s", slide = "300ms" }"#,
+            "where = \"v > 2 or s == 'ok'\"\n",
+        ),
         ("window_aggregate_session", r#"{ kind = "session", gap = "300ms" }"#, "allowed_lateness = \"500ms\"\n"),
     ] {
         let body = format!("kind = \"window_aggregate\"\ninput = \"a\"\nwindow = {window}\n{extra}{one_input}");

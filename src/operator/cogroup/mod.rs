@@ -28,11 +28,11 @@ use std::cmp::Ordering;
 use crate::config::RESERVED_FIELDS;
 use crate::config::operators::{Builder, Built, Input, is_identifier, join_type, output_schema};
 use crate::config::walk::{Errors, Table};
+use crate::operator::expr::Expr;
 use crate::operator::interval_join::{JoinType, LEFT, RIGHT};
 use crate::record::frame::{to_row, to_value};
 use crate::record::id::IdHasher;
 use crate::record::schema::Field;
-use crate::operator::expr::Expr;
 use crate::record::view::{KeyRef, RowView};
 use crate::record::{ArchivedRow, FieldType, Key, Row, Value};
 use crate::state::snapshot::{self, SnapshotError};
@@ -51,7 +51,8 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     let inputs = inputs?;
     let can_be_empty = [join.keeps_unmatched(RIGHT), join.keeps_unmatched(LEFT)];
     let (aggregates, fields) = aggregates(t, &inputs, can_be_empty, errors)?;
-    let spec = CoGroupSpec { name: name.to_owned(), window: WindowSpec::UNUSED, join, aggregates, rekey: None, one: None };
+    let spec =
+        CoGroupSpec { name: name.to_owned(), window: WindowSpec::UNUSED, join, aggregates, rekey: None, one: None };
     let (output, spec) = with_window(t, spec, window, fields, errors)?;
     Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: OperatorSpec::CoGroup(spec) })
 }

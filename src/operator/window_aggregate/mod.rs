@@ -56,9 +56,7 @@ fn row_condition(t: Table<'_, '_>, schema: &crate::record::Schema, errors: &mut 
         t.error("where", errors, format!("expected a condition string, found {}", type_name(value.get_ref())));
         return None;
     };
-    Expr::parse_row(text, schema)
-        .map_err(|e| t.error("where", errors, format!("bad condition {text:?}: {e}")))
-        .ok()
+    Expr::parse_row(text, schema).map_err(|e| t.error("where", errors, format!("bad condition {text:?}: {e}"))).ok()
 }
 
 #[cfg(test)]

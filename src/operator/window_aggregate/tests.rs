@@ -23,7 +23,9 @@ fn aggregate(window: &str) -> CoGroup {
 
 #[test]
 fn results_hold_the_key_aggregates_and_window_fields_without_kind() {
-    let plan = plan("window = { kind = \"session\", gap = \"1s\" }\naggregate = [\"count(*)\", \"sum(temp) AS total\", \"max(state)\"]\n");
+    let plan = plan(
+        "window = { kind = \"session\", gap = \"1s\" }\naggregate = [\"count(*)\", \"sum(temp) AS total\", \"max(state)\"]\n",
+    );
     let fields: Vec<(&str, FieldType, bool)> =
         plan.operators[0].output.fields.iter().map(|f| (f.name.as_str(), f.ty, f.nullable)).collect();
     let want = [
