@@ -375,7 +375,7 @@ CREATE VIEW per_device AS
             "{TABLES}CREATE VIEW v AS SELECT device, COUNT(*) AS n FROM status GROUP BY device, window_start, window_end;"
         )),
         [
-            "t.sql:8:49: GROUP BY over one table is a window aggregate: FROM TABLE(TUMBLE|HOP|SESSION(TABLE t, DESCRIPTOR(rt), …)) GROUP BY window_start, window_end, key"
+            "t.sql:8:52: GROUP BY over one table is a window aggregate: FROM TABLE(TUMBLE|HOP|SESSION(TABLE t, DESCRIPTOR(rt), …)) GROUP BY window_start, window_end, key"
         ]
     );
 }
