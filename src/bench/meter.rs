@@ -42,6 +42,7 @@ impl Trace {
             OperatorSpec::Connect(_)
             | OperatorSpec::WindowJoin(_)
             | OperatorSpec::CoGroup(_)
+            | OperatorSpec::WindowAggregate(_)
             | OperatorSpec::TemporalJoin(_)
             | OperatorSpec::Absence(_) => Trace::Untraced,
         }

@@ -56,6 +56,7 @@ fn allowed_keys(kind: OperatorKind) -> &'static [&'static str] {
         OperatorKind::TemporalJoin => &["kind", "left", "right", "join", "where", "select", "key"],
         OperatorKind::Connect => &["kind", "function", "left", "right", "value", "limit", "timeout", "select", "key"],
         OperatorKind::Absence => &["kind", "input", "timeout", "key"],
+        OperatorKind::WindowAggregate => &["kind", "input", "window", "allowed_lateness", "where", "aggregate", "key"],
     }
 }
 
@@ -234,6 +235,7 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
             OperatorKind::Connect => operator::connect::check(self, name, t, errors),
             OperatorKind::Union => operator::union::check(self, name, t, errors),
             OperatorKind::Absence => operator::absence::check(self, name, t, errors),
+            OperatorKind::WindowAggregate => operator::window_aggregate::check(self, name, t, errors),
         }?;
         debug_assert_eq!(built.spec.kind(), kind, "operator {name}: a kind's check builds its own spec");
         if built.inputs.len() > MAX_INPUTS {

@@ -135,6 +135,6 @@ fn an_unknown_kind_lists_every_kind() {
     assert_eq!(
         got,
         ["t.toml:13:1: operators.effect.kind: must be one of union, connect, window_join, cogroup, interval_join, \
-             temporal_join, absence"]
+             temporal_join, absence, window_aggregate"]
     );
 }

@@ -65,6 +65,7 @@ pub fn fate(at: &AtOperator<'_>, row: &Arrival) -> Option<(Fate, String)> {
         OperatorSpec::TemporalJoin(_) => temporal_join(at, row),
         OperatorSpec::WindowJoin(spec) => windowed(at, row, &spec.window, true),
         OperatorSpec::CoGroup(spec) => windowed(at, row, &spec.window, false),
+        OperatorSpec::WindowAggregate(spec) => aggregated(at, row, &spec.window),
         OperatorSpec::Union(_) | OperatorSpec::Connect(_) | OperatorSpec::Absence(_) => return None,
     };
     Some(told)
@@ -297,6 +298,24 @@ fn windowed(at: &AtOperator<'_>, row: &Arrival, window: &WindowSpec, pairs: bool
         shown(&windows),
     );
     (Fate::Unmatched, why)
+}
+
+/// Window aggregate: a row on time is in the result of every window it belongs to (`matched`),
+/// unless its `where` dropped it (`unmatched`).
+fn aggregated(at: &AtOperator<'_>, row: &Arrival, window: &WindowSpec) -> (Fate, String) {
+    if row.filtered {
+        return (Fate::Unmatched, format!("the `where` condition of {} did not hold: it was not aggregated", at.name));
+    }
+    if window.is_session() {
+        return (Fate::Matched, "aggregated into its session's result".into());
+    }
+    let windows: Vec<String> = window.assign(row.ts).map(|(start, end)| format!("[{start}, {end})")).collect();
+    let refired = if row.watermark > Time::ms(row.ts) {
+        format!(" (behind the watermark by {} ms, within allowed lateness: re-fired)", late_by(row))
+    } else {
+        String::new()
+    };
+    (Fate::Matched, format!("aggregated into the result of window {}{refired}", windows.join(", ")))
 }
 
 /// What became of two given rows together at the operator both reached (`braid explain --row`):

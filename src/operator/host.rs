@@ -80,6 +80,8 @@ pub struct Arrival {
     pub tick: i128,
     pub watermark: Time,
     pub late: bool,
+    /// A window aggregate's `where` dropped it.
+    pub filtered: bool,
 }
 
 /// The trace a host notes into, and where it is.
@@ -226,6 +228,7 @@ impl OperatorHost {
         if speaks {
             self.counters.rows_in[input] += 1;
         }
+        let filtered_before = out.filtered;
         take(&mut self.operator, out);
         if !speaks {
             out.late.clear();
@@ -237,8 +240,9 @@ impl OperatorHost {
         {
             let (key_hash, id, ts) = seen;
             let late = out.late.iter().any(|(i, row)| *i == input && row.id == id);
+            let filtered = out.filtered > filtered_before;
             let Tracing { op, shard, tick, .. } = **tracing;
-            let arrival = Arrival { op, input, shard, key_hash, id, ts, tick, watermark, late };
+            let arrival = Arrival { op, input, shard, key_hash, id, ts, tick, watermark, late, filtered };
             tracing.trace.note(TraceNote::Arrival(arrival));
         }
     }
@@ -430,6 +434,7 @@ mod tests {
                 tick: 200,
                 watermark: Time::ms(1_000),
                 late,
+                filtered: false,
             })
         };
         assert_eq!(

@@ -27,6 +27,7 @@ pub mod projection;
 pub mod temporal_join;
 pub mod union;
 pub mod window;
+pub mod window_aggregate;
 pub mod window_join;
 
 use crate::record::Row;
@@ -84,6 +85,9 @@ pub struct Output {
     pub results: Vec<(ResultKind, Row)>,
     /// Late rows with the index of the input they came on.
     pub late: Vec<(usize, Row)>,
+    /// Rows a window aggregate's `where` dropped: a running count, never drained (explain's
+    /// trace compares it before and after a row; nothing else is done with such a row).
+    pub filtered: usize,
 }
 
 impl Output {
@@ -138,11 +142,12 @@ pub enum OperatorKind {
     IntervalJoin,
     TemporalJoin,
     Absence,
+    WindowAggregate,
 }
 
 impl OperatorKind {
     /// Every kind, in variant order (the order error messages list them in).
-    pub const ALL: [OperatorKind; 7] = [
+    pub const ALL: [OperatorKind; 8] = [
         OperatorKind::Union,
         OperatorKind::Connect,
         OperatorKind::WindowJoin,
@@ -150,6 +155,7 @@ impl OperatorKind {
         OperatorKind::IntervalJoin,
         OperatorKind::TemporalJoin,
         OperatorKind::Absence,
+        OperatorKind::WindowAggregate,
     ];
 
     /// The kind's name in a configuration.
@@ -162,6 +168,7 @@ impl OperatorKind {
             OperatorKind::IntervalJoin => "interval_join",
             OperatorKind::TemporalJoin => "temporal_join",
             OperatorKind::Absence => "absence",
+            OperatorKind::WindowAggregate => "window_aggregate",
         }
     }
 
@@ -178,7 +185,9 @@ impl OperatorKind {
             | OperatorKind::CoGroup
             | OperatorKind::IntervalJoin
             | OperatorKind::TemporalJoin => true,
-            OperatorKind::Union | OperatorKind::Connect | OperatorKind::Absence => false,
+            OperatorKind::Union | OperatorKind::Connect | OperatorKind::Absence | OperatorKind::WindowAggregate => {
+                false
+            }
         }
     }
 
@@ -192,7 +201,8 @@ impl OperatorKind {
             | OperatorKind::CoGroup
             | OperatorKind::IntervalJoin
             | OperatorKind::TemporalJoin
-            | OperatorKind::Absence => false,
+            | OperatorKind::Absence
+            | OperatorKind::WindowAggregate => false,
         }
     }
 }
@@ -218,6 +228,8 @@ pub enum OperatorSpec {
     IntervalJoin(IntervalJoinSpec),
     TemporalJoin(TemporalJoinSpec),
     Absence(AbsenceSpec),
+    /// One input's window aggregate: a cogroup's machinery over one input ([`window_aggregate`]).
+    WindowAggregate(CoGroupSpec),
 }
 
 impl OperatorSpec {
@@ -230,6 +242,7 @@ impl OperatorSpec {
             OperatorSpec::IntervalJoin(_) => OperatorKind::IntervalJoin,
             OperatorSpec::TemporalJoin(_) => OperatorKind::TemporalJoin,
             OperatorSpec::Absence(_) => OperatorKind::Absence,
+            OperatorSpec::WindowAggregate(_) => OperatorKind::WindowAggregate,
         }
     }
 
@@ -243,6 +256,7 @@ impl OperatorSpec {
             OperatorSpec::IntervalJoin(spec) => Operator::IntervalJoin(IntervalJoin::new(spec.clone())),
             OperatorSpec::TemporalJoin(spec) => Operator::TemporalJoin(TemporalJoin::new(spec.clone())),
             OperatorSpec::Absence(spec) => Operator::Absence(Absence::new(spec.clone())),
+            OperatorSpec::WindowAggregate(spec) => Operator::WindowAggregate(CoGroup::new(spec.clone())),
         }
     }
 
@@ -269,6 +283,7 @@ impl OperatorSpec {
             OperatorSpec::Union(_)
             | OperatorSpec::WindowJoin(_)
             | OperatorSpec::CoGroup(_)
+            | OperatorSpec::WindowAggregate(_)
             | OperatorSpec::Absence(_) => self.build(),
         })
     }
@@ -292,6 +307,7 @@ pub enum Operator {
     IntervalJoin(IntervalJoin),
     TemporalJoin(TemporalJoin),
     Absence(Absence),
+    WindowAggregate(CoGroup),
 }
 
 impl Operator {
@@ -304,6 +320,7 @@ impl Operator {
             Operator::IntervalJoin(_) => OperatorKind::IntervalJoin,
             Operator::TemporalJoin(_) => OperatorKind::TemporalJoin,
             Operator::Absence(_) => OperatorKind::Absence,
+            Operator::WindowAggregate(_) => OperatorKind::WindowAggregate,
         }
     }
 
@@ -318,7 +335,7 @@ impl Operator {
             Operator::TemporalJoin(op) => op.on_frame(input, row, bytes, out),
             Operator::Union(op) => op.on_frame(input, row, out),
             Operator::Absence(op) => op.on_frame(input, row, out),
-            Operator::CoGroup(op) => op.on_frame(input, row, out),
+            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.on_frame(input, row, out),
             Operator::WindowJoin(op) => op.on_row(input, crate::record::frame::to_row(row), out),
             Operator::Connect(op) => op.on_row(input, crate::record::frame::to_row(row), out),
         }
@@ -330,7 +347,7 @@ impl Operator {
             Operator::Union(op) => op.on_row(input, row, out),
             Operator::Connect(op) => op.on_row(input, row, out),
             Operator::WindowJoin(op) => op.on_row(input, row, out),
-            Operator::CoGroup(op) => op.on_row(input, row, out),
+            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.on_row(input, row, out),
             Operator::IntervalJoin(op) => op.on_row(input, row, out),
             Operator::TemporalJoin(op) => op.on_row(input, row, out),
             Operator::Absence(op) => op.on_row(input, row, out),
@@ -343,7 +360,7 @@ impl Operator {
             Operator::Union(op) => op.on_watermark(watermark, out),
             Operator::Connect(op) => op.on_watermark(watermark, out),
             Operator::WindowJoin(op) => op.on_watermark(watermark, out),
-            Operator::CoGroup(op) => op.on_watermark(watermark, out),
+            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.on_watermark(watermark, out),
             Operator::IntervalJoin(op) => op.on_watermark(watermark, out),
             Operator::TemporalJoin(op) => op.on_watermark(watermark, out),
             Operator::Absence(op) => op.on_watermark(watermark, out),
@@ -356,7 +373,7 @@ impl Operator {
             Operator::Union(op) => op.output_watermark(),
             Operator::Connect(op) => op.output_watermark(),
             Operator::WindowJoin(op) => op.output_watermark(),
-            Operator::CoGroup(op) => op.output_watermark(),
+            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.output_watermark(),
             Operator::IntervalJoin(op) => op.output_watermark(),
             Operator::TemporalJoin(op) => op.output_watermark(),
             Operator::Absence(op) => op.output_watermark(),
@@ -369,7 +386,7 @@ impl Operator {
             Operator::Union(op) => op.is_quiescent(),
             Operator::Connect(op) => op.is_quiescent(),
             Operator::WindowJoin(op) => op.is_quiescent(),
-            Operator::CoGroup(op) => op.is_quiescent(),
+            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.is_quiescent(),
             Operator::IntervalJoin(op) => op.is_quiescent(),
             Operator::TemporalJoin(op) => op.is_quiescent(),
             Operator::Absence(op) => op.is_quiescent(),
@@ -384,6 +401,7 @@ impl Operator {
             Operator::Union(_)
             | Operator::WindowJoin(_)
             | Operator::CoGroup(_)
+            | Operator::WindowAggregate(_)
             | Operator::IntervalJoin(_)
             | Operator::TemporalJoin(_)
             | Operator::Absence(_) => {}
@@ -397,6 +415,7 @@ impl Operator {
             Operator::Union(_)
             | Operator::WindowJoin(_)
             | Operator::CoGroup(_)
+            | Operator::WindowAggregate(_)
             | Operator::IntervalJoin(_)
             | Operator::TemporalJoin(_)
             | Operator::Absence(_) => None,
@@ -410,7 +429,7 @@ impl Operator {
             Operator::CoGroup(op) => Some(op.quality()),
             Operator::IntervalJoin(op) => Some(op.quality()),
             Operator::TemporalJoin(op) => Some(op.quality()),
-            Operator::Union(_) | Operator::Connect(_) | Operator::Absence(_) => None,
+            Operator::Union(_) | Operator::Connect(_) | Operator::Absence(_) | Operator::WindowAggregate(_) => None,
         }
     }
 
@@ -420,7 +439,7 @@ impl Operator {
             Operator::Union(op) => op.snapshot(),
             Operator::Connect(op) => op.snapshot(),
             Operator::WindowJoin(op) => op.snapshot(),
-            Operator::CoGroup(op) => op.snapshot(),
+            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.snapshot(),
             Operator::IntervalJoin(op) => op.snapshot(),
             Operator::TemporalJoin(op) => op.snapshot(),
             Operator::Absence(op) => op.snapshot(),
@@ -441,7 +460,7 @@ impl Operator {
             Operator::Union(op) => op.restore(state),
             Operator::Connect(op) => op.restore(state),
             Operator::WindowJoin(op) => op.restore(state),
-            Operator::CoGroup(op) => op.restore(state),
+            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.restore(state),
             Operator::IntervalJoin(op) => op.restore(state),
             Operator::TemporalJoin(op) => op.restore(state),
             Operator::Absence(op) => op.restore(state),
@@ -453,7 +472,7 @@ impl Operator {
             Operator::Union(op) => op.state_rows(),
             Operator::Connect(op) => op.state_rows(),
             Operator::WindowJoin(op) => op.state_rows(),
-            Operator::CoGroup(op) => op.state_rows(),
+            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.state_rows(),
             Operator::IntervalJoin(op) => op.state_rows(),
             Operator::TemporalJoin(op) => op.state_rows(),
             Operator::Absence(op) => op.state_rows(),
@@ -465,7 +484,7 @@ impl Operator {
             Operator::Union(op) => op.state_bytes(),
             Operator::Connect(op) => op.state_bytes(),
             Operator::WindowJoin(op) => op.state_bytes(),
-            Operator::CoGroup(op) => op.state_bytes(),
+            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.state_bytes(),
             Operator::IntervalJoin(op) => op.state_bytes(),
             Operator::TemporalJoin(op) => op.state_bytes(),
             Operator::Absence(op) => op.state_bytes(),

@@ -89,6 +89,7 @@ struct Aggregate {
     function: &'static str,
     field: Option<String>,
     alias: String,
+    at: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -306,7 +307,13 @@ impl Compiler {
         }
         let join = match s.joins.as_slice() {
             [join] => join,
-            [] => return err(s.at, one_table_refusal(s)),
+            [] if !s.group_by.is_empty() => return self.window_aggregate(s, body),
+            [] => {
+                return err(
+                    s.at,
+                    "a SELECT over one table (a filter or projection) is not an operator braid has: join it, union it (UNION ALL), aggregate it by window (GROUP BY window_start, window_end, key), or read the table itself",
+                );
+            }
             [_, second, ..] => {
                 return err(second.at, "one JOIN per SELECT: join the result of a view (or a subquery) for a chain");
             }
@@ -358,6 +365,12 @@ impl Compiler {
                 Some((tvf, Some(select))) => {
                     let window = self.window(tvf)?;
                     let rel = self.relation(&tvf.table)?;
+                    if let Some(w) = &select.where_ {
+                        return err(
+                            w.at(),
+                            "WHERE inside a cogroup's window aggregate is not supported: a cogroup aggregates every row of its tables (a window aggregate over one table takes WHERE)",
+                        );
+                    }
                     (tvf.table.name.clone(), SideKind::Aggregated(window, aggregates(select, &rel)?))
                 }
                 None => (self.operator(None, query, namer, out)?, SideKind::Plain),
@@ -564,6 +577,46 @@ impl Compiler {
         Ok(join_output(&sides[0], names, true))
     }
 
+    /// `SELECT key, window_start, window_end, aggregates FROM TABLE(TVF(TABLE t, …)) [WHERE …]
+    /// GROUP BY window_start, window_end, key` → window_aggregate.
+    fn window_aggregate(&self, s: &Select, body: &mut TomlOut) -> Result<Relation, SqlError> {
+        let Source::Window(tvf) = &s.from.source else {
+            return err(
+                s.from.at,
+                "GROUP BY over one table is a window aggregate: FROM TABLE(TUMBLE|HOP|SESSION(TABLE t, DESCRIPTOR(rt), …)) GROUP BY window_start, window_end, key",
+            );
+        };
+        let window = self.window(tvf)?;
+        let rel = self.relation(&tvf.table)?;
+        let aggregates = aggregates(s, &rel)?;
+        body.string(s.at, "kind", "window_aggregate");
+        body.string(tvf.table.at, "input", &tvf.table.name);
+        self.window_keys(body, window, tvf.at);
+        if let Some(w) = &s.where_ {
+            let names = [Some(tvf.table.name.as_str()), s.from.alias.as_ref().map(|a| a.name.as_str())];
+            let column = |qualifier: Option<&Ident>, name: &Ident| {
+                if let Some(q) = qualifier.filter(|q| !names.contains(&Some(q.name.as_str()))) {
+                    return err(q.at, format!("unknown alias {:?} (here: {})", q.name, tvf.table.name));
+                }
+                if !rel.fields.contains(&name.name) {
+                    return err(name.at, format!("unknown column {:?}", name.name));
+                }
+                Ok(name.name.clone())
+            };
+            body.string(w.at(), "where", &expression(w, &column)?);
+        }
+        body.line(s.at, "aggregate = [");
+        for agg in &aggregates {
+            let argument = agg.field.as_deref().unwrap_or("*");
+            body.line(agg.at, format!("  {},", quote(&format!("{}({argument}) AS {}", agg.function, agg.alias))));
+        }
+        body.line(s.at, "]");
+        let mut fields: Vec<String> = rel.key.iter().cloned().collect();
+        fields.extend(aggregates.into_iter().map(|a| a.alias));
+        fields.extend(WINDOW_META.map(String::from));
+        Ok(Relation { fields, key: rel.key.clone(), time: Some("_ts".into()) })
+    }
+
     fn cogroup(
         &self,
         s: &Select,
@@ -638,14 +691,6 @@ fn windowed(query: &Query) -> Option<(&Tvf, Option<&Select>)> {
         return Some((tvf, Some(s)));
     }
     None
-}
-
-fn one_table_refusal(s: &Select) -> String {
-    if !s.group_by.is_empty() {
-        "a window aggregate over one table is not supported yet: co-group two tables (a JOIN of two window aggregates on key, window_start and window_end)".into()
-    } else {
-        "a SELECT over one table (a filter or projection) is not an operator braid has: join it, union it (UNION ALL), or read the table itself".into()
-    }
 }
 
 fn no_where(s: &Select, what: &str) -> Result<(), SqlError> {
@@ -820,9 +865,6 @@ fn duration(e: &Expr) -> Result<i64, SqlError> {
 }
 
 fn aggregates(s: &Select, rel: &Relation) -> Result<Vec<Aggregate>, SqlError> {
-    if let Some(w) = &s.where_ {
-        return err(w.at(), "WHERE in a window aggregate is not supported yet");
-    }
     let key = rel.key.as_deref().unwrap_or("");
     let mut grouped: Vec<&str> = Vec::new();
     for g in &s.group_by {
@@ -845,7 +887,15 @@ fn aggregates(s: &Select, rel: &Relation) -> Result<Vec<Aggregate>, SqlError> {
             return err(item_at(item), "a window aggregate selects the key, window_start, window_end and aggregates");
         };
         match expr {
-            Expr::Column { name, .. } if grouped.contains(&name.name.as_str()) => continue,
+            Expr::Column { name, .. } if grouped.contains(&name.name.as_str()) => {
+                if let Some(alias) = alias.as_ref().filter(|a| a.name != name.name) {
+                    return err(
+                        alias.at,
+                        "braid writes the key under its own name and the window bounds as _window_start and _window_end: select them without AS",
+                    );
+                }
+                continue;
+            }
             Expr::Call { name, args, star, distinct } => {
                 if *distinct {
                     return err(name.at, "DISTINCT aggregates are not supported");
@@ -880,7 +930,7 @@ fn aggregates(s: &Select, rel: &Relation) -> Result<Vec<Aggregate>, SqlError> {
                 let Some(alias) = alias else {
                     return err(name.at, "name the aggregate: COUNT(*) AS views");
                 };
-                out.push(Aggregate { function, field, alias: alias.name.clone() });
+                out.push(Aggregate { function, field, alias: alias.name.clone(), at: name.at });
             }
             other => {
                 return err(other.at(), "a window aggregate selects the key, window_start, window_end and aggregates");
@@ -1165,13 +1215,21 @@ fn flip(op: BinOp) -> BinOp {
     }
 }
 
-/// A WHERE of a window join → braid's condition language (`crate::operator::expr`).
+/// A WHERE of a join → braid's condition language (`crate::operator::expr`), `left.x`/`right.x`.
 fn condition(e: &Expr, sides: &[Side; 2]) -> Result<String, SqlError> {
+    expression(e, &|qualifier, name| {
+        let side = resolve(qualifier, name, sides)?;
+        Ok(format!("{}.{}", SIDES[side], name.name))
+    })
+}
+
+/// What a column becomes in braid's condition language.
+type ColumnName<'c> = dyn Fn(Option<&Ident>, &Ident) -> Result<String, SqlError> + 'c;
+
+/// An SQL expression → braid's condition language, each column written by `column`.
+fn expression(e: &Expr, column: &ColumnName<'_>) -> Result<String, SqlError> {
     Ok(match e {
-        Expr::Column { qualifier, name } => {
-            let side = resolve(qualifier.as_ref(), name, sides)?;
-            format!("{}.{}", SIDES[side], name.name)
-        }
+        Expr::Column { qualifier, name } => column(qualifier.as_ref(), name)?,
         Expr::Number { text, .. } => text.clone(),
         Expr::Str { value, .. } => quote(value),
         Expr::Keyword { word, .. } => word.to_ascii_lowercase(),
@@ -1192,27 +1250,27 @@ fn condition(e: &Expr, sides: &[Side; 2]) -> Result<String, SqlError> {
                 BinOp::Rem => "%",
                 BinOp::Concat => return err(*at, "|| is not supported in WHERE"),
             };
-            format!("({} {op} {})", condition(left, sides)?, condition(right, sides)?)
+            format!("({} {op} {})", expression(left, column)?, expression(right, column)?)
         }
-        Expr::Not { operand, .. } => format!("(not {})", condition(operand, sides)?),
-        Expr::Neg { operand, .. } => format!("(-{})", condition(operand, sides)?),
+        Expr::Not { operand, .. } => format!("(not {})", expression(operand, column)?),
+        Expr::Neg { operand, .. } => format!("(-{})", expression(operand, column)?),
         Expr::Between { operand, low, high, negated, .. } => {
-            let x = condition(operand, sides)?;
-            let inside = format!("({x} >= {} and {x} <= {})", condition(low, sides)?, condition(high, sides)?);
+            let x = expression(operand, column)?;
+            let inside = format!("({x} >= {} and {x} <= {})", expression(low, column)?, expression(high, column)?);
             if *negated { format!("(not {inside})") } else { inside }
         }
         Expr::Interval { at, .. } => return err(*at, "intervals are not supported in WHERE"),
         Expr::Call { name, args, star: false, distinct: false } if name.name.eq_ignore_ascii_case("COALESCE") => {
-            let args: Vec<String> = args.iter().map(|a| condition(a, sides)).collect::<Result<_, _>>()?;
+            let args: Vec<String> = args.iter().map(|a| expression(a, column)).collect::<Result<_, _>>()?;
             format!("coalesce({})", args.join(", "))
         }
         Expr::Case { arms, otherwise, .. } => {
             let mut text = String::from("(case");
             for (when, then) in arms {
-                text += &format!(" when {} then {}", condition(when, sides)?, condition(then, sides)?);
+                text += &format!(" when {} then {}", expression(when, column)?, expression(then, column)?);
             }
             if let Some(e) = otherwise {
-                text += &format!(" else {}", condition(e, sides)?);
+                text += &format!(" else {}", expression(e, column)?);
             }
             text + " end)"
         }

@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use crate::operator::OperatorSpec;
-use crate::operator::cogroup::Function;
+use crate::operator::cogroup::{Aggregate, CoGroupSpec, Function};
 use crate::operator::expr::Expr;
 use crate::operator::interval_join::JoinType;
 use crate::operator::projection::{Column, Projection};
@@ -336,6 +336,7 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
             note.push_str(division_note(spec.condition.is_some(), &spec.projection));
             Ok((query, columns, note))
         }
+        OperatorSpec::WindowAggregate(spec) => window_aggregate(spec, op, &schemas, &names[0]),
         OperatorSpec::CoGroup(spec) => {
             let (lk, rk) = (key(0).ok_or("no key")?, key(1).ok_or("no key")?);
             let names_out: Vec<&crate::record::schema::Field> =
@@ -349,18 +350,7 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
             )];
             let mut columns = vec![(op.output.fields[0].name.clone(), sql_type(op.output.fields[0].ty).to_owned())];
             for (a, f) in spec.aggregates.iter().zip(&names_out) {
-                let field = a.pos.map(|p| ident(&schemas[a.input].fields[p].name));
-                let call = match (a.function, &field) {
-                    (Function::Count, None) => "COUNT(*)".to_owned(),
-                    (Function::Count, Some(f)) => format!("COUNT({f})"),
-                    (Function::Sum, Some(f)) => format!("SUM({f})"),
-                    (Function::Min, Some(f)) => format!("MIN({f})"),
-                    (Function::Max, Some(f)) => format!("MAX({f})"),
-                    (Function::First, Some(f)) => format!("FIRST_VALUE({f})"),
-                    (Function::Last, Some(f)) => format!("LAST_VALUE({f})"),
-                    (Function::Avg, Some(f)) => format!("AVG(CAST({f} AS DOUBLE))"),
-                    _ => return Err("an aggregate without a field".into()),
-                };
+                let call = aggregate_call(a, &schemas)?;
                 sides[a.input].push(format!("{call} AS {}", ident(&f.name)));
                 let side = if a.input == 0 { "l" } else { "r" };
                 let value = format!("{side}.{}", ident(&f.name));
@@ -408,6 +398,59 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
             Ok((query, columns, note))
         }
     }
+}
+
+/// A window aggregate (one input): its TVF grouped by key and window, `where` as WHERE.
+fn window_aggregate(
+    spec: &CoGroupSpec,
+    op: &crate::plan::OperatorDef,
+    schemas: &[&Schema],
+    table: &str,
+) -> Result<View, String> {
+    let k = schemas[0].key_field().map(|f| f.name.clone()).ok_or("no key")?;
+    let key_out = &op.output.fields[0];
+    let mut items = vec![format!("{} AS {}", ident(&k), ident(&key_out.name))];
+    let mut columns = vec![(key_out.name.clone(), sql_type(key_out.ty).to_owned())];
+    for (a, f) in spec.aggregates.iter().zip(op.output.fields.iter().skip(1)) {
+        items.push(format!("{} AS {}", aggregate_call(a, schemas)?, ident(&f.name)));
+        columns.push((f.name.clone(), sql_type(f.ty).to_owned()));
+    }
+    items.push("window_start AS `_window_start`".into());
+    items.push("window_end AS `_window_end`".into());
+    columns.push(("_window_start".into(), "TIMESTAMP(3)".into()));
+    columns.push(("_window_end".into(), "TIMESTAMP(3)".into()));
+    let filter = spec.one.as_ref().and_then(|one| one.filter.as_ref());
+    let filter_sql = filter.map_or(String::new(), |c| {
+        let field = |_, pos: usize| ident(schemas[0].fields.get(pos).map_or("?", |f| f.name.as_str()));
+        format!("\nWHERE {}", c.to_sql(&field))
+    });
+    let query = format!(
+        "SELECT {}\nFROM {}{filter_sql}\nGROUP BY {}, window_start, window_end",
+        items.join(",\n  "),
+        window_tvf(&spec.window, table, &k),
+        ident(&k)
+    );
+    let mut note = lateness_note(&spec.window);
+    if filter.is_some() {
+        note.push_str(DIVISION_NOTE);
+    }
+    Ok((query, columns, note))
+}
+
+/// An aggregate as Flink SQL's call.
+fn aggregate_call(a: &Aggregate, schemas: &[&Schema]) -> Result<String, String> {
+    let field = a.pos.map(|p| ident(&schemas[a.input].fields[p].name));
+    Ok(match (a.function, &field) {
+        (Function::Count, None) => "COUNT(*)".to_owned(),
+        (Function::Count, Some(f)) => format!("COUNT({f})"),
+        (Function::Sum, Some(f)) => format!("SUM({f})"),
+        (Function::Min, Some(f)) => format!("MIN({f})"),
+        (Function::Max, Some(f)) => format!("MAX({f})"),
+        (Function::First, Some(f)) => format!("FIRST_VALUE({f})"),
+        (Function::Last, Some(f)) => format!("LAST_VALUE({f})"),
+        (Function::Avg, Some(f)) => format!("AVG(CAST({f} AS DOUBLE))"),
+        _ => return Err("an aggregate without a field".into()),
+    })
 }
 
 fn lateness_note(window: &WindowSpec) -> String {

@@ -158,7 +158,7 @@ fn refusals_say_where_and_what_instead() {
     assert_eq!(
         view("SELECT cmd FROM command WHERE cmd = 'x'"),
         [
-            "t.sql:8:18: a SELECT over one table (a filter or projection) is not an operator braid has: join it, union it (UNION ALL), or read the table itself"
+            "t.sql:8:18: a SELECT over one table (a filter or projection) is not an operator braid has: join it, union it (UNION ALL), aggregate it by window (GROUP BY window_start, window_end, key), or read the table itself"
         ]
     );
     assert_eq!(
@@ -315,6 +315,69 @@ CREATE VIEW per_minute AS
     assert_eq!(functions, [(Function::Count, 0), (Function::Avg, 1)]);
     let names: Vec<&str> = plan.operators[0].output.fields.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(names, ["device", "n", "mean_seq", "_kind", "_window_start", "_window_end", "_version"]);
+}
+
+#[test]
+fn a_window_aggregate_over_one_table_is_a_window_aggregate() {
+    let view = |tvf: &str, rest: &str| {
+        plan(&format!(
+            "{TABLES}
+CREATE VIEW per_device AS
+  SELECT device, window_start, window_end, COUNT(*) AS n, AVG(seq) AS mean, LAST_VALUE(state) AS last_state
+  FROM TABLE({tvf}) s{rest}
+  GROUP BY window_start, window_end, device;"
+        ))
+    };
+    use crate::operator::window::WindowKind;
+    for (tvf, kind) in [
+        (
+            "TUMBLE(TABLE status, DESCRIPTOR(rt), INTERVAL '10' SECOND)",
+            WindowKind::Fixed { size: 10_000, slide: 10_000, offset: 0 },
+        ),
+        (
+            "HOP(TABLE status, DESCRIPTOR(rt), INTERVAL '5' SECOND, INTERVAL '10' SECOND, INTERVAL '1' SECOND)",
+            WindowKind::Fixed { size: 10_000, slide: 5_000, offset: 1_000 },
+        ),
+        (
+            "SESSION(TABLE status PARTITION BY device, DESCRIPTOR(rt), INTERVAL '3' SECOND)",
+            WindowKind::Session { gap: 3_000 },
+        ),
+    ] {
+        let plan = view(tvf, " WHERE s.seq > 3 AND state <> 'off'");
+        let OperatorSpec::WindowAggregate(spec) = &plan.operators[0].spec else { panic!("a window aggregate") };
+        assert_eq!(spec.window.kind, kind);
+        assert!(spec.one.as_ref().is_some_and(|one| one.filter.is_some()), "WHERE is the where");
+        use crate::operator::cogroup::Function;
+        let functions: Vec<_> = spec.aggregates.iter().map(|a| (a.function, a.pos)).collect();
+        assert_eq!(functions, [(Function::Count, None), (Function::Avg, Some(3)), (Function::Last, Some(2))]);
+        let mut names: Vec<&str> = plan.operators[0].output.fields.iter().map(|f| f.name.as_str()).collect();
+        if matches!(kind, WindowKind::Session { .. }) {
+            assert_eq!(names.pop(), Some("_supersedes"));
+        }
+        assert_eq!(names, ["device", "n", "mean", "last_state", "_window_start", "_window_end", "_version"]);
+    }
+    let text = |sql: &str| compile(sql).unwrap_or_else(|e| panic!("{}", e[0].message)).toml.text;
+    let toml = text(&format!(
+        "{TABLES}CREATE VIEW v AS SELECT device, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE status, DESCRIPTOR(rt), \
+         INTERVAL '1' MINUTE)) WHERE seq BETWEEN 1 AND 9 GROUP BY device, window_start, window_end;"
+    ));
+    assert!(toml.contains("where = \"(seq >= 1 and seq <= 9)\""), "{toml}");
+    assert!(toml.contains("\"count(*) AS n\""), "{toml}");
+    assert_eq!(
+        errors(&format!(
+            "{TABLES}CREATE VIEW v AS SELECT device, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE status, DESCRIPTOR(rt), \
+             INTERVAL '1' MINUTE)) WHERE x.seq > 1 GROUP BY device, window_start, window_end;"
+        )),
+        ["t.sql:8:123: unknown alias \"x\" (here: status)"]
+    );
+    assert_eq!(
+        errors(&format!(
+            "{TABLES}CREATE VIEW v AS SELECT device, COUNT(*) AS n FROM status GROUP BY device, window_start, window_end;"
+        )),
+        [
+            "t.sql:8:52: GROUP BY over one table is a window aggregate: FROM TABLE(TUMBLE|HOP|SESSION(TABLE t, DESCRIPTOR(rt), …)) GROUP BY window_start, window_end, key"
+        ]
+    );
 }
 
 /// The `where` a compiled view's operator got (the generated TOML line).

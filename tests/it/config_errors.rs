@@ -673,6 +673,52 @@ select = ["left.v", "right.nope"]
     ]);
 }
 
+// ------------------------------------------------------------------------- window_aggregate ---
+
+#[test]
+fn window_aggregate_errors() {
+    let text = r#"[streams.a]
+key = "k"
+time = { field = "ts", unit = "ms" }
+fields = { k = "string", ts = "int", v = "int", s = "string" }
+
+[streams.rules]
+key = "*"
+fields = { k = "string", v = "int" }
+
+[operators.w]
+kind = "window_aggregate"
+input = "a"
+window = { kind = "tumbling", size = "5m" }
+where = "v > 'x'"
+aggregate = ["count(*) AS n", "sum(s)", "avg(nope) AS m", "count(left)", "min(*)", "max(v) AS n"]
+join = "left"
+
+[operators.b]
+kind = "window_aggregate"
+input = "rules"
+window = { kind = "session", gap = "1s" }
+aggregate = ["count(*)"]
+
+[operators.c]
+kind = "window_aggregate"
+input = "a"
+aggregate = ["count(*)"]
+key = "count"
+"#;
+    validate("wa.toml", text).assert_errors(&[
+        (14, 1, "operators.w.where", "cannot compare int v with string 'x'"),
+        (15, 1, "operators.w.aggregate", "\"sum(s)\": sum() needs an int or float field"),
+        (15, 1, "operators.w.aggregate", "\"avg(nope) AS m\": a has no field \"nope\""),
+        (15, 1, "operators.w.aggregate", "\"count(left)\": a has no field \"left\""),
+        (15, 1, "operators.w.aggregate", "bad aggregate \"min(*)\""),
+        (15, 1, "operators.w.aggregate", "output name \"n\" is taken"),
+        (16, 1, "operators.w.join", "unknown key"),
+        (20, 1, "operators.b.input", "rules is a broadcast stream"),
+        (24, 1, "operators.c.window", "required"),
+    ]);
+}
+
 // ---------------------------------------------------------------------------------- re-keying ---
 
 #[test]

@@ -236,3 +236,50 @@ fn rows_that_cannot_be_told_apart_or_found_are_refused_clearly() {
     let stderr = run(&["--row", "command"]);
     assert!(stderr.contains("STREAM:FIELD=VALUE"), "{stderr}");
 }
+
+/// A window aggregate's rows: aggregated (`matched`, also a row re-firing its window within
+/// allowed lateness), dropped by `where` (`unmatched`), or late.
+#[test]
+fn window_aggregate_rows_are_aggregated_filtered_or_late() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    let sample = root.join("samples").join("window_aggregate").join("telemetry.jsonl");
+    // `braid explain --json` of a key of configs/window_aggregate.toml over its sample.
+    let explained = |key: &str, shards: &str| -> Vec<Value> {
+        let out = braid()
+            .arg("explain")
+            .arg("--config")
+            .arg(root.join("window_aggregate.toml"))
+            .arg("--input")
+            .arg(format!("telemetry={}", sample.display()))
+            .args(["--key", key, "--json", "--shards", shards])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    const BASE: i64 = 1_767_225_600_000;
+    for shards in ["1", "3"] {
+        let rows = explained("pump-1", shards);
+        let fate = |ts: i64| {
+            let row = rows.iter().find(|r| r["ts"] == ts).unwrap_or_else(|| panic!("no row at {ts}"));
+            (row["fate"].as_str().unwrap().to_owned(), row["why"].as_str().unwrap().to_owned())
+        };
+        assert_eq!(rows.len(), 8);
+        let (f, why) = fate(BASE + 1000);
+        assert_eq!(
+            (f.as_str(), why.as_str()),
+            ("matched", "aggregated into the result of window [1767225600000, 1767225610000)")
+        );
+        let (f, why) = fate(BASE + 6000);
+        assert_eq!(
+            (f.as_str(), why.as_str()),
+            ("unmatched", "the `where` condition of per_device did not hold: it was not aggregated")
+        );
+        let (f, why) = fate(BASE + 8000);
+        assert_eq!(f, "matched");
+        assert!(why.ends_with("(behind the watermark by 3499 ms, within allowed lateness: re-fired)"), "{why}");
+    }
+    let late: Vec<Value> = explained("pump-2", "2").into_iter().filter(|r| r["fate"] == "late").collect();
+    assert_eq!(late.len(), 1);
+    assert_eq!((late[0]["ts"].as_i64(), late[0]["late_by_ms"].as_i64()), (Some(BASE + 3000), Some(18_499)));
+}

@@ -7,8 +7,9 @@
 //! stream (or both) idle, `idle_advance` on or off, a random window (tumbling, sliding — some
 //! with gaps between windows —, session; offsets), allowed lateness, and two operators over the
 //! same inputs and window: a `window_join` `j` (sometimes with a `where`) and a `cogroup` `g`
-//! with a random join type and every aggregate function. The real binary replays it, and every
-//! output must equal, as a multiset, what the reference computes:
+//! with a random join type and every aggregate function; and a `window_aggregate` `a` over `l`
+//! alone (its own watermark, its own sessions; sometimes with a `where` on the row). The real
+//! binary replays it, and every output must equal, as a multiset, what the reference computes:
 //!
 //! - ticks, stream watermarks, idleness and the operators' watermark by simulating CONTRACT.md
 //!   rules 1–5 here, never from braid's late output;
@@ -111,6 +112,29 @@ impl Cond {
     }
 }
 
+/// The window aggregate's `where`, a condition on an `l` row.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum RowCond {
+    VGt,
+    SNeOrF,
+}
+
+impl RowCond {
+    fn text(self) -> &'static str {
+        match self {
+            RowCond::VGt => "v > 2",
+            RowCond::SNeOrF => "s != 'b' and (f >= 0 or v % 2 == 0)",
+        }
+    }
+
+    fn holds(self, r: &Row) -> bool {
+        match self {
+            RowCond::VGt => r.v > 2,
+            RowCond::SNeOrF => r.s != "b" && (r.f >= 0.0 || r.v.rem_euclid(2) == 0),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Row {
     /// 0 = `l`, 1 = `r`.
@@ -140,6 +164,8 @@ struct Workload {
     files: [Vec<usize>; 2],
     /// The `--input` flag order (stream indices).
     flags: [usize; 2],
+    /// The window aggregate's `where`.
+    row_cond: Option<RowCond>,
 }
 
 const STREAMS: [&str; 2] = ["l", "r"];
@@ -230,7 +256,9 @@ fn gen_workload(seed: u64) -> Workload {
         }
     }
     let flags = if g.percent(50) { [0, 1] } else { [1, 0] };
-    Workload { seed, win, allowed_lateness, join, cond, idle_advance, int_keys, streams, rows, files, flags }
+    // Drawn last, so the workloads of the other operators stay what they were.
+    let row_cond = if g.percent(40) { Some(g.pick(&[RowCond::VGt, RowCond::SNeOrF])) } else { None };
+    Workload { seed, win, allowed_lateness, join, cond, idle_advance, int_keys, streams, rows, files, flags, row_cond }
 }
 
 impl Workload {
@@ -282,6 +310,16 @@ impl Workload {
              \"avg(left.v) AS av\", \"avg(right.f) AS af\"]\n",
             self.join.name()
         );
+        let _ = write!(
+            c,
+            "\n[operators.a]\nkind = \"window_aggregate\"\ninput = \"l\"\nwindow = {window}\n\
+             allowed_lateness = \"{al}ms\"\naggregate = [\"count(*) AS n\", \"sum(v) AS sv\", \"sum(f) AS sf\",\n  \
+             \"min(s) AS mins\", \"max(v) AS maxv\", \"min(f) AS minf\", \"max(ts) AS maxts\", \"first(seq) AS fl\",\n  \
+             \"last(seq) AS ll\", \"count(s) AS ns\", \"avg(v) AS av\", \"avg(f) AS af\"]\n"
+        );
+        if let Some(cond) = self.row_cond {
+            let _ = writeln!(c, "where = \"{}\"", cond.text());
+        }
         c
     }
 
@@ -339,7 +377,11 @@ pub(crate) fn write_workload(seed: u64, dir: &Path) -> (PathBuf, Files, [usize; 
 
 // ------------------------------------------------------------------------------- replaying ---
 
-const OUTPUTS: [&str; 4] = ["j", "j.late", "g", "g.late"];
+const OUTPUTS: [&str; 6] = ["j", "j.late", "g", "g.late", "a", "a.late"];
+/// The reference's operators by the watermark they follow: `j` and `g` read `l` and `r`, `a`
+/// reads `l` alone.
+const OPS_LR: [usize; 2] = [0, 1];
+const OPS_L: [usize; 1] = [2];
 
 /// Runs `braid replay`; the rows of each of [`OUTPUTS`], in file order.
 fn replay(w: &Workload, shards: Option<u32>) -> Result<Outputs, String> {
@@ -364,9 +406,11 @@ struct RWin {
     supersedes: BTreeSet<(i64, i64)>,
 }
 
-/// One operator's windows; `cogroup` decides what merges do and what firing emits.
+/// One operator's windows; `cogroup` (also the window aggregate) decides what merges do,
+/// `cogroup` and `one_input` what firing emits.
 struct RefOp {
     cogroup: bool,
+    one_input: bool,
     wins: Vec<RWin>,
     emitted: Vec<Value>,
 }
@@ -374,6 +418,7 @@ struct RefOp {
 #[derive(Default)]
 struct Stats {
     late: usize,
+    late_a: usize,
     refires: usize,
     supersedes: usize,
     /// Merges of a session that already superseded others (its list is carried on).
@@ -388,14 +433,19 @@ struct Stats {
     groups: usize,
     /// Rows the window join emitted alone (`left_only`, `right_only`).
     alone: usize,
+    /// Results of the window aggregate, and `l` rows its `where` dropped.
+    aggregates: usize,
+    filtered: usize,
 }
 
 struct Reference<'w> {
     w: &'w Workload,
     /// Processing position of each row (first/last break ts ties by it).
     order: Vec<usize>,
-    ops: [RefOp; 2],
+    ops: [RefOp; 3],
+    /// Late rows of `j` and `g`, and of `a`.
     late: Vec<usize>,
+    late_a: Vec<usize>,
     stats: Stats,
 }
 
@@ -410,7 +460,15 @@ impl<'w> Reference<'w> {
         (ts - size + 1..=ts).filter(|s| (s - offset).rem_euclid(slide) == 0).map(|s| (s, s + size)).collect()
     }
 
-    fn on_row(&mut self, i: usize, wm: i128) {
+    fn late_at(&mut self, op: usize, i: usize) {
+        match op {
+            0 => self.late.push(i),
+            2 => self.late_a.push(i),
+            _ => {}
+        }
+    }
+
+    fn on_row(&mut self, i: usize, wm: i128, ops: &[usize]) {
         let row = &self.w.rows[i];
         match self.w.win {
             Win::Fixed { .. } => {
@@ -421,10 +479,10 @@ impl<'w> Reference<'w> {
                 }
                 let live: Vec<(i64, i64)> = all.into_iter().filter(|&(_, e)| !self.closed(e, wm)).collect();
                 if live.is_empty() {
-                    self.late.push(i);
+                    self.late_at(ops[0], i);
                     return;
                 }
-                for op in 0..2 {
+                for &op in ops {
                     for &(s, e) in &live {
                         let found = self.ops[op].wins.iter().position(|x| (x.key, x.start, x.end) == (row.key, s, e));
                         let at = found.unwrap_or_else(|| {
@@ -450,7 +508,7 @@ impl<'w> Reference<'w> {
                 }
             }
             Win::Session { gap } => {
-                for op in 0..2 {
+                for &op in ops {
                     // The live rows of this key plus the new one, as connected components of
                     // their [ts, ts + gap) intervals (touching intervals connect).
                     let mut rows: Vec<usize> = self.ops[op]
@@ -479,9 +537,7 @@ impl<'w> Reference<'w> {
                     }
                     let (start, end, members) = component.unwrap();
                     if self.closed(end, wm) {
-                        if op == 0 {
-                            self.late.push(i);
-                        }
+                        self.late_at(op, i);
                         continue;
                     }
                     let cogroup = self.ops[op].cogroup;
@@ -537,8 +593,8 @@ impl<'w> Reference<'w> {
         }
     }
 
-    fn on_watermark(&mut self, wm: i128) {
-        for op in 0..2 {
+    fn on_watermark(&mut self, wm: i128, ops: &[usize]) {
+        for &op in ops {
             for at in 0..self.ops[op].wins.len() {
                 let x = &self.ops[op].wins[at];
                 if !x.done && i128::from(x.end) - 1 <= wm {
@@ -552,7 +608,7 @@ impl<'w> Reference<'w> {
 
     fn fire(&mut self, op: usize, at: usize) {
         let w = self.w;
-        let RefOp { cogroup, wins, emitted } = &mut self.ops[op];
+        let RefOp { cogroup, one_input, wins, emitted } = &mut self.ops[op];
         let win = &mut wins[at];
         win.version += 1;
         win.done = true;
@@ -611,6 +667,23 @@ impl<'w> Reference<'w> {
             }
             return;
         }
+        if *one_input {
+            // Every row of a window aggregate's window is one it aggregates.
+            let (n, order) = (left.len(), self.order.as_slice());
+            let mut obj = serde_json::Map::new();
+            obj.insert("k".into(), key);
+            aggregates_of(&mut obj, &left, order);
+            obj.insert("n".into(), json!(n));
+            meta(&mut obj);
+            if !win.supersedes.is_empty() {
+                let bounds: Vec<Value> = win.supersedes.iter().map(|&(s, e)| json!([s, e])).collect();
+                obj.insert("_supersedes".into(), Value::Array(bounds));
+            }
+            win.emitted = true;
+            self.stats.aggregates += 1;
+            emitted.push(Value::Object(obj));
+            return;
+        }
         if !w.join.emits(left.len(), right.len()) {
             return;
         }
@@ -664,6 +737,54 @@ impl<'w> Reference<'w> {
     }
 }
 
+/// The window aggregate's aggregates over `rows` (never empty), as `a` names them.
+fn aggregates_of(obj: &mut serde_json::Map<String, Value>, rows: &[&Row], order: &[usize]) {
+    let mut sorted: Vec<&&Row> = rows.iter().collect();
+    sorted.sort_by_key(|r| (r.ts, order[r.seq as usize - 1]));
+    let mean = |sum: f64| serde_json::from_str::<Value>(&json!(sum / rows.len() as f64).to_string()).unwrap();
+    obj.insert("sv".into(), json!(rows.iter().map(|r| r.v).sum::<i64>()));
+    obj.insert("sf".into(), json!(rows.iter().map(|r| r.f).sum::<f64>()));
+    obj.insert("mins".into(), json!(rows.iter().map(|r| r.s).min()));
+    obj.insert("maxv".into(), json!(rows.iter().map(|r| r.v).max()));
+    obj.insert("minf".into(), json!(rows.iter().map(|r| r.f).min_by(f64::total_cmp)));
+    obj.insert("maxts".into(), json!(rows.iter().map(|r| r.ts).max()));
+    obj.insert("fl".into(), json!(sorted.first().map(|r| r.seq)));
+    obj.insert("ll".into(), json!(sorted.last().map(|r| r.seq)));
+    obj.insert("ns".into(), json!(rows.len()));
+    obj.insert("av".into(), mean(rows.iter().map(|r| r.v).sum::<i64>() as f64));
+    obj.insert("af".into(), mean(rows.iter().map(|r| r.f).sum::<f64>()));
+}
+
+/// An operator's watermark (rule 5) over some of the streams.
+struct Clock {
+    wm: i128,
+    /// Since when (tick, watermark then) every input has been idle.
+    all_idle_since: Option<(i64, i128)>,
+}
+
+impl Clock {
+    /// Tick `t` over the streams' (watermark, idle) pairs; whether the watermark moved, and
+    /// whether idle_advance moved it.
+    fn tick(&mut self, t: i64, inputs: &[(i128, bool)], idle_advance: bool) -> (bool, bool) {
+        let before = self.wm;
+        match inputs.iter().filter(|s| !s.1).map(|s| s.0).min() {
+            Some(m) => {
+                self.all_idle_since = None;
+                self.wm = self.wm.max(m);
+            }
+            None if idle_advance => {
+                let (t0, base) = *self.all_idle_since.get_or_insert((t, self.wm));
+                if base > NEG_INF {
+                    self.wm = self.wm.max(base + i128::from(t - t0));
+                    return (self.wm > before, self.wm > before);
+                }
+            }
+            None => {}
+        }
+        (self.wm > before, false)
+    }
+}
+
 /// Simulates CONTRACT.md rules 1–5 and the window rules over the merged input.
 fn reference(w: &Workload) -> Reference<'_> {
     let mut lines: Vec<(i64, usize, usize, usize)> = vec![];
@@ -677,13 +798,14 @@ fn reference(w: &Workload) -> Reference<'_> {
     for (pos, &(.., i)) in lines.iter().enumerate() {
         order[i] = pos;
     }
-    let op = |cogroup| RefOp { cogroup, wins: vec![], emitted: vec![] };
-    let mut r = Reference { w, order, ops: [op(false), op(true)], late: vec![], stats: Stats::default() };
+    let op = |cogroup, one_input| RefOp { cogroup, one_input, wins: vec![], emitted: vec![] };
+    let ops = [op(false, false), op(true, false), op(true, true)];
+    let mut r = Reference { w, order, ops, late: vec![], late_a: vec![], stats: Stats::default() };
     let Some(&(start, ..)) = lines.first() else { return r };
     // Per stream: (max ts, watermark, idle, last arrival, rows since the last tick).
     let mut st: Vec<(Option<i64>, i128, bool, i64, bool)> = vec![(None, NEG_INF, false, start, false); 2];
-    let mut wm = NEG_INF;
-    let mut all_idle_since: Option<(i64, i128)> = None;
+    let mut clock = Clock { wm: NEG_INF, all_idle_since: None };
+    let mut clock_a = Clock { wm: NEG_INF, all_idle_since: None };
     let mut now = start;
     for &(a, .., i) in &lines {
         let mut t = (now.div_euclid(TICK) + 1) * TICK;
@@ -701,23 +823,14 @@ fn reference(w: &Workload) -> Reference<'_> {
                 }
             }
             r.stats.some_idle |= st.iter().any(|s| s.2);
-            let before = wm;
-            match st.iter().filter(|s| !s.2).map(|s| s.1).min() {
-                Some(m) => {
-                    all_idle_since = None;
-                    wm = wm.max(m);
-                }
-                None if w.idle_advance => {
-                    let (t0, base) = *all_idle_since.get_or_insert((t, wm));
-                    if base > NEG_INF {
-                        wm = wm.max(base + i128::from(t - t0));
-                        r.stats.all_idle_advanced |= wm > before;
-                    }
-                }
-                None => {}
+            let inputs: Vec<(i128, bool)> = st.iter().map(|s| (s.1, s.2)).collect();
+            let (moved, advanced) = clock.tick(t, &inputs, w.idle_advance);
+            r.stats.all_idle_advanced |= advanced;
+            if moved {
+                r.on_watermark(clock.wm, &OPS_LR);
             }
-            if wm > before {
-                r.on_watermark(wm);
+            if clock_a.tick(t, &inputs[..1], w.idle_advance).0 {
+                r.on_watermark(clock_a.wm, &OPS_L);
             }
             t += TICK;
         }
@@ -727,10 +840,18 @@ fn reference(w: &Workload) -> Reference<'_> {
         s.4 = true;
         s.3 = a;
         s.0 = Some(s.0.map_or(row.ts, |m| m.max(row.ts)));
-        r.on_row(i, wm);
+        r.on_row(i, clock.wm, &OPS_LR);
+        if row.side == 0 {
+            match w.row_cond {
+                Some(cond) if !cond.holds(row) => r.stats.filtered += 1,
+                _ => r.on_row(i, clock_a.wm, &OPS_L),
+            }
+        }
     }
-    r.on_watermark(POS_INF);
+    r.on_watermark(POS_INF, &OPS_LR);
+    r.on_watermark(POS_INF, &OPS_L);
     r.stats.late = r.late.len();
+    r.stats.late_a = r.late_a.len();
     r
 }
 
@@ -743,26 +864,26 @@ fn check(w: &Workload, shards: Option<u32>) -> Result<Stats, String> {
     let mut errs = String::new();
 
     // Late rows: exactly the simulation's, each with its declared fields, `_stream` and `_ts`.
-    let expected_late: Vec<Value> = r
-        .late
-        .iter()
-        .map(|&i| {
-            let row = &w.rows[i];
-            let mut v: Value = serde_json::from_str(&w.line(i)).unwrap();
-            let obj = v.as_object_mut().unwrap();
-            obj.remove("arrival");
-            obj.insert("_stream".into(), json!(STREAMS[row.side]));
-            obj.insert("_ts".into(), json!(row.ts));
-            v
-        })
-        .collect();
-    for name in ["j.late", "g.late"] {
-        errs +=
-            &multiset_diff(&format!("{name} expected"), &multiset(&expected_late), "braid", &multiset(out.get(name)));
+    let late_rows = |late: &[usize]| -> Vec<Value> {
+        late.iter()
+            .map(|&i| {
+                let row = &w.rows[i];
+                let mut v: Value = serde_json::from_str(&w.line(i)).unwrap();
+                let obj = v.as_object_mut().unwrap();
+                obj.remove("arrival");
+                obj.insert("_stream".into(), json!(STREAMS[row.side]));
+                obj.insert("_ts".into(), json!(row.ts));
+                v
+            })
+            .collect()
+    };
+    for (name, late) in [("j.late", &r.late), ("g.late", &r.late), ("a.late", &r.late_a)] {
+        let expected = late_rows(late);
+        errs += &multiset_diff(&format!("{name} expected"), &multiset(&expected), "braid", &multiset(out.get(name)));
     }
 
     // Results: every emission predicted; `_id` checked for structure, `_supersedes` translated.
-    for (op, name) in [(0, "j"), (1, "g")] {
+    for (op, name) in [(0, "j"), (1, "g"), (2, "a")] {
         let rows = out.get(name);
         let mut by_id: BTreeMap<String, Value> = BTreeMap::new();
         let mut last_version: BTreeMap<String, i64> = BTreeMap::new();
@@ -881,6 +1002,10 @@ fn windows_equal_brute_force_reference() {
         ("outer window joins", count(&|w, _| w.window_join() != Join::Inner)),
         ("rows a window join emitted alone", sum(&|s| s.alone)),
         ("groups", sum(&|s| s.groups)),
+        ("window aggregates with `where`", count(&|w, _| w.row_cond.is_some())),
+        ("window aggregate results", sum(&|s| s.aggregates)),
+        ("rows a window aggregate's `where` dropped", sum(&|s| s.filtered)),
+        ("window aggregates with late rows", count(&|_, s| s.late_a > 0)),
     ];
     eprintln!("coverage over {} workloads:", stats.len());
     for (what, n) in figures {

@@ -132,6 +132,18 @@ timeout = "600ms""#,
         );
         cases.push(case(name, &body));
     }
+    let one_input = r#"aggregate = ["count(*) AS n", "count(v) AS nv", "sum(v) AS sv", "sum(x) AS sx", "avg(x) AS ax", "min(s) AS mn", "max(x) AS mx", "first(v) AS f", "last(s) AS l"]"#;
+    for (name, window, extra) in [
+        (
+            "window_aggregate_sliding_where",
+            r#"{ kind = "sliding", size = "1s", slide = "300ms" }"#,
+            "where = \"v > 2 or s == 'ok'\"\n",
+        ),
+        ("window_aggregate_session", r#"{ kind = "session", gap = "300ms" }"#, "allowed_lateness = \"500ms\"\n"),
+    ] {
+        let body = format!("kind = \"window_aggregate\"\ninput = \"a\"\nwindow = {window}\n{extra}{one_input}");
+        cases.push(case(name, &body));
+    }
     for (name, lower, upper, join) in [
         ("interval_inner", "-300ms", "500ms", "inner"),
         ("interval_left", "0ms", "400ms", "left"),
@@ -544,6 +556,8 @@ split_tests! {
     cogroup_sliding_left_resumes_exactly: "cogroup_sliding_left",
     cogroup_session_full_resumes_exactly: "cogroup_session_full",
     cogroup_session_right_resumes_exactly: "cogroup_session_right",
+    window_aggregate_sliding_where_resumes_exactly: "window_aggregate_sliding_where",
+    window_aggregate_session_resumes_exactly: "window_aggregate_session",
     interval_inner_resumes_exactly: "interval_inner",
     interval_left_resumes_exactly: "interval_left",
     interval_right_negative_resumes_exactly: "interval_right_negative",
@@ -584,6 +598,7 @@ fn a_snapshot_that_does_not_fit_is_refused() {
     for (from, into) in [
         ("window_join_tumbling", "window_join_session"),
         ("cogroup_session_full", "cogroup_sliding_left"),
+        ("window_aggregate_session", "window_aggregate_sliding_where"),
         ("reconcile", "threshold"),
         ("threshold", "custom_connect"),
     ] {

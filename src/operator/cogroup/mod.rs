@@ -1,6 +1,7 @@
 //! cogroup: both groups per key per window (either may be empty), aggregated per side
 //! (DESIGN.md "Operators", CONTRACT.md rules 5, 7–11). Windows, lateness, firing and eviction
-//! are [`super::window`]'s.
+//! are [`super::window`]'s. The same machinery runs window_aggregate, the one-input form
+//! ([`super::window_aggregate`]: one group per key per window, no `_kind`, an optional `where`).
 //!
 //! - `join` decides which key-windows produce a result: inner (both groups non-empty), left (the
 //!   left one), right (the right one), full (either). `_kind` is `match`, `left_only` or
@@ -27,11 +28,12 @@ use std::cmp::Ordering;
 use crate::config::RESERVED_FIELDS;
 use crate::config::operators::{Builder, Built, Input, is_identifier, join_type, output_schema};
 use crate::config::walk::{Errors, Table};
+use crate::operator::expr::Expr;
 use crate::operator::interval_join::{JoinType, LEFT, RIGHT};
 use crate::record::frame::{to_row, to_value};
 use crate::record::id::IdHasher;
 use crate::record::schema::Field;
-use crate::record::view::KeyRef;
+use crate::record::view::{KeyRef, RowView};
 use crate::record::{ArchivedRow, FieldType, Key, Row, Value};
 use crate::state::snapshot::{self, SnapshotError};
 use crate::time::Time;
@@ -48,17 +50,32 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     let join = join_type(t, &["inner", "left", "right", "full"], errors)?;
     let inputs = inputs?;
     let can_be_empty = [join.keeps_unmatched(RIGHT), join.keeps_unmatched(LEFT)];
-    let (aggregates, mut fields) = aggregates(t, &inputs, can_be_empty, errors)?;
+    let (aggregates, fields) = aggregates(t, &inputs, can_be_empty, errors)?;
+    let spec =
+        CoGroupSpec { name: name.to_owned(), window: WindowSpec::UNUSED, join, aggregates, rekey: None, one: None };
+    let (output, spec) = with_window(t, spec, window, fields, errors)?;
+    Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: OperatorSpec::CoGroup(spec) })
+}
+
+/// The end of a cogroup's or window aggregate's check: the window fields after the aggregates
+/// (`_window_start`, `_window_end`, `_version`, a session's `_supersedes`), `key`, the window.
+pub(crate) fn with_window(
+    t: Table<'_, '_>,
+    mut spec: CoGroupSpec,
+    window: Option<WindowSpec>,
+    mut fields: Vec<Field>,
+    errors: &mut Errors,
+) -> Option<(crate::record::Schema, CoGroupSpec)> {
     let meta = [("_window_start", FieldType::Int), ("_window_end", FieldType::Int), ("_version", FieldType::Int)];
     fields.extend(meta.map(|(name, ty)| Field { name: name.into(), ty, nullable: false }));
     // A bad window is reported already (the plan will not run); the output stays referable.
-    let window = window.unwrap_or(WindowSpec::UNUSED);
-    if window.is_session() {
+    spec.window = window.unwrap_or(WindowSpec::UNUSED);
+    if spec.window.is_session() {
         fields.push(Field { name: "_supersedes".into(), ty: FieldType::IdList, nullable: false });
     }
     let (output, rekey) = output_schema(t, fields, errors)?;
-    let spec = CoGroupSpec { name: name.to_owned(), window, join, aggregates, rekey };
-    Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: OperatorSpec::CoGroup(spec) })
+    spec.rekey = rekey;
+    Some((output, spec))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,30 +110,36 @@ impl Function {
 pub struct Aggregate {
     pub function: Function,
     pub input: usize,
-    /// The field's position in its input; `None` for `count(side)`.
+    /// The field's position in its input; `None` for `count(side)` (`count(*)` over one input).
     pub pos: Option<usize>,
     /// The field's type (the type of sum, min, max, first and last).
     pub ty: FieldType,
 }
 
-/// `aggregate`: `fn(left|right[.field]) [AS alias]` with fn in count, sum, min, max, first, last, avg.
-/// Returns the aggregates and the output fields: the left key, one per aggregate, `_kind`.
+/// `aggregate`: `fn(left|right[.field]) [AS alias]` with fn in count, sum, min, max, first, last,
+/// avg; over one input (window_aggregate) `fn(field)` and `count(*)`. Returns the aggregates and
+/// the output fields: the left key, one per aggregate, `_kind` (two inputs only).
 pub fn aggregates(
     t: Table<'_, '_>,
-    inputs: &[Input; 2],
+    inputs: &[Input],
     can_be_empty: [bool; 2],
     errors: &mut Errors,
 ) -> Option<(Vec<Aggregate>, Vec<Field>)> {
+    let one = inputs.len() == 1;
     let path = t.child_path("aggregate");
-    let what = "a list like [\"count(left) AS n\", \"sum(right.x) AS total\"]";
+    let (what, example) = if one {
+        ("a list like [\"count(*) AS n\", \"avg(temp) AS mean\"]", "\"avg(temp) AS mean\"")
+    } else {
+        ("a list like [\"count(left) AS n\", \"sum(right.x) AS total\"]", "\"sum(right.amount) AS total\"")
+    };
     let items = t.required_list("aggregate", errors, what)?;
-    let key = inputs[LEFT].key_field()?.clone();
+    let key = inputs.first()?.key_field()?.clone();
     let mut fields = vec![Field { nullable: false, ..key }];
     let mut aggregates = Vec::new();
     let before = errors.count();
     for (item, span) in items {
-        let Some((function, input, field, alias)) = parse_aggregate(item) else {
-            errors.at(&span, &path, format!("bad aggregate {item:?} (want e.g. \"sum(right.amount) AS total\")"));
+        let Some((function, input, field, alias)) = parse_aggregate(item, one) else {
+            errors.at(&span, &path, format!("bad aggregate {item:?} (want e.g. {example})"));
             continue;
         };
         let schema = &inputs[input].schema;
@@ -140,9 +163,13 @@ pub fn aggregates(
             errors.at(&span, &path, format!("{item:?}: {function}() needs an int or float field"));
             continue;
         }
-        let side = if input == LEFT { "left" } else { "right" };
+        let side = match input {
+            _ if one => "",
+            LEFT => "_left",
+            _ => "_right",
+        };
         let alias = alias.map_or_else(
-            || format!("{function}_{side}{}", field.map_or(String::new(), |f| format!("_{f}"))),
+            || format!("{function}{side}{}", field.map_or(String::new(), |f| format!("_{f}"))),
             str::to_owned,
         );
         if RESERVED_FIELDS.contains(&alias.as_str()) || fields.iter().any(|f| f.name == alias) {
@@ -159,11 +186,15 @@ pub fn aggregates(
         aggregates.push(Aggregate { function, input, pos: source.map(|(pos, _)| pos), ty });
         fields.push(Field { name: alias, ty, nullable });
     }
-    fields.push(Field { name: "_kind".into(), ty: FieldType::String, nullable: false });
+    if !one {
+        fields.push(Field { name: "_kind".into(), ty: FieldType::String, nullable: false });
+    }
     (errors.count() == before).then_some((aggregates, fields))
 }
 
-fn parse_aggregate(item: &str) -> Option<(&str, usize, Option<&str>, Option<&str>)> {
+/// `fn(argument) [AS alias]` → (fn, input, field, alias); `one`: over one input, where the
+/// argument is a field or `*` (count only) instead of `left|right[.field]`.
+fn parse_aggregate(item: &str, one: bool) -> Option<(&str, usize, Option<&str>, Option<&str>)> {
     let (call, alias) = match item.trim().rsplit_once(')') {
         Some((call, rest)) => {
             let words: Vec<&str> = rest.split_whitespace().collect();
@@ -179,6 +210,13 @@ fn parse_aggregate(item: &str) -> Option<(&str, usize, Option<&str>, Option<&str
     let function = function.trim();
     Function::parse(function)?;
     let argument = argument.trim();
+    if one {
+        return match argument {
+            "*" if function == "count" => Some((function, LEFT, None, alias)),
+            field if is_identifier(field) => Some((function, LEFT, Some(field), alias)),
+            _ => None,
+        };
+    }
     let (side, field) = match argument.split_once('.') {
         Some((side, field)) if is_identifier(field) => (side, Some(field)),
         Some(_) => return None,
@@ -200,6 +238,15 @@ pub struct CoGroupSpec {
     pub aggregates: Vec<Aggregate>,
     /// `key = "FIELD"`: the output position whose value keys the result.
     pub rekey: Option<usize>,
+    /// A window_aggregate: one input, `join` left.
+    pub one: Option<OneInput>,
+}
+
+/// What makes a window_aggregate of a cogroup: its results carry no `_kind` (they count as
+/// `row`), and its `where` picks the rows it aggregates.
+#[derive(Clone, Debug)]
+pub struct OneInput {
+    pub filter: Option<Expr>,
 }
 
 impl CoGroupSpec {
@@ -473,6 +520,7 @@ impl Fire<Groups> for Results {
             return None;
         }
         let kind = match counts.map(|n| n > 0) {
+            _ if spec.one.is_some() => ResultKind::Row,
             [true, true] => ResultKind::Match,
             [true, false] => ResultKind::LeftOnly,
             _ => ResultKind::RightOnly,
@@ -487,7 +535,9 @@ impl Fire<Groups> for Results {
         let mut values = Vec::with_capacity(w.contents.accs.len() + 6);
         values.push(w.key.to_value());
         values.extend(w.contents.accs.iter().map(|(_, _, acc)| acc.value()));
-        values.push(Value::Str(kind.as_str().into()));
+        if spec.one.is_none() {
+            values.push(Value::Str(kind.as_str().into()));
+        }
         values.extend(w.meta());
         if spec.window.is_session() {
             values.push(Value::IdList(w.supersedes.as_slice().into()));
@@ -510,6 +560,9 @@ impl CoGroup {
     }
 
     pub fn on_row(&mut self, input: usize, row: Row, out: &mut Output) {
+        if !self.passes(RowView::Heap(&row), out) {
+            return;
+        }
         let at = RowRef { input, ts: row.ts, key: &row.key, key_hash: row.key_hash };
         if !self.windows.on_row(at, &row, &mut self.results, out) {
             out.late.push((input, row));
@@ -519,6 +572,9 @@ impl CoGroup {
     /// [`on_row`](Self::on_row) for a row read in place from a ring frame: only the values its
     /// aggregates read (and the key) are copied out; a late row is copied whole.
     pub fn on_frame(&mut self, input: usize, row: &ArchivedRow, out: &mut Output) {
+        if !self.passes(RowView::Archived(row), out) {
+            return;
+        }
         let aggregates = &self.results.spec.aggregates;
         let read = |pos: usize| aggregates.iter().any(|a| a.input == input && a.pos == Some(pos));
         let values =
@@ -530,6 +586,15 @@ impl CoGroup {
         if !self.windows.on_row(at, &reduced, &mut self.results, out) {
             out.late.push((input, to_row(row)));
         }
+    }
+
+    /// A window aggregate's `where` holds for the row (counted in `out.filtered` when not): it
+    /// filters before the windows, so a row it drops is not late either (as SQL's WHERE).
+    fn passes(&self, row: RowView<'_>, out: &mut Output) -> bool {
+        let Some(OneInput { filter: Some(filter) }) = &self.results.spec.one else { return true };
+        let passes = filter.eval_row(row);
+        out.filtered += usize::from(!passes);
+        passes
     }
 
     pub fn on_watermark(&mut self, watermark: Time, out: &mut Output) {

@@ -3,11 +3,11 @@ use crate::operator::window::WindowKind;
 
 #[test]
 fn aggregate_items() {
-    assert_eq!(parse_aggregate("count(left) AS views"), Some(("count", LEFT, None, Some("views"))));
-    assert_eq!(parse_aggregate("sum(right.amount)"), Some(("sum", RIGHT, Some("amount"), None)));
-    assert_eq!(parse_aggregate("avg(right.amount)"), Some(("avg", RIGHT, Some("amount"), None)));
-    assert_eq!(parse_aggregate("median(right.amount)"), None);
-    assert_eq!(parse_aggregate("count(up)"), None);
+    assert_eq!(parse_aggregate("count(left) AS views", false), Some(("count", LEFT, None, Some("views"))));
+    assert_eq!(parse_aggregate("sum(right.amount)", false), Some(("sum", RIGHT, Some("amount"), None)));
+    assert_eq!(parse_aggregate("avg(right.amount)", false), Some(("avg", RIGHT, Some("amount"), None)));
+    assert_eq!(parse_aggregate("median(right.amount)", false), None);
+    assert_eq!(parse_aggregate("count(up)", false), None);
 }
 
 #[test]
@@ -76,7 +76,7 @@ fn cogroup(join: JoinType, kind: WindowKind, allowed_lateness: i64) -> CoGroup {
         agg(Function::Count, RIGHT, Some(0), FieldType::Int),
     ];
     let window = WindowSpec { kind, allowed_lateness };
-    CoGroup::new(CoGroupSpec { name: "g".into(), window, join, aggregates, rekey: None })
+    CoGroup::new(CoGroupSpec { name: "g".into(), window, join, aggregates, rekey: None, one: None })
 }
 
 fn row(ts: i64, v: Value) -> Row {

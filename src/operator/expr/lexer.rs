@@ -1,5 +1,5 @@
 //! The tokenizer: condition text → tokens, read like the model's `TOKEN` regex, with `left.x` /
-//! `right.x` resolved to a position in their schema.
+//! `right.x` (or, over one input, a plain field name) resolved to a position in their schema.
 
 use std::fmt::Write as _;
 
@@ -74,7 +74,17 @@ fn is_word(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
 }
 
-pub(super) fn tokenize(text: &str, schemas: [&Schema; 2]) -> Result<Vec<Tok>, String> {
+/// What a condition's field names refer to.
+#[derive(Clone, Copy)]
+pub(super) enum Fields<'s> {
+    /// A pair's two rows: `left.x` and `right.x`.
+    Pair([&'s Schema; 2]),
+    /// One row (window_aggregate's `where`): a plain `x`, read as the left side; a keyword wins
+    /// over a field of the same name.
+    One(&'s Schema),
+}
+
+pub(super) fn tokenize(text: &str, fields: Fields<'_>) -> Result<Vec<Tok>, String> {
     let mut toks = Vec::new();
     let mut pos = 0;
     loop {
@@ -89,7 +99,7 @@ pub(super) fn tokenize(text: &str, schemas: [&Schema; 2]) -> Result<Vec<Tok>, St
         } else if c == '\'' || c == '"' {
             string(trimmed, text, start)?
         } else if c.is_ascii_alphabetic() || c == '_' {
-            word(trimmed, schemas)?
+            word(trimmed, fields)?
         } else {
             match operator(trimmed) {
                 Some((op, len)) => (TokKind::Op(op), len),
@@ -188,11 +198,16 @@ fn string(s: &str, text: &str, start: usize) -> Result<(TokKind, usize), String>
     Err(format!("unterminated string {} at column {}", quoted(s), at(0)))
 }
 
-/// A word at the start of `s`: a field (`left.x`), a keyword or a literal word.
-fn word(s: &str, schemas: [&Schema; 2]) -> Result<(TokKind, usize), String> {
+/// A word at the start of `s`: a field (`left.x`, or `x` over one input), a keyword or a
+/// literal word.
+fn word(s: &str, fields: Fields<'_>) -> Result<(TokKind, usize), String> {
     let word_len = |s: &str| s.find(|c: char| !is_word(c)).unwrap_or(s.len());
     let len = word_len(s);
     let w = &s[..len];
+    let schemas = match fields {
+        Fields::Pair(schemas) => schemas,
+        Fields::One(schema) => return one_word(w, schema).map(|kind| (kind, len)),
+    };
     let side = match w {
         "left" => Some(Side::Left),
         "right" => Some(Side::Right),
@@ -212,7 +227,27 @@ fn word(s: &str, schemas: [&Schema; 2]) -> Result<(TokKind, usize), String> {
             return Ok((TokKind::Field(side, pos, schema.fields[pos].ty), len + 1 + name.len()));
         }
     }
-    let kind = match w.to_ascii_lowercase().as_str() {
+    let kind = keyword(w).ok_or_else(|| format!("unknown word {} (fields are left.x / right.x)", quoted(w)))?;
+    Ok((kind, len))
+}
+
+/// A word of a condition over one row: a keyword, else a field of `schema`.
+fn one_word(w: &str, schema: &Schema) -> Result<TokKind, String> {
+    if let Some(kind) = keyword(w) {
+        return Ok(kind);
+    }
+    match schema.position(w) {
+        Some(pos) => Ok(TokKind::Field(Side::Left, pos, schema.fields[pos].ty)),
+        None => {
+            let known: Vec<&str> = schema.fields.iter().map(|f| f.name.as_str()).collect();
+            Err(format!("unknown field {} (fields: {})", quoted(w), known.join(", ")))
+        }
+    }
+}
+
+/// The words of the language (case-insensitive).
+fn keyword(w: &str) -> Option<TokKind> {
+    Some(match w.to_ascii_lowercase().as_str() {
         "and" => TokKind::Op(Op::And),
         "or" => TokKind::Op(Op::Or),
         "not" => TokKind::Op(Op::Not),
@@ -225,9 +260,8 @@ fn word(s: &str, schemas: [&Schema; 2]) -> Result<(TokKind, usize), String> {
         "else" => TokKind::Op(Op::Else),
         "end" => TokKind::Op(Op::End),
         "coalesce" => TokKind::Op(Op::Coalesce),
-        _ => return Err(format!("unknown word {} (fields are left.x / right.x)", quoted(w))),
-    };
-    Ok((kind, len))
+        _ => return None,
+    })
 }
 
 fn operator(s: &str) -> Option<(Op, usize)> {

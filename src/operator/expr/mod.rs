@@ -14,6 +14,7 @@
 //! product    = unary { ("*" | "/" | "%") unary }
 //! unary      = "-" unary | "(" or ")" | literal | field
 //! field      = ("left" | "right") "." NAME            resolved to a position at parse time
+//!            | NAME                                   over one row (window_aggregate's `where`)
 //! literal    = INTEGER | DECIMAL | STRING | "true" | "false" | "null"
 //! INTEGER    = digit+                                 must fit an i64
 //! DECIMAL    = digit+ "." digit* | "." digit+         no exponent (as in the model)
@@ -173,7 +174,18 @@ impl Expr {
     /// Parses `text` against the schemas of the two inputs: `left.x` / `right.x` become positions
     /// in `left` / `right`. The error says what is wrong and where (a 1-based column).
     pub fn parse(text: &str, left: &Schema, right: &Schema) -> Result<Expr, String> {
-        parser::parse(text, left, right)
+        parser::parse(text, lexer::Fields::Pair([left, right]))
+    }
+
+    /// Parses a condition on one row (window_aggregate's `where`): a plain name is a field of
+    /// `schema` (a keyword such as `end` wins over a field of that name).
+    pub fn parse_row(text: &str, schema: &Schema) -> Result<Expr, String> {
+        parser::parse(text, lexer::Fields::One(schema))
+    }
+
+    /// Whether one row satisfies a condition from [`parse_row`](Self::parse_row).
+    pub fn eval_row(&self, row: RowView<'_>) -> bool {
+        self.eval_views(row, row)
     }
 
     /// Whether the pair satisfies the condition. Never allocates, never panics.

@@ -3,18 +3,18 @@
 
 use std::fmt;
 
-use super::lexer::{Op, Tok, TokKind, column, quoted, tokenize};
+use super::lexer::{Fields, Op, Tok, TokKind, column, quoted, tokenize};
 use super::{Arith, Expr, MAX_DEPTH, Node};
 use crate::record::{FieldType, Schema, Value};
 
 /// Parses and type-checks `text`: [`Expr::parse`].
-pub(super) fn parse(text: &str, left: &Schema, right: &Schema) -> Result<Expr, String> {
-    parse_typed(text, left, right).map(|(expr, _)| expr)
+pub(super) fn parse(text: &str, fields: Fields<'_>) -> Result<Expr, String> {
+    parse_typed(text, fields).map(|(expr, _)| expr)
 }
 
 /// [`Expr::parse_value`]: the expression and the type of its values.
 pub(super) fn parse_value(text: &str, left: &Schema, right: &Schema) -> Result<(Expr, FieldType), String> {
-    let (expr, ty) = parse_typed(text, left, right)?;
+    let (expr, ty) = parse_typed(text, Fields::Pair([left, right]))?;
     let ty = match ty {
         Ty::Bool => FieldType::Bool,
         Ty::Int => FieldType::Int,
@@ -25,8 +25,8 @@ pub(super) fn parse_value(text: &str, left: &Schema, right: &Schema) -> Result<(
     Ok((expr, ty))
 }
 
-fn parse_typed(text: &str, left: &Schema, right: &Schema) -> Result<(Expr, Ty), String> {
-    let toks = tokenize(text, [left, right])?;
+fn parse_typed(text: &str, fields: Fields<'_>) -> Result<(Expr, Ty), String> {
+    let toks = tokenize(text, fields)?;
     if toks.is_empty() {
         return Err("empty condition".into());
     }

@@ -610,3 +610,33 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_condition_on_one_row_names_fields_plainly() {
+    let schema = Schema::new(
+        vec![
+            Field { name: "device".into(), ty: FieldType::String, nullable: false },
+            Field { name: "temp".into(), ty: FieldType::Float, nullable: false },
+        ],
+        Some(0),
+        TimeSpec::Ingest,
+    );
+    let expr = Expr::parse_row("temp >= -40 and device != 'x'", &schema).unwrap();
+    let row = |device: &str, temp: f64| Row {
+        ts: 0,
+        key: Key::Str(device.into()),
+        key_hash: 0,
+        id: 0,
+        values: Box::new([Value::Str(device.into()), Value::Float(temp)]),
+    };
+    assert!(expr.eval_row(RowView::Heap(&row("a", 20.0))));
+    assert!(!expr.eval_row(RowView::Heap(&row("a", -273.0))));
+    assert!(!expr.eval_row(RowView::Heap(&row("x", 20.0))));
+    assert_eq!(
+        Expr::parse_row("left.temp > 1", &schema).unwrap_err(),
+        "unknown field 'left' (fields: device, temp)",
+        "over one row there are no sides"
+    );
+    assert_eq!(Expr::parse_row("tmp > 1", &schema).unwrap_err(), "unknown field 'tmp' (fields: device, temp)");
+    assert!(Expr::parse_row("device > 1", &schema).unwrap_err().contains("cannot compare string device with int 1"));
+}
