@@ -51,12 +51,14 @@ mod crash_kill_9;
 mod spool_kill_9;
 
 // MQTT edge and the service.
+mod backpressure;
 mod mqtt_harness;
 mod mqtt_sink;
 mod mqtt_source;
 mod mqtt_tls;
 mod security;
 mod service_lifecycle;
+mod scratch_dir;
 mod service_mqtt;
 mod service_restart;
 mod status_command;
