@@ -503,8 +503,7 @@ impl StatusLine {
         self.blocked = names;
         let totals = shared.view.totals();
         let rates = self.last.as_ref().map(|(at, before)| totals.status_line(before, now.duration_since(*at)));
-        let degraded: Vec<String> =
-            blocked.iter().map(|(name, b)| super::view::backpressure_reason(name, b)).collect();
+        let degraded: Vec<String> = blocked.iter().map(|(name, b)| super::view::backpressure_reason(name, b)).collect();
         let line = match (degraded.is_empty(), rates) {
             (true, Some(rates)) => Some(rates),
             (true, None) => None,

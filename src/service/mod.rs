@@ -44,12 +44,12 @@ use crate::sink::mqtt::Uplink;
 use crate::source::Confirmations;
 
 use checkpoints::Schedule;
-use scratch::Scratch;
 use intake::Intake;
 pub use intake::{Control, Request};
 use io::IoThread;
 use journal::{Journal, JournalError};
 use outputs::{OutputCounters, OutputError, Outputs};
+use scratch::Scratch;
 use taken::Taken;
 pub use view::LiveView;
 

@@ -3,7 +3,8 @@
 //! (on purpose: the device broker keeps the messages braid does not acknowledge), and meanwhile
 //! systemd must not take braid for hung: `WATCHDOG=1` keeps coming, `STATUS=` and `/healthz` say
 //! why. Once the upstream broker is back every result arrives, nothing lost (compared with
-//! `braid replay` of the same messages, by `_id`).
+//! `braid replay` of the same messages, by `_id`), and nothing late: the time the intake stood
+//! still is braid's, not the devices' silence, so it is no idleness (journaled as a start).
 //!
 //! And a silent uplink (its packets vanish, no FIN, no RST: a dead mobile link) is noticed within
 //! seconds: the sink's default keep-alive is 5 s, so the connection is dropped at the second
@@ -69,11 +70,15 @@ fn a_full_sink_buffer_keeps_the_watchdog_fed_says_why_and_loses_nothing() {
     let replay_config = write_config(dir.path(), "replay", &devices, &up.url(), ops, "");
     let msgs = workload(12, 20, now_ms(), 20_000);
     let inputs = write_inputs(dir.path(), [("command", jsonl(&msgs, "command")), ("status", jsonl(&msgs, "status"))]);
-    let want = by_id(replay(dir.path(), &replay_config, None, &inputs, &["effect"], RESULTS).unwrap().take("effect"), "replay");
+    let want = by_id(
+        replay(dir.path(), &replay_config, None, &inputs, &["effect"], RESULTS).unwrap().take("effect"),
+        "replay",
+    );
     assert!(want.len() > 60, "the workload must overfill the buffer: {} results", want.len());
 
     // A kept session upstream: what braid sends after the broker is back reaches it.
-    let sub = Subscriber::connect_with(up.port(), "up/#", QoS::AtLeastOnce, &format!("bp-sub-{}", std::process::id()), false);
+    let sub =
+        Subscriber::connect_with(up.port(), "up/#", QoS::AtLeastOnce, &format!("bp-sub-{}", std::process::id()), false);
     let mut systemd = NotifyListener::bind();
     let env: [(&str, &OsStr); 2] =
         [("NOTIFY_SOCKET", systemd.path().as_os_str()), ("WATCHDOG_USEC", OsStr::new("1000000"))];
@@ -85,13 +90,15 @@ fn a_full_sink_buffer_keeps_the_watchdog_fed_says_why_and_loses_nothing() {
     publish_all(devices.port(), &mqtt_messages(&msgs), QoS::AtLeastOnce);
     let mut body = String::new();
     let blocked = poll_until(RESULTS, || {
+        systemd.messages();
         let (code, text) = healthz(ops);
         body = text;
         code == 503 && body.contains("backpressure: sink up full")
     });
     assert!(blocked, "/healthz never said backpressure; last body:\n{body}\nlog:\n{}", braid.log());
     assert!(body.contains("uplink down"), "/healthz does not say the uplink is down:\n{body}");
-    let status = systemd.wait_for(|m| m.contains("STATUS=degraded: backpressure: sink up full"), Duration::from_secs(3));
+    let status =
+        systemd.wait_for(|m| m.contains("STATUS=degraded: backpressure: sink up full"), Duration::from_secs(3));
     assert!(status.is_some(), "no STATUS= saying backpressure; got {:?}", systemd.messages());
 
     // Blocked for 3 s: 6 watchdog periods (WATCHDOG_USEC = 1 s, a ping every 0.5 s), the pings go on.
@@ -109,13 +116,52 @@ fn a_full_sink_buffer_keeps_the_watchdog_fed_says_why_and_loses_nothing() {
     assert!(healthz(ops).1.contains("backpressure"), "the wait ended while the uplink was down");
 
     up.restart();
-    let arrived = poll_until(RESULTS, || by_id(sub.json_rows(), "upstream").len() >= want.len());
+    let arrived = poll_until(RESULTS, || {
+        // Keep reading the notify socket, as systemd does.
+        systemd.messages();
+        by_id(sub.json_rows(), "upstream").len() >= want.len()
+    });
     let got = by_id(sub.json_rows(), "upstream");
-    assert!(arrived, "{} of {} results upstream after the broker came back; log:\n{}", got.len(), want.len(), braid.log());
+    if !arrived {
+        let archive = common::service::read_complete_jsonl(&dir.path().join("braid-archive.jsonl"));
+        let metrics = http_get(ops, "/metrics").unwrap_or_default().1;
+        let sink_lines: Vec<&str> = metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("braid_sink")
+                    || l.starts_with("braid_ingest")
+                    || l.starts_with("braid_source")
+                    || l.starts_with("braid_stream_rows")
+                    || l.starts_with("braid_operator_rows")
+            })
+            .collect();
+        panic!(
+            "{} of {} results upstream after the broker came back ({} rows in the archive, {} messages); metrics:\n{}\nlog:\n{}",
+            got.len(),
+            want.len(),
+            archive.len(),
+            msgs.len(),
+            sink_lines.join("\n"),
+            braid.log()
+        );
+    }
     assert_same_rows(&got, &want, "upstream after backpressure");
+    // The time the intake stood still is no idleness: nothing turned late meanwhile.
+    let archive = common::service::read_complete_jsonl(&dir.path().join("braid-archive.jsonl"));
+    let late: Vec<_> = archive.iter().filter(|r| r.get("_kind").is_none() && r.get("_reason").is_none()).collect();
+    assert!(
+        late.is_empty(),
+        "{} rows turned late while the intake waited: {:?}",
+        late.len(),
+        &late[..late.len().min(3)]
+    );
     let text = http_get(ops, "/metrics").unwrap().1;
     assert_eq!(metric(&text, "braid_sink_dropped_total", "sink=\"up\""), Some(0.0));
-    assert!(poll_until(Duration::from_secs(5), || healthz(ops).0 == 200), "/healthz stays degraded: {:?}", healthz(ops));
+    assert!(
+        poll_until(Duration::from_secs(5), || healthz(ops).0 == 200),
+        "/healthz stays degraded: {:?}",
+        healthz(ops)
+    );
     let back = systemd.wait_for(|m| m.contains("STATUS=") && !m.contains("degraded"), Duration::from_secs(6));
     assert!(back.is_some(), "STATUS= still degraded after the uplink came back");
     assert!(braid.terminate(Duration::from_secs(20)).success());

@@ -115,10 +115,11 @@ impl Uplink {
         }))
     }
 
-    /// Queues one result. `overflow = "block"`: waits while the buffer is full until space is
-    /// freed, or until `stop` is set (then `Err(Stopped)`, nothing queued). `"drop_oldest"`:
-    /// never waits; the oldest results make room (counted). Allocates nothing.
-    pub fn push(&self, topic: &str, payload: &[u8], stop: &AtomicBool) -> Result<(), UplinkError> {
+    /// Queues one result; whether it had to wait for room. `overflow = "block"`: waits while the
+    /// buffer is full until space is freed, or until `stop` is set (then `Err(Stopped)`, nothing
+    /// queued). `"drop_oldest"`: never waits; the oldest results make room (counted). Allocates
+    /// nothing.
+    pub fn push(&self, topic: &str, payload: &[u8], stop: &AtomicBool) -> Result<bool, UplinkError> {
         let Ok(topic_len) = u16::try_from(topic.len()) else {
             return Err(UplinkError::TopicTooLong { sink: self.name.clone(), len: topic.len() });
         };
@@ -127,7 +128,7 @@ impl Uplink {
         let mut waited = false;
         let outcome = loop {
             match spool.append_parts(&parts) {
-                Ok(_) => break Ok(()),
+                Ok(_) => break Ok(waited),
                 Err(SpoolError::Full) if !stop.load(Ordering::Relaxed) => {
                     if !waited {
                         waited = true;
