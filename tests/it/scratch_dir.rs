@@ -6,7 +6,7 @@
 //! by default (it runs for a minute):
 //!
 //! ```text
-//! cargo test --release --test it scratch_dir::bytes_written -- --ignored --nocapture
+//! cargo test --test it scratch_dir::bytes_written -- --ignored --nocapture
 //! ```
 #![allow(clippy::unwrap_used, clippy::disallowed_methods)] // the test's own deadlines
 
@@ -104,14 +104,16 @@ fn rings_and_arenas_live_off_the_state_dir_one_directory_per_service_removed_at_
     assert!(!scratch_b.exists(), "b's scratch outlived it: {}", scratch_b.display());
 }
 
-/// `write_bytes − cancelled_write_bytes` of `/proc/PID/io`: bytes this process sent (or dirtied,
-/// for mapped files) towards a block device. Pages of tmpfs (`/dev/shm`) never count.
-fn disk_bytes_written(pid: u32) -> u64 {
+/// `write_bytes` and `cancelled_write_bytes` of `/proc/PID/io`: bytes this process dirtied in the
+/// page cache of files on a block device (mapped pages included, once per writeback cycle), and
+/// of those, bytes of files truncated or deleted before writeback (a checkpoint replaced within
+/// `vm.dirty_expire_centisecs`, 30 s by default). Pages of tmpfs (`/dev/shm`) never count.
+fn disk_bytes_written(pid: u32) -> (u64, u64) {
     let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
     let field = |name: &str| -> u64 {
         io.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().parse().unwrap()).unwrap()
     };
-    field("write_bytes:").saturating_sub(field("cancelled_write_bytes:"))
+    (field("write_bytes:"), field("cancelled_write_bytes:"))
 }
 
 fn du(dir: &Path) -> u64 {
@@ -158,7 +160,7 @@ fn measure(label: &str, runtime_keys: &str, messages: usize) -> (f64, u64) {
     table["sinks"].as_table_mut().unwrap().remove("archive");
     let ops: u16 = table["ops"]["listen"].as_str().unwrap().rsplit(':').next().unwrap().parse().unwrap();
     std::fs::write(&config, toml::to_string(&table).unwrap()).unwrap();
-    let log = Path::new("/dev/shm").join(format!("braid-written-{}-{label}.log", std::process::id()));
+    let log = Path::new("/dev/shm").join(format!("braid-written-{}-{}.log", std::process::id(), label.len()));
     let braid = Braid::start_with_env(&config, &log, &[]);
     assert!(poll_until(START, || http_get(ops, "/healthz").is_some_and(|(code, _)| code == 200)), "never healthy");
     std::thread::sleep(Duration::from_secs(2));
@@ -169,12 +171,29 @@ fn measure(label: &str, runtime_keys: &str, messages: usize) -> (f64, u64) {
     let msgs = steady_messages(messages);
     publish_reconnecting(devices.port(), &msgs, 100, Duration::from_millis(100), &acked, Duration::from_secs(600));
     std::thread::sleep(Duration::from_secs(2));
-    let written = disk_bytes_written(braid.pid()) - before;
+    let after = disk_bytes_written(braid.pid());
+    let (dirtied, cancelled) = (after.0 - before.0, after.1 - before.1);
+    let written = dirtied.saturating_sub(cancelled);
     let state = du(&dir.path().join("m-state"));
+    let payload = msgs.iter().map(|(_, p)| p.len()).sum::<usize>() as f64 / messages as f64;
+    let metrics = http_get(ops, "/metrics").unwrap().1;
+    let sent = common::service::metric(&metrics, "braid_sink_sent_total", "sink=\"up\"");
+    let figures: Vec<&str> = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("braid_checkpoint_")
+                || l.starts_with("braid_operator_state_")
+                || l.starts_with("braid_journal_bytes")
+        })
+        .collect();
+    println!("{label}: {}", figures.join(" · "));
     println!(
-        "{label}: {messages} messages in {:.1} s; {written} B written to the disk = {:.0} B/message; state dir {state} B at the end",
+        "{label}: {messages} messages ({payload:.0} B payload each) in {:.1} s, {sent:?} results sent; {written} B \
+         written to the disk = {:.0} B/message ({:.1}x the payload; dirtied {dirtied} B, {cancelled} B of it \
+         cancelled); state dir {state} B at the end",
         started.elapsed().as_secs_f64(),
-        written as f64 / messages as f64
+        written as f64 / messages as f64,
+        written as f64 / messages as f64 / payload
     );
     let _ = std::fs::remove_file(&log);
     (written as f64 / messages as f64, state)
