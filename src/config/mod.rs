@@ -119,6 +119,10 @@ pub struct RuntimeSettings {
     /// `None`: one shard per core.
     pub shards: Option<usize>,
     pub state_dir: Option<PathBuf>,
+    /// `braid run`: where the rings and the shards' arenas go (scratch, rebuilt at every start),
+    /// in a subdirectory of their own; `None`: `$RUNTIME_DIRECTORY`, else `/dev/shm`, else
+    /// `STATE_DIR/run` (`service::scratch`).
+    pub scratch_dir: Option<PathBuf>,
     pub durability: Durability,
     pub checkpoint_interval: i64,
     pub idle_advance: bool,
@@ -255,6 +259,7 @@ fn runtime(t: Table<'_, '_>, errors: &mut Errors) -> RuntimeSettings {
         &[
             "shards",
             "state_dir",
+            "scratch_dir",
             "durability",
             "checkpoint_interval",
             "idle_advance",
@@ -281,6 +286,7 @@ fn runtime(t: Table<'_, '_>, errors: &mut Errors) -> RuntimeSettings {
         }
     };
     let state_dir = t.str("state_dir", errors).map(|(s, _)| PathBuf::from(s));
+    let scratch_dir = t.str("scratch_dir", errors).map(|(s, _)| PathBuf::from(s));
     let durability = match t.str("durability", errors) {
         None | Some(("process", _)) => Durability::Process,
         Some(("power", _)) => Durability::Power,
@@ -309,6 +315,7 @@ fn runtime(t: Table<'_, '_>, errors: &mut Errors) -> RuntimeSettings {
     RuntimeSettings {
         shards,
         state_dir,
+        scratch_dir,
         durability,
         checkpoint_interval,
         idle_advance,

@@ -123,8 +123,12 @@ fn message(states: &[NotifyState<'_>]) -> String {
     states.iter().map(|state| format!("{state}\n")).collect()
 }
 
+/// Never waits: a notify socket whose queue is full (systemd busy, or a reader that stopped
+/// reading) loses this notification, logged, rather than stall the io thread that sends it —
+/// and with it the sinks, the sources and `/healthz` that run there.
 fn send_to(addr: &SocketAddr, message: &str) -> std::io::Result<()> {
     let socket = UnixDatagram::unbound()?;
+    socket.set_nonblocking(true)?;
     let sent = socket.send_to_addr(message.as_bytes(), addr)?;
     if sent != message.len() {
         return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "notification truncated"));
@@ -219,6 +223,23 @@ mod tests {
         notifier.watchdog();
         notifier.status("after");
         assert_eq!(receive(&socket), "STATUS=after\n");
+    }
+
+    #[test]
+    fn a_notify_socket_nobody_reads_never_blocks_the_sender() {
+        let (_dir, path, _socket) = listener();
+        let notifier = Notifier::new(Some(path.as_os_str()), Some(Duration::from_secs(2)));
+        // Far more than a datagram socket queues (net.unix.max_dgram_qlen, 10 by default): a
+        // blocking send would wait here forever.
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for n in 0..200 {
+                notifier.status(&format!("line {n}"));
+                notifier.watchdog();
+            }
+            done_tx.send(()).unwrap();
+        });
+        assert!(done_rx.recv_timeout(Duration::from_secs(10)).is_ok(), "notifications block on a full socket");
     }
 
     #[test]

@@ -38,6 +38,8 @@ const RETENTION_EVERY_MS: i128 = 1000;
 const EXTEND_EVERY_ENTRIES: u64 = 100_000;
 /// The most payload bytes one `GET /journal` copies (the newest messages).
 pub const JOURNAL_COPY_BYTES: usize = 64 << 20;
+/// A stall of the intake at least this long (one tick) is taken out of idleness.
+const STALL_MS: i128 = 200;
 /// How often the live figures are copied.
 const SHOW_EVERY_MS: i128 = 1000;
 
@@ -321,7 +323,9 @@ impl<'a> Intake<'a> {
             if request != Request::Run {
                 return Ok(request);
             }
+            let before = self.now;
             self.now = self.now.max(wall_clock());
+            self.resume_after_stall(before)?;
             self.watch_connections()?;
             self.runtime.advance_to(self.now, &mut self.outputs)?;
             self.take_batch()?;
@@ -337,6 +341,19 @@ impl<'a> Intake<'a> {
             self.runtime
                 .wait(&mut self.outputs, until_tick, || !intake.is_empty() || control.request() != Request::Run)?;
         }
+    }
+
+    /// A full sink buffer held the intake (backpressure) from about `before` until now: that
+    /// standstill is braid's, not silence of the devices (the broker kept their messages), so
+    /// like braid's downtime it is no idleness. Every stream's idleness counts from now, journaled
+    /// as a start so that a restart replays the same. Waits shorter than a tick change nothing a
+    /// tick could see and are not journaled.
+    fn resume_after_stall(&mut self, before: i128) -> Result<(), ServiceError> {
+        if !self.outputs.take_stalled() || self.now - before < STALL_MS {
+            return Ok(());
+        }
+        self.journal.append_event(&What::Start, "", self.now)?;
+        self.apply(0, &What::Start)
     }
 
     /// Journals and ingests up to [`BATCH`] waiting deliveries, publishes them to the shards,

@@ -444,15 +444,22 @@ fn announce_ready(shared: &Shared) {
 /// WATCHDOG=1 every half WatchdogSec, only while the intake loop moves and every shard takes the
 /// frames waiting for it: a shard that stopped (its ring not drained for [`STALLED_ROUNDS`]
 /// seconds) or an intake stuck behind it stops the pings, and systemd restarts braid.
+///
+/// Backpressure is no hang: while the intake waits for room in a full sink buffer
+/// (`overflow = "block"`, the uplink down or slow), its loop stands still on purpose. Then the
+/// pings go on as long as that wait itself moves (its rounds, counted by the waiting thread every
+/// 50 ms): the thread is alive and where it should be. A restart would not bring the uplink back,
+/// only replay the journal into the same full buffer, again and again.
 struct Watchdog {
     period: Option<Duration>,
     last_ping: Instant,
     last_heartbeat: u64,
+    last_wait_rounds: u64,
 }
 
 impl Watchdog {
     fn new(period: Option<Duration>) -> Watchdog {
-        Watchdog { period, last_ping: Instant::now(), last_heartbeat: u64::MAX }
+        Watchdog { period, last_ping: Instant::now(), last_heartbeat: u64::MAX, last_wait_rounds: u64::MAX }
     }
 
     fn check(&mut self, shared: &Shared) {
@@ -463,29 +470,47 @@ impl Watchdog {
         }
         let heartbeat = shared.control.heartbeat.load(Ordering::Relaxed);
         let shards_move = shared.control.stalled_rounds.load(Ordering::Relaxed) < STALLED_ROUNDS;
-        if heartbeat != self.last_heartbeat && shards_move {
+        let blocked = shared.view.backpressure();
+        let wait_rounds = blocked.iter().map(|(_, b)| b.rounds).fold(0, u64::wrapping_add);
+        let waiting_alive = !blocked.is_empty() && wait_rounds != self.last_wait_rounds;
+        if (heartbeat != self.last_heartbeat && shards_move) || waiting_alive {
             self.last_heartbeat = heartbeat;
+            self.last_wait_rounds = wait_rounds;
             self.last_ping = Instant::now();
             shared.notifier.watchdog();
         }
     }
 }
 
-/// STATUS= every few seconds: rates since the last one.
+/// STATUS= every few seconds: rates since the last one; at once when backpressure begins or
+/// ends, which the line then opens with (`degraded: backpressure: sink up full (...) · in 0/s`).
 #[derive(Default)]
 struct StatusLine {
     last: Option<(Instant, super::view::Totals)>,
+    /// The sinks the intake waited on at the last line.
+    blocked: Vec<String>,
 }
 
 impl StatusLine {
     fn refresh(&mut self, shared: &Shared) {
         let now = Instant::now();
-        if self.last.as_ref().is_some_and(|(at, _)| now.duration_since(*at) < STATUS_EVERY) {
+        let blocked = shared.view.backpressure();
+        let names: Vec<String> = blocked.iter().map(|(name, _)| name.clone()).collect();
+        let changed = names != self.blocked;
+        if !changed && self.last.as_ref().is_some_and(|(at, _)| now.duration_since(*at) < STATUS_EVERY) {
             return;
         }
+        self.blocked = names;
         let totals = shared.view.totals();
-        if let Some((at, before)) = &self.last {
-            let line = totals.status_line(before, now.duration_since(*at));
+        let rates = self.last.as_ref().map(|(at, before)| totals.status_line(before, now.duration_since(*at)));
+        let degraded: Vec<String> = blocked.iter().map(|(name, b)| super::view::backpressure_reason(name, b)).collect();
+        let line = match (degraded.is_empty(), rates) {
+            (true, Some(rates)) => Some(rates),
+            (true, None) => None,
+            (false, Some(rates)) => Some(format!("degraded: {} · {rates}", degraded.join(" · "))),
+            (false, None) => Some(format!("degraded: {}", degraded.join(" · "))),
+        };
+        if let Some(line) = line {
             shared.notifier.status(&line);
         }
         self.last = Some((now, totals));

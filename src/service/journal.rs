@@ -62,7 +62,8 @@ pub enum What {
         topic: String,
         payload: Bytes,
     },
-    /// The service started (after a stop or a crash): every stream's idleness counts from here.
+    /// The service started (after a stop or a crash), or its intake goes on after a full sink
+    /// buffer held it: every stream's idleness counts from here.
     Start,
     /// The source lost its broker: its streams stop counting towards idleness.
     Disconnected,

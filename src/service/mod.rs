@@ -26,6 +26,7 @@ mod io;
 mod journal;
 mod outputs;
 mod redelivery;
+mod scratch;
 mod taken;
 mod view;
 
@@ -48,6 +49,7 @@ pub use intake::{Control, Request};
 use io::IoThread;
 use journal::{Journal, JournalError};
 use outputs::{OutputCounters, OutputError, Outputs};
+use scratch::Scratch;
 use taken::Taken;
 pub use view::LiveView;
 
@@ -196,13 +198,15 @@ fn generation(
         None => journal.entries().next().map_or_else(wall_clock, |e| e.arrival),
     };
     // Rings and arenas start empty: the checkpoint and the journal after it rebuild the state.
-    let run_dir = state_dir.join("run");
-    let _ = std::fs::remove_dir_all(&run_dir);
-    std::fs::create_dir_all(&run_dir).map_err(|error| ServiceError::StateDir { path: run_dir.clone(), error })?;
+    // They live off the state disk (scratch.rs), and go when the generation ends.
+    let needed = RuntimeOptions::new(shards, state_dir).ring_file_bytes();
+    let scratch = Scratch::open(plan.runtime.scratch_dir.as_deref(), state_dir, needed)?;
+    scratch.fresh()?;
+    tracing::info!(path = %scratch.path().display(), chosen = ?scratch.chosen, "rings and arenas (scratch)");
     let runtime_options = RuntimeOptions {
         checkpoints: Some(checkpoints.clone()),
         restore: restored.as_ref().map(|r| &r.loaded),
-        ..RuntimeOptions::new(shards, &run_dir)
+        ..RuntimeOptions::new(shards, scratch.path())
     };
     let runtime = Runtime::start(plan, &runtime_options, start)?;
     if let Some(restored) = &restored {

@@ -92,6 +92,8 @@ pub struct Outputs {
     topic: String,
     /// What the sinks took since the last checkpoint.
     pub taken: Taken,
+    /// An MQTT sink made the intake wait for room since [`Outputs::take_stalled`] last looked.
+    stalled: bool,
 }
 
 impl Outputs {
@@ -107,7 +109,22 @@ impl Outputs {
         for def in &plan.sinks {
             sinks.push(open_sink(&plan, def, uplinks)?);
         }
-        Ok(Outputs { plan, sinks, counters, stop, line: Vec::with_capacity(512), topic: String::new(), taken })
+        Ok(Outputs {
+            plan,
+            sinks,
+            counters,
+            stop,
+            line: Vec::with_capacity(512),
+            topic: String::new(),
+            taken,
+            stalled: false,
+        })
+    }
+
+    /// Whether a full sink buffer made the intake wait since the last call (the intake then
+    /// takes the time it stood still out of the streams' idleness).
+    pub fn take_stalled(&mut self) -> bool {
+        std::mem::take(&mut self.stalled)
     }
 
     fn wants(&self, target: Target) -> bool {
@@ -188,9 +205,12 @@ impl Outputs {
                         continue;
                     }
                     let payload = &self.line[..self.line.len() - 1];
-                    if let Err(error) = uplink.push(&self.topic, payload, &self.stop) {
-                        self.counters.unqueued_at_stop.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(sink = %sink.name, %error, "result not queued");
+                    match uplink.push(&self.topic, payload, &self.stop) {
+                        Ok(waited) => self.stalled |= waited,
+                        Err(error) => {
+                            self.counters.unqueued_at_stop.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(sink = %sink.name, %error, "result not queued");
+                        }
                     }
                 }
             }

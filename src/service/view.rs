@@ -10,7 +10,7 @@ use crate::ops::http::OpsView;
 use crate::ops::warnings::Warnings;
 use crate::plan::Plan;
 use crate::shard::Figures;
-use crate::sink::mqtt::Uplink;
+use crate::sink::mqtt::{Blocked, Uplink};
 use crate::source::mqtt::SourceStatus;
 
 use super::Control;
@@ -97,6 +97,14 @@ impl LiveView {
             }
             None => *current = None,
         }
+    }
+
+    /// Sinks with a full buffer that the intake waits on (`overflow = "block"`): backpressure on
+    /// purpose, not a hang.
+    pub fn backpressure(&self) -> Vec<(String, Blocked)> {
+        let current = self.lock();
+        let Some(c) = current.as_ref() else { return Vec::new() };
+        c.uplinks.iter().filter_map(|u| u.blocked().map(|b| (u.name().to_owned(), b))).collect()
     }
 
     pub fn is_running(&self) -> bool {
@@ -334,6 +342,9 @@ impl OpsView for LiveView {
             }
         }
         for uplink in &c.uplinks {
+            if let Some(blocked) = uplink.blocked() {
+                reasons.push(backpressure_reason(uplink.name(), &blocked));
+            }
             if !uplink.stats().connected {
                 reasons.push(format!("sink {}: uplink down (results are buffered)", uplink.name()));
             }
@@ -349,4 +360,14 @@ impl OpsView for LiveView {
     fn journal(&self) -> Option<crate::ops::http::JournalReader> {
         self.journal_reader()
     }
+}
+
+/// `backpressure: sink up full (262144 of 262144 B queued, uplink down); intake waits, the
+/// brokers keep the devices' messages` — one reason of `/healthz` and the STATUS= line.
+pub fn backpressure_reason(sink: &str, blocked: &Blocked) -> String {
+    let uplink = if blocked.connected { "uplink slow" } else { "uplink down" };
+    format!(
+        "backpressure: sink {sink} full ({} of {} B queued, {uplink}); intake waits, the brokers keep the devices' messages",
+        blocked.queued_bytes, blocked.buffer_bytes
+    )
 }

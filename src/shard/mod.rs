@@ -180,6 +180,14 @@ pub struct RuntimeOptions<'a> {
 }
 
 impl<'a> RuntimeOptions<'a> {
+    /// Bytes of the ring files a runtime with these options preallocates in `dir`: a feed and a
+    /// result ring per shard, an exchange ring per ordered pair of shards (headers included).
+    pub fn ring_file_bytes(&self) -> u64 {
+        let ring = |bytes: usize| (bytes + crate::storage::mapped_file::HEADER_LEN) as u64;
+        let shards = self.shards as u64;
+        2 * shards * ring(self.feed_ring_bytes) + shards * shards.saturating_sub(1) * ring(self.exchange_ring_bytes)
+    }
+
     pub fn new(shards: usize, dir: &'a Path) -> RuntimeOptions<'a> {
         RuntimeOptions {
             shards,

@@ -331,6 +331,11 @@ impl Spool {
         self.queued
     }
 
+    /// The bound on [`Spool::queued_bytes`] (the sink's `buffer`).
+    pub fn max_bytes(&self) -> u64 {
+        self.options.max_bytes
+    }
+
     /// Records dropped by `Overflow::DropOldest`, over the spool's whole life.
     pub fn dropped(&self) -> u64 {
         self.dropped

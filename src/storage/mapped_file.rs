@@ -55,6 +55,23 @@ pub fn scratch_base() -> PathBuf {
     if shm.is_dir() { shm.to_owned() } else { std::env::temp_dir() }
 }
 
+/// Bytes an unprivileged process may still allocate in the file system holding `path`
+/// (statvfs's `f_bavail × f_frsize`): whether preallocated mapped files fit there.
+pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "a NUL byte in the path"))?;
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct (integers only).
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c_path` is a NUL-terminated string alive for the call; `stats` is a valid,
+    // writable statvfs that statvfs(3) fills in.
+    if unsafe { libc::statvfs(c_path.as_ptr(), &mut stats) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    #[allow(clippy::useless_conversion)] // the field types differ between targets
+    Ok(u64::from(stats.f_bavail).saturating_mul(u64::from(stats.f_frsize)))
+}
+
 /// Bytes at the start of every mapped file, before its data.
 pub const HEADER_LEN: usize = 64;
 const CRC_AT: usize = 60;

@@ -51,10 +51,12 @@ mod crash_kill_9;
 mod spool_kill_9;
 
 // MQTT edge and the service.
+mod backpressure;
 mod mqtt_harness;
 mod mqtt_sink;
 mod mqtt_source;
 mod mqtt_tls;
+mod scratch_dir;
 mod security;
 mod service_lifecycle;
 mod service_mqtt;

@@ -243,6 +243,12 @@ fn block_waits_for_space_until_the_broker_is_back() {
         assert!(!feeder.is_finished(), "push waits while the buffer is full");
         let stats = uplink.stats();
         assert!(stats.queued_bytes <= 2048 && stats.queued_rows < 100, "{stats:?}");
+        // The wait shows (the watchdog and /healthz read it), and its rounds move while it lasts.
+        let blocked = uplink.blocked().expect("a push waiting for room shows as blocked");
+        assert!(!blocked.connected && blocked.buffer_bytes == 2048, "{blocked:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let later = uplink.blocked().expect("still blocked");
+        assert!(later.rounds > blocked.rounds, "the wait's rounds stand still: {blocked:?} then {later:?}");
         let stopped = uplink.push("results/dev", b"x", &AtomicBool::new(true));
         assert!(matches!(stopped, Err(UplinkError::Stopped { .. })), "a set stop flag ends the wait");
 
@@ -252,6 +258,7 @@ fn block_waits_for_space_until_the_broker_is_back() {
         assert_eq!(seen, (0..100).collect::<Vec<_>>());
         until("the feeder", || feeder.is_finished()).await;
         assert_eq!(uplink.stats().dropped_total, 0);
+        assert_eq!(uplink.blocked(), None, "no push waits any more");
     });
 }
 

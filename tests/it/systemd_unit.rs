@@ -97,6 +97,9 @@ fn state_config_user_and_credentials() {
     let unit = unit();
     assert_eq!(service(&unit, "StateDirectory"), "braid");
     assert_eq!(service(&unit, "ConfigurationDirectory"), "braid");
+    // Rings and arenas go to $RUNTIME_DIRECTORY (a tmpfs), not to the state directory's flash.
+    assert_eq!(service(&unit, "RuntimeDirectory"), "braid");
+    assert!(!std::fs::read_to_string(CONFIG).unwrap().contains("scratch_dir"), "the shipped config overrides it");
     let dedicated = unit["Service"].get("DynamicUser").is_some_and(|v| v.last().is_some_and(|v| v == "yes"))
         || unit["Service"].get("User").is_some_and(|v| v.last().is_some_and(|u| u != "root" && !u.is_empty()));
     assert!(dedicated, "braid runs as a dedicated user (DynamicUser=yes or User=)");

@@ -25,6 +25,15 @@ const DEFAULT_WINDOW: u16 = 100;
 const GOODBYE: Duration = Duration::from_secs(2);
 /// The longest a shutdown without `drain` could wait: effectively forever.
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+/// The sink's MQTT keep-alive when its config sets none (sources keep 30 s). rumqttc pings every
+/// keep-alive and drops the connection when the previous ping went unanswered, so a silent uplink
+/// (a dead mobile link, a broker host gone without a FIN) is noticed 5–10 s after it died, not
+/// 30–60 s: until then results pile up in rumqttc's window instead of the buffer, and `/healthz`
+/// still says connected. Two pings' worth of bytes every 5 s is nothing even on a metered link.
+pub const SINK_KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// How long a connection attempt (TCP, TLS, CONNECT → CONNACK) may take before it counts as
+/// failed and the backoff retries (rumqttc's default, set here so that it is visible).
+pub const CONNECT_TIMEOUT_SECS: u64 = 5;
 /// At most one "cannot connect" warning per this interval (the rest are counted): a refused
 /// certificate or password must show at the default log level without flooding it.
 const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -41,7 +50,10 @@ pub async fn run(
 ) -> Result<(), UplinkError> {
     let (options, status, window) = settings(&uplink, &def)?;
     let seed = u64::from(crc32c::crc32c(options.client_id().as_bytes()));
-    let (client, events) = AsyncClient::new(options, usize::from(window) + 8);
+    let (client, mut events) = AsyncClient::new(options, usize::from(window) + 8);
+    let mut network = events.network_options();
+    network.set_connection_timeout(CONNECT_TIMEOUT_SECS);
+    events.set_network_options(network);
     let qos = if def.qos == 0 { QoS::AtMostOnce } else { QoS::AtLeastOnce };
     let mut fwd = Forward::new(uplink, client, qos, window, status);
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30), seed);
@@ -139,6 +151,9 @@ fn settings(uplink: &Uplink, def: &SinkDef) -> Result<(MqttOptions, String, u16)
     let status = def.status_topic.clone().unwrap_or_else(|| default_status_topic(&options.client_id()));
     let window = def.conn.max_inflight.unwrap_or(DEFAULT_WINDOW).max(1);
     let max_record = uplink.lock().max_record();
+    if def.conn.keep_alive_ms.is_none() {
+        options.set_keep_alive(SINK_KEEP_ALIVE);
+    }
     options
         .set_clean_session(true)
         .set_inflight(window)
@@ -333,5 +348,39 @@ impl Forward {
         self.connected = false;
         self.uplink.connected.store(false, Ordering::Relaxed);
         tracing::info!(sink = %self.uplink.name, "Uplink stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{MqttConn, Overflow, SinkKind};
+
+    fn sink(keep_alive_ms: Option<i64>) -> (tempfile::TempDir, Arc<Uplink>, SinkDef) {
+        let def = SinkDef {
+            name: "up".into(),
+            kind: SinkKind::Mqtt,
+            inputs: vec!["effect".into()],
+            url: Some("mqtt://127.0.0.1:1883".into()),
+            topic: Some("up/{device}".into()),
+            qos: 1,
+            buffer: 1 << 20,
+            overflow: Overflow::Block,
+            path: None,
+            conn: MqttConn { keep_alive_ms, ..MqttConn::default() },
+            status_topic: None,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let uplink = Uplink::open(&def, dir.path()).unwrap();
+        (dir, uplink, def)
+    }
+
+    #[test]
+    fn a_sink_pings_every_5_s_unless_its_config_says_otherwise() {
+        let (_dir, uplink, def) = sink(None);
+        assert_eq!(settings(&uplink, &def).unwrap().0.keep_alive(), SINK_KEEP_ALIVE);
+        assert_eq!(SINK_KEEP_ALIVE, Duration::from_secs(5), "README says 5 s");
+        let (_dir, uplink, def) = sink(Some(20_000));
+        assert_eq!(settings(&uplink, &def).unwrap().0.keep_alive(), Duration::from_secs(20));
     }
 }

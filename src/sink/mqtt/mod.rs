@@ -78,6 +78,21 @@ pub struct Uplink {
     sent: AtomicU64,
     connected: AtomicBool,
     reconnects: AtomicU64,
+    /// Backpressure on purpose: a [`Uplink::push`] waits for room (`overflow = "block"`).
+    waiting: AtomicBool,
+    /// Rounds of that wait (one per [`STOP_POLL`] or release): they prove the waiting thread is
+    /// alive and waiting here, not stuck elsewhere (the watchdog keeps pinging while they move).
+    wait_rounds: AtomicU64,
+}
+
+/// A push waiting for room in a full buffer (`overflow = "block"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Blocked {
+    /// Rounds waited so far; moving while the waiting thread is alive.
+    pub rounds: u64,
+    pub queued_bytes: u64,
+    pub buffer_bytes: u64,
+    pub connected: bool,
 }
 
 impl Uplink {
@@ -95,31 +110,60 @@ impl Uplink {
             sent: AtomicU64::new(0),
             connected: AtomicBool::new(false),
             reconnects: AtomicU64::new(0),
+            waiting: AtomicBool::new(false),
+            wait_rounds: AtomicU64::new(0),
         }))
     }
 
-    /// Queues one result. `overflow = "block"`: waits while the buffer is full until space is
-    /// freed, or until `stop` is set (then `Err(Stopped)`, nothing queued). `"drop_oldest"`:
-    /// never waits; the oldest results make room (counted). Allocates nothing.
-    pub fn push(&self, topic: &str, payload: &[u8], stop: &AtomicBool) -> Result<(), UplinkError> {
+    /// Queues one result; whether it had to wait for room. `overflow = "block"`: waits while the
+    /// buffer is full until space is freed, or until `stop` is set (then `Err(Stopped)`, nothing
+    /// queued). `"drop_oldest"`: never waits; the oldest results make room (counted). Allocates
+    /// nothing.
+    pub fn push(&self, topic: &str, payload: &[u8], stop: &AtomicBool) -> Result<bool, UplinkError> {
         let Ok(topic_len) = u16::try_from(topic.len()) else {
             return Err(UplinkError::TopicTooLong { sink: self.name.clone(), len: topic.len() });
         };
         let parts: [&[u8]; 3] = [&topic_len.to_le_bytes(), topic.as_bytes(), payload];
         let mut spool = self.lock();
-        loop {
+        let mut waited = false;
+        let outcome = loop {
             match spool.append_parts(&parts) {
-                Ok(_) => break,
+                Ok(_) => break Ok(waited),
                 Err(SpoolError::Full) if !stop.load(Ordering::Relaxed) => {
+                    if !waited {
+                        waited = true;
+                        self.waiting.store(true, Ordering::Release);
+                        tracing::debug!(sink = %self.name, "Buffer full: intake waits for the uplink (overflow = \"block\")");
+                    }
+                    self.wait_rounds.fetch_add(1, Ordering::Relaxed);
                     spool = self.space.wait_timeout(spool, STOP_POLL).unwrap_or_else(PoisonError::into_inner).0;
                 }
-                Err(SpoolError::Full) => return Err(UplinkError::Stopped { sink: self.name.clone() }),
-                Err(source) => return Err(UplinkError::Spool { sink: self.name.clone(), source }),
+                Err(SpoolError::Full) => break Err(UplinkError::Stopped { sink: self.name.clone() }),
+                Err(source) => break Err(UplinkError::Spool { sink: self.name.clone(), source }),
             }
-        }
+        };
         drop(spool);
-        self.data.notify_one();
-        Ok(())
+        if waited {
+            self.waiting.store(false, Ordering::Release);
+        }
+        if outcome.is_ok() {
+            self.data.notify_one();
+        }
+        outcome
+    }
+
+    /// Whether a push waits for room now (backpressure on purpose), and how it stands.
+    pub fn blocked(&self) -> Option<Blocked> {
+        if !self.waiting.load(Ordering::Acquire) {
+            return None;
+        }
+        let spool = self.lock();
+        Some(Blocked {
+            rounds: self.wait_rounds.load(Ordering::Relaxed),
+            queued_bytes: spool.queued_bytes(),
+            buffer_bytes: spool.max_bytes(),
+            connected: self.connected.load(Ordering::Relaxed),
+        })
     }
 
     /// Forces the queued results to the disk (`durability = "power"`, before a checkpoint lets

@@ -186,12 +186,22 @@ pub struct Braid {
 impl Braid {
     /// Starts it with stderr (its log) appended to `log`.
     pub fn start(config: &Path, log: &Path) -> Braid {
+        Braid::start_with_env(config, log, &[])
+    }
+
+    /// [`Braid::start`] with these environment variables set (`NOTIFY_SOCKET`, `WATCHDOG_USEC`,
+    /// `RUNTIME_DIRECTORY`: systemd's, otherwise removed).
+    pub fn start_with_env(config: &Path, log: &Path, env: &[(&str, &std::ffi::OsStr)]) -> Braid {
         let err = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
-        let child = braid()
-            .arg("run")
-            .arg("--config")
-            .arg(config)
-            .env_remove("NOTIFY_SOCKET")
+        let mut cmd = braid();
+        cmd.arg("run").arg("--config").arg(config);
+        for systemd in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "RUNTIME_DIRECTORY"] {
+            cmd.env_remove(systemd);
+        }
+        for (name, value) in env {
+            cmd.env(name, value);
+        }
+        let child = cmd
             .env("BRAID_LOG", "info,rumqttd=off")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -199,6 +209,16 @@ impl Braid {
             .spawn()
             .expect("starting braid run");
         Braid { child: Some(child), log: log.to_owned() }
+    }
+
+    /// Its process id (`/proc/PID/...`).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("braid runs").id()
+    }
+
+    /// Whether it still runs.
+    pub fn running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
     }
 
     pub fn log(&self) -> String {
