@@ -440,6 +440,7 @@ fn time_restore(
 ) -> Result<Option<(Duration, u64)>, BenchError> {
     let started = wall_clock();
     let Some(loaded) = checkpoints.latest() else { return Ok(None) };
+    tracing::info!(ms = wall_clock().saturating_duration_since(started).as_millis() as u64, "restore: checkpoint read");
     let bytes = checkpoints.epoch_bytes(loaded.manifest.epoch);
     let restore_dir = dir.path().join("restore");
     std::fs::create_dir_all(&restore_dir).map_err(|error| BenchError::Dir { path: restore_dir.clone(), error })?;
@@ -451,6 +452,7 @@ fn time_restore(
         ..RuntimeOptions::new(args.shards, &restore_dir)
     };
     let mut restored = Runtime::start(plan, &options, 0)?;
+    tracing::info!(ms = wall_clock().saturating_duration_since(started).as_millis() as u64, "restore: runtime started");
     restored.wait_built(&mut meter::Nothing)?;
     let took = wall_clock().saturating_duration_since(started);
     drop(restored);
