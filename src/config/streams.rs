@@ -98,7 +98,7 @@ fn stream(name: &str, t: Table<'_, '_>, sources: &[SourceDef], errors: &mut Erro
     let max_out_of_orderness = t.duration_or("max_out_of_orderness", 0, errors);
     let idle_timeout = t.duration_or("idle_timeout", 30_000, errors);
     let max_age = t.duration_or("max_age", 7 * 86_400_000, errors);
-    let max_skew = t.duration_or("max_skew", 600_000, errors);
+    let max_skew = t.duration_or("max_skew", 30_000, errors);
     let max_payload = t.size_or("max_payload", 256 * 1024, errors);
     let schema = Schema::new(fields?, key?, time?);
     Some(StreamDef {
