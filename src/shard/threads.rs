@@ -13,6 +13,7 @@ use crate::time::TickPlanner;
 
 use super::driver::MonoioRuntime;
 use super::wake::{Doorbell, Inbox, Outbox};
+use super::max_row_bytes;
 use super::wire::Writer;
 use super::worker::{Checkpoints, Links, NOT_WRITTEN, SnapshotWrite, WRITTEN, Worker};
 use super::{Emit, Feed, Runtime, RuntimeError, RuntimeOptions, ShardError, ShardReport, StreamCounters};
@@ -127,6 +128,8 @@ impl Runtime {
             seq,
             unpublished: 0,
             writer: Writer::default(),
+            max_row: max_row_bytes(options.feed_ring_bytes, options.exchange_ring_bytes),
+            too_large: vec![0; plan.operators.len()],
             checkpoints: options.checkpoints.is_some(),
             in_flight: None,
             checkpoint_writer: writer_thread,
@@ -217,6 +220,7 @@ fn wire(options: &RuntimeOptions<'_>, shards: usize) -> Result<Wiring, RuntimeEr
             exchange_in: Vec::new(),
             exchange_out: (0..shards).map(|_| None).collect(),
             output: Outbox::new(output, Arc::clone(&bell)),
+            max_row: max_row_bytes(options.feed_ring_bytes, options.exchange_ring_bytes),
         });
     }
     for i in 0..shards {
