@@ -55,6 +55,7 @@ mod mqtt_harness;
 mod mqtt_sink;
 mod mqtt_source;
 mod mqtt_tls;
+mod poison;
 mod security;
 mod service_lifecycle;
 mod service_mqtt;

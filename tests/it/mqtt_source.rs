@@ -204,7 +204,8 @@ impl Running {
 /// acked every QoS 1 one and every QoS 0 one was written.
 async fn publish(port: u16, messages: Vec<(String, Vec<u8>, QoS)>) {
     let mut options = MqttOptions::new(format!("publisher-{port}"), "127.0.0.1", port);
-    options.set_max_packet_size(1 << 20, 1 << 20);
+    // Room for the 20 MiB publish of the oversized test.
+    options.set_max_packet_size(32 << 20, 32 << 20);
     let (client, mut eventloop) = AsyncClient::new(options, 16);
     let total = messages.len();
     let qos1 = messages.iter().filter(|(_, _, qos)| *qos == QoS::AtLeastOnce).count();
