@@ -21,6 +21,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::mqtt::{Mosquitto, free_port, publish_all};
+use common::run::{replay, write_inputs};
 use common::service::{Braid, gateway_pipeline, http_get, metric, now_ms, poll_until, read_complete_jsonl, with_sections};
 use rumqttc::QoS;
 use serde_json::{Value, json};
@@ -151,4 +152,61 @@ fn poison_messages_are_dead_letters_and_every_other_device_keeps_joining() {
     assert_eq!(metric(&metrics, "braid_source_oversized_trimmed_total", "source=\"devices\""), Some(1.0));
     assert_eq!(metric(&metrics, "braid_source_connected", "source=\"devices\""), Some(1.0));
     assert!(braid.terminate(Duration::from_secs(10)).success(), "log:\n{}", braid.log());
+}
+
+/// Replay: a row whose frame is larger than a shard ring carries although its payload is within
+/// `max_payload` (a 300 KiB key is archived twice: as the key and as its field), and a result of
+/// two 300 KiB rows, are dead letters `too_large`; the run goes on, with 1 shard and with 3. A
+/// config asking for a `max_payload` no ring carries is
+/// refused with its position.
+#[test]
+fn rows_and_results_too_large_for_the_rings_are_dead_letters_in_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("braid.toml");
+    let mut pipeline = gateway_pipeline();
+    for (_, stream) in pipeline["streams"].as_table_mut().unwrap().iter_mut() {
+        stream.as_table_mut().unwrap().insert("max_payload".into(), "400KiB".into());
+    }
+    // Replay ignores sources, but the config must name the one its streams refer to.
+    let source = "[sources.devices]\nkind = \"mqtt\"\nurl = \"mqtt://127.0.0.1:1883\"\n";
+    std::fs::write(&config, with_sections(pipeline, source)).unwrap();
+    let big = "b".repeat(300 << 10);
+    let line = |v: Value| v.to_string() + "\n";
+    let commands = [
+        line(json!({"device": "d1", "ts": 1000, "cmd": "on", "arg": "x", "cmd_id": "d1-c"})),
+        line(json!({"device": big, "ts": 1100, "cmd": "on", "arg": "x", "cmd_id": "big-key"})),
+        line(json!({"device": "d2", "ts": 1200, "cmd": big, "arg": "x", "cmd_id": "d2-c"})),
+    ]
+    .concat();
+    let statuses = [
+        line(json!({"device": "d1", "ts": 1500, "temp": 1.0, "state": "on", "seq": 1})),
+        line(json!({"device": "d2", "ts": 1600, "temp": 1.0, "state": big, "seq": 2})),
+    ]
+    .concat();
+    let inputs = write_inputs(dir.path(), [("command", commands), ("status", statuses)]);
+    for shards in [1, 3] {
+        let mut out = replay(dir.path(), &config, Some(shards), &inputs, &["effect", "dead_letter"], RESULTS)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let effect = out.take("effect");
+        let ids: Vec<&str> = effect.iter().map(|r| r["cmd_id"].as_str().unwrap()).collect();
+        assert_eq!(ids, ["d1-c"], "shards {shards}: {effect:?}");
+        let dead: Vec<(String, String, usize)> = out
+            .take("dead_letter")
+            .iter()
+            .map(|d| {
+                let text = |f: &str| d[f].as_str().unwrap().to_owned();
+                (text("_stream"), text("_reason"), d["raw"].as_str().unwrap().len())
+            })
+            .collect();
+        let want = [("command".to_owned(), "too_large".to_owned(), 1024), ("effect".into(), "too_large".into(), 1024)];
+        assert_eq!(dead, want, "shards {shards}");
+    }
+
+    let mut pipeline = gateway_pipeline();
+    pipeline["streams"]["status"].as_table_mut().unwrap().insert("max_payload".into(), "1MiB".into());
+    std::fs::write(&config, with_sections(pipeline, source)).unwrap();
+    let validate = crate::common::run::braid().arg("validate").arg("--config").arg(&config).output().unwrap();
+    let stderr = String::from_utf8_lossy(&validate.stderr);
+    assert_eq!(validate.status.code(), Some(78), "{stderr}");
+    assert!(stderr.contains("max_payload") && stderr.contains("more than a shard ring carries"), "{stderr}");
 }
