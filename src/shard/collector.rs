@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use crate::operator::host::OperatorCounters;
-use crate::record::{Row, Value};
 use crate::record::frame::to_row;
+use crate::record::{Row, Value};
 use crate::ring::FrameKind;
 use crate::time::Time;
 

@@ -12,8 +12,8 @@ use crate::ring::{FrameKind, Ring};
 use crate::time::TickPlanner;
 
 use super::driver::MonoioRuntime;
-use super::wake::{Doorbell, Inbox, Outbox};
 use super::max_row_bytes;
+use super::wake::{Doorbell, Inbox, Outbox};
 use super::wire::Writer;
 use super::worker::{Checkpoints, Links, NOT_WRITTEN, SnapshotWrite, WRITTEN, Worker};
 use super::{Emit, Feed, Runtime, RuntimeError, RuntimeOptions, ShardError, ShardReport, StreamCounters};

@@ -276,6 +276,8 @@ struct Source {
     relayed: bool,
     /// The trimming relay, started at the first oversized packet.
     relay: Option<super::relay::Relay>,
+    /// A reconnect through the relay went without backoff and no message arrived since.
+    relay_retried: bool,
     error_log: Throttle,
 }
 
@@ -301,6 +303,7 @@ impl Source {
             session_subscribed: false,
             relayed: false,
             relay: None,
+            relay_retried: false,
             error_log: Throttle::new(ERROR_LOG_INTERVAL),
         }
     }
@@ -329,6 +332,7 @@ impl Source {
 
     fn on_publish(&mut self, publish: Publish) {
         SourceStatus::add(&self.status.received, 1);
+        self.relay_retried = false;
         let pkid = (publish.qos != QoS::AtMostOnce).then_some(publish.pkid);
         let delivery = Delivery {
             source: self.settings.index,
@@ -394,11 +398,13 @@ impl Source {
         // Un-acked QoS 1 messages come back from the broker; QoS 0 ones would not, so keep them.
         self.waiting.retain(|w| w.pkid.is_none());
         SourceStatus::set_count(&self.status.waiting, self.waiting.len());
-        if let Some(size) = oversized_packet(error) {
-            if self.route_through_relay(size, options) {
-                // The packet is waiting first in line: fetch it now, not after a backoff.
-                return Duration::ZERO;
-            }
+        if let Some(size) = oversized_packet(error)
+            && self.route_through_relay(size, options)
+            && !std::mem::replace(&mut self.relay_retried, true)
+        {
+            // The packet is waiting first in line: fetch it now, not after a backoff (once: a
+            // relayed connection that fails the same way before any message backs off).
+            return Duration::ZERO;
         }
         backoff.next()
     }
@@ -410,11 +416,18 @@ impl Source {
         if self.relay.is_none() {
             let direct = source_options(&self.settings).ok();
             let started = direct.as_ref().and_then(super::relay::Upstream::of).map(|upstream| {
-                super::relay::start(upstream, incoming_limit(&self.settings), keep, Arc::clone(&self.status.oversized_trimmed))
+                super::relay::start(
+                    upstream,
+                    incoming_limit(&self.settings),
+                    keep,
+                    Arc::clone(&self.status.oversized_trimmed),
+                )
             });
             match started {
                 Some(Ok(relay)) => self.relay = Some(relay),
-                Some(Err(error)) => tracing::error!(source = %name, %error, "Cannot start the relay for an oversized packet"),
+                Some(Err(error)) => {
+                    tracing::error!(source = %name, %error, "Cannot start the relay for an oversized packet")
+                }
                 None => tracing::error!(source = %name, "No relay for this transport"),
             }
         }

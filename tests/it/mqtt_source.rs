@@ -312,7 +312,11 @@ async fn an_oversized_payload_does_not_block_the_queue() {
 
     let seen = source.take_all_of(&["before", "after-1", "after-2"].map(String::from).into()).await;
     let trimmed = String::from_utf8(big[..max_payload as usize + 1].to_vec()).unwrap();
-    assert!(seen.contains(&trimmed), "the oversized payload reached the feeder, trimmed: {:?}", seen.iter().map(String::len).collect::<Vec<_>>());
+    assert!(
+        seen.contains(&trimmed),
+        "the oversized payload reached the feeder, trimmed: {:?}",
+        seen.iter().map(String::len).collect::<Vec<_>>()
+    );
     let after = seen.iter().position(|p| p == "after-1").unwrap();
     assert!(seen.iter().position(|p| *p == trimmed).unwrap() < after, "order kept");
     assert_eq!(source.status.oversized_relayed.load(Ordering::Relaxed), 1);

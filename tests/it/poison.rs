@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use common::mqtt::{Mosquitto, free_port, publish_all};
 use common::run::{replay, write_inputs};
-use common::service::{Braid, gateway_pipeline, http_get, metric, now_ms, poll_until, read_complete_jsonl, with_sections};
+use common::service::{
+    Braid, gateway_pipeline, http_get, metric, now_ms, poll_until, read_complete_jsonl, with_sections,
+};
 use rumqttc::QoS;
 use serde_json::{Value, json};
 
