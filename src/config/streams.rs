@@ -98,8 +98,13 @@ fn stream(name: &str, t: Table<'_, '_>, sources: &[SourceDef], errors: &mut Erro
     let max_out_of_orderness = t.duration_or("max_out_of_orderness", 0, errors);
     let idle_timeout = t.duration_or("idle_timeout", 30_000, errors);
     let max_age = t.duration_or("max_age", 7 * 86_400_000, errors);
-    let max_skew = t.duration_or("max_skew", 600_000, errors);
+    let max_skew = t.duration_or("max_skew", 30_000, errors);
     let max_payload = t.size_or("max_payload", 256 * 1024, errors);
+    if max_payload > crate::shard::MAX_ROW_BYTES as u64 {
+        // Such a payload could pass the size check and still never fit a shard ring.
+        let most = crate::shard::MAX_ROW_BYTES;
+        t.error("max_payload", errors, format!("{max_payload} bytes is more than a shard ring carries ({most} bytes)"));
+    }
     let schema = Schema::new(fields?, key?, time?);
     Some(StreamDef {
         name: name.to_owned(),

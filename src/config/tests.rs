@@ -39,6 +39,7 @@ fn a_valid_config_becomes_a_plan() {
     assert!(plan.runtime.idle_advance);
     assert_eq!(plan.streams[0].idle_timeout, 30_000, "default idle_timeout");
     assert_eq!(plan.streams[0].max_payload, 256 * 1024);
+    assert_eq!(plan.streams[0].max_skew, 30_000, "default max_skew (CONTRACT.md)");
     let effect = &plan.operators[0];
     assert_eq!(effect.inputs, [NodeRef::Stream(1), NodeRef::Stream(0)]);
     let names: Vec<&str> = effect.output.fields.iter().map(|f| f.name.as_str()).collect();

@@ -77,6 +77,11 @@ pub fn render(plan: &Plan, figures: &Figures) -> String {
                     .iter()
                     .map(move |(reason, n)| (format!("stream=\"{}\",reason=\"{reason}\"", s.name), n.to_string()))
             })
+            // An operator's output is a stream too: its results too large for the rings.
+            .chain(operators().filter_map(|(i, o)| {
+                let n = figures.operator_too_large.get(i).copied().filter(|&n| n > 0)?;
+                Some((format!("stream=\"{}\",reason=\"too_large\"", o.name), n.to_string()))
+            }))
             .collect(),
     );
     family(

@@ -30,7 +30,7 @@ use crate::checkpoint::{CheckpointDir, Loaded};
 use crate::config::Durability;
 use crate::plan::{Plan, Target};
 use crate::record::Row;
-use crate::record::decode::{check_time_window, dead_letter_raw};
+use crate::record::decode::{Reason, check_time_window, dead_letter_raw};
 use crate::record::id::IdHasher;
 use crate::shard::{Emit, Figures, Runtime, RuntimeError, RuntimeOptions};
 use crate::state::snapshot;
@@ -109,6 +109,10 @@ impl Emit for Observed<'_, '_> {
 
     fn late(&mut self, operator: usize, input: usize, row: &Row, after_barrier: bool) {
         self.outputs.late(operator, input, row, after_barrier);
+    }
+
+    fn too_large(&mut self, operator: usize, raw: &str) {
+        self.outputs.too_large(operator, raw);
     }
 
     fn checkpointed(&mut self, done: Completed) {
@@ -281,20 +285,29 @@ fn feed(
         }
         Content::DeadLetter(reason) => Err(reason),
     };
-    let (values, ts) = match checked {
-        Ok(row) => row,
+    let row = checked.map(|(values, ts)| crate::source::row_of(def, values, ts, ids));
+    // A row too large for the rings is refused before anything happened: a dead letter too.
+    let ingested = match row {
+        Ok(row) => match runtime.ingest(line.stream, &row, i128::from(arrival), sinks) {
+            Ok(()) => Ok(row),
+            Err(RuntimeError::RowTooLarge { .. }) => Err(Reason::TooLarge),
+            Err(error) => return Err(error),
+        },
+        Err(reason) => Err(reason),
+    };
+    match ingested {
+        Ok(row) => {
+            sinks.observer.row(line.stream, arrival, &row, runtime);
+            sinks.outputs.input_row(line.stream, &row);
+        }
         Err(reason) => {
             let label = reason.label(&def.schema);
             runtime.count_dead_letter(line.stream, &label);
             sinks.observer.dead_letter(line.stream, arrival, line.bytes, &label);
             sinks.outputs.dead_letter(line.stream, &dead_letter_raw(line.bytes, reason), &label);
-            return Ok(());
         }
-    };
-    let row = crate::source::row_of(def, values, ts, ids);
-    sinks.observer.row(line.stream, arrival, &row, runtime);
-    sinks.outputs.input_row(line.stream, &row);
-    runtime.ingest(line.stream, &row, i128::from(arrival), sinks)
+    }
+    Ok(())
 }
 
 /// Names of private replay directories: `braid-replay-PID-…`.

@@ -15,6 +15,7 @@ use std::path::Path;
 
 use crate::checkpoint::{CheckpointDir, Completed, Manifest};
 use crate::plan::{NodeRef, Plan, Target};
+use crate::record::decode::TOO_LARGE;
 use crate::record::{Row, json};
 use crate::shard::Emit;
 use crate::state::snapshot;
@@ -149,8 +150,14 @@ impl<'p> Outputs<'p> {
     }
 
     pub fn dead_letter(&mut self, stream: usize, raw: &str, reason: &str) {
+        let plan = self.plan;
+        self.dead_letter_of(&plan.streams[stream].name, raw, reason);
+    }
+
+    /// A dead letter whose `_stream` is `name` (an input stream, or an operator's output).
+    fn dead_letter_of(&mut self, name: &str, raw: &str, reason: &str) {
         if self.wants(Target::DeadLetter) {
-            json::write_dead_letter(&mut self.buf, &self.plan.streams[stream].name, raw, reason);
+            json::write_dead_letter(&mut self.buf, name, raw, reason);
             self.write(Target::DeadLetter, self.after_barrier);
         }
     }
@@ -256,6 +263,11 @@ impl Emit for Outputs<'_> {
             json::write_late(&mut self.buf, self.plan.node_schema(node), from_operator, self.plan.node_name(node), row);
             self.write(Target::Late(operator), early);
         }
+    }
+
+    fn too_large(&mut self, operator: usize, raw: &str) {
+        let plan = self.plan;
+        self.dead_letter_of(&plan.operators[operator].name, raw, TOO_LARGE);
     }
 
     fn checkpointed(&mut self, done: Completed) {

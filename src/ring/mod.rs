@@ -268,6 +268,12 @@ fn frame_crc(kind: u32, len: u32, payload: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(&header), payload)
 }
 
+/// The largest payload a frame can carry in a ring of `capacity` bytes
+/// ([`Producer::max_payload`]; configuration checks use it before any ring exists).
+pub const fn max_payload(capacity: usize) -> usize {
+    (capacity / 2 / FRAME_HEADER * FRAME_HEADER).saturating_sub(FRAME_HEADER)
+}
+
 /// The writing end. Frames become visible to the consumer at [`commit`](Producer::commit).
 pub struct Producer {
     ring: Arc<Ring>,
@@ -284,7 +290,7 @@ impl Producer {
     /// always fits an empty ring, wrap included (if it does not fit before the end, more than
     /// half the area lies before its position).
     pub fn max_payload(&self) -> usize {
-        (self.ring.capacity as usize / 2 / FRAME_HEADER * FRAME_HEADER).saturating_sub(FRAME_HEADER)
+        max_payload(self.ring.capacity as usize)
     }
 
     /// Appends a frame; it is published at the next [`commit`](Self::commit).

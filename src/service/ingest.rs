@@ -6,7 +6,7 @@
 
 use crate::plan::Plan;
 use crate::record::Value;
-use crate::record::decode::{check_time_window, dead_letter_raw, decode_payload};
+use crate::record::decode::{Reason, check_time_window, dead_letter_raw, decode_payload};
 use crate::record::id::IdHasher;
 use crate::shard::{Runtime, RuntimeError};
 use crate::source::route::{Router, TopicFilter};
@@ -79,12 +79,19 @@ impl Ingest {
                 let ts = fields.ts.unwrap_or(now as i64);
                 check_time_window(ts, now as i64, def.max_age, def.max_skew).map(|()| (fields.values, ts))
             });
-            match checked {
-                Ok((values, ts)) => {
-                    let row = row_of(def, values, ts, &mut self.ids);
-                    outputs.input_row(stream, &row);
-                    runtime.ingest(stream, &row, now, outputs)?;
-                }
+            let row = checked.map(|(values, ts)| row_of(def, values, ts, &mut self.ids));
+            // A row too large for the rings is refused before anything happened: a dead letter
+            // too, so the journaled message does the same at every restart instead of failing it.
+            let ingested = match row {
+                Ok(row) => match runtime.ingest(stream, &row, now, outputs) {
+                    Ok(()) => Ok(row),
+                    Err(RuntimeError::RowTooLarge { .. }) => Err(Reason::TooLarge),
+                    Err(error) => return Err(error),
+                },
+                Err(reason) => Err(reason),
+            };
+            match ingested {
+                Ok(row) => outputs.input_row(stream, &row),
                 Err(reason) => {
                     let label = reason.label(&def.schema);
                     runtime.count_dead_letter(stream, &label);

@@ -19,6 +19,7 @@ use super::taken::Taken;
 use crate::checkpoint::Completed;
 use crate::config::{SinkDef, SinkKind};
 use crate::plan::{NodeRef, Plan, Target};
+use crate::record::decode::TOO_LARGE;
 use crate::record::{Row, Schema, json};
 use crate::shard::Emit;
 use crate::sink::mqtt::Uplink;
@@ -255,6 +256,11 @@ impl Emit for Outputs {
             );
             self.deliver(Target::Late(operator), input, Some(&row.values), early);
         }
+    }
+
+    fn too_large(&mut self, operator: usize, raw: &str) {
+        let name = self.plan.operators[operator].name.clone();
+        self.dead_letter(&name, raw, TOO_LARGE);
     }
 
     fn checkpointed(&mut self, done: Completed) {

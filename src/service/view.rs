@@ -209,6 +209,19 @@ impl OpsView for LiveView {
             .map(|(d, s)| (format!("source=\"{}\"", d.name), u8::from(s.connected.load(Ordering::Relaxed)).to_string()))
             .collect();
         family("braid_source_connected", "gauge", "1 while the source is connected to its broker.", sources);
+        let trimmed: Vec<(String, String)> = c
+            .plan
+            .sources
+            .iter()
+            .zip(&c.sources)
+            .map(|(d, s)| (format!("source=\"{}\"", d.name), s.oversized_trimmed.load(Ordering::Relaxed).to_string()))
+            .collect();
+        family(
+            "braid_source_oversized_trimmed_total",
+            "counter",
+            "Packets over the source's incoming limit read through the trimming relay (each a dead letter `oversized`).",
+            trimmed,
+        );
         let refused: Vec<(String, String)> = c
             .plan
             .sources
@@ -333,10 +346,10 @@ impl OpsView for LiveView {
             if !status.connected.load(Ordering::Relaxed) {
                 reasons.push(format!("source {}: not connected", def.name));
             }
-            let stuck = status.oversized_over_cap.load(Ordering::Relaxed);
+            let stuck = status.oversized_stuck.load(Ordering::Relaxed);
             if stuck > 0 {
                 reasons.push(format!(
-                    "source {}: {stuck} message(s) above 16 MiB are stuck at the broker (limit its max_packet_size)",
+                    "source {}: {stuck} oversized message(s) are stuck at the broker (limit its message_size_limit)",
                     def.name
                 ));
             }

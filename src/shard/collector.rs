@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use crate::operator::host::OperatorCounters;
-use crate::record::Row;
 use crate::record::frame::to_row;
+use crate::record::{Row, Value};
 use crate::ring::FrameKind;
 use crate::time::Time;
 
 use super::driver::Driver;
-use super::wire::Frame;
+use super::wire::{Frame, TOO_LARGE};
 use super::{Runtime, RuntimeError};
 use crate::checkpoint::Completed;
 
@@ -29,6 +29,11 @@ pub trait Emit {
     /// `row` reached operator `operator` on input `input` late (`after_barrier` as for
     /// [`result`](Self::result)).
     fn late(&mut self, operator: usize, input: usize, row: &Row, after_barrier: bool);
+    /// A result (or late row) of operator `operator` was too large for the rings: it goes to
+    /// `dead_letter` with `_stream` the operator's name, `raw` its first KiB as JSON and
+    /// `_reason` `too_large`. The runtime counts it ([`Figures::operator_too_large`]) whatever an
+    /// `Emit` does with it.
+    fn too_large(&mut self, _operator: usize, _raw: &str) {}
     /// Every shard has written its part of a checkpoint: the driver commits it (with its own
     /// positions as of now: everything emitted so far is before them).
     fn checkpointed(&mut self, _done: Completed) {}
@@ -44,6 +49,8 @@ pub struct Figures {
     pub operator_watermarks: Vec<Time>,
     /// Per operator over all shards: (rows, bytes).
     pub operator_state: Vec<(usize, usize)>,
+    /// Per operator: results too large for the rings (dead letters `too_large`).
+    pub operator_too_large: Vec<u64>,
     /// Per shard thread: the monoio driver it ran on.
     pub drivers: Vec<&'static str>,
     /// Per shard thread: bytes of frames waiting in its feed ring.
@@ -159,6 +166,7 @@ impl Runtime {
             operator_counters: self.op_inputs.iter().map(|&inputs| OperatorCounters::new(inputs)).collect(),
             operator_watermarks: vec![Time::NEG_INF; ops],
             operator_state: vec![(0, 0); ops],
+            operator_too_large: self.too_large.clone(),
             drivers: reports.iter().map(|r| r.driver.as_str()).collect(),
             shard_ring_used_bytes: self.feeds.iter().map(|f| f.ring.used_bytes()).collect(),
             now: self.planner.now(),
@@ -183,6 +191,15 @@ impl Runtime {
         let mut results = std::mem::take(&mut self.results);
         for (shard, inbox) in results.iter_mut().enumerate() {
             any |= inbox.read_frames(|frame| match frame {
+                Frame::Output { op, input: TOO_LARGE, row } => {
+                    self.too_large[op] += 1;
+                    let stand_in = to_row(row);
+                    let raw = match stand_in.values.first() {
+                        Some(Value::Str(raw)) => raw.as_ref(),
+                        _ => "",
+                    };
+                    emit.too_large(op, raw);
+                }
                 Frame::Output { op, input, row } => self.emit_output(shard, op, input, &to_row(row), emit),
                 Frame::Passed { op, epoch } => self.on_passed(shard, op, epoch, emit),
                 _ => {}

@@ -31,7 +31,9 @@ impl Runtime {
         Ok(())
     }
 
-    /// Ingests one decoded row of stream `stream` that arrived at `arrival`.
+    /// Ingests one decoded row of stream `stream` that arrived at `arrival`. A row larger than
+    /// the rings carry is [`RuntimeError::RowTooLarge`], returned before anything happened (not
+    /// counted, no watermark moved): the caller dead-letters it and goes on.
     pub fn ingest(
         &mut self,
         stream: usize,
@@ -39,11 +41,14 @@ impl Runtime {
         arrival: i128,
         emit: &mut impl Emit,
     ) -> Result<(), RuntimeError> {
+        let seq = self.seq + 1;
+        self.writer.row_event(seq, stream, row).map_err(|e| RuntimeError::Frame(e.to_string()))?;
+        if self.writer.row_len > self.max_row {
+            return Err(RuntimeError::RowTooLarge { bytes: self.writer.row_len, max: self.max_row });
+        }
+        self.seq = seq;
         self.stream_counters[stream].rows += 1;
         self.planner.on_row(stream, row.ts, arrival);
-        self.seq += 1;
-        let seq = self.seq;
-        self.writer.row_event(seq, stream, row).map_err(|e| RuntimeError::Frame(e.to_string()))?;
         let shard = (row.key != Key::Broadcast).then(|| (row.key_hash % self.shards as u64) as usize);
         if let Some(shard) = shard {
             self.hot_keys[shard].count(row);

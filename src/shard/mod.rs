@@ -59,6 +59,17 @@ pub use collector::{Emit, Figures, ShardReport, StreamCounters};
 pub const FEED_RING_BYTES: usize = 4 << 20;
 /// Bytes of frames in a shard → shard exchange ring.
 pub const EXCHANGE_RING_BYTES: usize = 1 << 20;
+/// The largest row archive the rings of a run carry, in every kind of frame (feed, result and
+/// exchange rings; an arena segment holds more). An input row over it is refused by
+/// [`Runtime::ingest`] with [`RuntimeError::RowTooLarge`] before anything is sent, and the caller
+/// dead-letters it (`too_large`); a result over it goes to `dead_letter` from its shard. Neither
+/// stops the run, and a journaled message that made one does the same again at a restart.
+pub const fn max_row_bytes(feed_ring_bytes: usize, exchange_ring_bytes: usize) -> usize {
+    let smallest = if feed_ring_bytes < exchange_ring_bytes { feed_ring_bytes } else { exchange_ring_bytes };
+    crate::ring::max_payload(smallest).saturating_sub(wire::ROW_HEADER_MAX)
+}
+/// [`max_row_bytes`] of the default rings: `validate` refuses a `max_payload` above it.
+pub const MAX_ROW_BYTES: usize = max_row_bytes(FEED_RING_BYTES, EXCHANGE_RING_BYTES);
 /// Events between two publications of the feeder's rings.
 const FEED_BATCH: usize = 64;
 
@@ -76,6 +87,9 @@ pub enum RuntimeError {
     ShardLost(usize),
     #[error("a row of {0} bytes does not fit the shard rings")]
     TooLarge(usize),
+    /// Nothing happened: the row is the caller's to dead-letter as `too_large`.
+    #[error("a row of {bytes} bytes is larger than the shard rings carry ({max} bytes)")]
+    RowTooLarge { bytes: usize, max: usize },
     #[error("encoding a row: {0}")]
     Frame(String),
     #[error("an operator chain longer than {MAX_CHAIN_DEPTH} operators")]
@@ -149,6 +163,10 @@ pub struct Runtime {
     seq: u64,
     unpublished: usize,
     writer: Writer,
+    /// [`max_row_bytes`] of this run's rings.
+    max_row: usize,
+    /// Per operator: results too large for the rings, sent to `dead_letter`.
+    too_large: Vec<u64>,
     /// Barriers may be sent ([`RuntimeOptions::checkpoints`]).
     checkpoints: bool,
     in_flight: Option<checkpoint::InFlight>,

@@ -13,6 +13,7 @@ use crate::time::TickPlanner;
 
 use super::driver::{Driver, MonoioRuntime};
 use super::file_write::FileWrites;
+use super::max_row_bytes;
 use super::wake::{Doorbell, Inbox, Outbox};
 use super::wire::Writer;
 use super::worker::{Checkpoints, Links, Worker};
@@ -126,6 +127,8 @@ impl Runtime {
             seq,
             unpublished: 0,
             writer: Writer::default(),
+            max_row: max_row_bytes(options.feed_ring_bytes, options.exchange_ring_bytes),
+            too_large: vec![0; plan.operators.len()],
             checkpoints: options.checkpoints.is_some(),
             in_flight: None,
         };
@@ -224,6 +227,7 @@ fn wire(options: &RuntimeOptions<'_>, shards: usize) -> Result<Wiring, RuntimeEr
             exchange_in: Vec::new(),
             exchange_out: (0..shards).map(|_| None).collect(),
             output: Outbox::new(output, Arc::clone(&bell)),
+            max_row: max_row_bytes(options.feed_ring_bytes, options.exchange_ring_bytes),
         });
     }
     for i in 0..shards {

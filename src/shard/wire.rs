@@ -35,10 +35,19 @@ pub const SHARD_DONE: u32 = u32::MAX;
 /// `Passed` frames of a shard that could not write its snapshot carry this.
 pub const SHARD_FAILED: u32 = u32::MAX - 1;
 
+/// `Output` frames of a result too large for the rings carry this instead of an input index;
+/// their row is a stand-in holding the result's first KiB as JSON text ([`too_large_stand_in`]).
+pub const TOO_LARGE: u32 = u32::MAX - 1;
+/// The longest header before a row archive in any frame (`Exchange`: 8 bytes and a tag, padded):
+/// an archive of at most a ring's largest payload minus this fits every frame kind.
+pub const ROW_HEADER_MAX: usize = (8 + TAG_BYTES).next_multiple_of(16);
+
 /// Builds payloads in one buffer it keeps.
 #[derive(Default)]
 pub struct Writer {
     pub buf: Vec<u8>,
+    /// Bytes of the last row archived (checked against the rings' limit).
+    pub row_len: usize,
     rows: RowEncoder,
 }
 
@@ -56,6 +65,7 @@ impl Writer {
     fn row(&mut self, row: &Row) -> Result<(), FrameError> {
         self.pad16();
         let archived = self.rows.encode(row)?;
+        self.row_len = archived.len();
         self.buf.extend_from_slice(archived);
         Ok(())
     }

@@ -28,7 +28,7 @@ use crate::time::clock::InputTime;
 
 use super::tag::{Tag, finish_phase, tick_phase};
 use super::wake::{Inbox, Outbox, TooLarge};
-use super::wire::{Frame, RESULT, SHARD_DONE, SHARD_FAILED, TickEvent, Writer};
+use super::wire::{Frame, RESULT, SHARD_DONE, SHARD_FAILED, TOO_LARGE, TickEvent, Writer};
 use super::{ShardError, ShardReport};
 
 /// (tick sequence, output watermark) of one upstream instance, oldest first.
@@ -86,6 +86,8 @@ pub struct Links {
     /// To each shard by index; `None` at this shard's own.
     pub exchange_out: Vec<Option<Outbox>>,
     pub output: Outbox,
+    /// The largest row archive every ring carries ([`max_row_bytes`](super::max_row_bytes)).
+    pub max_row: usize,
 }
 
 /// Everything but the inboxes, so a ring's frames can be handled while the ring is borrowed.
@@ -98,6 +100,8 @@ struct Core {
     pending: Vec<BinaryHeap<Reverse<Pending>>>,
     exchange_out: Vec<Option<Outbox>>,
     output: Outbox,
+    /// The largest row archive every ring carries: a bigger result goes to `dead_letter`.
+    max_row: usize,
     /// Every feeder event before this tag has been read.
     feeder_frontier: Tag,
     /// `[op][shard]`: what each instance of an operator has promised (this shard's: its own).
@@ -188,6 +192,7 @@ impl Worker {
             pending: (0..ops).map(|_| BinaryHeap::new()).collect(),
             exchange_out: links.exchange_out,
             output: links.output,
+            max_row: links.max_row,
             feeder_frontier: Tag::MIN,
             frontiers: vec![vec![Tag::MIN; shards]; ops],
             announced: vec![Tag::MIN; ops],
@@ -662,8 +667,8 @@ impl Core {
         }
         let readers = self.plan.readers(NodeRef::Operator(op)).len();
         for (index, (_, row)) in out.results.drain(..).enumerate() {
-            self.send_output(op, RESULT, &row);
-            if readers == 0 {
+            // A result too large for the rings is a dead letter, and reaches no reader either.
+            if !self.send_output(op, RESULT, &row) || readers == 0 {
                 continue;
             }
             let rank = ranked.then(|| self.hosts[op].rank(&row));
@@ -678,15 +683,24 @@ impl Core {
         }
     }
 
-    /// A result (`input` = [`RESULT`]) or a late row of `op`, for the sinks.
-    fn send_output(&mut self, op: usize, input: u32, row: &Row) {
-        let pushed = match self.writer.output(op, input, row) {
-            Ok(payload) => self.output.push(FrameKind::Output, payload).map_err(ShardError::from),
+    /// A result (`input` = [`RESULT`]) or a late row of `op`, for the sinks; false when it was
+    /// too large for the rings and went to `dead_letter` as its stand-in instead.
+    fn send_output(&mut self, op: usize, input: u32, row: &Row) -> bool {
+        let mut sent = true;
+        let mut pushed = self.writer.output(op, input, row).map(drop);
+        if pushed.is_ok() && self.writer.row_len > self.max_row {
+            sent = false;
+            let stand_in = too_large_stand_in(&self.plan, op, input, row);
+            pushed = self.writer.output(op, TOO_LARGE, &stand_in).map(drop);
+        }
+        let pushed = match pushed {
+            Ok(()) => self.output.push(FrameKind::Output, &self.writer.buf).map_err(ShardError::from),
             Err(e) => Err(ShardError::Frame(e.to_string())),
         };
         if let Err(e) = pushed {
             self.fail(e);
         }
+        sent
     }
 
     /// Hands a result to the instance of `reader` that owns its key (every one for a broadcast).
@@ -714,6 +728,23 @@ impl Core {
             }
         }
     }
+}
+
+/// What goes to the collector instead of a row of `op` too large for the rings: the row with its
+/// values replaced by the first KiB of its JSON (what `dead_letter`'s `raw` shows).
+fn too_large_stand_in(plan: &Plan, op: usize, input: u32, row: &Row) -> Row {
+    const RAW_BYTES: usize = 1024;
+    let mut json = Vec::new();
+    if input == RESULT {
+        crate::record::json::write_result(&mut json, &plan.operators[op].output, row);
+    } else {
+        let node = plan.operators[op].inputs[input as usize];
+        let from_operator = matches!(node, NodeRef::Operator(_));
+        crate::record::json::write_late(&mut json, plan.node_schema(node), from_operator, plan.node_name(node), row);
+    }
+    json.truncate(RAW_BYTES);
+    let raw = String::from_utf8_lossy(&json).trim_end().to_owned();
+    Row { values: vec![crate::record::Value::Str(raw.into())].into(), ..row.clone() }
 }
 
 /// A shard's part in checkpoints: where it writes them, and the file it starts from.

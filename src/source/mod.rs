@@ -9,6 +9,7 @@
 //! connection stays alive) but stops acknowledging, so the broker stops sending.
 
 pub mod mqtt;
+pub mod relay;
 pub mod route;
 
 use std::sync::Arc;

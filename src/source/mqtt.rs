@@ -24,11 +24,12 @@
 //!   [`TOPIC_HEADROOM`], so a payload a little over `max_payload` still arrives and the feeder
 //!   dead-letters it as `oversized`. A bigger one breaks the connection with
 //!   `PayloadSizeLimitExceeded(n)`, and the broker would redeliver it forever, blocking the queue
-//!   behind it. Up to [`HARD_PACKET_CAP`] the limit is raised to `n` for the next connection only
-//!   (the options are restored at its ConnAck; a connection keeps the limit it started with), the
-//!   packet is delivered (and dead-lettered by the feeder) and acked like any other. Above the
-//!   cap it is logged and counted (`oversized_over_cap`): the broker must be fixed
-//!   (`max_packet_size`).
+//!   behind it. So the next connection goes through the trimming relay ([`super::relay`]),
+//!   whatever `n`: it passes the packet on with its first `max_payload + 1` payload bytes, the
+//!   feeder dead-letters it as `oversized` and it is acked in order like any other. The options
+//!   are restored at that connection's ConnAck (a connection keeps the route it started with).
+//!   Memory stays bounded by the incoming limit; only a transport the relay cannot speak leaves
+//!   the packet stuck (logged and counted, `oversized_stuck`).
 //! - **Reconnect backoff** is a timer arm of the `select!`, never a sleep inside an arm, so
 //!   shutdown is seen at once during an outage (research §3).
 
@@ -53,9 +54,6 @@ use crate::ops::throttle::{self, Throttle};
 /// Incoming packet room beyond the payload: a topic of up to 65 535 bytes plus its 2-byte
 /// length, the 2-byte packet id and some slack.
 pub const TOPIC_HEADROOM: u64 = 65_546;
-/// The largest packet the oversize escape hatch admits; above it a packet stays stuck at the
-/// broker (logged and counted).
-pub const HARD_PACKET_CAP: usize = 16 << 20;
 /// How often a full intake channel is retried (besides after every confirmation).
 pub const HANDOFF_RETRY: Duration = Duration::from_millis(2);
 /// Waiting deliveries above which polling pauses (only QoS 0 floods get there).
@@ -89,10 +87,14 @@ pub struct SourceStatus {
     pub reconnects: AtomicU64,
     /// Deliveries waiting for room in the intake channel (backpressure).
     pub waiting: AtomicU64,
-    /// Packets over the normal limit admitted through the oversize escape hatch.
-    pub oversized_admitted: AtomicU64,
-    /// Packets over [`HARD_PACKET_CAP`]: stuck at the broker, blocking this session.
-    pub oversized_over_cap: AtomicU64,
+    /// Connections that broke on a packet over the incoming limit and were routed through the
+    /// trimming relay.
+    pub oversized_relayed: AtomicU64,
+    /// Packets the relay trimmed (each then dead-lettered as `oversized`).
+    pub oversized_trimmed: Arc<AtomicU64>,
+    /// Packets over the limit the relay could not take (no relay for this transport): stuck at
+    /// the broker, blocking this session.
+    pub oversized_stuck: AtomicU64,
     /// Filters the broker refused (SubAck failure).
     pub subscriptions_refused: AtomicU64,
     /// An embedded source: what its broker's gate refused to devices (kept across reloads, like
@@ -211,8 +213,18 @@ pub async fn run(
 }
 
 fn source_options(settings: &SourceSettings) -> Result<MqttOptions, SourceError> {
+    options_for(settings, &settings.url)
+}
+
+/// The source's options with the connection going to the trimming relay on `port` (plain TCP
+/// on loopback; the relay speaks TLS to the broker when the source does).
+fn source_options_via(settings: &SourceSettings, port: u16) -> Result<MqttOptions, SourceError> {
+    options_for(settings, &format!("mqtt://127.0.0.1:{port}"))
+}
+
+fn options_for(settings: &SourceSettings, url: &str) -> Result<MqttOptions, SourceError> {
     let source_name = settings.name.clone();
-    let mut options = crate::mqtt::options(&settings.url, &settings.conn, &settings.client_id)
+    let mut options = crate::mqtt::options(url, &settings.conn, &settings.client_id)
         .map_err(|error| SourceError::Conn { source_name: source_name.clone(), error })?;
     if let Some((user, password)) = &settings.own_login {
         options.set_credentials(user.clone(), password.clone());
@@ -259,8 +271,13 @@ struct Source {
     subscribe_due: bool,
     /// The broker confirmed all filters in the current session at least once.
     session_subscribed: bool,
-    /// The incoming limit was raised for an oversized packet; restore it at the next ConnAck.
-    limit_raised: bool,
+    /// The next (or current) connection goes through the relay; restore the direct route at the
+    /// next ConnAck.
+    relayed: bool,
+    /// The trimming relay, started at the first oversized packet.
+    relay: Option<super::relay::Relay>,
+    /// A reconnect through the relay went without backoff and no message arrived since.
+    relay_retried: bool,
     error_log: Throttle,
 }
 
@@ -284,7 +301,9 @@ impl Source {
             connected: false,
             subscribe_due: false,
             session_subscribed: false,
-            limit_raised: false,
+            relayed: false,
+            relay: None,
+            relay_retried: false,
             error_log: Throttle::new(ERROR_LOG_INTERVAL),
         }
     }
@@ -313,6 +332,7 @@ impl Source {
 
     fn on_publish(&mut self, publish: Publish) {
         SourceStatus::add(&self.status.received, 1);
+        self.relay_retried = false;
         let pkid = (publish.qos != QoS::AtMostOnce).then_some(publish.pkid);
         let delivery = Delivery {
             source: self.settings.index,
@@ -330,10 +350,12 @@ impl Source {
         self.connected = true;
         SourceStatus::set(&self.status.connected, true);
         backoff.reset();
-        if self.limit_raised {
-            // This connection keeps the raised limit it was opened with; the next one is normal.
-            options.set_max_packet_size(incoming_limit(&self.settings), OUTGOING_LIMIT);
-            self.limit_raised = false;
+        if self.relayed {
+            // This connection keeps the relay it was opened through; the next one is direct.
+            if let Ok(direct) = source_options(&self.settings) {
+                *options = direct;
+            }
+            self.relayed = false;
         }
         if !connack.session_present {
             self.session_subscribed = false;
@@ -376,27 +398,53 @@ impl Source {
         // Un-acked QoS 1 messages come back from the broker; QoS 0 ones would not, so keep them.
         self.waiting.retain(|w| w.pkid.is_none());
         SourceStatus::set_count(&self.status.waiting, self.waiting.len());
-        if let Some(size) = oversized_packet(error) {
-            self.admit_oversized(size, options);
+        if let Some(size) = oversized_packet(error)
+            && self.route_through_relay(size, options)
+            && !std::mem::replace(&mut self.relay_retried, true)
+        {
+            // The packet is waiting first in line: fetch it now, not after a backoff (once: a
+            // relayed connection that fails the same way before any message backs off).
+            return Duration::ZERO;
         }
         backoff.next()
     }
 
-    /// Research §1.5: raise the limit for one connection so the packet can be received and
-    /// dead-lettered instead of blocking the session forever.
-    fn admit_oversized(&mut self, size: usize, options: &mut MqttOptions) {
-        if size > HARD_PACKET_CAP {
-            SourceStatus::add(&self.status.oversized_over_cap, 1);
-            tracing::error!(
-                source = %self.settings.name, size, cap = HARD_PACKET_CAP,
-                "A packet above the hard cap is stuck at the broker and blocks this source; limit packet sizes at the broker"
-            );
-            return;
+    /// The next connection goes through the trimming relay (module doc); false when it cannot.
+    fn route_through_relay(&mut self, size: usize, options: &mut MqttOptions) -> bool {
+        let name = &self.settings.name;
+        let keep = usize::try_from(self.settings.max_payload.saturating_add(1)).unwrap_or(usize::MAX);
+        if self.relay.is_none() {
+            let direct = source_options(&self.settings).ok();
+            let started = direct.as_ref().and_then(super::relay::Upstream::of).map(|upstream| {
+                super::relay::start(
+                    upstream,
+                    incoming_limit(&self.settings),
+                    keep,
+                    Arc::clone(&self.status.oversized_trimmed),
+                )
+            });
+            match started {
+                Some(Ok(relay)) => self.relay = Some(relay),
+                Some(Err(error)) => {
+                    tracing::error!(source = %name, %error, "Cannot start the relay for an oversized packet")
+                }
+                None => tracing::error!(source = %name, "No relay for this transport"),
+            }
         }
-        SourceStatus::add(&self.status.oversized_admitted, 1);
-        tracing::warn!(source = %self.settings.name, size, "Oversized packet: admitting it for one connection");
-        options.set_max_packet_size(size, OUTGOING_LIMIT);
-        self.limit_raised = true;
+        let relayed = self.relay.as_ref().and_then(|relay| source_options_via(&self.settings, relay.port).ok());
+        let Some(relayed) = relayed else {
+            SourceStatus::add(&self.status.oversized_stuck, 1);
+            tracing::error!(
+                source = %name, size,
+                "An oversized packet is stuck at the broker and blocks this source; limit packet sizes at the broker (mosquitto: message_size_limit)"
+            );
+            return false;
+        };
+        SourceStatus::add(&self.status.oversized_relayed, 1);
+        tracing::warn!(source = %name, size, limit = incoming_limit(&self.settings), "Oversized packet: reading it through the trimming relay; it becomes a dead letter");
+        *options = relayed;
+        self.relayed = true;
+        true
     }
 
     /// Moves waiting deliveries into the intake channel, in order, numbering them.

@@ -16,10 +16,14 @@
 //!   leading zero, within i64. `+7`, `007`, `-0`, `7 ` or `1e3` are not ints. One device has one
 //!   topic: `dev/007` and `dev/7` never merge into the key 7, and an int key written back into a
 //!   sink topic (`{device}`) gives the level it came from.
-//! - **A level that is not an int, in a topic the filter otherwise matches, is a dead letter**
-//!   `bad_topic_capture:FIELD`, not a non-match: the device published where the stream listens,
-//!   so dropping the row silently would hide it (DESIGN.md "Delivery": never a silent drop). A
-//!   topic that differs in a literal level is a non-match and is never reported.
+//! - **A level that is not an int, or an empty level captured into any field, in a topic the
+//!   filter otherwise matches, is a dead letter** `bad_topic_capture:FIELD`, not a non-match:
+//!   the device published where the stream listens, so dropping the row silently would hide it
+//!   (DESIGN.md "Delivery": never a silent drop). An empty capture (`devices//command` under
+//!   `devices/+device/command`) would make `""` a key that every such publisher shares, and a
+//!   sink topic `{device}` built from it would lose a level. A plain `+` still matches an empty
+//!   level (MQTT does). A topic that differs in a literal level is a non-match and is never
+//!   reported.
 //! - **A topic may match several streams**: each of them gets the row (as MQTT subscriptions
 //!   overlap), with its own captures or its own dead letter.
 //! - **Captures and the payload**: a captured field is filled from the topic and may be left out
@@ -61,9 +65,10 @@ impl Captured<'_> {
     }
 }
 
-/// The topic matches, but the level for the int field at `pos` is not a canonical int.
+/// The topic matches, but the level captured into the field at `pos` is empty, or not a
+/// canonical int for an int field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("the topic level captured into int field #{pos} is not a canonical int")]
+#[error("the topic level captured into field #{pos} is empty or not a canonical int")]
 pub struct BadCapture {
     pub pos: usize,
 }
@@ -121,8 +126,8 @@ impl TopicFilter {
             let text = rest.next()?;
             let value = match level {
                 Level::Literal(literal) if **literal != *text => return None,
-                Level::Capture { pos, int: false } => (*pos, Captured::Str(text)),
-                Level::Capture { pos, int: true } => match parse_int(text) {
+                Level::Capture { pos, int: false } if !text.is_empty() => (*pos, Captured::Str(text)),
+                Level::Capture { pos, int } => match parse_int(text).filter(|_| *int) {
                     Some(i) => (*pos, Captured::Int(i)),
                     None => {
                         // Reported only if the rest of the topic matches too.
@@ -256,7 +261,6 @@ mod tests {
 
     #[test]
     fn plus_matches_an_empty_level() {
-        assert_eq!(caps("devices/+device/status", "devices//status"), Some(vec![(0, Captured::Str(""))]));
         assert_eq!(caps("a/+", "a/"), Some(vec![]));
         assert_eq!(caps("+/a", "/a"), Some(vec![]));
         assert_eq!(caps("a/+", "a"), None);
@@ -295,6 +299,15 @@ mod tests {
             let f = filter("d/+n");
             assert_eq!(f.matches(&format!("d/{level}")), Some(Err(BadCapture { pos: 1 })), "{level:?}");
         }
+    }
+
+    #[test]
+    fn an_empty_capture_is_a_bad_capture() {
+        let f = filter("devices/+device/status");
+        let err = f.matches("devices//status").expect("matches").expect_err("empty capture");
+        assert_eq!(err.label(&status()), "bad_topic_capture:device");
+        assert_eq!(f.matches("devices//command"), None, "a literal level differs: no match, no report");
+        assert_eq!(filter("+device/#").matches("/x"), Some(Err(BadCapture { pos: 0 })));
     }
 
     #[test]
@@ -366,13 +379,15 @@ mod tests {
     }
 
     const LEVEL: &str = "[a-z0-9$ ._-]{0,5}";
+    /// A level a capture takes (an empty one is a bad capture).
+    const FILLED_LEVEL: &str = "[a-z0-9$ ._-]{1,5}";
 
     proptest! {
         #[test]
         fn filled_filters_match_and_give_back_their_levels(
             shape in prop::collection::vec(
                 prop_oneof![LEVEL.prop_map(Gen::Literal), Just(Gen::Any), Just(Gen::Capture)], 1..7),
-            fills in prop::collection::vec(LEVEL, 7),
+            fills in prop::collection::vec(FILLED_LEVEL, 7),
             hash in any::<bool>(),
             tail in prop::collection::vec(LEVEL, 0..3),
         ) {

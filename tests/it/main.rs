@@ -56,6 +56,7 @@ mod mqtt_harness;
 mod mqtt_sink;
 mod mqtt_source;
 mod mqtt_tls;
+mod poison;
 mod scratch_dir;
 mod security;
 mod service_lifecycle;

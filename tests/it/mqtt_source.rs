@@ -204,7 +204,8 @@ impl Running {
 /// acked every QoS 1 one and every QoS 0 one was written.
 async fn publish(port: u16, messages: Vec<(String, Vec<u8>, QoS)>) {
     let mut options = MqttOptions::new(format!("publisher-{port}"), "127.0.0.1", port);
-    options.set_max_packet_size(1 << 20, 1 << 20);
+    // Room for the 20 MiB publish of the oversized test.
+    options.set_max_packet_size(32 << 20, 32 << 20);
     let (client, mut eventloop) = AsyncClient::new(options, 16);
     let total = messages.len();
     let qos1 = messages.iter().filter(|(_, _, qos)| *qos == QoS::AtLeastOnce).count();
@@ -291,14 +292,15 @@ async fn a_broker_restart_loses_nothing() {
     source.stop().await;
 }
 
-/// (d) A packet beyond `max_payload` + topic headroom is delivered (the feeder dead-letters it)
-/// and does not block the messages behind it.
+/// (d) A packet beyond `max_payload` + topic headroom (20 MiB) comes through the trimming relay
+/// with its first `max_payload + 1` bytes (the feeder dead-letters it) and does not block the
+/// messages behind it.
 #[tokio::test]
 async fn an_oversized_payload_does_not_block_the_queue() {
     let broker = Mosquitto::start();
     let max_payload = 1000;
     let source = Running::start(settings(&broker, "braid-test-oversized", max_payload), 1024).await;
-    let big = vec![b'x'; 200_000];
+    let big = vec![b'x'; 20 << 20];
     let topic = "devices/d1/status".to_owned();
     let messages = vec![
         (topic.clone(), b"before".to_vec(), QoS::AtLeastOnce),
@@ -309,11 +311,16 @@ async fn an_oversized_payload_does_not_block_the_queue() {
     publish(broker.port, messages).await;
 
     let seen = source.take_all_of(&["before", "after-1", "after-2"].map(String::from).into()).await;
-    let big_text = String::from_utf8(big).unwrap();
-    assert!(seen.contains(&big_text), "the oversized payload reached the feeder");
+    let trimmed = String::from_utf8(big[..max_payload as usize + 1].to_vec()).unwrap();
+    assert!(
+        seen.contains(&trimmed),
+        "the oversized payload reached the feeder, trimmed: {:?}",
+        seen.iter().map(String::len).collect::<Vec<_>>()
+    );
     let after = seen.iter().position(|p| p == "after-1").unwrap();
-    assert!(seen.iter().position(|p| *p == big_text).unwrap() < after, "order kept");
-    assert_eq!(source.status.oversized_admitted.load(Ordering::Relaxed), 1);
+    assert!(seen.iter().position(|p| *p == trimmed).unwrap() < after, "order kept");
+    assert_eq!(source.status.oversized_relayed.load(Ordering::Relaxed), 1);
+    assert_eq!(source.status.oversized_trimmed.load(Ordering::Relaxed), 1);
     source.stop().await;
 }
 

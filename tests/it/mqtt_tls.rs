@@ -286,6 +286,45 @@ fn source_over_tls_receives_plain_and_tls_publishes() {
     source.stop();
 }
 
+/// 1''. Over TLS too, a publish over every limit (3 MiB for a `max_payload` of 4 KiB) comes
+///    through the trimming relay (which then speaks TLS to the broker) cut to `max_payload + 1`
+///    bytes, and the messages behind it follow in order.
+#[test]
+fn an_oversized_publish_reaches_a_tls_source_trimmed_and_does_not_block_it() {
+    let pki = Pki::make();
+    let broker = SecureBroker::start(&pki, &Security::default());
+    let tls = MqttConn { ca_file: Some(pki.file("ca.pem")), ..conn("braid-tls-oversized") };
+    let source = Source::start(broker.tls_url(), tls);
+    source.wait_subscribed();
+
+    let mut messages = vec![("devices/big/status".to_owned(), vec![b'x'; 3 << 20])];
+    messages.extend(numbered(0..5));
+    rt().block_on(async {
+        let mut options = MqttOptions::new("big-publisher", "127.0.0.1", broker.broker.port());
+        options.set_max_packet_size(4 << 20, 4 << 20);
+        let (client, mut events) = AsyncClient::new(options, messages.len() + 1);
+        for (topic, payload) in &messages {
+            client.try_publish(topic.as_str(), QoS::AtLeastOnce, false, payload.clone()).unwrap();
+        }
+        let mut acked = 0;
+        let all = async {
+            while acked < messages.len() {
+                if let Event::Incoming(Packet::PubAck(_)) = events.poll().await.unwrap() {
+                    acked += 1;
+                }
+            }
+        };
+        tokio::time::timeout(WAIT, all).await.expect("every PUBACK within the wait");
+    });
+
+    let mut want = vec!["x".repeat(4097)];
+    want.extend(strings(0..5));
+    assert_eq!(source.take(6), want, "log:\n{}", source.log.text());
+    assert_eq!(source.status.oversized_trimmed.load(Ordering::Relaxed), 1);
+    assert_eq!(source.status.oversized_relayed.load(Ordering::Relaxed), 1);
+    source.stop();
+}
+
 /// 1'. A source trusting another CA never connects: no panic, it keeps trying, logs why, and
 ///    stops cleanly when asked.
 #[test]

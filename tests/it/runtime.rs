@@ -573,6 +573,10 @@ impl Emit for Collected {
     fn late(&mut self, operator: usize, input: usize, row: &Row, _after_barrier: bool) {
         self.0.push(format!("{operator} late {input} {row:?}"));
     }
+
+    fn too_large(&mut self, operator: usize, raw: &str) {
+        self.0.push(format!("{operator} too_large {raw}"));
+    }
 }
 
 /// The rows of `inputs` in processing order, decoded as replay decodes them: (stream, row,
@@ -616,14 +620,25 @@ fn runtime_outputs(
     options: &RuntimeOptions<'_>,
 ) -> Result<(Vec<String>, Vec<&'static str>), RuntimeError> {
     let mut out = Collected::default();
-    let mut runtime = Runtime::start(plan, options, start)?;
-    for (stream, row, arrival) in rows {
-        runtime.advance_to(*arrival, &mut out)?;
-        runtime.ingest(*stream, row, *arrival, &mut out)?;
-    }
-    let figures = runtime.finish(&mut out)?;
+    let figures = runtime_run(plan, rows, start, options, &mut out)?;
     out.0.sort();
     Ok((out.0, figures.drivers))
+}
+
+/// Runs `rows` through a runtime into `out`; its figures.
+fn runtime_run(
+    plan: &Plan,
+    rows: &[(usize, Row, i128)],
+    start: i128,
+    options: &RuntimeOptions<'_>,
+    out: &mut Collected,
+) -> Result<braid::shard::Figures, RuntimeError> {
+    let mut runtime = Runtime::start(plan, options, start)?;
+    for (stream, row, arrival) in rows {
+        runtime.advance_to(*arrival, out)?;
+        runtime.ingest(*stream, row, *arrival, out)?;
+    }
+    runtime.finish(out)
 }
 
 /// Which driver monoio picks in this process: io_uring when its probe passes (it honours
@@ -856,90 +871,85 @@ fn too_many_shards_is_a_clear_error() {
     assert!(stderr.contains("runtime.shards") && stderr.contains("from 1 to 256"), "{stderr}");
 }
 
-/// A row larger than half a feeder ring cannot be sent: `ingest` says so (no hang, no panic).
+/// A row larger than the rings carry is refused by `ingest` before anything is sent (no hang, no
+/// panic, not counted, no watermark moved): the caller dead-letters it and the run goes on.
 #[test]
-fn a_row_too_large_for_the_feeder_ring_is_a_clear_error() {
+fn a_row_too_large_for_the_rings_is_refused_and_the_run_goes_on() {
     let plan = braid::config::parse("backpressure.toml", BACKPRESSURE_CONFIG).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let big =
-        format!("{{\"k\":\"k1\",\"g\":\"g1\",\"ts\":{BASE_TS},\"v\":1,\"seq\":1,\"pad\":\"{}\"}}\n", "x".repeat(3000));
-    let inputs = write_inputs(dir.path(), [("a", big)]);
+    let row = |seq: usize, pad: usize| {
+        format!(
+            "{{\"k\":\"k1\",\"g\":\"g1\",\"ts\":{BASE_TS},\"v\":1,\"seq\":{seq},\"pad\":\"{}\"}}\n",
+            "x".repeat(pad)
+        )
+    };
+    let inputs = write_inputs(dir.path(), [("a", row(1, 3000) + &row(2, 0))]);
     let (rows, start) = decoded_rows(&plan, &inputs);
     let outcome = within(Duration::from_secs(20), move || {
         let rings = ring_dir();
         let options = RuntimeOptions { feed_ring_bytes: 4096, ..RuntimeOptions::new(2, rings.path()) };
-        runtime_outputs(&plan, &rows, start, &options).map(|_| ()).map_err(|e| e.to_string())
+        let mut out = Collected::default();
+        let mut runtime = Runtime::start(&plan, &options, start).unwrap();
+        let mut refused = Vec::new();
+        for (stream, row, arrival) in &rows {
+            runtime.advance_to(*arrival, &mut out).unwrap();
+            if let Err(e) = runtime.ingest(*stream, row, *arrival, &mut out) {
+                refused.push(e.to_string());
+            }
+        }
+        let figures = runtime.finish(&mut out).unwrap();
+        (refused, figures.streams[rows[0].0].rows)
     })
     .unwrap();
-    let error = outcome.unwrap_err();
-    assert!(error.starts_with("a row of ") && error.ends_with(" bytes does not fit the shard rings"), "{error}");
+    let (refused, rows_counted) = outcome;
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].starts_with("a row of ") && refused[0].contains("larger than the shard rings carry"),
+        "{refused:?}"
+    );
+    assert_eq!(rows_counted, 1, "only the row that went in is counted (the caller counts the dead letter)");
 }
 
-/// Streams `a` (key `k`, a big `pad`) and a union re-keyed by `g` read by an absence operator:
-/// a row whose union result goes to another shard needs an exchange frame larger than the
-/// exchange ring can hold (half of 1 MiB).
+/// Streams `a` and `b` (key `k`, a big `pad`) joined into results re-keyed by `g` and read by an
+/// absence operator: a pair of 300 KiB rows makes a result larger than the rings carry.
 const OVERSIZED_CONFIG: &str = "\
-[streams.a]\nkey = \"k\"\ntime = { field = \"ts\", unit = \"ms\" }\nmax_payload = \"2MiB\"\n\
+[streams.a]\nkey = \"k\"\ntime = { field = \"ts\", unit = \"ms\" }\nmax_payload = \"400KiB\"\n\
 fields = { k = \"string\", g = \"string\", ts = \"int\", pad = \"string\" }\n\
-[operators.un]\nkind = \"union\"\ninputs = [\"a\"]\nkey = \"g\"\n\
-[operators.gone]\nkind = \"absence\"\ninput = \"un\"\ntimeout = \"1s\"\n";
+[streams.b]\nkey = \"k\"\ntime = { field = \"ts\", unit = \"ms\" }\nmax_payload = \"400KiB\"\n\
+fields = { k = \"string\", g = \"string\", ts = \"int\", pad = \"string\" }\n\
+[operators.pair]\nkind = \"interval_join\"\nleft = \"a\"\nright = \"b\"\nlower = \"-1s\"\nupper = \"1s\"\n\
+select = [\"left.g\", \"left.pad\", \"right.pad AS pad_b\"]\nkey = \"g\"\n\
+[operators.gone]\nkind = \"absence\"\ninput = \"pair\"\ntimeout = \"1s\"\n";
 
-/// A result too large for the exchange ring fails its shard; the runtime must end with an error
-/// naming it, whichever shard fails — also when another shard is left waiting for the failed
-/// one's frontier (`finish` joins whichever shard ends first). Here the feeder lets the shards
-/// take the big row (a tick, then a pause) before it goes on, so the failure comes before the end
-/// of input, as it does in a replay whenever the shard runs promptly.
+/// A result too large for the rings goes to `dead_letter` from its shard (counted per operator,
+/// handed to `Emit::too_large`), reaches neither the sinks nor the operator reading it, and the
+/// run goes on: the next pair of the same keys joins and reaches `gone`.
 #[test]
-fn a_result_too_large_for_the_exchange_ring_is_a_clear_error() {
+fn a_result_too_large_for_the_rings_is_a_dead_letter_and_the_run_goes_on() {
     let plan = braid::config::parse("oversized.toml", OVERSIZED_CONFIG).unwrap();
-    let mut failures = Vec::new();
-    for failing in [0u64, 1] {
-        // A key on shard `failing` re-keyed to the other shard (of 2).
-        let name = |shard: u64| {
-            (0..).map(|i| format!("k{i}")).find(|k| shard_of(&Key::Str(k.as_str().into()), 2) == shard).unwrap()
-        };
-        let (k, g) = (name(failing), name(1 - failing));
-        let row = |k: &str, g: &str, ts: i64, pad: usize| {
-            format!("{{\"k\":\"{k}\",\"g\":\"{g}\",\"ts\":{ts},\"pad\":\"{}\"}}\n", "x".repeat(pad))
-        };
-        let mut lines = row(&g, &k, BASE_TS, 0) + &row(&k, &g, BASE_TS + 1000, 600 << 10);
-        for i in 0..20 {
-            lines += &row(&k, &k, BASE_TS + 2000 + 100 * i, 0);
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let inputs = write_inputs(dir.path(), [("a", lines)]);
-        let (rows, start) = decoded_rows(&plan, &inputs);
-        let plan = plan.clone();
-        // Made here, so that it is removed even when the runtime hangs.
+    let row = |k: &str, ts: i64, pad: usize| {
+        format!("{{\"k\":\"{k}\",\"g\":\"g1\",\"ts\":{ts},\"pad\":\"{}\"}}\n", "x".repeat(pad))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let a = row("k1", BASE_TS, 300 << 10) + &row("k1", BASE_TS + 5000, 10);
+    let b = row("k1", BASE_TS + 1, 300 << 10) + &row("k1", BASE_TS + 5001, 10);
+    let inputs = write_inputs(dir.path(), [("a", a), ("b", b)]);
+    let (rows, start) = decoded_rows(&plan, &inputs);
+    let outcome = within(Duration::from_secs(20), move || {
         let rings = ring_dir();
-        let rings_path = rings.path().to_owned();
-        let outcome = within(Duration::from_secs(10), move || {
-            let mut out = Collected::default();
-            let mut run = || -> Result<(), RuntimeError> {
-                let mut runtime = Runtime::start(&plan, &RuntimeOptions::new(2, &rings_path), start)?;
-                for (i, (stream, row, arrival)) in rows.iter().enumerate() {
-                    runtime.advance_to(*arrival, &mut out)?;
-                    runtime.ingest(*stream, row, *arrival, &mut out)?;
-                    if i == 1 {
-                        // The big row: a tick publishes it; the shards take it before more comes.
-                        runtime.advance_to(*arrival + 400, &mut out)?;
-                        std::thread::sleep(Duration::from_millis(300));
-                    }
-                }
-                runtime.finish(&mut out).map(|_| ())
-            };
-            run().map_err(|e| e.to_string())
-        });
-        match outcome {
-            Ok(Err(error)) if error.contains(&format!("shard {failing}")) && error.contains("does not fit") => {
-                eprintln!("failing shard {failing}: {error}");
-            }
-            Ok(Err(error)) => failures.push(format!("shard {failing} fails: another error: {error}")),
-            Ok(Ok(())) => failures.push(format!("shard {failing} fails: the runtime reports no error")),
-            Err(hang) => failures.push(format!("shard {failing} fails ({k} re-keyed to {g}): {hang}")),
-        }
-    }
-    assert!(failures.is_empty(), "a failed shard must end the run with its error:\n{}", failures.join("\n"));
+        let mut out = Collected::default();
+        let figures = runtime_run(&plan, &rows, start, &RuntimeOptions::new(2, rings.path()), &mut out);
+        (figures.map(|f| f.operator_too_large).map_err(|e| e.to_string()), out.0)
+    })
+    .unwrap();
+    let (too_large, emitted) = outcome;
+    assert_eq!(too_large, Ok(vec![1, 0]), "{emitted:?}");
+    let dead: Vec<&String> = emitted.iter().filter(|e| e.starts_with("0 too_large")).collect();
+    assert_eq!(dead.len(), 1, "{emitted:?}");
+    assert!(dead[0].contains("\"pad\":\"xxxx"), "the stand-in carries the result's first KiB: {}", dead[0]);
+    let results = |op: &str| emitted.iter().filter(|e| e.starts_with(&format!("{op} result"))).count();
+    // Had the big result reached `gone` (same key, 5 s earlier), it would add an absent and a present.
+    assert_eq!((results("0"), results("1")), (1, 1), "the small pair, and `gone`s absent at the end: {emitted:?}");
 }
 
 /// A runtime dropped before `finish` (its caller hit an error) stops, wakes and joins its shards:

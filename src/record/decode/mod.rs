@@ -29,6 +29,9 @@ pub enum Reason {
     BadTime(usize),
     TimeOutOfRange,
     Oversized,
+    /// Decoded, but its row is larger than the shard rings carry
+    /// ([`MAX_ROW_BYTES`](crate::shard::MAX_ROW_BYTES) with the default rings).
+    TooLarge,
     /// The payload's value of a field captured from the MQTT topic differs from the topic's.
     TopicPayloadMismatch(usize),
 }
@@ -47,16 +50,21 @@ impl Reason {
             Reason::BadTime(p) => format!("bad_time:{}", field(p)),
             Reason::TimeOutOfRange => "time_out_of_range".into(),
             Reason::Oversized => "oversized".into(),
+            Reason::TooLarge => TOO_LARGE.into(),
             Reason::TopicPayloadMismatch(p) => format!("topic_payload_mismatch:{}", field(p)),
         }
     }
 }
 
+/// The `_reason` of a row or result larger than the shard rings carry.
+pub const TOO_LARGE: &str = "too_large";
+
 /// `dead_letter`'s `raw` for an unusable line or payload: its text, invalid UTF-8 replaced; of an
-/// oversized one only the first KiB (CONTRACT.md "Replay").
+/// oversized or too large one only the first KiB (CONTRACT.md "Replay").
 pub fn dead_letter_raw(bytes: &[u8], reason: Reason) -> std::borrow::Cow<'_, str> {
     const OVERSIZED_RAW_BYTES: usize = 1024;
-    let bytes = if reason == Reason::Oversized { &bytes[..bytes.len().min(OVERSIZED_RAW_BYTES)] } else { bytes };
+    let cut = matches!(reason, Reason::Oversized | Reason::TooLarge);
+    let bytes = if cut { &bytes[..bytes.len().min(OVERSIZED_RAW_BYTES)] } else { bytes };
     String::from_utf8_lossy(bytes)
 }
 

@@ -329,6 +329,9 @@ impl Workload {
             let fields = st.fields(self.int_keys);
             let fields: Vec<(&str, &str)> = fields.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
             s += &stream_section(&st.name, "device", st.ooo_text.as_deref(), st.idle_text.as_deref(), &fields);
+            // The rows "from the future" jump up to 5 min ahead; the default (30 s) would make
+            // them dead letters instead of the watermark jumps they are meant to be.
+            s += "max_skew = \"10m\"\n";
         }
         for op in &self.ops {
             writeln!(s, "\n[operators.{}]", op.name).unwrap();
