@@ -3,22 +3,24 @@
 //! disk").
 //!
 //! Under monoio's io_uring driver the shard keeps a small io_uring of its own for its checkpoint
-//! files: the file is opened (a metadata operation), then one linked chain is submitted — the
-//! write, forced to the kernel's workers (`IOSQE_ASYNC`) so that not even the copy into the page
-//! cache runs on the shard thread; `fsync` with `durability = "power"`; and last one byte sent
-//! to the shard's own doorbell, so that a shard asleep for lack of input wakes when the file is
-//! on its way. The shard reads the completions at its next round (no system call: the
-//! completion queue is shared memory). Not monoio's file API: monoio submits a spawned task's
-//! operations only when the shard's loop yields to it, which a busy shard does not do, and a loop
-//! that yields parks in the driver until the disk answers.
+//! files and submits one linked chain per file: open (into the ring's one direct-descriptor
+//! slot, forced to the kernel's workers with `IOSQE_ASYNC`, so that neither the open — which can
+//! wait behind the file system's journal — nor the copy into the page cache runs on the shard
+//! thread), write, `fsync` with `durability = "power"`, close, and last one byte sent to the
+//! shard's own doorbell, so that a shard asleep for lack of input wakes when the file is done.
+//! The shard reads the completions at its next round (no system call: the completion queue is
+//! shared memory). Not monoio's file API: monoio submits a spawned task's operations only when
+//! the shard's loop yields to it, which a busy shard does not do, and a loop that yields parks
+//! in the driver until the disk answers.
 //!
 //! Under the legacy (epoll) driver — no io_uring — the shard writes the file itself, blocking
 //! for as long as the disk takes. [`FileWrites::stalled`] adds up the time the shard thread spent
 //! handing files to the disk on either path, so the difference can be measured (`braid bench
 //! --checkpoint-interval-ms`, `MONOIO_FORCE_LEGACY_DRIVER=1`).
 
-use std::fs::File;
-use std::os::fd::{AsRawFd, RawFd};
+use std::ffi::CString;
+use std::os::fd::RawFd;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -27,10 +29,15 @@ use io_uring::{IoUring, opcode, squeue, types};
 use super::worker::{NOT_WRITTEN, SnapshotWrite, WRITTEN};
 
 /// Completion tags of a chain's operations.
-const WRITE: u64 = 1;
-const SYNC: u64 = 2;
-const BELL: u64 = 3;
-/// The most one write operation asks for (the kernel caps a read or write near 2 GiB).
+const OPEN: u64 = 1;
+const WRITE: u64 = 2;
+const SYNC: u64 = 3;
+const CLOSE: u64 = 4;
+const BELL: u64 = 5;
+/// The direct-descriptor slot the chain opens the file into.
+const SLOT: u32 = 0;
+/// The most one chain writes (the kernel caps a read or write near 2 GiB); a larger file takes
+/// several chains.
 const MAX_WRITE: usize = 1 << 30;
 /// What the chain sends to the doorbell.
 static BELL_BYTE: [u8; 1] = [1];
@@ -49,21 +56,27 @@ pub struct FileWrites {
 /// one of them has completed.
 struct InFlight {
     write: SnapshotWrite,
-    file: File,
+    path: CString,
     /// Bytes of `write.bytes` written so far.
     written: usize,
     /// Completions still to come for the submitted chain.
     outstanding: u32,
-    /// The chain's write result (bytes, or a negative errno) and the sync's.
-    wrote: i32,
-    synced: i32,
+    /// The first failure of the chain: which step, and the errno.
+    failed: Option<(&'static str, i32)>,
+    /// What the chain's write wrote.
+    wrote: usize,
 }
 
 impl FileWrites {
     /// With io_uring when `uring` (the shard's runtime has it) and the kernel gives a ring;
     /// `bell` is the waker socket of the shard's doorbell.
     pub fn new(uring: bool, bell: RawFd) -> FileWrites {
-        let ring = uring.then(|| IoUring::new(4)).and_then(|made| {
+        let ring = uring.then(|| {
+            let ring = IoUring::new(8)?;
+            ring.submitter().register_files_sparse(1)?;
+            Ok::<_, std::io::Error>(ring)
+        });
+        let ring = ring.and_then(|made| {
             made.map_err(|error| tracing::warn!(%error, "No io_uring for checkpoint files; the shard writes them itself"))
                 .ok()
         });
@@ -84,13 +97,13 @@ impl FileWrites {
             }
             write.outcome.store(if written.is_ok() { WRITTEN } else { NOT_WRITTEN }, Ordering::SeqCst);
         } else {
-            match File::create(&write.path) {
-                Ok(file) => {
-                    let flight = InFlight { write, file, written: 0, outstanding: 0, wrote: 0, synced: 0 };
+            match CString::new(write.path.as_os_str().as_bytes()) {
+                Ok(path) => {
+                    let flight = InFlight { write, path, written: 0, outstanding: 0, failed: None, wrote: 0 };
                     self.submit(flight);
                 }
-                Err(error) => {
-                    tracing::warn!(path = %write.path.display(), %error, "Cannot create a checkpoint file");
+                Err(_) => {
+                    tracing::warn!(path = %write.path.display(), "A checkpoint path with a NUL byte");
                     write.outcome.store(NOT_WRITTEN, Ordering::SeqCst);
                 }
             }
@@ -108,10 +121,18 @@ impl FileWrites {
         #[allow(clippy::disallowed_methods)] // a figure of the checkpoint's cost, not a decision
         let began = Instant::now();
         for cqe in ring.completion() {
-            match cqe.user_data() {
-                WRITE => flight.wrote = cqe.result(),
-                SYNC => flight.synced = cqe.result(),
-                _ => {} // the doorbell's byte: a full socket already holds a wake-up
+            let (step, result) = match cqe.user_data() {
+                OPEN => ("open", cqe.result()),
+                WRITE => ("write", cqe.result()),
+                SYNC => ("sync", cqe.result()),
+                CLOSE => ("close", cqe.result()),
+                _ => ("ring the doorbell of", 0), // a full socket already holds a wake-up
+            };
+            if cqe.user_data() == WRITE && result > 0 {
+                flight.wrote = result as usize;
+            }
+            if result < 0 && flight.failed.is_none() {
+                flight.failed = Some((step, result));
             }
             flight.outstanding -= 1;
         }
@@ -129,29 +150,24 @@ impl FileWrites {
     }
 
     /// Time the shard thread spent handing files to the disk: the whole write on the legacy
-    /// path; opening the file and submitting under io_uring.
+    /// path; submitting and reading the outcome under io_uring.
     pub fn stalled(&self) -> Duration {
         self.stalled
     }
 
     /// The chain's operations are all done: the next chain, or the outcome.
     fn finish(&mut self, mut flight: InFlight) {
-        let failed = |what: &str, errno: i32| {
+        if flight.failed.is_none() && flight.wrote == 0 {
+            // Nothing written of a non-empty rest would loop forever: a failure too.
+            flight.failed = Some(("write", -libc::ENOSPC));
+        }
+        if let Some((step, errno)) = flight.failed {
             let error = std::io::Error::from_raw_os_error(-errno);
-            tracing::warn!(path = %flight.write.path.display(), %error, "Cannot {what} a checkpoint file");
-        };
-        if flight.wrote <= 0 {
-            // Zero bytes written for a non-empty rest would loop forever: a failure too.
-            failed("write", if flight.wrote == 0 { -libc::ENOSPC } else { flight.wrote });
+            tracing::warn!(path = %flight.write.path.display(), %error, "Cannot {step} a checkpoint file");
             flight.write.outcome.store(NOT_WRITTEN, Ordering::SeqCst);
             return;
         }
-        if flight.synced < 0 {
-            failed("sync", flight.synced);
-            flight.write.outcome.store(NOT_WRITTEN, Ordering::SeqCst);
-            return;
-        }
-        flight.written += flight.wrote as usize;
+        flight.written += flight.wrote;
         if flight.written < flight.write.bytes.len() {
             self.submit(flight);
             return;
@@ -159,36 +175,52 @@ impl FileWrites {
         flight.write.outcome.store(WRITTEN, Ordering::SeqCst);
     }
 
-    /// Submits the chain for the rest of `flight`'s bytes: write, (sync,) doorbell.
+    /// Submits the chain for the rest of `flight`'s bytes: open (truncating only for the first
+    /// chain), write, (sync,) close, doorbell — hard-linked, so every step runs and reports
+    /// even after one failed (a step on a file that did not open fails too), and the doorbell
+    /// always rings.
     fn submit(&mut self, mut flight: InFlight) {
         let Some(ring) = self.ring.as_mut() else { return };
         let rest = &flight.write.bytes[flight.written..];
         let len = rest.len().min(MAX_WRITE) as u32;
-        let fd = types::Fd(flight.file.as_raw_fd());
+        let file = types::Fixed(SLOT);
         let link = squeue::Flags::IO_HARDLINK;
+        let truncate = if flight.written == 0 { libc::O_CREAT | libc::O_TRUNC } else { 0 };
+        let slot = types::DestinationSlot::try_from_slot_target(SLOT).ok();
         let mut chain = vec![
-            opcode::Write::new(fd, rest.as_ptr(), len)
-                .offset(flight.written as u64)
+            opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), flight.path.as_ptr())
+                // No O_CLOEXEC: a direct descriptor is no process descriptor (the kernel refuses it).
+                .flags(libc::O_WRONLY | truncate)
+                .mode(0o644)
+                .file_index(slot)
                 .build()
                 .flags(link | squeue::Flags::ASYNC)
+                .user_data(OPEN),
+            opcode::Write::new(file, rest.as_ptr(), len)
+                .offset(flight.written as u64)
+                .build()
+                .flags(link)
                 .user_data(WRITE),
         ];
         if flight.write.sync {
-            chain.push(opcode::Fsync::new(fd).build().flags(link).user_data(SYNC));
+            chain.push(opcode::Fsync::new(file).build().flags(link).user_data(SYNC));
         }
+        chain.push(opcode::Close::new(file).build().flags(link).user_data(CLOSE));
         chain.push(
             opcode::Send::new(types::Fd(self.bell), BELL_BYTE.as_ptr(), 1)
                 .flags(libc::MSG_DONTWAIT)
                 .build()
                 .user_data(BELL),
         );
-        (flight.wrote, flight.synced, flight.outstanding) = (0, 0, chain.len() as u32);
-        // SAFETY: every operation points at memory and descriptors that outlive it: the bytes
-        // (`flight.write.bytes`, not touched until the chain completes) and the file are moved
-        // into `self.in_flight` below and dropped only after all the chain's completions are
-        // read (`poll`, or `Drop`, which waits for them); the doorbell's socket belongs to the
-        // shard's `Doorbell`, which outlives the shard thread and with it this value; the
-        // byte is a static. The ring has 4 entries and one chain of at most 3 is in flight.
+        (flight.wrote, flight.failed, flight.outstanding) = (0, None, chain.len() as u32);
+        // SAFETY: every operation points at memory that outlives it: the path and the bytes
+        // (`flight.path`, `flight.write.bytes`, not touched until the chain completes) are moved
+        // into `self.in_flight` below — moving the `InFlight` moves neither heap buffer — and
+        // dropped only after all the chain's completions are read (`poll`, or `Drop`, which
+        // waits for them); the doorbell's socket belongs to the shard's `Doorbell`, which
+        // outlives the shard thread and with it this value; the byte is a static. The file is
+        // the ring's own direct descriptor (slot 0, registered in `new`), used by one chain at a
+        // time. The ring has 8 entries and one chain of at most 5 is in flight.
         let pushed = unsafe { ring.submission().push_multiple(&chain) };
         let submitted = pushed.is_ok() && ring.submit().is_ok();
         if !submitted {
@@ -196,7 +228,6 @@ impl FileWrites {
             flight.write.outcome.store(NOT_WRITTEN, Ordering::SeqCst);
             if pushed.is_ok() {
                 // Pushed but not submitted: the entries stay in the queue; wait them out below.
-                flight.outstanding = chain.len() as u32;
                 self.in_flight = Some(flight);
                 self.wait_out();
             }
@@ -272,8 +303,19 @@ mod tests {
             }
             let (write, outcome) = job(dir.path().join("missing/dir/file"), vec![1; 10], false);
             files.start(write);
+            while outcome.load(Ordering::SeqCst) == 0 {
+                files.poll();
+            }
             assert_eq!(outcome.load(Ordering::SeqCst), NOT_WRITTEN);
             assert!(files.in_flight.is_none());
+            // A failed chain leaves the slot and the ring usable.
+            let path = dir.path().join(format!("{uring}-after"));
+            let (write, outcome) = job(path.clone(), vec![7; 5000], true);
+            files.start(write);
+            while outcome.load(Ordering::SeqCst) == 0 {
+                files.poll();
+            }
+            assert_eq!(std::fs::read(&path).unwrap(), vec![7; 5000]);
         }
     }
 }
