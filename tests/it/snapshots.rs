@@ -279,7 +279,7 @@ impl Subject {
     fn workload(&self, seed: u64, rows: usize) -> Vec<Event> {
         let mut rng = Rng::new(seed);
         let inputs = self.schemas.len();
-        let broadcast: Vec<bool> = self.schemas.iter().map(|s| s.key.is_none()).collect();
+        let broadcast: Vec<bool> = self.schemas.iter().map(|s| s.key.is_empty()).collect();
         let mut max_ts: Vec<Option<i64>> = vec![None; inputs];
         let mut events = Vec::new();
         let (mut now, mut clock) = (i128::from(BASE_TS), BASE_TS);
@@ -324,7 +324,7 @@ impl Subject {
             .iter()
             .enumerate()
             .map(|(pos, field)| match field.ty {
-                _ if Some(pos) == schema.key => Value::Str(device.as_str().into()),
+                _ if schema.key.contains(&pos) => Value::Str(device.as_str().into()),
                 FieldType::Int => Value::Int(rng.range(-3, 12)),
                 FieldType::Float => Value::Float(rng.range(-40, 40) as f64 / 4.0),
                 FieldType::String => Value::Str(rng.pick(&words).into()),
@@ -332,10 +332,7 @@ impl Subject {
                 _ => Value::Null,
             })
             .collect();
-        let key = match schema.key {
-            Some(_) => Key::Str(device.into()),
-            None => Key::Broadcast,
-        };
+        let key = schema.key_of(&values).unwrap_or(Key::Broadcast);
         Row { ts, key_hash: key_hash(&key), key, id, values }
     }
 }

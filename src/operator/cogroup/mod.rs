@@ -32,13 +32,14 @@ use crate::record::frame::{to_row, to_value};
 use crate::record::id::IdHasher;
 use crate::record::schema::Field;
 use crate::record::view::KeyRef;
-use crate::record::{ArchivedRow, FieldType, Key, Row, Value};
+use crate::record::{ArchivedRow, FieldType, Row, Value};
 use crate::state::snapshot::{self, SnapshotError};
 use crate::time::Time;
 
 use super::window::{
-    Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, WindowsState, check_spec, result_key,
+    Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, WindowsState, check_spec,
 };
+use super::projection::result_key;
 use super::{OperatorSpec, Output, Quality, ResultKind};
 
 /// Checks `[operators.NAME]` of this kind.
@@ -56,7 +57,7 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     if window.is_session() {
         fields.push(Field { name: "_supersedes".into(), ty: FieldType::IdList, nullable: false });
     }
-    let (output, rekey) = output_schema(t, fields, errors)?;
+    let (output, rekey) = output_schema(t, fields, inputs[LEFT].key_fields().len(), errors)?;
     let spec = CoGroupSpec { name: name.to_owned(), window, join, aggregates, rekey };
     Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: OperatorSpec::CoGroup(spec) })
 }
@@ -110,8 +111,10 @@ pub fn aggregates(
     let path = t.child_path("aggregate");
     let what = "a list like [\"count(left) AS n\", \"sum(right.x) AS total\"]";
     let items = t.required_list("aggregate", errors, what)?;
-    let key = inputs[LEFT].key_field()?.clone();
-    let mut fields = vec![Field { nullable: false, ..key }];
+    let mut fields: Vec<Field> = inputs[LEFT].key_fields().map(|k| Field { nullable: false, ..k.clone() }).collect();
+    if fields.is_empty() {
+        return None;
+    }
     let mut aggregates = Vec::new();
     let before = errors.count();
     for (item, span) in items {
@@ -199,7 +202,7 @@ pub struct CoGroupSpec {
     pub join: JoinType,
     pub aggregates: Vec<Aggregate>,
     /// `key = "FIELD"`: the output position whose value keys the result.
-    pub rekey: Option<usize>,
+    pub rekey: Option<Vec<usize>>,
 }
 
 impl CoGroupSpec {
@@ -477,22 +480,17 @@ impl Fire<Groups> for Results {
             [true, false] => ResultKind::LeftOnly,
             _ => ResultKind::RightOnly,
         };
-        let id = ids.begin().str(&spec.name).str("group");
-        match &w.key {
-            Key::Int(i) => id.value(&Value::Int(*i)),
-            Key::Str(s) => id.str(s),
-            Key::Broadcast => id.value(&Value::Null),
-        };
+        let id = ids.begin().str(&spec.name).str("group").key(w.key.key_ref());
         let id = id.u64(w.start as u64).u64(w.end as u64).finish();
         let mut values = Vec::with_capacity(w.contents.accs.len() + 6);
-        values.push(w.key.to_value());
+        values.extend(w.key.key_ref().parts().map(KeyRef::to_value));
         values.extend(w.contents.accs.iter().map(|(_, _, acc)| acc.value()));
         values.push(Value::Str(kind.as_str().into()));
         values.extend(w.meta());
         if spec.window.is_session() {
             values.push(Value::IdList(w.supersedes.as_slice().into()));
         }
-        let (key, key_hash) = result_key(&w.key, w.key_hash, &values, spec.rekey);
+        let (key, key_hash) = result_key(w.key.key_ref(), w.key_hash, &values, spec.rekey.as_deref());
         out.results.push((kind, Row { ts: w.end - 1, key, key_hash, id, values: values.into() }));
         Some(id)
     }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::record::Key;
 use crate::operator::window::WindowKind;
 
 #[test]
