@@ -45,6 +45,7 @@ mod robustness;
 mod runtime;
 mod snapshots;
 mod tick_skipping;
+mod composite_keys;
 
 // Crash safety of the mapped files.
 mod crash_kill_9;
