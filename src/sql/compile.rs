@@ -194,6 +194,10 @@ impl Compiler {
             if option == "key" {
                 // 'site, device': a composite key, written as the list TOML takes.
                 let names: Vec<String> = value.split(',').map(|n| n.trim().to_owned()).collect();
+                let declared = |name: &String| name == "*" || t.columns.iter().any(|c| c.name.name == *name);
+                if let Some(unknown) = names.iter().find(|n| !declared(n)) {
+                    return err(*at, format!("key field {unknown:?} is not a column of {}", t.name.name));
+                }
                 if let [one] = names.as_slice() {
                     out.string(*at, option, one);
                 } else {
