@@ -431,7 +431,8 @@ pub fn select(
                 &span,
                 &path,
                 format!(
-                    "{item:?}: {alias:?} is a key field of {}, which every result carries (rule 9); use AS",
+                    "{item:?}: {alias:?} is {} key field of {}, which every result carries (rule 9); use AS",
+                    if left_key.len() == 1 { "the" } else { "a" },
                     inputs[LEFT].name
                 ),
             );

@@ -182,8 +182,11 @@ fn dead_head(plan: &Plan, stream: usize, reason: &str, key_shown: &str) -> Strin
         Some(field) => format!(", {} declares it {}", def.name, type_words(field.ty)),
         None => String::new(),
     };
-    let names = def.schema.key_names();
-    let field = if names.is_empty() { "its key field" } else { names.as_str() };
+    let field = match def.schema.key_fields().len() {
+        0 => "its key field".to_owned(),
+        1 => def.schema.key_names(),
+        _ => format!("its key ({})", def.schema.key_names()),
+    };
     format!("dead-lettered as {reason} ({field} holds {key_shown}{declared}); it reached no operator")
 }
 

@@ -299,3 +299,20 @@ fn a_missing_null_or_mistyped_key_field_is_a_dead_letter_naming_it() {
         .collect();
     assert_eq!(reasons, ["missing_field:site", "missing_field:device", "wrong_type:device", "wrong_type:site"]);
 }
+
+#[test]
+fn explain_takes_a_composite_key_as_its_values_joined_by_commas() {
+    let samples = "configs/samples/site_limits";
+    let out = crate::common::run::braid()
+        .args(["explain", "--config", "configs/site_limits.toml", "--key", "north,1"])
+        .args(["--input", &format!("telemetry={samples}/telemetry.jsonl")])
+        .args(["--input", &format!("limits={samples}/limits.jsonl")])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Device 1 of site north: two readings and two limits; device 1 of site south is another key.
+    assert!(stdout.starts_with("key 'north,1': 4 rows\n"), "{stdout}");
+    assert_eq!(stdout.matches("with_limits: matched").count(), 4, "{stdout}");
+    assert!(!stdout.contains("ts 1767225600600"), "south's device 1 is not north's: {stdout}");
+}
