@@ -73,7 +73,6 @@ impl<'p> Watch<'p> {
             buf: Vec::new(),
         }
     }
-
 }
 
 impl Observer for Watch<'_> {

@@ -182,13 +182,8 @@ impl Absence {
             let ts = ts.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
             let ids = self.ids.begin().str(&self.spec.name).str(kind.as_str()).key(state.key.key_ref());
             let id = ids.value(&Value::Int(ts)).finish();
-            let values: Box<[Value]> = state
-                .key
-                .key_ref()
-                .parts()
-                .map(KeyRef::to_value)
-                .chain([Value::Str(kind.as_str().into())])
-                .collect();
+            let values: Box<[Value]> =
+                state.key.key_ref().parts().map(KeyRef::to_value).chain([Value::Str(kind.as_str().into())]).collect();
             let (key, key_hash) = result_key(state.key.key_ref(), state.key_hash, &values, self.spec.rekey.as_deref());
             out.results.push((kind, Row { ts, key, key_hash, id, values }));
         }

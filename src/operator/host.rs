@@ -98,8 +98,11 @@ pub fn origin_rank(row: &Row, origin: &[usize]) -> u64 {
     use crate::record::view::KeyRef;
     match origin {
         // One key field: hashed in place (no allocation per result).
-        [pos] => row.values.get(*pos).and_then(KeyRef::from_value).map_or(row.key_hash, crate::record::id::key_ref_hash),
-        _ => crate::record::Key::from_values(&row.values, origin).map_or(row.key_hash, |key| crate::record::id::key_hash(&key)),
+        [pos] => {
+            row.values.get(*pos).and_then(KeyRef::from_value).map_or(row.key_hash, crate::record::id::key_ref_hash)
+        }
+        _ => crate::record::Key::from_values(&row.values, origin)
+            .map_or(row.key_hash, |key| crate::record::id::key_hash(&key)),
     }
 }
 
@@ -181,7 +184,12 @@ pub struct OperatorHost {
 }
 
 impl OperatorHost {
-    pub fn new(operator: Operator, inputs: usize, origin: impl IntoIterator<Item = usize>, shard: usize) -> OperatorHost {
+    pub fn new(
+        operator: Operator,
+        inputs: usize,
+        origin: impl IntoIterator<Item = usize>,
+        shard: usize,
+    ) -> OperatorHost {
         OperatorHost {
             operator,
             clock: OperatorClock::default(),

@@ -55,8 +55,7 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
         })
         .collect();
     fields.push(Field { name: "_stream".into(), ty: FieldType::String, nullable: false });
-    let key: Vec<usize> =
-        first.key_fields().filter_map(|k| fields.iter().position(|f| f.name == k.name)).collect();
+    let key: Vec<usize> = first.key_fields().filter_map(|k| fields.iter().position(|f| f.name == k.name)).collect();
     let (output, rekey) = match t.get("key") {
         Some(_) => output_schema(t, fields, 0, errors)?,
         None => (Schema::new(fields, key, TimeSpec::Ingest), None),
@@ -253,7 +252,8 @@ mod tests {
 
     #[test]
     fn rekeying_takes_the_output_value() {
-        let spec = UnionSpec { name: "u".into(), inputs: vec!["a".into()], keep: vec![vec![0, 2]], rekey: Some(vec![1]) };
+        let spec =
+            UnionSpec { name: "u".into(), inputs: vec!["a".into()], keep: vec![vec![0, 2]], rekey: Some(vec![1]) };
         let mut u = Union::new(spec);
         let mut out = Output::default();
         u.on_row(0, row(5, 1), &mut out);

@@ -31,10 +31,8 @@ use crate::time::Time;
 
 use super::expr::Expr;
 use super::interval_join::{JoinType, LEFT, RIGHT};
-use super::window::{
-    Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, WindowsState, check_spec,
-};
 use super::projection::result_key;
+use super::window::{Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, WindowsState, check_spec};
 use super::{OperatorSpec, Output, Projection, Quality, ResultKind};
 
 /// Checks `[operators.NAME]` of this kind.

@@ -67,7 +67,9 @@ fn workload(seed: u64, rows: usize) -> [Vec<Row>; 2] {
 }
 
 fn lines(rows: &[Row]) -> String {
-    rows.iter().map(|r| format!("{}\n", json!({"site": r.site, "device": r.device, "ts": r.ts, "seq": r.seq}))).collect()
+    rows.iter()
+        .map(|r| format!("{}\n", json!({"site": r.site, "device": r.device, "ts": r.ts, "seq": r.seq})))
+        .collect()
 }
 
 /// Replays `operators` over the two streams with `shards` shards: each output's rows.
@@ -128,10 +130,14 @@ select = ["left.seq AS lseq", "right.seq AS rseq", "right.site", "right.device"]
             }
         }
         if join == "left" || join == "full" {
-            want.extend(w[0].iter().filter(|l| !matched[0][l.seq as usize]).map(|l| ("left_only".into(), Some(l.seq), None)));
+            want.extend(
+                w[0].iter().filter(|l| !matched[0][l.seq as usize]).map(|l| ("left_only".into(), Some(l.seq), None)),
+            );
         }
         if join == "right" || join == "full" {
-            want.extend(w[1].iter().filter(|r| !matched[1][r.seq as usize]).map(|r| ("right_only".into(), None, Some(r.seq))));
+            want.extend(
+                w[1].iter().filter(|r| !matched[1][r.seq as usize]).map(|r| ("right_only".into(), None, Some(r.seq))),
+            );
         }
         let want = sorted(want);
         assert!(want.iter().any(|(kind, ..)| kind == "match"), "seed {seed}: the workload joins something");
@@ -181,7 +187,13 @@ aggregate = ["count(left) AS readings", "count(right) AS limits"]
                 .iter()
                 .map(|g| {
                     let key = (g["site"].as_str().unwrap().to_owned(), g["device"].as_i64().unwrap());
-                    (key.0, key.1, g["_window_start"].as_i64().unwrap(), g["readings"].as_i64().unwrap(), g["limits"].as_i64().unwrap())
+                    (
+                        key.0,
+                        key.1,
+                        g["_window_start"].as_i64().unwrap(),
+                        g["readings"].as_i64().unwrap(),
+                        g["limits"].as_i64().unwrap(),
+                    )
                 })
                 .collect(),
         );

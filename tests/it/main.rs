@@ -33,6 +33,7 @@ mod grafana;
 mod logs;
 
 // Replay against brute-force references and properties.
+mod composite_keys;
 mod join_quality;
 mod properties;
 mod reference_connect;
@@ -45,7 +46,6 @@ mod robustness;
 mod runtime;
 mod snapshots;
 mod tick_skipping;
-mod composite_keys;
 
 // Crash safety of the mapped files.
 mod crash_kill_9;

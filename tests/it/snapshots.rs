@@ -162,9 +162,22 @@ timeout = "600ms""#,
     }
     // Composite keys (site, unit): stored, windowed and per-key state keyed by several fields.
     for (name, body) in [
-        ("composite_interval_full", format!("kind = \"interval_join\"\nleft = \"c\"\nright = \"e\"\nlower = \"-500ms\"\nupper = \"100ms\"\njoin = \"full\"\n{pair}")),
-        ("composite_temporal_left", format!("kind = \"temporal_join\"\nleft = \"c\"\nright = \"e\"\njoin = \"left\"\n{pair}")),
-        ("composite_cogroup_session", format!("kind = \"cogroup\"\nleft = \"c\"\nright = \"e\"\nwindow = {{ kind = \"session\", gap = \"300ms\" }}\njoin = \"full\"\n{aggregates}")),
+        (
+            "composite_interval_full",
+            format!(
+                "kind = \"interval_join\"\nleft = \"c\"\nright = \"e\"\nlower = \"-500ms\"\nupper = \"100ms\"\njoin = \"full\"\n{pair}"
+            ),
+        ),
+        (
+            "composite_temporal_left",
+            format!("kind = \"temporal_join\"\nleft = \"c\"\nright = \"e\"\njoin = \"left\"\n{pair}"),
+        ),
+        (
+            "composite_cogroup_session",
+            format!(
+                "kind = \"cogroup\"\nleft = \"c\"\nright = \"e\"\nwindow = {{ kind = \"session\", gap = \"300ms\" }}\njoin = \"full\"\n{aggregates}"
+            ),
+        ),
         ("composite_absence", "kind = \"absence\"\ninput = \"c\"\ntimeout = \"600ms\"".to_owned()),
     ] {
         cases.push(case(name, &body));

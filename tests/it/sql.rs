@@ -201,7 +201,10 @@ fn a_composite_key_is_exported_as_one_equality_per_field() {
     let script = String::from_utf8_lossy(&from_toml.stdout);
     assert_eq!(String::from_utf8_lossy(&from_sql.stdout), script);
     assert!(script.contains("PRIMARY KEY (`site`, `device`) NOT ENFORCED"), "{script}");
-    assert!(script.contains("FOR SYSTEM_TIME AS OF l.rt AS r\n  ON l.`site` = r.`site` AND l.`device` = r.`device`;"), "{script}");
+    assert!(
+        script.contains("FOR SYSTEM_TIME AS OF l.rt AS r\n  ON l.`site` = r.`site` AND l.`device` = r.`device`;"),
+        "{script}"
+    );
     assert!(script.contains("GROUP BY `site`, `device`, window_start, window_end"), "{script}");
     assert!(
         script.contains(

@@ -36,10 +36,8 @@ use crate::record::{ArchivedRow, FieldType, Row, Value};
 use crate::state::snapshot::{self, SnapshotError};
 use crate::time::Time;
 
-use super::window::{
-    Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, WindowsState, check_spec,
-};
 use super::projection::result_key;
+use super::window::{Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, WindowsState, check_spec};
 use super::{OperatorSpec, Output, Quality, ResultKind};
 
 /// Checks `[operators.NAME]` of this kind.
