@@ -70,7 +70,12 @@ impl<'a> KeyRef<'a> {
 
     /// The value of the key's field number `part` (in the key's order; null past the end).
     pub fn part(self, part: usize) -> Value {
-        self.parts().nth(part).map_or(Value::Null, KeyRef::to_value)
+        match self {
+            KeyRef::Composite(bytes) => super::key::Parts::new(bytes).nth(part).map_or(Value::Null, KeyRef::to_value),
+            // A one-field key (the hot path): its value, no iterator.
+            one if part == 0 => one.to_value(),
+            _ => Value::Null,
+        }
     }
 
     /// The key as a person reads it: the value, a composite key's values joined by `,`.

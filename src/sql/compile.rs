@@ -1091,7 +1091,8 @@ fn on_parts<'e>(on: &'e Expr, sides: &[Side; 2], bounds: bool) -> Result<OnParts
                     return err(
                         c.at(),
                         format!(
-                            "braid joins on the tables' keys, field by field in the keys' order: {} ('key' options); other equalities are not supported yet",
+                            "braid joins on the tables' keys{}: {} ('key' options); other equalities are not supported yet",
+                            if lk.len() > 1 { ", field by field in the keys' order" } else { "" },
                             key_equalities(sides)
                         ),
                     );

@@ -1,4 +1,4 @@
--- expect: 8:87: braid joins on the tables' keys, field by field in the keys' order: c.device = s.device ('key' options); other equalities are not supported yet
+-- expect: 8:87: braid joins on the tables' keys: c.device = s.device ('key' options); other equalities are not supported yet
 CREATE TABLE status (device STRING, ts BIGINT, state STRING, seq BIGINT,
   rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '0.5' SECOND)
   WITH ('key' = 'device');
