@@ -59,7 +59,8 @@ enum Command {
         /// STREAM=FILE, as for replay.
         #[arg(long = "input", value_name = "STREAM=FILE", value_parser = name_and_path)]
         inputs: Vec<(String, PathBuf)>,
-        /// The key, as the streams' key fields read it.
+        /// The key, as the streams' key fields read it (a composite key: its values joined by
+        /// `,` in the key's order, `north,1`).
         #[arg(long, required_unless_present_any = ["rows", "ids"])]
         key: Option<String>,
         /// STREAM:FIELD=VALUE[,FIELD=VALUE...]: one row of a pair to explain (with a second

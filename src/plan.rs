@@ -26,7 +26,7 @@
 //! - [`Plan::chained`]: the operator reads another operator (its inputs are merged in tag order).
 //! - [`Plan::clocked`]: the operator may hold processing-time timers
 //!   ([`OperatorKind::is_clocked`](crate::operator::OperatorKind::is_clocked): connect).
-//! - [`Plan::origin_key_position`]: where its results carry the key of the row they came from.
+//! - [`Plan::origin_key_positions`]: where its results carry the key of the row they came from.
 //!
 //! The derived facts describe the operators' inputs as they were checked: a caller may swap an
 //! operator's spec for another of the same kind (tests install custom connect functions), never
@@ -107,7 +107,7 @@ struct OperatorWiring {
     depth: usize,
     chained: bool,
     clocked: bool,
-    origin: Option<usize>,
+    origin: Vec<usize>,
 }
 
 /// Operators on the longest chain ending at an operator reading `inputs`, given that number for
@@ -144,7 +144,7 @@ impl Plan {
                 depth: chain_depth(&def.inputs, |u| wired[u].depth),
                 chained: def.inputs.iter().any(|n| matches!(n, NodeRef::Operator(_))),
                 clocked: def.spec.kind().is_clocked(),
-                origin: origin_key_position(&streams, &operators, op),
+                origin: origin_key_positions(&streams, &operators, op),
             });
         }
         let longest_chain = wired.iter().map(|w| w.depth).max().unwrap_or(0);
@@ -183,9 +183,10 @@ impl Plan {
     }
 
     /// Where operator `op`'s results carry the key of the row they came from (rule 9: under the
-    /// key field name of its left or only input), whatever `key =` re-keys them by.
-    pub fn origin_key_position(&self, op: usize) -> Option<usize> {
-        self.wiring.operators[op].origin
+    /// key field names of its left or only input, one position per key field), whatever `key =`
+    /// re-keys them by; empty when they do not.
+    pub fn origin_key_positions(&self, op: usize) -> &[usize] {
+        &self.wiring.operators[op].origin
     }
 
     /// The streams source `source` feeds, with their indices.
@@ -227,12 +228,14 @@ fn node_schema<'p>(streams: &'p [StreamDef], operators: &'p [OperatorDef], node:
     }
 }
 
-/// [`Plan::origin_key_position`] of operator `op`.
-fn origin_key_position(streams: &[StreamDef], operators: &[OperatorDef], op: usize) -> Option<usize> {
+/// [`Plan::origin_key_positions`] of operator `op`.
+fn origin_key_positions(streams: &[StreamDef], operators: &[OperatorDef], op: usize) -> Vec<usize> {
     let def = &operators[op];
-    let input = node_schema(streams, operators, *def.inputs.first()?);
-    let name = &input.fields[input.key?].name;
-    def.output.fields.iter().position(|f| f.name == *name)
+    let Some(&first) = def.inputs.first() else { return Vec::new() };
+    let input = node_schema(streams, operators, first);
+    let positions: Option<Vec<usize>> =
+        input.key_fields().map(|k| def.output.fields.iter().position(|f| f.name == k.name)).collect();
+    positions.unwrap_or_default()
 }
 
 /// What an output name refers to.
@@ -313,7 +316,7 @@ timeout = "1s"
         assert_eq!([p.chained(u), p.chained(j), p.chained(quiet)], [false, true, true]);
         assert!(!p.clocked(u) && !p.clocked(j) && !p.clocked(quiet));
         // The join's results carry the union's key `k` first (rule 9).
-        assert_eq!(p.origin_key_position(j), Some(0));
+        assert_eq!(p.origin_key_positions(j), [0]);
     }
 
     #[test]

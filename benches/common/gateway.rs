@@ -157,7 +157,7 @@ pub fn row(ids: &mut IdHasher, stream: &str, id_order: &[usize], key: Key, ts: i
 /// [`row`] for a stream of a plan, exactly as replay builds it: the key from the key field
 /// (broadcast without one), the id over the values in field-name order.
 pub fn stream_row(ids: &mut IdHasher, def: &StreamDef, ts: i64, values: Vec<Value>) -> Row {
-    let key = def.schema.key.and_then(|k| Key::from_value(&values[k])).unwrap_or(Key::Broadcast);
+    let key = def.schema.key_of(&values).unwrap_or(Key::Broadcast);
     row(ids, &def.name, &def.schema.id_order, key, ts, values)
 }
 

@@ -41,7 +41,7 @@ pub fn rows(devices: usize, seconds: i64) -> Vec<(usize, Row)> {
 pub fn gateway_join(join: JoinType) -> IntervalJoin {
     // Result: device (key), cmd_id (command pos 4), seq (status pos 4), status_ts (status pos 1), _kind.
     let columns = vec![
-        Column::Key,
+        Column::Key(0),
         Column::Field { input: LEFT, pos: 4 },
         Column::Field { input: RIGHT, pos: 4 },
         Column::Field { input: RIGHT, pos: 1 },

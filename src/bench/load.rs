@@ -66,7 +66,7 @@ impl<'p> Generator<'p> {
         let mut sources = Vec::new();
         let mut rows_per_ms = 0.0;
         for (stream, def) in plan.streams.iter().enumerate() {
-            let devices = if def.schema.key.is_some() { args.devices } else { 1 };
+            let devices = if !def.schema.is_broadcast() { args.devices } else { 1 };
             let rate = rates[stream];
             if rate <= 0.0 || !rate.is_finite() {
                 continue;
@@ -159,7 +159,7 @@ impl<'p> Generator<'p> {
         let mut values = Vec::with_capacity(schema.fields.len());
         for (pos, field) in schema.fields.iter().enumerate() {
             values.push(match time {
-                _ if schema.key == Some(pos) => match field.ty {
+                _ if schema.key.contains(&pos) => match field.ty {
                     FieldType::Int => Value::Int(device as i64),
                     _ => Value::Str(self.device_names[device].clone()),
                 },
@@ -167,7 +167,7 @@ impl<'p> Generator<'p> {
                 _ => self.value(field, device, seq),
             });
         }
-        let key = schema.key.and_then(|k| Key::from_value(&values[k])).unwrap_or(Key::Broadcast);
+        let key = schema.key_of(&values).unwrap_or(Key::Broadcast);
         self.ids.begin().str(&def.name);
         for &pos in &schema.id_order {
             self.ids.value(&values[pos]);

@@ -70,7 +70,13 @@ impl Report {
                 ("restored_checkpoint_bytes", c.restored_bytes.to_string()),
                 ("checkpoint_shard_ms", ms(c.shard_snapshot)),
                 ("checkpoint_stall_ms", ms(c.shard_stall)),
-                ("checkpoint_cpu_share", format!("{:.4}", (c.shard_snapshot + c.shard_stall).as_secs_f64() / self.cpu.as_secs_f64().max(1e-9))),
+                (
+                    "checkpoint_cpu_share",
+                    format!(
+                        "{:.4}",
+                        (c.shard_snapshot + c.shard_stall).as_secs_f64() / self.cpu.as_secs_f64().max(1e-9)
+                    ),
+                ),
             ];
             for (key, value) in checkpoint_figures {
                 writeln!(out, "{key}={value}")?;

@@ -74,8 +74,13 @@ pub struct Input {
 }
 
 impl Input {
-    pub fn key_field(&self) -> Option<&Field> {
-        self.schema.key_field()
+    /// The key fields in the key's order (none for a broadcast input).
+    pub fn key_fields(&self) -> impl ExactSizeIterator<Item = &Field> + Clone {
+        self.schema.key_fields()
+    }
+
+    pub fn is_broadcast(&self) -> bool {
+        self.schema.is_broadcast()
     }
 }
 
@@ -252,26 +257,43 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
         let left = self.named_input(t, "left", errors);
         let right = self.named_input(t, "right", errors);
         let (left, right) = (left?, right?);
-        if left.key_field().is_none() {
+        if left.is_broadcast() {
             t.error("left", errors, broadcast_refused(&left.name));
             return None;
         }
-        if right.key_field().is_none() && !broadcast_right {
+        if right.is_broadcast() && !broadcast_right {
             t.error("right", errors, broadcast_refused(&right.name));
         }
-        if let (Some(lk), Some(rk)) = (left.key_field(), right.key_field())
-            && lk.ty != rk.ty
-        {
-            let message = format!(
-                "key type mismatch: left {}.{} is {}, right {}.{} is {} (string and int keys never match)",
-                left.name, lk.name, lk.ty, right.name, rk.name, rk.ty
-            );
+        if let Some(message) = key_mismatch(&left, &right) {
             t.error("right", errors, message);
         }
         // A key type mismatch or a refused broadcast on the right is reported; the rest of the
         // operator (select, output schema) is still checked against these inputs.
         Some([left, right])
     }
+}
+
+/// Why the keys of `left` and `right` can never be equal, if they cannot: a different number of
+/// key fields, or a string field where the other has an int, position by position (string and
+/// int keys never match). A broadcast side matches any key.
+pub fn key_mismatch(left: &Input, right: &Input) -> Option<String> {
+    if left.is_broadcast() || right.is_broadcast() {
+        return None;
+    }
+    if left.key_fields().len() != right.key_fields().len() {
+        return Some(format!(
+            "key mismatch: left {} is keyed by ({}), right {} by ({}): a composite key matches one of as many fields",
+            left.name,
+            left.schema.key_names(),
+            right.name,
+            right.schema.key_names()
+        ));
+    }
+    let (lk, rk) = left.key_fields().zip(right.key_fields()).find(|(lk, rk)| lk.ty != rk.ty)?;
+    Some(format!(
+        "key type mismatch: left {}.{} is {}, right {}.{} is {} (string and int keys never match)",
+        left.name, lk.name, lk.ty, right.name, rk.name, rk.ty
+    ))
 }
 
 /// What checking an operator's table yields.
@@ -367,16 +389,20 @@ pub fn select(
 ) -> Option<(Vec<Column>, Vec<Field>)> {
     let path = t.child_path("select");
     let items = t.required_list("select", errors, "a list like [\"left.f\", \"right.g AS h\"]")?;
-    let left_key = inputs[LEFT].key_field()?.clone();
-    let mut columns = vec![Column::Key];
-    let mut fields = vec![Field { nullable: false, ..left_key.clone() }];
+    let left_key: Vec<&Field> = inputs[LEFT].key_fields().collect();
+    if left_key.is_empty() {
+        return None;
+    }
+    let is_left_key = |name: &str| left_key.iter().any(|k| k.name == name);
+    let mut columns: Vec<Column> = (0..left_key.len()).map(Column::Key).collect();
+    let mut fields: Vec<Field> = left_key.iter().map(|&k| Field { nullable: false, ..k.clone() }).collect();
     let before = errors.count();
     for (item, span) in items {
         let Some((input, field, alias)) = parse_select_item(item) else {
             match computed_item(item, inputs) {
                 Err(problem) => errors.at(&span, &path, format!("bad item {item:?}: {problem}")),
                 Ok((expr, ty, alias)) => {
-                    if RESERVED_FIELDS.contains(&alias) || alias == left_key.name {
+                    if RESERVED_FIELDS.contains(&alias) || is_left_key(alias) {
                         errors.at(&span, &path, format!("{item:?}: {alias:?} is a name braid writes itself"));
                     } else if fields.iter().any(|f| f.name == alias) {
                         errors.at(&span, &path, format!("{item:?}: duplicate output name {alias:?}"));
@@ -395,25 +421,33 @@ pub fn select(
             continue;
         };
         let alias = alias.unwrap_or(field);
-        let is_key = schema.key == Some(pos);
+        // The key field number this field is in its input's key, if it is a key field.
+        let key_part = schema.key.iter().position(|&k| k == pos);
+        // Where a key field goes: under its own name when that names a key field of the left
+        // input (the result carries it already), else as a column of its own holding the key's part.
+        let carried = key_part.is_some_and(|part| left_key.get(part).is_some_and(|k| k.name == alias));
         if RESERVED_FIELDS.contains(&alias) {
             errors.at(&span, &path, format!("{item:?}: {alias:?} is a name braid writes itself; use AS"));
-        } else if alias == left_key.name && !is_key {
+        } else if is_left_key(alias) && !carried {
             errors.at(
                 &span,
                 &path,
                 format!(
-                    "{item:?}: {alias:?} is the key field of {}, which every result carries (rule 9); use AS",
+                    "{item:?}: {alias:?} is {} key field of {}, which every result carries (rule 9); use AS",
+                    if left_key.len() == 1 { "the" } else { "a" },
                     inputs[LEFT].name
                 ),
             );
-        } else if alias == left_key.name {
+        } else if carried {
             // The key column is already there and holds the key.
         } else if fields.iter().any(|f| f.name == alias) {
             errors.at(&span, &path, format!("{item:?}: duplicate output name {alias:?}"));
         } else {
-            let nullable = !is_key && (missing[input] || schema.fields[pos].nullable);
-            columns.push(if is_key { Column::Key } else { Column::Field { input, pos } });
+            let nullable = key_part.is_none() && (missing[input] || schema.fields[pos].nullable);
+            columns.push(match key_part {
+                Some(part) => Column::Key(part),
+                None => Column::Field { input, pos },
+            });
             fields.push(Field { name: alias.to_owned(), ty: schema.fields[pos].ty, nullable });
         }
     }
@@ -422,27 +456,38 @@ pub fn select(
     (errors.count() == before).then_some((columns, fields))
 }
 
-/// The output schema: keyed by the left input's key (position 0), or by `key = "FIELD"`, an
-/// output field of type string or int that is never null. Returns the re-key position too.
-pub fn output_schema(t: Table<'_, '_>, fields: Vec<Field>, errors: &mut Errors) -> Option<(Schema, Option<usize>)> {
-    let Some((rekey, span)) = t.str("key", errors) else {
-        return t.get("key").is_none().then(|| (Schema::new(fields, Some(0), TimeSpec::Ingest), None));
-    };
+/// The output schema: keyed by the input's key (its `key_fields` output positions), or by `key =
+/// "FIELD"` / `key = ["F", "G"]`, output fields of type string or int that are never null.
+/// Returns the re-key positions too.
+pub fn output_schema(
+    t: Table<'_, '_>,
+    fields: Vec<Field>,
+    key_fields: usize,
+    errors: &mut Errors,
+) -> Option<(Schema, Option<Vec<usize>>)> {
+    if t.get("key").is_none() {
+        return Some((Schema::new(fields, 0..key_fields, TimeSpec::Ingest), None));
+    }
+    let names = t.key_names("key", errors)?;
     let path = t.child_path("key");
-    let Some(pos) = fields.iter().position(|f| f.name == rekey) else {
-        let names: Vec<&str> = fields.iter().map(|f| f.name.as_str()).collect();
-        errors.at(&span, &path, format!("{rekey:?} is not an output field ({})", names.join(", ")));
-        return None;
-    };
-    if !fields[pos].ty.can_be_key() {
-        errors.at(&span, &path, format!("a key must be string or int; {rekey:?} is {}", fields[pos].ty));
-        return None;
+    let mut positions = Vec::with_capacity(names.len());
+    for (rekey, span) in names {
+        let Some(pos) = fields.iter().position(|f| f.name == rekey) else {
+            let names: Vec<&str> = fields.iter().map(|f| f.name.as_str()).collect();
+            errors.at(&span, &path, format!("{rekey:?} is not an output field ({})", names.join(", ")));
+            return None;
+        };
+        if !fields[pos].ty.can_be_key() {
+            errors.at(&span, &path, format!("a key must be string or int; {rekey:?} is {}", fields[pos].ty));
+            return None;
+        }
+        if fields[pos].nullable {
+            errors.at(&span, &path, format!("{rekey:?} may be null (a field of a side an outer join can miss, or an aggregate of a group that can be empty): it cannot be the key"));
+            return None;
+        }
+        positions.push(pos);
     }
-    if fields[pos].nullable {
-        errors.at(&span, &path, format!("{rekey:?} may be null (a field of a side an outer join can miss, or an aggregate of a group that can be empty): it cannot be the key"));
-        return None;
-    }
-    Some((Schema::new(fields, Some(pos), TimeSpec::Ingest), Some(pos)))
+    Some((Schema::new(fields, positions.iter().copied(), TimeSpec::Ingest), Some(positions)))
 }
 
 #[cfg(test)]

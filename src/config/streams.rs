@@ -153,23 +153,37 @@ fn fields(t: Table<'_, '_>, errors: &mut Errors) -> Option<Vec<Field>> {
     (out.len() == table.len()).then_some(out)
 }
 
-/// `Some(None)` for a broadcast stream (`key = "*"`).
-fn key(t: Table<'_, '_>, fields: Option<&[Field]>, errors: &mut Errors) -> Option<Option<usize>> {
-    let (key, span) = t.required_str("key", errors, "the key field, or \"*\" for broadcast")?;
-    if key == "*" {
-        return Some(None);
+/// The key field positions: one, several for a composite key (`key = ["site", "device"]`), none
+/// for a broadcast stream (`key = "*"`).
+fn key(t: Table<'_, '_>, fields: Option<&[Field]>, errors: &mut Errors) -> Option<Vec<usize>> {
+    const WHAT: &str = "the key field, a list of them for a composite key, or \"*\" for broadcast";
+    if t.get("key").is_none() {
+        t.missing("key", errors, WHAT);
+        return None;
+    }
+    let names = t.key_names("key", errors)?;
+    let path = t.child_path("key");
+    if let [("*", _)] = names.as_slice() {
+        return Some(Vec::new());
+    }
+    if let Some((_, span)) = names.iter().find(|(name, _)| *name == "*") {
+        errors.at(span, &path, "\"*\" (broadcast) stands alone: key = \"*\"");
+        return None;
     }
     let fields = fields?;
-    let path = t.child_path("key");
-    let Some(pos) = fields.iter().position(|f| f.name == key) else {
-        errors.at(&span, &path, format!("key field {key:?} is not in `fields`"));
-        return None;
-    };
-    if !fields[pos].ty.can_be_key() {
-        errors.at(&span, &path, format!("key field {key:?} must be string or int, not {}", fields[pos].ty));
-        return None;
+    let mut positions = Vec::with_capacity(names.len());
+    for (key, span) in names {
+        let Some(pos) = fields.iter().position(|f| f.name == key) else {
+            errors.at(&span, &path, format!("key field {key:?} is not in `fields`"));
+            return None;
+        };
+        if !fields[pos].ty.can_be_key() {
+            errors.at(&span, &path, format!("key field {key:?} must be string or int, not {}", fields[pos].ty));
+            return None;
+        }
+        positions.push(pos);
     }
-    Some(Some(pos))
+    Some(positions)
 }
 
 fn time(t: Table<'_, '_>, fields: Option<&[Field]>, errors: &mut Errors) -> Option<TimeSpec> {

@@ -181,6 +181,31 @@ impl<'a, 'i> Table<'a, 'i> {
         (out.len() == items.len()).then_some(out)
     }
 
+    /// `key`: one field name, or a list of them for a composite key (non-empty, no name twice);
+    /// `None` when absent or in error (reported).
+    pub fn key_names(&self, key: &str, errors: &mut Errors) -> Option<Vec<(&'a str, Range<usize>)>> {
+        let v = self.get(key)?;
+        if let DeValue::String(s) = v.get_ref() {
+            return Some(vec![(s.as_ref(), self.key_span(key))]);
+        }
+        let DeValue::Array(_) = v.get_ref() else {
+            self.wrong_type(key, v, "a field name or a list of field names", errors);
+            return None;
+        };
+        let names = self.str_list(key, errors)?;
+        if names.is_empty() {
+            self.error(key, errors, "an empty list: name the key field, or several for a composite key");
+            return None;
+        }
+        for (i, (name, span)) in names.iter().enumerate() {
+            if names[..i].iter().any(|(n, _)| n == name) {
+                errors.at(span, &self.child_path(key), format!("{name:?} is named twice in the key"));
+                return None;
+            }
+        }
+        Some(names)
+    }
+
     /// A required non-empty list of strings; one error whatever is wrong with it.
     pub fn required_list(&self, key: &str, errors: &mut Errors, what: &str) -> Option<Vec<(&'a str, Range<usize>)>> {
         if self.get(key).is_none() {

@@ -1,12 +1,18 @@
 //! The key asked about, as each stream's key field reads it, and the keys that differ from it
 //! only in type, case or whitespace — the silent killers of a join (`'DEV-1'` never meets
 //! `'dev-1'`, nor the number `1` the string `"1"`).
+//!
+//! A composite key (`key = ["site", "device"]`) is asked and shown as its values joined by `,`
+//! in the key's order (`--key site-1,dev-7`): a stream keyed by several fields splits the text
+//! there, one value per field (so a part holding a `,` cannot be asked for); a stream keyed by
+//! one field reads the whole text.
 
 use std::collections::BTreeSet;
 
 use crate::plan::Plan;
 use crate::record::id::key_hash;
-use crate::record::{FieldType, Key};
+use crate::record::schema::Schema;
+use crate::record::{FieldType, Key, Value};
 
 /// The key as the user typed it, read by every stream.
 pub struct AskedKey {
@@ -22,11 +28,20 @@ impl AskedKey {
             .streams
             .iter()
             .map(|s| {
-                let field = &s.schema.fields[s.schema.key?];
-                match field.ty {
-                    FieldType::Int => text.trim().parse().ok().map(Key::Int),
-                    _ => Some(Key::Str(text.into())),
+                let fields: Vec<_> = s.schema.key_fields().collect();
+                let parts: Vec<&str> = if fields.len() > 1 { text.split(',').collect() } else { vec![text] };
+                if parts.len() != fields.len() {
+                    return None;
                 }
+                let values: Option<Vec<Value>> = fields
+                    .iter()
+                    .zip(parts)
+                    .map(|(field, part)| match field.ty {
+                        FieldType::Int => part.trim().parse().ok().map(Value::Int),
+                        _ => Some(Value::Str(part.into())),
+                    })
+                    .collect();
+                Key::from_values(&values?, &(0..fields.len()).collect::<Vec<_>>())
             })
             .collect();
         AskedKey { text: text.to_owned(), per_stream }
@@ -54,12 +69,41 @@ fn folded(text: &str) -> String {
     text.split_whitespace().collect::<String>().to_lowercase()
 }
 
-/// A key as a person reads it: strings quoted, numbers bare with their type.
+/// A key as a person reads it: strings quoted, numbers bare with their type; a composite key's
+/// parts in parentheses.
 pub fn shown(key: &Key) -> String {
+    use crate::record::view::KeyRef;
+    let one = |part: KeyRef<'_>| match part {
+        KeyRef::Str(s) => format!("'{s}'"),
+        KeyRef::Int(i) => format!("{i} (a number)"),
+        KeyRef::Broadcast | KeyRef::Composite(_) => "*".into(),
+    };
     match key {
-        Key::Str(s) => format!("'{s}'"),
-        Key::Int(i) => format!("{i} (a number)"),
-        Key::Broadcast => "*".into(),
+        Key::Composite(_) => format!("({})", key.key_ref().parts().map(one).collect::<Vec<_>>().join(", ")),
+        key => one(key.key_ref()),
+    }
+}
+
+/// The key's text for [`AskedKey::resembles`] and for comparing with the key asked about
+/// (empty for broadcast).
+pub fn text(key: &Key) -> String {
+    if *key == Key::Broadcast { String::new() } else { key.key_ref().text() }
+}
+
+/// The key fields of a raw JSON line of `schema`, as a person reads them and as text
+/// ([`shown_json`]; a composite key's parts in parentheses and joined by `,`); `None` when the
+/// stream is broadcast or a key field is missing.
+pub fn json_key(schema: &Schema, object: &serde_json::Map<String, serde_json::Value>) -> Option<(String, String)> {
+    let parts: Option<Vec<(String, String)>> =
+        schema.key_fields().map(|f| object.get(&f.name).map(shown_json)).collect();
+    match parts?.as_slice() {
+        [] => None,
+        [one] => Some(one.clone()),
+        parts => {
+            let shown: Vec<&str> = parts.iter().map(|(s, _)| s.as_str()).collect();
+            let text: Vec<&str> = parts.iter().map(|(_, t)| t.as_str()).collect();
+            Some((format!("({})", shown.join(", ")), text.join(",")))
+        }
     }
 }
 
@@ -86,5 +130,8 @@ mod tests {
         assert!(!key.resembles("dev-2"));
         assert_eq!(shown(&Key::Int(1)), "1 (a number)");
         assert_eq!(shown(&Key::Str("1".into())), "'1'");
+        let composite = Key::from_values(&[Value::Str("s1".into()), Value::Int(7)], &[0, 1]).expect("two parts");
+        assert_eq!(shown(&composite), "('s1', 7 (a number))");
+        assert_eq!(text(&composite), "s1,7");
     }
 }

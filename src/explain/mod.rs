@@ -177,14 +177,16 @@ fn tell(plan: &Plan, watch: &Watch<'_>, shards: usize) -> Story {
 /// it reached no operator".
 fn dead_head(plan: &Plan, stream: usize, reason: &str, key_shown: &str) -> String {
     let def = &plan.streams[stream];
-    let key_field = def.schema.key.map(|pos| &def.schema.fields[pos]);
-    let declared = match key_field {
-        Some(field) if reason.strip_prefix("wrong_type:") == Some(field.name.as_str()) => {
-            format!(", {} declares it {}", def.name, type_words(field.ty))
-        }
-        _ => String::new(),
+    let wrong = reason.strip_prefix("wrong_type:");
+    let declared = match def.schema.key_fields().find(|f| Some(f.name.as_str()) == wrong) {
+        Some(field) => format!(", {} declares it {}", def.name, type_words(field.ty)),
+        None => String::new(),
     };
-    let field = key_field.map_or("its key field", |f| f.name.as_str());
+    let field = match def.schema.key_fields().len() {
+        0 => "its key field".to_owned(),
+        1 => def.schema.key_names(),
+        _ => format!("its key ({})", def.schema.key_names()),
+    };
     format!("dead-lettered as {reason} ({field} holds {key_shown}{declared}); it reached no operator")
 }
 

@@ -20,7 +20,7 @@ use crate::replay::{Observer, ReplayError};
 use crate::shard::Runtime;
 
 use super::fate;
-use super::keys::{shown, shown_json};
+use super::keys::{self, shown, shown_json};
 use super::watch::{Seen, Watch};
 use super::{ExplainArgs, RowStory, at_operator, tell, time_json, watched};
 
@@ -135,11 +135,7 @@ impl Finder<'_> {
 
 impl Observer for Finder<'_> {
     fn row(&mut self, stream: usize, arrival: i64, row: &Row, _runtime: &Runtime) {
-        let text = match &row.key {
-            Key::Str(s) => s.to_string(),
-            Key::Int(i) => i.to_string(),
-            Key::Broadcast => String::new(),
-        };
+        let text = keys::text(&row.key);
         let schema = &self.plan.streams[stream].schema;
         for (i, pick) in self.picks.iter().enumerate() {
             let hit = match pick {
@@ -170,7 +166,7 @@ impl Observer for Finder<'_> {
     fn dead_letter(&mut self, stream: usize, arrival: i64, raw: &[u8], _reason: &str) {
         let Ok(serde_json::Value::Object(object)) = serde_json::from_slice::<serde_json::Value>(raw) else { return };
         let schema = &self.plan.streams[stream].schema;
-        let key = schema.key.and_then(|pos| object.get(&schema.fields[pos].name)).map(shown_json);
+        let key = keys::json_key(schema, &object);
         for (i, pick) in self.picks.iter().enumerate() {
             let Pick::Fields { stream: name, fields } = pick else { continue };
             let hit = self.stream_is(stream, name)
@@ -268,11 +264,10 @@ fn found_rows(picks: &[Pick], found: Vec<Vec<Found>>) -> Result<Vec<Found>, Pair
 /// of its key.
 fn behind_result(plan: &Plan, args: &ExplainArgs<'_>, id: u64, op: usize, key: &Key) -> Result<Vec<Found>, PairError> {
     let name = &plan.operators[op].name;
-    let text = match key {
-        Key::Str(s) => s.to_string(),
-        Key::Int(i) => i.to_string(),
-        Key::Broadcast => return Err(PairError::Pick(format!("result {} of {name} has no key", hex(id)))),
-    };
+    if *key == Key::Broadcast {
+        return Err(PairError::Pick(format!("result {} of {name} has no key", hex(id))));
+    }
+    let text = keys::text(key);
     let watch = watched(plan, args, &text)?;
     let notes = watch.trace.notes();
     let arrivals: Vec<&Arrival> =
@@ -355,8 +350,7 @@ fn dead_verdict(plan: &Plan, row: Option<&RowStory>, dead: &Found, other: &Found
         (format!("{}{ts}", r.stream), r.dead_letter.as_deref().unwrap_or(""))
     });
     let schema = &plan.streams[dead.stream].schema;
-    let key_field = schema.key.map(|pos| schema.fields[pos].name.as_str());
-    let typed = reason.strip_prefix("wrong_type:").is_some_and(|f| Some(f) == key_field)
+    let typed = reason.strip_prefix("wrong_type:").is_some_and(|f| schema.key_fields().any(|k| k.name == f))
         && dead.key.text == other.key.text
         && dead.key.shown != other.key.shown;
     let near = if typed {

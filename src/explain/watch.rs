@@ -13,7 +13,7 @@ use crate::replay::Observer;
 use crate::shard::{Runtime, RuntimeOptions};
 use crate::time::Time;
 
-use super::keys::{AskedKey, shown, shown_json};
+use super::keys::{self, AskedKey, shown};
 
 /// One input line of the key asked about.
 pub struct Line {
@@ -73,11 +73,6 @@ impl<'p> Watch<'p> {
             buf: Vec::new(),
         }
     }
-
-    fn key_field(&self, stream: usize) -> Option<&str> {
-        let schema = &self.plan.streams[stream].schema;
-        schema.key.map(|pos| schema.fields[pos].name.as_str())
-    }
 }
 
 impl Observer for Watch<'_> {
@@ -88,11 +83,10 @@ impl Observer for Watch<'_> {
     }
 
     fn row(&mut self, stream: usize, arrival: i64, row: &Row, runtime: &Runtime) {
-        let text = match &row.key {
-            Key::Str(s) => s.to_string(),
-            Key::Int(i) => i.to_string(),
-            Key::Broadcast => return,
-        };
+        if row.key == Key::Broadcast {
+            return;
+        }
+        let text = keys::text(&row.key);
         if self.key.resembles(&text) {
             self.resembling[stream].insert(shown(&row.key));
         }
@@ -104,10 +98,9 @@ impl Observer for Watch<'_> {
     }
 
     fn dead_letter(&mut self, stream: usize, arrival: i64, raw: &[u8], reason: &str) {
-        let Some(field) = self.key_field(stream) else { return };
         let Ok(serde_json::Value::Object(object)) = serde_json::from_slice::<serde_json::Value>(raw) else { return };
-        let Some(value) = object.get(field) else { return };
-        let (key_shown, text) = shown_json(value);
+        let schema = &self.plan.streams[stream].schema;
+        let Some((key_shown, text)) = keys::json_key(schema, &object) else { return };
         if self.key.resembles(&text) {
             self.resembling[stream].insert(key_shown.clone());
         }

@@ -23,14 +23,15 @@ use std::collections::{BTreeSet, BinaryHeap};
 use crate::config::operators::{Builder, Built, broadcast_refused, output_schema};
 use crate::config::walk::{Errors, Table};
 use crate::record::frame::to_row;
-use crate::record::id::{self, IdHasher};
+use crate::record::id::IdHasher;
 use crate::record::schema::Field;
-use crate::record::view::RowView;
+use crate::record::view::{KeyRef, RowView};
 use crate::record::{ArchivedRow, FieldType, Key, Row, Value};
 use crate::state::ByKeyHash;
 use crate::state::snapshot::{self, SnapshotError};
 use crate::time::Time;
 
+use super::projection::result_key;
 use super::{OperatorSpec, Output, ResultKind};
 
 /// Checks `[operators.NAME]` of this kind.
@@ -46,12 +47,13 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
         }
     }
     let input = input?;
-    let Some(key) = input.key_field().cloned() else {
+    if input.is_broadcast() {
         t.error("input", errors, broadcast_refused(&input.name));
         return None;
-    };
-    let fields = vec![key, Field { name: "_kind".into(), ty: FieldType::String, nullable: false }];
-    let (output, rekey) = output_schema(t, fields, errors)?;
+    }
+    let mut fields: Vec<Field> = input.key_fields().cloned().collect();
+    fields.push(Field { name: "_kind".into(), ty: FieldType::String, nullable: false });
+    let (output, rekey) = output_schema(t, fields, input.key_fields().len(), errors)?;
     // A bad timeout is already an error (nothing runs); the spec stays, so that the kind is not
     // also reported as unavailable.
     let timeout = i128::from(timeout.unwrap_or(1).max(1));
@@ -64,8 +66,8 @@ pub struct AbsenceSpec {
     pub name: String,
     /// ms, > 0.
     pub timeout: i128,
-    /// `key = "FIELD"`: the output position whose value keys the result.
-    pub rekey: Option<usize>,
+    /// `key = "FIELD"` or a list: the output positions whose values key the result.
+    pub rekey: Option<Vec<usize>>,
 }
 
 /// One key's state; keys are numbered in the order this instance first saw them.
@@ -178,21 +180,11 @@ impl Absence {
             let state = &self.keys[n];
             // Beyond int64 only when a row's ts is within `timeout` of the end of time.
             let ts = ts.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
-            let ids = self.ids.begin().str(&self.spec.name).str(kind.as_str());
-            match &state.key {
-                Key::Int(i) => ids.value(&Value::Int(*i)),
-                Key::Str(s) => ids.str(s),
-                Key::Broadcast => ids.value(&Value::Null),
-            };
+            let ids = self.ids.begin().str(&self.spec.name).str(kind.as_str()).key(state.key.key_ref());
             let id = ids.value(&Value::Int(ts)).finish();
-            let values: Box<[Value]> = Box::new([state.key.to_value(), Value::Str(kind.as_str().into())]);
-            let (key, key_hash) = match self.spec.rekey.and_then(|pos| Key::from_value(&values[pos])) {
-                Some(key) => {
-                    let hash = id::key_hash(&key);
-                    (key, hash)
-                }
-                None => (state.key.clone(), state.key_hash),
-            };
+            let values: Box<[Value]> =
+                state.key.key_ref().parts().map(KeyRef::to_value).chain([Value::Str(kind.as_str().into())]).collect();
+            let (key, key_hash) = result_key(state.key.key_ref(), state.key_hash, &values, self.spec.rekey.as_deref());
             out.results.push((kind, Row { ts, key, key_hash, id, values }));
         }
         if watermark == Time::POS_INF {
@@ -228,6 +220,7 @@ impl Absence {
             .iter()
             .map(|k| match &k.key {
                 Key::Str(s) => s.len(),
+                Key::Composite(bytes) => bytes.len(),
                 _ => 0,
             })
             .sum();

@@ -96,11 +96,16 @@ struct Tracing {
 /// The rank of a result among everything its operator's instances emit at once: the stable hash
 /// of the key of the row it came from (at `origin`, the plan's origin key position; its own key
 /// when there is none).
-pub fn origin_rank(row: &Row, origin: Option<usize>) -> u64 {
-    origin
-        .and_then(|pos| row.values.get(pos))
-        .and_then(crate::record::view::KeyRef::from_value)
-        .map_or(row.key_hash, crate::record::id::key_ref_hash)
+pub fn origin_rank(row: &Row, origin: &[usize]) -> u64 {
+    use crate::record::view::KeyRef;
+    match origin {
+        // One key field: hashed in place (no allocation per result).
+        [pos] => {
+            row.values.get(*pos).and_then(KeyRef::from_value).map_or(row.key_hash, crate::record::id::key_ref_hash)
+        }
+        _ => crate::record::Key::from_values(&row.values, origin)
+            .map_or(row.key_hash, |key| crate::record::id::key_hash(&key)),
+    }
 }
 
 /// Counters of one operator (CONTRACT.md "Metrics").
@@ -172,7 +177,7 @@ pub struct OperatorHost {
     clock: OperatorClock,
     counters: OperatorCounters,
     /// Where its results carry the key they came from ([`origin_rank`]).
-    origin: Option<usize>,
+    origin: Vec<usize>,
     /// This instance counts and reports broadcast rows for all (shard 0's).
     speaks_for_broadcast: bool,
     /// Per input (bit i): a broadcast row came on it, so it is a broadcast input.
@@ -181,12 +186,17 @@ pub struct OperatorHost {
 }
 
 impl OperatorHost {
-    pub fn new(operator: Operator, inputs: usize, origin: Option<usize>, shard: usize) -> OperatorHost {
+    pub fn new(
+        operator: Operator,
+        inputs: usize,
+        origin: impl IntoIterator<Item = usize>,
+        shard: usize,
+    ) -> OperatorHost {
         OperatorHost {
             operator,
             clock: OperatorClock::default(),
             counters: OperatorCounters::new(inputs),
-            origin,
+            origin: origin.into_iter().collect(),
             speaks_for_broadcast: shard == 0,
             broadcast_inputs: 0,
             tracing: None,
@@ -292,7 +302,7 @@ impl OperatorHost {
 
     /// The rank of one of this operator's results among what all its instances emit at once.
     pub fn rank(&self, row: &Row) -> u64 {
-        origin_rank(row, self.origin)
+        origin_rank(row, &self.origin)
     }
 
     /// The operator's own watermark (the minimum over its inputs).

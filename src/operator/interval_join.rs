@@ -130,7 +130,7 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     let condition = pair_condition(t, &inputs, errors);
     let missing = [join.keeps_unmatched(RIGHT), join.keeps_unmatched(LEFT)];
     let (columns, fields) = select(t, &inputs, missing, errors)?;
-    let (output, rekey) = output_schema(t, fields, errors)?;
+    let (output, rekey) = output_schema(t, fields, inputs[LEFT].key_fields().len(), errors)?;
     let projection = Projection { columns, rekey };
     let spec = IntervalJoinSpec { name: name.to_owned(), lower, upper, join, condition, projection };
     Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: OperatorSpec::IntervalJoin(spec) })

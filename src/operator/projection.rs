@@ -1,10 +1,10 @@
 //! `select`: how a result's values are built from the rows it joins (CONTRACT.md rule 9).
 //!
-//! A result holds, by position: the key under the left input's key field name, the selected
-//! fields in `select` order, then `_kind`. A selected key field of either side holds the key on
+//! A result holds, by position: the key under the left input's key field name (a composite key:
+//! each of its fields under its name), the selected fields in `select` order, then `_kind`. A selected key field of either side holds the key on
 //! every result, outer rows included; any other field of a missing side is null, and so is
 //! every field a computed item reads of it. With
-//! `key = "FIELD"` the result is re-keyed by one of its own values.
+//! `key = "FIELD"` (or a list of fields) the result is re-keyed by its own values.
 
 use std::sync::Arc;
 
@@ -17,7 +17,8 @@ use super::expr::Expr;
 /// Where one output value comes from.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Column {
-    Key,
+    /// The key's field number `n` (0 for a one-field key).
+    Key(usize),
     Field {
         input: usize,
         pos: usize,
@@ -34,7 +35,7 @@ impl Column {
     /// The value of this column for a result of `rows` (a missing side reads null).
     pub fn value(&self, key: KeyRef<'_>, rows: [Option<RowView<'_>>; 2], kind: ResultKind) -> Value {
         match self {
-            Column::Key => key.to_value(),
+            Column::Key(part) => key.part(*part),
             Column::Field { input, pos } => rows[*input].map_or(Value::Null, |row| row.value(*pos)),
             Column::Computed { expr, ty } => expr.compute(*ty, rows[0], rows[1]),
             Column::Kind => Value::Str(kind.as_str().into()),
@@ -45,8 +46,9 @@ impl Column {
 #[derive(Clone, Debug)]
 pub struct Projection {
     pub columns: Vec<Column>,
-    /// `key = "FIELD"`: the output position whose value keys the result; `None` keeps the input key.
-    pub rekey: Option<usize>,
+    /// `key = "FIELD"` or `key = ["F", "G"]`: the output positions whose values key the result;
+    /// `None` keeps the input key.
+    pub rekey: Option<Vec<usize>>,
 }
 
 impl Projection {
@@ -70,13 +72,21 @@ impl Projection {
         kind: ResultKind,
     ) -> (Key, u64, Box<[Value]>) {
         let values: Box<[Value]> = self.columns.iter().map(|column| column.value(key, rows, kind)).collect();
-        match self.rekey.and_then(|pos| Key::from_value(&values[pos])) {
-            Some(new_key) => {
-                let hash = id::key_hash(&new_key);
-                (new_key, hash, values)
-            }
-            None => (key.to_key(), key_hash, values),
+        let (key, key_hash) = result_key(key, key_hash, &values, self.rekey.as_deref());
+        (key, key_hash, values)
+    }
+}
+
+/// The key of a result with `values`: the key it came with, or with `key = …` the values at the
+/// re-key positions `rekey` (CONTRACT.md "Configuration": an operator's output is keyed by its
+/// input's key). Every operator keys its results here.
+pub fn result_key(key: KeyRef<'_>, key_hash: u64, values: &[Value], rekey: Option<&[usize]>) -> (Key, u64) {
+    match rekey.and_then(|positions| Key::from_values(values, positions)) {
+        Some(new_key) => {
+            let hash = id::key_hash(&new_key);
+            (new_key, hash)
         }
+        None => (key.to_key(), key_hash),
     }
 }
 
@@ -86,7 +96,7 @@ impl Projection {
     pub fn key_and_first_values() -> Projection {
         use crate::operator::interval_join::{LEFT, RIGHT};
         let columns = vec![
-            Column::Key,
+            Column::Key(0),
             Column::Field { input: LEFT, pos: 0 },
             Column::Field { input: RIGHT, pos: 0 },
             Column::Kind,

@@ -57,13 +57,13 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     let join = join_type(t, &["inner", "left"], errors)?;
     let condition = pair_condition(t, inputs.as_ref()?, errors);
     let (columns, fields) = select(t, inputs.as_ref()?, [false, join == JoinType::Left], errors)?;
-    let (output, rekey) = output_schema(t, fields, errors)?;
+    let (output, rekey) = output_schema(t, fields, inputs.as_ref()?[LEFT].key_fields().len(), errors)?;
     let inputs = inputs?;
     let spec = TemporalJoinSpec {
         name: name.to_owned(),
         left_join: join == JoinType::Left,
         condition,
-        broadcast_right: inputs[RIGHT].key_field().is_none(),
+        broadcast_right: inputs[RIGHT].is_broadcast(),
         projection: Projection { columns, rekey },
     };
     Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: OperatorSpec::TemporalJoin(spec) })

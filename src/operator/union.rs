@@ -14,13 +14,14 @@ use crate::config::operators::Input;
 use crate::config::operators::{Builder, Built, broadcast_refused, output_schema};
 use crate::config::walk::{Errors, Table};
 use crate::record::frame::to_row;
-use crate::record::id::{self, IdHasher};
+use crate::record::id::IdHasher;
 use crate::record::schema::Field;
 use crate::record::view::RowView;
-use crate::record::{ArchivedRow, FieldType, Key, Row, Schema, TimeSpec, Value};
+use crate::record::{ArchivedRow, FieldType, Row, Schema, TimeSpec, Value};
 use crate::state::snapshot::{self, SnapshotError};
 use crate::time::Time;
 
+use super::projection::result_key;
 use super::{OperatorSpec, Output, ResultKind};
 
 /// Checks `[operators.NAME]` of this kind.
@@ -30,7 +31,7 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     let inputs: Vec<Input> = inputs.into_iter().collect::<Option<_>>()?;
     let first = &inputs[0];
     for (input, (_, span)) in inputs.iter().zip(&names) {
-        if input.key_field().is_none() {
+        if input.is_broadcast() {
             errors.at(span, &t.child_path("inputs"), broadcast_refused(&input.name));
             return None;
         }
@@ -54,9 +55,9 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
         })
         .collect();
     fields.push(Field { name: "_stream".into(), ty: FieldType::String, nullable: false });
-    let key = first.key_field().and_then(|k| fields.iter().position(|f| f.name == k.name));
+    let key: Vec<usize> = first.key_fields().filter_map(|k| fields.iter().position(|f| f.name == k.name)).collect();
     let (output, rekey) = match t.get("key") {
-        Some(_) => output_schema(t, fields, errors)?,
+        Some(_) => output_schema(t, fields, 0, errors)?,
         None => (Schema::new(fields, key, TimeSpec::Ingest), None),
     };
     let spec =
@@ -80,7 +81,7 @@ fn schema_difference(first: &Input, input: &Input) -> Option<String> {
     for f in input.schema.fields.iter().filter(|f| first.schema.position(&f.name).is_none()) {
         differs.push(format!("{} has no field {}", first.name, f.name));
     }
-    let key = |i: &Input| i.key_field().map(|f| f.name.clone());
+    let key = |i: &Input| i.key_fields().map(|f| f.name.clone()).collect::<Vec<_>>();
     if differs.is_empty() && key(first) != key(input) {
         differs.push(format!("key field {:?} vs {:?}", key(first), key(input)));
     }
@@ -95,8 +96,8 @@ pub struct UnionSpec {
     /// Per input, the positions a result copies, in output order (every field but an upstream
     /// `_stream`).
     pub keep: Vec<Vec<usize>>,
-    /// `key = "FIELD"`: the output position whose value keys the result.
-    pub rekey: Option<usize>,
+    /// `key = "FIELD"` or a list: the output positions whose values key the result.
+    pub rekey: Option<Vec<usize>>,
 }
 
 pub struct Union {
@@ -136,13 +137,7 @@ impl Union {
             .map(|&pos| row.value(pos))
             .chain(std::iter::once(Value::Str(stream.as_str().into())))
             .collect();
-        let (key, key_hash) = match self.spec.rekey.and_then(|pos| Key::from_value(&values[pos])) {
-            Some(key) => {
-                let hash = id::key_hash(&key);
-                (key, hash)
-            }
-            None => (row.key().to_key(), row.key_hash()),
-        };
+        let (key, key_hash) = result_key(row.key(), row.key_hash(), &values, self.spec.rekey.as_deref());
         out.results.push((ResultKind::Row, Row { ts: row.ts(), key, key_hash, id, values }));
     }
 
@@ -190,6 +185,7 @@ impl Union {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::{Key, id};
 
     fn union() -> Union {
         let spec = UnionSpec {
@@ -256,7 +252,8 @@ mod tests {
 
     #[test]
     fn rekeying_takes_the_output_value() {
-        let spec = UnionSpec { name: "u".into(), inputs: vec!["a".into()], keep: vec![vec![0, 2]], rekey: Some(1) };
+        let spec =
+            UnionSpec { name: "u".into(), inputs: vec!["a".into()], keep: vec![vec![0, 2]], rekey: Some(vec![1]) };
         let mut u = Union::new(spec);
         let mut out = Output::default();
         u.on_row(0, row(5, 1), &mut out);

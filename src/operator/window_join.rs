@@ -31,9 +31,8 @@ use crate::time::Time;
 
 use super::expr::Expr;
 use super::interval_join::{JoinType, LEFT, RIGHT};
-use super::window::{
-    Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, WindowsState, check_spec, result_key,
-};
+use super::projection::result_key;
+use super::window::{Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, WindowsState, check_spec};
 use super::{OperatorSpec, Output, Projection, Quality, ResultKind};
 
 /// Checks `[operators.NAME]` of this kind.
@@ -51,7 +50,7 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     let (columns, mut fields) = select(t, &inputs, missing, errors)?;
     let meta = [("_window_start", FieldType::Int), ("_window_end", FieldType::Int), ("_version", FieldType::Int)];
     fields.extend(meta.map(|(name, ty)| Field { name: name.into(), ty, nullable: false }));
-    let (output, rekey) = output_schema(t, fields, errors)?;
+    let (output, rekey) = output_schema(t, fields, inputs[LEFT].key_fields().len(), errors)?;
     // A bad window is reported already (the plan will not run); the output stays referable.
     let window = window.unwrap_or(WindowSpec::UNUSED);
     let projection = Projection { columns, rekey };
@@ -177,7 +176,7 @@ fn emit(
     let views = rows.map(|r| r.map(|r| RowView::Heap(r)));
     values.extend(columns.iter().map(|column| column.value(w.key.key_ref(), views, kind)));
     values.extend(w.meta());
-    let (key, key_hash) = result_key(&w.key, w.key_hash, &values, spec.projection.rekey);
+    let (key, key_hash) = result_key(w.key.key_ref(), w.key_hash, &values, spec.projection.rekey.as_deref());
     let row = Row { ts: w.end - 1, key, key_hash, id, values: values.into() };
     out.results.push((kind, row));
 }

@@ -118,11 +118,7 @@ pub fn to_row(archived: &ArchivedRow) -> Row {
 }
 
 pub fn to_key(archived: &ArchivedKey) -> Key {
-    match archived {
-        ArchivedKey::Broadcast => Key::Broadcast,
-        ArchivedKey::Int(i) => Key::Int(i.to_native()),
-        ArchivedKey::Str(s) => Key::Str(Box::from(&**s)),
-    }
+    super::view::KeyRef::archived(archived).to_key()
 }
 
 pub fn to_value(archived: &ArchivedValue) -> Value {

@@ -60,6 +60,21 @@ impl IdHasher {
         self
     }
 
+    /// A key's values, in the key's order (a one-field key: its value; broadcast: null). A
+    /// composite key's bytes are already its parts' encodings ([`super::key`]).
+    pub fn key(&mut self, key: super::view::KeyRef<'_>) -> &mut Self {
+        use super::view::KeyRef;
+        match key {
+            KeyRef::Broadcast => self.value(&Value::Null),
+            KeyRef::Int(i) => self.value(&Value::Int(i)),
+            KeyRef::Str(s) => self.str(s),
+            KeyRef::Composite(bytes) => {
+                self.buf.extend_from_slice(bytes);
+                self
+            }
+        }
+    }
+
     /// Begins the id of a join pair of operator `operator` (`_kind` `match`): its left and right
     /// rows' ids (a window join adds the window bounds). One formula for the operators that emit
     /// pairs and for `braid explain`, which finds a row's partners by it.
@@ -84,6 +99,7 @@ pub fn key_ref_hash(key: super::view::KeyRef<'_>) -> u64 {
         KeyRef::Broadcast => 0,
         KeyRef::Int(i) => xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes()),
         KeyRef::Str(s) => xxhash_rust::xxh3::xxh3_64_with_seed(s.as_bytes(), 1),
+        KeyRef::Composite(bytes) => xxhash_rust::xxh3::xxh3_64_with_seed(bytes, 2),
     }
 }
 

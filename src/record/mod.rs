@@ -9,6 +9,7 @@ pub mod decode;
 pub mod frame;
 pub mod id;
 pub mod json;
+pub mod key;
 pub mod schema;
 pub mod view;
 
@@ -39,13 +40,16 @@ impl Value {
 }
 
 /// A key value: join partners must have equal keys (string and int keys never meet; config
-/// validation refuses joins whose sides disagree on the key type).
+/// validation refuses joins whose sides disagree on the key type, field by field).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub enum Key {
     /// The stream is broadcast (`key = "*"`): the row goes to every shard.
     Broadcast,
     Int(i64),
     Str(Box<str>),
+    /// A composite key (`key = ["site", "device"]`): its fields' values in the key's order, in
+    /// the canonical encoding of [`key`] — hashed and compared as one key.
+    Composite(Box<[u8]>),
 }
 
 /// Compares an int with a double exactly, as Python does (the int is not rounded to a double);
@@ -78,12 +82,27 @@ impl Key {
         }
     }
 
-    pub fn to_value(&self) -> Value {
-        match self {
-            Key::Broadcast => Value::Null,
-            Key::Int(i) => Value::Int(*i),
-            Key::Str(s) => Value::Str(s.clone()),
+    /// The key held by `values` at the key positions `fields` (a schema's `key`): one field's
+    /// value, or for several a composite of them; `None` when there are no key fields (broadcast)
+    /// or one of them holds no string or int.
+    pub fn from_values(values: &[Value], fields: &[usize]) -> Option<Key> {
+        match fields {
+            [] => None,
+            [pos] => Key::from_value(values.get(*pos)?),
+            _ => {
+                let mut bytes = Vec::new();
+                for pos in fields {
+                    key::push_part(&mut bytes, view::KeyRef::from_value(values.get(*pos)?)?);
+                }
+                Some(Key::Composite(bytes.into()))
+            }
         }
+    }
+
+    /// The value of a one-field key (null for broadcast; a composite key's values are its
+    /// [`parts`](view::KeyRef::parts)).
+    pub fn to_value(&self) -> Value {
+        self.key_ref().to_value()
     }
 }
 

@@ -73,25 +73,43 @@ pub enum TimeSpec {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schema {
     pub fields: Vec<Field>,
-    /// Position of the key field; `None` for a broadcast stream (`key = "*"`).
-    pub key: Option<usize>,
+    /// Positions of the key fields, in the key's order: one field, or several for a composite
+    /// key (`key = ["site", "device"]`); empty for a broadcast stream (`key = "*"`).
+    pub key: Vec<usize>,
     pub time: TimeSpec,
     /// Field positions in field-name order: a row id hashes the values in this order (rule 10).
     pub id_order: Vec<usize>,
 }
 
 impl Schema {
-    pub fn new(fields: Vec<Field>, key: Option<usize>, time: TimeSpec) -> Schema {
+    /// `key`: the key field positions (`Some(pos)` for one, `None` for broadcast, a list for a
+    /// composite key).
+    pub fn new(fields: Vec<Field>, key: impl IntoIterator<Item = usize>, time: TimeSpec) -> Schema {
         let mut id_order: Vec<usize> = (0..fields.len()).collect();
         id_order.sort_by(|&a, &b| fields[a].name.cmp(&fields[b].name));
-        Schema { fields, key, time, id_order }
+        Schema { fields, key: key.into_iter().collect(), time, id_order }
     }
 
     pub fn position(&self, name: &str) -> Option<usize> {
         self.fields.iter().position(|f| f.name == name)
     }
 
-    pub fn key_field(&self) -> Option<&Field> {
-        self.key.map(|k| &self.fields[k])
+    /// The key fields in the key's order (none for a broadcast stream).
+    pub fn key_fields(&self) -> impl ExactSizeIterator<Item = &Field> + Clone {
+        self.key.iter().map(|&k| &self.fields[k])
+    }
+
+    pub fn is_broadcast(&self) -> bool {
+        self.key.is_empty()
+    }
+
+    /// The key field names joined by `, ` (`site, device`), for messages.
+    pub fn key_names(&self) -> String {
+        self.key_fields().map(|f| f.name.as_str()).collect::<Vec<_>>().join(", ")
+    }
+
+    /// The key of a row of this schema ([`Key::from_values`](super::Key::from_values)).
+    pub fn key_of(&self, values: &[super::Value]) -> Option<super::Key> {
+        super::Key::from_values(values, &self.key)
     }
 }

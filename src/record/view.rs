@@ -15,6 +15,8 @@ pub enum KeyRef<'a> {
     Broadcast,
     Int(i64),
     Str(&'a str),
+    /// A composite key's encoded parts ([`super::key`]).
+    Composite(&'a [u8]),
 }
 
 impl<'a> KeyRef<'a> {
@@ -23,6 +25,7 @@ impl<'a> KeyRef<'a> {
             ArchivedKey::Broadcast => KeyRef::Broadcast,
             ArchivedKey::Int(i) => KeyRef::Int(i.to_native()),
             ArchivedKey::Str(s) => KeyRef::Str(s),
+            ArchivedKey::Composite(bytes) => KeyRef::Composite(bytes),
         }
     }
 
@@ -40,15 +43,52 @@ impl<'a> KeyRef<'a> {
             KeyRef::Broadcast => Key::Broadcast,
             KeyRef::Int(i) => Key::Int(i),
             KeyRef::Str(s) => Key::Str(s.into()),
+            KeyRef::Composite(bytes) => Key::Composite(bytes.into()),
         }
     }
 
+    /// The value of a one-field key (null for broadcast and for a composite key: see
+    /// [`parts`](Self::parts)).
     pub fn to_value(self) -> Value {
         match self {
-            KeyRef::Broadcast => Value::Null,
+            KeyRef::Broadcast | KeyRef::Composite(_) => Value::Null,
             KeyRef::Int(i) => Value::Int(i),
             KeyRef::Str(s) => Value::Str(s.into()),
         }
+    }
+
+    /// The key's field values in the key's order: a composite key's parts, else the key itself
+    /// (nothing for broadcast).
+    pub fn parts(self) -> impl Iterator<Item = KeyRef<'a>> {
+        let (single, composite) = match self {
+            KeyRef::Broadcast => (None, &[][..]),
+            KeyRef::Composite(bytes) => (None, bytes),
+            one => (Some(one), &[][..]),
+        };
+        single.into_iter().chain(super::key::Parts::new(composite))
+    }
+
+    /// The value of the key's field number `part` (in the key's order; null past the end).
+    pub fn part(self, part: usize) -> Value {
+        match self {
+            KeyRef::Composite(bytes) => super::key::Parts::new(bytes).nth(part).map_or(Value::Null, KeyRef::to_value),
+            // A one-field key (the hot path): its value, no iterator.
+            one if part == 0 => one.to_value(),
+            _ => Value::Null,
+        }
+    }
+
+    /// The key as a person reads it: the value, a composite key's values joined by `,`.
+    pub fn text(self) -> String {
+        let parts: Vec<String> = self
+            .parts()
+            .map(|p| match p {
+                KeyRef::Int(i) => i.to_string(),
+                KeyRef::Str(s) => s.to_owned(),
+                KeyRef::Broadcast | KeyRef::Composite(_) => String::new(),
+            })
+            .collect();
+        if self == KeyRef::Broadcast { "*".into() } else { parts.join(",") }
     }
 }
 
@@ -58,6 +98,7 @@ impl Key {
             Key::Broadcast => KeyRef::Broadcast,
             Key::Int(i) => KeyRef::Int(*i),
             Key::Str(s) => KeyRef::Str(s),
+            Key::Composite(bytes) => KeyRef::Composite(bytes),
         }
     }
 }

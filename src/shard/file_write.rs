@@ -77,8 +77,10 @@ impl FileWrites {
             Ok::<_, std::io::Error>(ring)
         });
         let ring = ring.and_then(|made| {
-            made.map_err(|error| tracing::warn!(%error, "No io_uring for checkpoint files; the shard writes them itself"))
-                .ok()
+            made.map_err(
+                |error| tracing::warn!(%error, "No io_uring for checkpoint files; the shard writes them itself"),
+            )
+            .ok()
         });
         FileWrites { ring, bell, in_flight: None, stalled: Duration::ZERO }
     }

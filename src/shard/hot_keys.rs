@@ -71,9 +71,8 @@ impl HotKeys {
     fn current(&self) -> Option<HotKey> {
         let top = self.slots.iter().filter(|s| s.key.is_some()).max_by_key(|s| s.count)?;
         let key = match top.key.as_ref()? {
-            Key::Str(s) => s.to_string(),
-            Key::Int(i) => i.to_string(),
             Key::Broadcast => return None,
+            key => key.key_ref().text(),
         };
         Some(HotKey {
             key,

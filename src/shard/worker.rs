@@ -180,7 +180,7 @@ impl Worker {
             .enumerate()
             .map(|(op, o)| {
                 let operator = state.map_or_else(|| Ok(o.spec.build()), |dir| o.spec.build_in(dir))?;
-                Ok(OperatorHost::new(operator, o.inputs.len(), plan.origin_key_position(op), id))
+                Ok(OperatorHost::new(operator, o.inputs.len(), plan.origin_key_positions(op).iter().copied(), id))
             })
             .collect::<Result<Vec<_>, ShardError>>()?;
         if let Some(file) = &checkpoints.restore {

@@ -76,7 +76,7 @@ pub fn row_of(
     ids: &mut crate::record::id::IdHasher,
 ) -> crate::record::Row {
     use crate::record::{Key, Row};
-    let key = def.schema.key.and_then(|k| Key::from_value(&values[k])).unwrap_or(Key::Broadcast);
+    let key = def.schema.key_of(&values).unwrap_or(Key::Broadcast);
     ids.begin().str(&def.name);
     for &pos in &def.schema.id_order {
         ids.value(&values[pos]);

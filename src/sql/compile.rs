@@ -24,8 +24,9 @@ pub struct Compiled {
 #[derive(Clone, Debug)]
 struct Relation {
     fields: Vec<String>,
-    /// The key field; `None` for a broadcast table or one without a key.
-    key: Option<String>,
+    /// The key fields in the key's order (several for a composite key); empty for a broadcast
+    /// table or one without a key.
+    key: Vec<String>,
     /// The name SQL gives its event time: a table's time attribute (`rt`), a view's `_ts`.
     time: Option<String>,
 }
@@ -192,7 +193,20 @@ impl Compiler {
                 return err(*at, format!("unknown option {option:?}: {why}"));
             }
             if option == "key" {
-                table_key = Some(value.clone());
+                // 'site, device': a composite key, written as the list TOML takes.
+                let names: Vec<String> = value.split(',').map(|n| n.trim().to_owned()).collect();
+                let declared = |name: &String| name == "*" || t.columns.iter().any(|c| c.name.name == *name);
+                if let Some(unknown) = names.iter().find(|n| !declared(n)) {
+                    return err(*at, format!("key field {unknown:?} is not a column of {}", t.name.name));
+                }
+                if let [one] = names.as_slice() {
+                    out.string(*at, option, one);
+                } else {
+                    let quoted: Vec<String> = names.iter().map(|n| quote(n)).collect();
+                    out.line(*at, format!("key = [{}]", quoted.join(", ")));
+                }
+                table_key = Some(names);
+                continue;
             }
             out.string(*at, option, value);
         }
@@ -208,7 +222,7 @@ impl Compiler {
         }
         let rel = Relation {
             fields: t.columns.iter().map(|c| c.name.name.clone()).collect(),
-            key: table_key.filter(|k| k != "*"),
+            key: table_key.filter(|k| k != &["*"]).unwrap_or_default(),
             time: time.map(|(name, ..)| name),
         };
         self.catalog.insert(t.name.name.clone(), rel);
@@ -254,7 +268,7 @@ impl Compiler {
                     first.get_or_insert(rel);
                     inputs.push((input.name.clone(), input.at));
                 }
-                let first = first.unwrap_or(Relation { fields: Vec::new(), key: None, time: None });
+                let first = first.unwrap_or(Relation { fields: Vec::new(), key: Vec::new(), time: None });
                 let mut fields = first.fields.clone();
                 fields.push("_stream".into());
                 let mut body = TomlOut::default();
@@ -400,10 +414,10 @@ impl Compiler {
         let wrong = |want: &str| err(tvf.at, want);
         match tvf.kind {
             TvfKind::Session => {
-                let keyed = match tvf.partition_by.as_slice() {
-                    [k] => rel.key.as_deref() == Some(k.name.as_str()),
-                    _ => false,
-                };
+                // The key's fields, in any order (a session is per key).
+                let keyed = !rel.key.is_empty()
+                    && tvf.partition_by.len() == rel.key.len()
+                    && rel.key.iter().all(|k| tvf.partition_by.iter().any(|p| p.name == *k));
                 if !keyed {
                     let at = tvf.partition_by.first().map_or(tvf.at, |k| k.at);
                     return err(
@@ -411,7 +425,7 @@ impl Compiler {
                         format!(
                             "braid's sessions are per key: SESSION(TABLE {} PARTITION BY {}, DESCRIPTOR(…), gap)",
                             tvf.table.name,
-                            rel.key.as_deref().unwrap_or("key")
+                            key_text(&rel.key, ", ")
                         ),
                     );
                 }
@@ -611,7 +625,7 @@ impl Compiler {
             body.line(agg.at, format!("  {},", quote(&format!("{}({argument}) AS {}", agg.function, agg.alias))));
         }
         body.line(s.at, "]");
-        let mut fields: Vec<String> = rel.key.iter().cloned().collect();
+        let mut fields: Vec<String> = rel.key.to_vec();
         fields.extend(aggregates.into_iter().map(|a| a.alias));
         fields.extend(WINDOW_META.map(String::from));
         Ok(Relation { fields, key: rel.key.clone(), time: Some("_ts".into()) })
@@ -865,21 +879,18 @@ fn duration(e: &Expr) -> Result<i64, SqlError> {
 }
 
 fn aggregates(s: &Select, rel: &Relation) -> Result<Vec<Aggregate>, SqlError> {
-    let key = rel.key.as_deref().unwrap_or("");
+    let key = key_text(&rel.key, ", ");
+    let want = || format!("GROUP BY window_start, window_end, {key} (the table's key)");
     let mut grouped: Vec<&str> = Vec::new();
     for g in &s.group_by {
         match g {
-            Expr::Column { name, .. } if ["window_start", "window_end", key].contains(&name.name.as_str()) => {
-                grouped.push(&name.name)
-            }
-            _ => return err(g.at(), format!("GROUP BY window_start, window_end, {key} (the table's key)")),
+            Expr::Column { name, .. } if is_group_column(&name.name, rel) => grouped.push(&name.name),
+            _ => return err(g.at(), want()),
         }
     }
-    if !["window_start", "window_end", key].iter().all(|g| grouped.contains(g)) {
-        return err(
-            s.group_by.first().map_or(s.at, Expr::at),
-            format!("GROUP BY window_start, window_end, {key} (the table's key)"),
-        );
+    let needed = ["window_start", "window_end"].into_iter().chain(rel.key.iter().map(String::as_str));
+    if rel.key.is_empty() || !needed.into_iter().all(|g| grouped.contains(&g)) {
+        return err(s.group_by.first().map_or(s.at, Expr::at), want());
     }
     let mut out = Vec::new();
     for item in &s.items {
@@ -941,14 +952,19 @@ fn aggregates(s: &Select, rel: &Relation) -> Result<Vec<Aggregate>, SqlError> {
 }
 
 fn is_group_column(name: &str, rel: &Relation) -> bool {
-    name == "window_start" || name == "window_end" || rel.key.as_deref() == Some(name)
+    name == "window_start" || name == "window_end" || rel.key.iter().any(|k| k == name)
+}
+
+/// A key's field names joined by `separator` (`key` when there are none).
+fn key_text(key: &[String], separator: &str) -> String {
+    if key.is_empty() { "key".into() } else { key.join(separator) }
 }
 
 /// The relation a join's results form: the left key, the selected names, `_kind` (and the
 /// window's fields).
 fn join_output(left: &Side, names: Vec<String>, window: bool) -> Relation {
-    let mut fields: Vec<String> = left.rel.key.iter().cloned().collect();
-    fields.extend(names.into_iter().filter(|n| Some(n) != left.rel.key.as_ref()));
+    let mut fields: Vec<String> = left.rel.key.clone();
+    fields.extend(names.into_iter().filter(|n| !left.rel.key.contains(n)));
     fields.push("_kind".into());
     if window {
         fields.extend(WINDOW_META.map(String::from));
@@ -1087,7 +1103,9 @@ fn on_parts<'e>(on: &'e Expr, sides: &[Side; 2], bounds: bool) -> Result<OnParts
     let mut list = Vec::new();
     conjuncts(on, &mut list);
     let mut parts = OnParts::default();
-    let mut key_eq = false;
+    // Per key field (position by position): its equality was written.
+    let (lk, rk) = (&sides[0].rel.key, &sides[1].rel.key);
+    let mut key_eq = vec![false; lk.len()];
     for c in list {
         if let Expr::Binary { op: BinOp::Eq, left, right, .. } = c
             && let (Expr::Column { qualifier: lq, name: ln }, Expr::Column { qualifier: rq, name: rn }) =
@@ -1110,21 +1128,22 @@ fn on_parts<'e>(on: &'e Expr, sides: &[Side; 2], bounds: bool) -> Result<OnParts
                         }
                         continue;
                     }
-                    if sides[0].rel.key.as_deref() == Some(&l.name) && sides[1].rel.key.as_deref() == Some(&r.name) {
-                        if key_eq {
-                            return err(c.at(), "one key equality per join (composite keys are not supported yet)");
+                    let position = (lk.iter().position(|k| *k == l.name), rk.iter().position(|k| *k == r.name));
+                    if let (Some(i), Some(j)) = position
+                        && i == j
+                    {
+                        if key_eq[i] {
+                            return err(c.at(), format!("the key equality on {} is written twice", l.name));
                         }
-                        key_eq = true;
+                        key_eq[i] = true;
                         continue;
                     }
                     return err(
                         c.at(),
                         format!(
-                            "braid joins on the tables' keys: {}.{} = {}.{} ('key' options); other equalities are not supported yet",
-                            sides[0].alias,
-                            sides[0].rel.key.as_deref().unwrap_or("?"),
-                            sides[1].alias,
-                            sides[1].rel.key.as_deref().unwrap_or("?")
+                            "braid joins on the tables' keys{}: {} ('key' options); other equalities are not supported yet",
+                            if lk.len() > 1 { ", field by field in the keys' order" } else { "" },
+                            key_equalities(sides)
                         ),
                     );
                 }
@@ -1135,20 +1154,33 @@ fn on_parts<'e>(on: &'e Expr, sides: &[Side; 2], bounds: bool) -> Result<OnParts
         }
         parts.filters.push(c);
     }
-    if !key_eq {
-        let (l, r) = (&sides[0], &sides[1]);
+    if lk.len() != rk.len() && !lk.is_empty() && !rk.is_empty() {
         return err(
             on.at(),
             format!(
-                "a join needs its keys equal: {}.{} = {}.{}",
-                l.alias,
-                l.rel.key.as_deref().unwrap_or("key"),
-                r.alias,
-                r.rel.key.as_deref().unwrap_or("key")
+                "{} is keyed by ({}), {} by ({}): a join matches keys of as many fields, string or int alike position by position",
+                sides[0].alias,
+                lk.join(", "),
+                sides[1].alias,
+                rk.join(", ")
             ),
         );
     }
+    if key_eq.is_empty() || key_eq.contains(&false) {
+        return err(on.at(), format!("a join needs its keys equal: {}", key_equalities(sides)));
+    }
     Ok(parts)
+}
+
+/// `a.site = b.site AND a.device = b.device`: the key equalities a join of `sides` needs.
+fn key_equalities(sides: &[Side; 2]) -> String {
+    let (l, r) = (&sides[0], &sides[1]);
+    let name = |key: &[String], i: usize| key.get(i).map_or("key", String::as_str).to_owned();
+    let fields = l.rel.key.len().max(r.rel.key.len()).max(1);
+    let pairs: Vec<String> = (0..fields)
+        .map(|i| format!("{}.{} = {}.{}", l.alias, name(&l.rel.key, i), r.alias, name(&r.rel.key, i)))
+        .collect();
+    pairs.join(" AND ")
 }
 
 /// `x.rt` → (side, 0), `x.rt ± INTERVAL …` → (side, ±ms); `None` when `e` is no time term.

@@ -78,10 +78,9 @@ pub fn flink_sql(plan: &Plan, inputs: &[(String, PathBuf)], outputs: &[(String, 
         } else {
             columns.push("  rt AS PROCTIME()".into());
         }
-        if versioned.contains(&i)
-            && let Some(key) = stream.schema.key_field()
-        {
-            columns.push(format!("  PRIMARY KEY ({}) NOT ENFORCED", ident(&key.name)));
+        if versioned.contains(&i) && !stream.schema.is_broadcast() {
+            let key: Vec<String> = stream.schema.key_fields().map(|k| ident(&k.name)).collect();
+            columns.push(format!("  PRIMARY KEY ({}) NOT ENFORCED", key.join(", ")));
         }
         let with = match path {
             // A line braid sends to dead_letter is skipped by Flink.
@@ -223,7 +222,11 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
             _ => None,
         }
     };
-    let key = |side: usize| schemas[side].key_field().map(|f| f.name.clone());
+    // The key field names of an input (several for a composite key), never empty for a keyed one.
+    let key = |side: usize| -> Result<Vec<String>, String> {
+        let names: Vec<String> = schemas[side].key_fields().map(|f| f.name.clone()).collect();
+        if names.is_empty() { Err("no key".into()) } else { Ok(names) }
+    };
     let streams_only = op.inputs.iter().all(|n| matches!(n, NodeRef::Stream(_)));
     match &op.spec {
         OperatorSpec::Connect(_) => Err("connect has no Flink SQL equivalent".into()),
@@ -254,11 +257,10 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
             Ok((parts.join("\nUNION ALL\n"), columns, String::new()))
         }
         OperatorSpec::IntervalJoin(spec) => {
-            let (lk, rk) = (key(0).ok_or("no key")?, key(1).ok_or("no key")?);
+            let (lk, rk) = (key(0)?, key(1)?);
             let on = format!(
-                "l.{} = r.{} AND r.rt BETWEEN {} AND {}",
-                ident(&lk),
-                ident(&rk),
+                "{} AND r.rt BETWEEN {} AND {}",
+                keys_equal(&lk, &rk),
                 shifted("l.rt", spec.lower),
                 shifted("l.rt", spec.upper)
             );
@@ -267,8 +269,8 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
                 let (lt, rt) = (ident(&lt), ident(&rt));
                 select.push(format!(
                     "CASE WHEN l.{lk} IS NULL THEN r.{rt} WHEN r.{rk} IS NULL THEN l.{lt} ELSE GREATEST(l.{lt}, r.{rt}) END AS `_ts`",
-                    lk = ident(&lk),
-                    rk = ident(&rk)
+                    lk = ident(&lk[0]),
+                    rk = ident(&rk[0])
                 ));
                 columns.push(("_ts".into(), "BIGINT".into()));
             }
@@ -286,7 +288,7 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
             if spec.broadcast_right {
                 return Err("a broadcast right input has no key to version by in Flink".into());
             }
-            let (lk, rk) = (key(0).ok_or("no key")?, key(1).ok_or("no key")?);
+            let (lk, rk) = (key(0)?, key(1)?);
             let join = if spec.left_join { JoinType::Left } else { JoinType::Inner };
             let (mut select, mut columns) = projection(&spec.projection, op, &schemas, join, &lk, &rk);
             if let Some(lt) = time_field(0) {
@@ -295,19 +297,18 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
             }
             let (filter, note) = on_filter(spec.condition.as_ref(), &spec.projection, &schemas);
             let query = format!(
-                "SELECT {}\nFROM {} AS l {} {} FOR SYSTEM_TIME AS OF l.rt AS r\n  ON l.{} = r.{}{filter}",
+                "SELECT {}\nFROM {} AS l {} {} FOR SYSTEM_TIME AS OF l.rt AS r\n  ON {}{filter}",
                 select.join(",\n  "),
                 names[0],
                 join_words(join),
                 names[1],
-                ident(&lk),
-                ident(&rk)
+                keys_equal(&lk, &rk)
             );
             Ok((query, columns, note))
         }
         OperatorSpec::WindowJoin(spec) => {
-            let (lk, rk) = (key(0).ok_or("no key")?, key(1).ok_or("no key")?);
-            let tvf = |side: usize, k: &str| window_tvf(&spec.window, &names[side], k);
+            let (lk, rk) = (key(0)?, key(1)?);
+            let tvf = |side: usize, k: &[String]| window_tvf(&spec.window, &names[side], k);
             let (mut select, mut columns) = projection(&spec.projection, op, &schemas, spec.join, &lk, &rk);
             let bound = |b: &str| match spec.join {
                 JoinType::Inner | JoinType::Left => format!("l.{b}"),
@@ -319,13 +320,12 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
             columns.push(("_window_start".into(), "TIMESTAMP(3)".into()));
             columns.push(("_window_end".into(), "TIMESTAMP(3)".into()));
             let mut query = format!(
-                "SELECT {}\nFROM (SELECT * FROM {}) AS l {} (SELECT * FROM {}) AS r\n  ON l.{} = r.{} AND l.window_start = r.window_start AND l.window_end = r.window_end",
+                "SELECT {}\nFROM (SELECT * FROM {}) AS l {} (SELECT * FROM {}) AS r\n  ON {} AND l.window_start = r.window_start AND l.window_end = r.window_end",
                 select.join(",\n  "),
                 tvf(0, &lk),
                 join_words(spec.join),
                 tvf(1, &rk),
-                ident(&lk),
-                ident(&rk)
+                keys_equal(&lk, &rk)
             );
             let mut note = lateness_note(&spec.window);
             if let Some(condition) = &spec.condition {
@@ -338,17 +338,19 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
         }
         OperatorSpec::WindowAggregate(spec) => window_aggregate(spec, op, &schemas, &names[0]),
         OperatorSpec::CoGroup(spec) => {
-            let (lk, rk) = (key(0).ok_or("no key")?, key(1).ok_or("no key")?);
+            let (lk, rk) = (key(0)?, key(1)?);
             let names_out: Vec<&crate::record::schema::Field> =
-                op.output.fields.iter().skip(1).take(spec.aggregates.len()).collect();
+                op.output.fields.iter().skip(lk.len()).take(spec.aggregates.len()).collect();
             let mut sides = [Vec::new(), Vec::new()];
-            let mut select = vec![format!(
-                "COALESCE(l.{lk}, r.{rk}) AS {lk_out}",
-                lk = ident(&lk),
-                rk = ident(&rk),
-                lk_out = ident(&op.output.fields[0].name)
-            )];
-            let mut columns = vec![(op.output.fields[0].name.clone(), sql_type(op.output.fields[0].ty).to_owned())];
+            let key_out = &op.output.fields[..lk.len()];
+            let mut select: Vec<String> = lk
+                .iter()
+                .zip(&rk)
+                .zip(key_out)
+                .map(|((l, r), out)| format!("COALESCE(l.{}, r.{}) AS {}", ident(l), ident(r), ident(&out.name)))
+                .collect();
+            let mut columns: Vec<(String, String)> =
+                key_out.iter().map(|f| (f.name.clone(), sql_type(f.ty).to_owned())).collect();
             for (a, f) in spec.aggregates.iter().zip(&names_out) {
                 let call = aggregate_call(a, &schemas)?;
                 sides[a.input].push(format!("{call} AS {}", ident(&f.name)));
@@ -361,16 +363,18 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
             }
             select.push(format!(
                 "CASE WHEN l.{lk} IS NULL THEN 'right_only' WHEN r.{rk} IS NULL THEN 'left_only' ELSE 'match' END AS `_kind`",
-                lk = ident(&lk),
-                rk = ident(&rk)
+                lk = ident(&lk[0]),
+                rk = ident(&rk[0])
             ));
             select.push("COALESCE(l.window_start, r.window_start) AS `_window_start`".into());
             select.push("COALESCE(l.window_end, r.window_end) AS `_window_end`".into());
             columns.push(("_kind".into(), "STRING".into()));
             columns.push(("_window_start".into(), "TIMESTAMP(3)".into()));
             columns.push(("_window_end".into(), "TIMESTAMP(3)".into()));
-            let side_query = |side: usize, k: &str| {
-                let mut items = vec![ident(k), "window_start".into(), "window_end".into()];
+            let side_query = |side: usize, k: &[String]| {
+                let key_list: Vec<String> = k.iter().map(|f| ident(f)).collect();
+                let mut items = key_list.clone();
+                items.extend(["window_start".to_owned(), "window_end".to_owned()]);
                 items.extend(sides[side].iter().cloned());
                 if sides[side].is_empty() {
                     items.push("COUNT(*) AS `_n`".into());
@@ -379,17 +383,16 @@ fn view(plan: &Plan, op: &crate::plan::OperatorDef) -> Result<View, String> {
                     "(SELECT {} FROM {} GROUP BY {}, window_start, window_end)",
                     items.join(", "),
                     window_tvf(&spec.window, &names[side], k),
-                    ident(k)
+                    key_list.join(", ")
                 )
             };
             let query = format!(
-                "SELECT {}\nFROM {} AS l\n{} {} AS r\n  ON l.{} = r.{} AND l.window_start = r.window_start AND l.window_end = r.window_end",
+                "SELECT {}\nFROM {} AS l\n{} {} AS r\n  ON {} AND l.window_start = r.window_start AND l.window_end = r.window_end",
                 select.join(",\n  "),
                 side_query(0, &lk),
                 join_words(spec.join),
                 side_query(1, &rk),
-                ident(&lk),
-                ident(&rk)
+                keys_equal(&lk, &rk)
             );
             let mut note = lateness_note(&spec.window);
             if matches!(spec.window.kind, WindowKind::Session { .. }) {
@@ -407,11 +410,17 @@ fn window_aggregate(
     schemas: &[&Schema],
     table: &str,
 ) -> Result<View, String> {
-    let k = schemas[0].key_field().map(|f| f.name.clone()).ok_or("no key")?;
-    let key_out = &op.output.fields[0];
-    let mut items = vec![format!("{} AS {}", ident(&k), ident(&key_out.name))];
-    let mut columns = vec![(key_out.name.clone(), sql_type(key_out.ty).to_owned())];
-    for (a, f) in spec.aggregates.iter().zip(op.output.fields.iter().skip(1)) {
+    let keys: Vec<String> = schemas[0].key_fields().map(|f| f.name.clone()).collect();
+    if keys.is_empty() {
+        return Err("no key".into());
+    }
+    let mut items = Vec::new();
+    let mut columns = Vec::new();
+    for (k, key_out) in keys.iter().zip(&op.output.fields) {
+        items.push(format!("{} AS {}", ident(k), ident(&key_out.name)));
+        columns.push((key_out.name.clone(), sql_type(key_out.ty).to_owned()));
+    }
+    for (a, f) in spec.aggregates.iter().zip(op.output.fields.iter().skip(keys.len())) {
         items.push(format!("{} AS {}", aggregate_call(a, schemas)?, ident(&f.name)));
         columns.push((f.name.clone(), sql_type(f.ty).to_owned()));
     }
@@ -427,8 +436,8 @@ fn window_aggregate(
     let query = format!(
         "SELECT {}\nFROM {}{filter_sql}\nGROUP BY {}, window_start, window_end",
         items.join(",\n  "),
-        window_tvf(&spec.window, table, &k),
-        ident(&k)
+        window_tvf(&spec.window, table, &keys),
+        keys.iter().map(|k| ident(k)).collect::<Vec<_>>().join(", ")
     );
     let mut note = lateness_note(&spec.window);
     if filter.is_some() {
@@ -469,7 +478,13 @@ fn join_words(join: JoinType) -> &'static str {
     }
 }
 
-fn window_tvf(window: &WindowSpec, table: &str, key: &str) -> String {
+/// `l.a = r.a AND l.b = r.b`: the key equalities of a join, field by field.
+fn keys_equal(lk: &[String], rk: &[String]) -> String {
+    let pairs: Vec<String> = lk.iter().zip(rk).map(|(l, r)| format!("l.{} = r.{}", ident(l), ident(r))).collect();
+    pairs.join(" AND ")
+}
+
+fn window_tvf(window: &WindowSpec, table: &str, key: &[String]) -> String {
     let offset = |offset: i64| if offset == 0 { String::new() } else { format!(", {}", interval(offset)) };
     match window.kind {
         WindowKind::Fixed { size, slide, offset: o } if size == slide => {
@@ -479,7 +494,8 @@ fn window_tvf(window: &WindowSpec, table: &str, key: &str) -> String {
             format!("TABLE(HOP(TABLE {table}, DESCRIPTOR(rt), {}, {}{}))", interval(slide), interval(size), offset(o))
         }
         WindowKind::Session { gap } => {
-            format!("TABLE(SESSION(TABLE {table} PARTITION BY {}, DESCRIPTOR(rt), {}))", ident(key), interval(gap))
+            let key: Vec<String> = key.iter().map(|k| ident(k)).collect();
+            format!("TABLE(SESSION(TABLE {table} PARTITION BY {}, DESCRIPTOR(rt), {}))", key.join(", "), interval(gap))
         }
     }
 }
@@ -491,26 +507,29 @@ fn projection(
     op: &crate::plan::OperatorDef,
     schemas: &[&Schema],
     join: JoinType,
-    lk: &str,
-    rk: &str,
+    lk: &[String],
+    rk: &[String],
 ) -> (Vec<String>, Vec<(String, String)>) {
-    let (lk, rk) = (ident(lk), ident(rk));
     let mut select = Vec::new();
     let mut columns = Vec::new();
     for (column, field) in projection.columns.iter().zip(&op.output.fields) {
         let name = ident(&field.name);
         let expr = match column {
-            Column::Key => match join {
-                JoinType::Inner | JoinType::Left => format!("l.{lk}"),
-                JoinType::Right => format!("r.{rk}"),
-                JoinType::Full => format!("COALESCE(l.{lk}, r.{rk})"),
-            },
+            Column::Key(part) => {
+                let (lk, rk) = (ident(&lk[*part]), ident(&rk[*part]));
+                match join {
+                    JoinType::Inner | JoinType::Left => format!("l.{lk}"),
+                    JoinType::Right => format!("r.{rk}"),
+                    JoinType::Full => format!("COALESCE(l.{lk}, r.{rk})"),
+                }
+            }
             Column::Field { input, pos } => {
                 let side = if *input == 0 { "l" } else { "r" };
                 format!("{side}.{}", ident(&schemas[*input].fields[*pos].name))
             }
             Column::Computed { expr, .. } => condition_sql(expr, schemas),
             Column::Kind => {
+                let (lk, rk) = (ident(&lk[0]), ident(&rk[0]));
                 format!(
                     "CASE WHEN l.{lk} IS NULL THEN 'right_only' WHEN r.{rk} IS NULL THEN 'left_only' ELSE 'match' END"
                 )

@@ -262,7 +262,9 @@ mod tests {
                 let mut scratch = AlignedVec::new();
                 saved
                     .iter()
-                    .map(|(handle, matched, archive)| (handle, matched, to_row(access_row(&mut scratch, archive).unwrap())))
+                    .map(|(handle, matched, archive)| {
+                        (handle, matched, to_row(access_row(&mut scratch, archive).unwrap()))
+                    })
                     .filter(|(_, _, r)| r.key == row(key, 0).key)
                     .map(|(handle, matched, r)| (handle, matched, r.ts))
                     .collect()

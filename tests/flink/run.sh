@@ -6,7 +6,7 @@
 # differences README.md documents (late rows, sessions, idleness) are expected to show here.
 #
 #   tests/flink/run.sh [EXAMPLE...]        default: gateway union window_join cogroup window_aggregate
-#                                          temporal_join
+#                                          temporal_join site_limits
 #
 # Needs python3 and java 17; creates a venv with apache-flink (pip, ~700 MB) in
 # $FLINK_VENV (default: ${CARGO_TARGET_DIR:-target}/flink-venv) on first use.
@@ -23,7 +23,7 @@ braid=$target/debug/braid
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 examples=("$@")
-[ ${#examples[@]} -gt 0 ] || examples=(gateway union window_join cogroup window_aggregate temporal_join)
+[ ${#examples[@]} -gt 0 ] || examples=(gateway union window_join cogroup window_aggregate temporal_join site_limits)
 status=0
 for example in "${examples[@]}"; do
   config=configs/$example.toml

@@ -33,6 +33,7 @@ mod grafana;
 mod logs;
 
 // Replay against brute-force references and properties.
+mod composite_keys;
 mod join_quality;
 mod properties;
 mod reference_connect;

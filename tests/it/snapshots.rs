@@ -42,6 +42,14 @@ fields = { device = "string", v = "int", x = "float", s = "string" }
 [streams.lim]
 key = "*"
 fields = { site = "string", v = "int", max = "float" }
+
+[streams.c]
+key = ["site", "unit"]
+fields = { site = "string", unit = "int", v = "int", x = "float", s = "string" }
+
+[streams.e]
+key = ["site", "unit"]
+fields = { site = "string", unit = "int", v = "int", x = "float", s = "string" }
 "#;
 
 /// Watermark of an input at a tick: its greatest ts so far minus this, minus 1.
@@ -162,6 +170,28 @@ timeout = "600ms""#,
         ("temporal_broadcast_left", "lim", "left", r#"select = ["left.v", "right.site", "right.max"]"#),
     ] {
         let body = format!("kind = \"temporal_join\"\nleft = \"a\"\nright = \"{right}\"\njoin = \"{join}\"\n{select}");
+        cases.push(case(name, &body));
+    }
+    // Composite keys (site, unit): stored, windowed and per-key state keyed by several fields.
+    for (name, body) in [
+        (
+            "composite_interval_full",
+            format!(
+                "kind = \"interval_join\"\nleft = \"c\"\nright = \"e\"\nlower = \"-500ms\"\nupper = \"100ms\"\njoin = \"full\"\n{pair}"
+            ),
+        ),
+        (
+            "composite_temporal_left",
+            format!("kind = \"temporal_join\"\nleft = \"c\"\nright = \"e\"\njoin = \"left\"\n{pair}"),
+        ),
+        (
+            "composite_cogroup_session",
+            format!(
+                "kind = \"cogroup\"\nleft = \"c\"\nright = \"e\"\nwindow = {{ kind = \"session\", gap = \"300ms\" }}\njoin = \"full\"\n{aggregates}"
+            ),
+        ),
+        ("composite_absence", "kind = \"absence\"\ninput = \"c\"\ntimeout = \"600ms\"".to_owned()),
+    ] {
         cases.push(case(name, &body));
     }
     cases
@@ -291,7 +321,7 @@ impl Subject {
     fn workload(&self, seed: u64, rows: usize) -> Vec<Event> {
         let mut rng = Rng::new(seed);
         let inputs = self.schemas.len();
-        let broadcast: Vec<bool> = self.schemas.iter().map(|s| s.key.is_none()).collect();
+        let broadcast: Vec<bool> = self.schemas.iter().map(|s| s.key.is_empty()).collect();
         let mut max_ts: Vec<Option<i64>> = vec![None; inputs];
         let mut events = Vec::new();
         let (mut now, mut clock) = (i128::from(BASE_TS), BASE_TS);
@@ -329,14 +359,20 @@ impl Subject {
 
     fn row(&self, rng: &mut Rng, input: usize, ts: i64, id: u64) -> Row {
         let schema = &self.schemas[input];
-        let device = format!("d{}", rng.below(5));
+        let number = rng.below(5);
+        let device = format!("d{number}");
+        // A composite key's other part: drawn only for such a schema (one-field cases keep their
+        // workloads).
+        let site = if schema.key.len() > 1 { format!("s{}", rng.below(2)) } else { String::new() };
         let words = ["ok", "busy", "idle", "reboot"];
         let values: Box<[Value]> = schema
             .fields
             .iter()
             .enumerate()
             .map(|(pos, field)| match field.ty {
-                _ if Some(pos) == schema.key => Value::Str(device.as_str().into()),
+                _ if schema.key.contains(&pos) && field.ty == FieldType::Int => Value::Int(number as i64),
+                _ if schema.key.contains(&pos) && field.name == "site" => Value::Str(site.as_str().into()),
+                _ if schema.key.contains(&pos) => Value::Str(device.as_str().into()),
                 FieldType::Int => Value::Int(rng.range(-3, 12)),
                 FieldType::Float => Value::Float(rng.range(-40, 40) as f64 / 4.0),
                 FieldType::String => Value::Str(rng.pick(&words).into()),
@@ -344,10 +380,7 @@ impl Subject {
                 _ => Value::Null,
             })
             .collect();
-        let key = match schema.key {
-            Some(_) => Key::Str(device.into()),
-            None => Key::Broadcast,
-        };
+        let key = schema.key_of(&values).unwrap_or(Key::Broadcast);
         Row { ts, key_hash: key_hash(&key), key, id, values }
     }
 }
@@ -566,6 +599,10 @@ split_tests! {
     temporal_inner_resumes_exactly: "temporal_inner",
     temporal_left_resumes_exactly: "temporal_left",
     temporal_broadcast_left_resumes_exactly: "temporal_broadcast_left",
+    composite_interval_full_resumes_exactly: "composite_interval_full",
+    composite_temporal_left_resumes_exactly: "composite_temporal_left",
+    composite_cogroup_session_resumes_exactly: "composite_cogroup_session",
+    composite_absence_resumes_exactly: "composite_absence",
 }
 
 /// A host of `subject` that ran a short workload (without its end: state is left).

@@ -192,3 +192,24 @@ fn a_twin_exports_the_same_flink_script_and_bad_names_exit_1() {
     assert_eq!(late.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&late.stderr).contains("late rows and dead letters stay in braid"));
 }
+
+#[test]
+fn a_composite_key_is_exported_as_one_equality_per_field() {
+    let export = |config: &str| braid().args(["export", "flink-sql", "--config", config]).output().unwrap();
+    let (from_sql, from_toml) = (export("configs/site_limits.sql"), export("configs/site_limits.toml"));
+    assert!(from_toml.status.success(), "{}", String::from_utf8_lossy(&from_toml.stderr));
+    let script = String::from_utf8_lossy(&from_toml.stdout);
+    assert_eq!(String::from_utf8_lossy(&from_sql.stdout), script);
+    assert!(script.contains("PRIMARY KEY (`site`, `device`) NOT ENFORCED"), "{script}");
+    assert!(
+        script.contains("FOR SYSTEM_TIME AS OF l.rt AS r\n  ON l.`site` = r.`site` AND l.`device` = r.`device`;"),
+        "{script}"
+    );
+    assert!(script.contains("GROUP BY `site`, `device`, window_start, window_end"), "{script}");
+    assert!(
+        script.contains(
+            "ON l.`site` = r.`site` AND l.`device` = r.`device` AND l.window_start = r.window_start AND l.window_end = r.window_end;"
+        ),
+        "{script}"
+    );
+}

@@ -34,13 +34,12 @@ use crate::record::frame::{to_row, to_value};
 use crate::record::id::IdHasher;
 use crate::record::schema::Field;
 use crate::record::view::{KeyRef, RowView};
-use crate::record::{ArchivedRow, FieldType, Key, Row, Value};
+use crate::record::{ArchivedRow, FieldType, Row, Value};
 use crate::state::snapshot::{self, SnapshotError};
 use crate::time::Time;
 
-use super::window::{
-    Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, WindowsState, check_spec, result_key,
-};
+use super::projection::result_key;
+use super::window::{Contents, Fire, OnMerge, RowRef, Window, WindowSpec, Windows, WindowsState, check_spec};
 use super::{OperatorSpec, Output, Quality, ResultKind};
 
 /// Checks `[operators.NAME]` of this kind.
@@ -53,7 +52,8 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     let (aggregates, fields) = aggregates(t, &inputs, can_be_empty, errors)?;
     let spec =
         CoGroupSpec { name: name.to_owned(), window: WindowSpec::UNUSED, join, aggregates, rekey: None, one: None };
-    let (output, spec) = with_window(t, spec, window, fields, errors)?;
+    let key_fields = inputs[LEFT].key_fields().len();
+    let (output, spec) = with_window(t, spec, window, fields, key_fields, errors)?;
     Some(Built { inputs: inputs.map(|i| i.node).to_vec(), output, spec: OperatorSpec::CoGroup(spec) })
 }
 
@@ -64,6 +64,7 @@ pub(crate) fn with_window(
     mut spec: CoGroupSpec,
     window: Option<WindowSpec>,
     mut fields: Vec<Field>,
+    key_fields: usize,
     errors: &mut Errors,
 ) -> Option<(crate::record::Schema, CoGroupSpec)> {
     let meta = [("_window_start", FieldType::Int), ("_window_end", FieldType::Int), ("_version", FieldType::Int)];
@@ -73,7 +74,7 @@ pub(crate) fn with_window(
     if spec.window.is_session() {
         fields.push(Field { name: "_supersedes".into(), ty: FieldType::IdList, nullable: false });
     }
-    let (output, rekey) = output_schema(t, fields, errors)?;
+    let (output, rekey) = output_schema(t, fields, key_fields, errors)?;
     spec.rekey = rekey;
     Some((output, spec))
 }
@@ -133,8 +134,10 @@ pub fn aggregates(
         ("a list like [\"count(left) AS n\", \"sum(right.x) AS total\"]", "\"sum(right.amount) AS total\"")
     };
     let items = t.required_list("aggregate", errors, what)?;
-    let key = inputs.first()?.key_field()?.clone();
-    let mut fields = vec![Field { nullable: false, ..key }];
+    let mut fields: Vec<Field> = inputs.first()?.key_fields().map(|k| Field { nullable: false, ..k.clone() }).collect();
+    if fields.is_empty() {
+        return None;
+    }
     let mut aggregates = Vec::new();
     let before = errors.count();
     for (item, span) in items {
@@ -237,7 +240,7 @@ pub struct CoGroupSpec {
     pub join: JoinType,
     pub aggregates: Vec<Aggregate>,
     /// `key = "FIELD"`: the output position whose value keys the result.
-    pub rekey: Option<usize>,
+    pub rekey: Option<Vec<usize>>,
     /// A window_aggregate: one input, `join` left.
     pub one: Option<OneInput>,
 }
@@ -525,15 +528,10 @@ impl Fire<Groups> for Results {
             [true, false] => ResultKind::LeftOnly,
             _ => ResultKind::RightOnly,
         };
-        let id = ids.begin().str(&spec.name).str("group");
-        match &w.key {
-            Key::Int(i) => id.value(&Value::Int(*i)),
-            Key::Str(s) => id.str(s),
-            Key::Broadcast => id.value(&Value::Null),
-        };
+        let id = ids.begin().str(&spec.name).str("group").key(w.key.key_ref());
         let id = id.u64(w.start as u64).u64(w.end as u64).finish();
         let mut values = Vec::with_capacity(w.contents.accs.len() + 6);
-        values.push(w.key.to_value());
+        values.extend(w.key.key_ref().parts().map(KeyRef::to_value));
         values.extend(w.contents.accs.iter().map(|(_, _, acc)| acc.value()));
         if spec.one.is_none() {
             values.push(Value::Str(kind.as_str().into()));
@@ -542,7 +540,7 @@ impl Fire<Groups> for Results {
         if spec.window.is_session() {
             values.push(Value::IdList(w.supersedes.as_slice().into()));
         }
-        let (key, key_hash) = result_key(&w.key, w.key_hash, &values, spec.rekey);
+        let (key, key_hash) = result_key(w.key.key_ref(), w.key_hash, &values, spec.rekey.as_deref());
         out.results.push((kind, Row { ts: w.end - 1, key, key_hash, id, values: values.into() }));
         Some(id)
     }

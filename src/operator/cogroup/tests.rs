@@ -1,5 +1,6 @@
 use super::*;
 use crate::operator::window::WindowKind;
+use crate::record::Key;
 
 #[test]
 fn aggregate_items() {

@@ -83,7 +83,7 @@ use crate::time::Time;
 ///     }
 /// }
 ///
-/// let projection = Projection { columns: vec![Column::Key, Column::Field { input: 0, pos: 0 }, Column::Kind], rekey: None };
+/// let projection = Projection { columns: vec![Column::Key(0), Column::Field { input: 0, pos: 0 }, Column::Kind], rekey: None };
 /// let mut op = Connect::new(ConnectSpec::custom("counts", projection, || Box::new(CountPerKey)));
 /// let mut out = Output::default();
 /// let row = |ts| Row { ts, key: Key::Str("d1".into()), key_hash: 7, id: ts as u64, values: Box::new([]) };

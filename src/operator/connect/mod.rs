@@ -68,7 +68,7 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
                 }
             }
         }
-        let broadcast = inputs.as_ref().is_some_and(|i| i[RIGHT].key_field().is_none());
+        let broadcast = inputs.as_ref().is_some_and(|i| i[RIGHT].is_broadcast());
         // A bad `value` / `limit` is reported already: the positions then only fill the spec.
         let [value, limit] = positions.map(|p| p.unwrap_or(0));
         FunctionSpec::Threshold(ThresholdSpec { value, limit, broadcast })
@@ -83,7 +83,7 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     };
     let missing = if threshold { [false, false] } else { [true, true] };
     let (columns, fields) = select(t, inputs.as_ref()?, missing, errors)?;
-    let (output, rekey) = output_schema(t, fields, errors)?;
+    let (output, rekey) = output_schema(t, fields, inputs.as_ref()?[LEFT].key_fields().len(), errors)?;
     let projection = Projection { columns, rekey };
     let spec = OperatorSpec::Connect(ConnectSpec { name: name.to_owned(), projection, function });
     Some(Built { inputs: inputs?.map(|i| i.node).to_vec(), output, spec })
@@ -378,7 +378,7 @@ fields = { device = "string", amount = "int" }
         let spec = connect_spec(threshold).unwrap();
         let FunctionSpec::Threshold(t) = spec.function else { panic!("{spec:?}") };
         assert_eq!((t.value, t.limit, t.broadcast), (1, 1, true));
-        assert_eq!(spec.projection.columns, [Column::Key, Column::Field { input: RIGHT, pos: 0 }, Column::Kind]);
+        assert_eq!(spec.projection.columns, [Column::Key(0), Column::Field { input: RIGHT, pos: 0 }, Column::Kind]);
         let reconcile = "[operators.o]\nkind = \"connect\"\nfunction = \"reconcile\"\nleft = \"telemetry\"\n\
                          right = \"psp\"\ntimeout = \"1500ms\"\nselect = [\"right.amount\"]\n";
         let spec = connect_spec(reconcile).unwrap();

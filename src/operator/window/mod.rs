@@ -40,7 +40,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::config::walk::{Errors, Table};
 use crate::operator::{Output, Quality};
-use crate::record::{Key, Value, id};
+use crate::record::{Key, Value};
 use crate::state::snapshot::{self, SnapshotError};
 use crate::time::Time;
 
@@ -229,18 +229,6 @@ impl<C> Window<C> {
     /// `_window_start`, `_window_end`, `_version`: the values every window result ends with.
     pub fn meta(&self) -> [Value; 3] {
         [Value::Int(self.start), Value::Int(self.end), Value::Int(self.version)]
-    }
-}
-
-/// The key of a result: the window's, or with `key = "FIELD"` the value at output position
-/// `rekey` (CONTRACT.md "Configuration": an operator's output is keyed by its input's key).
-pub fn result_key(window_key: &Key, window_key_hash: u64, values: &[Value], rekey: Option<usize>) -> (Key, u64) {
-    match rekey.and_then(|pos| values.get(pos)).and_then(Key::from_value) {
-        Some(key) => {
-            let hash = id::key_hash(&key);
-            (key, hash)
-        }
-        None => (window_key.clone(), window_key_hash),
     }
 }
 

@@ -30,7 +30,8 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
     let input = b.named_input(t, "input", errors);
     let window = check_spec(t, errors);
     let input = input?;
-    if input.key_field().is_none() {
+    let key_fields = input.key_fields().len();
+    if key_fields == 0 {
         t.error("input", errors, broadcast_refused(&input.name));
         return None;
     }
@@ -45,7 +46,7 @@ pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, e
         rekey: None,
         one: Some(OneInput { filter }),
     };
-    let (output, spec) = cogroup::with_window(t, spec, window, fields, errors)?;
+    let (output, spec) = cogroup::with_window(t, spec, window, fields, key_fields, errors)?;
     Some(Built { inputs: vec![inputs[0].node], output, spec: OperatorSpec::WindowAggregate(spec) })
 }
 

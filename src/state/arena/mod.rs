@@ -471,7 +471,11 @@ impl ArenaStore {
         self.rows += 1;
         self.bytes += row.size_bytes();
         let key_hash = row.key_hash;
-        self.index.entry(key_hash).or_default().push_back(Entry { handle, matched, place: Place::Memory(Box::new(row)) });
+        self.index.entry(key_hash).or_default().push_back(Entry {
+            handle,
+            matched,
+            place: Place::Memory(Box::new(row)),
+        });
         handle
     }
 }

@@ -95,7 +95,7 @@ struct OperatorTime {
     /// With `idle_advance`: (the tick its inputs all went idle, its watermark then).
     dark: Option<(i128, Time)>,
     /// Where its results hold the key of the row they came from.
-    origin: Option<usize>,
+    origin: Vec<usize>,
 }
 
 /// What wakes every instance of an operator at once, or one row.
@@ -118,12 +118,17 @@ pub struct Oracle {
 }
 
 /// The position of the key of a result's origin in operator `op`'s results (rule 9: under the
-/// key field name of its first input), if that input has a key.
-fn origin_position(plan: &Plan, op: usize) -> Option<usize> {
+/// key field names of its first input, one per key field), if that input has a key.
+fn origin_position(plan: &Plan, op: usize) -> Vec<usize> {
     let def = &plan.operators[op];
-    let first = plan.node_schema(*def.inputs.first()?);
-    let key_name = first.key.map(|k| first.fields[k].name.as_str())?;
-    def.output.fields.iter().position(|field| field.name == key_name)
+    let Some(&first) = def.inputs.first() else { return Vec::new() };
+    let first = plan.node_schema(first);
+    let positions: Option<Vec<usize>> = first
+        .key
+        .iter()
+        .map(|&k| def.output.fields.iter().position(|field| field.name == first.fields[k].name))
+        .collect();
+    positions.unwrap_or_default()
 }
 
 impl Oracle {
@@ -300,9 +305,9 @@ impl Oracle {
             results.extend(answer.results.into_iter().map(|(_, row)| row));
         }
         if everyone {
-            let origin = node.origin;
+            let origin = &node.origin;
             let rank = |row: &Row| {
-                let key = origin.and_then(|pos| row.values.get(pos)).and_then(Key::from_value);
+                let key = Key::from_values(&row.values, origin);
                 key_hash(key.as_ref().unwrap_or(&row.key))
             };
             results.sort_by_cached_key(rank);

@@ -1,0 +1,8 @@
+-- expect: 8:126: braid joins on the tables' keys, field by field in the keys' order: r.site = l.site AND r.device = l.device ('key' options); other equalities are not supported yet
+CREATE TABLE reading (site STRING, device BIGINT, ts BIGINT, temp DOUBLE,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '0.5' SECOND)
+  WITH ('key' = 'site, device');
+CREATE TABLE limits (site STRING, device BIGINT, ts BIGINT, max_temp DOUBLE,
+  rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '0.5' SECOND)
+  WITH ('key' = 'site, device');
+CREATE VIEW v AS SELECT r.temp, l.max_temp FROM reading r JOIN limits FOR SYSTEM_TIME AS OF r.rt AS l ON r.site = l.site AND r.device = l.site;
