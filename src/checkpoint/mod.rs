@@ -28,7 +28,7 @@
 //! epoch whose manifest reads back (magic, version, crc, and every shard file too); epochs before
 //! the previous one are deleted once a newer one is committed (the previous one stays, for when
 //! the newest is found damaged). Every file is `[magic 8 B][version u32][crc32c of
-//! the payload u32][payload length u64][payload: an rkyv archive]`; anything else — another
+//! the payload u32][payload length u64][zero 8 B][payload: an rkyv archive]`; anything else — another
 //! version, a torn or damaged file — is set aside with a message, never misread.
 
 use std::io::Write;
@@ -36,12 +36,18 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
+use rkyv::api::high::HighSerializer;
+use rkyv::rancor;
+use rkyv::ser::allocator::ArenaHandle;
+use rkyv::util::AlignedVec;
+
 use crate::plan::Plan;
 use crate::state::snapshot::{self, SnapshotError};
 
 /// Bumped whenever any snapshot layout changes: a checkpoint of another version is not read.
 pub const FORMAT_VERSION: u32 = 2;
-const HEADER: usize = 24;
+/// Magic, version, crc, payload length, zeros: 32 bytes, so the archive after it is 16-aligned.
+const HEADER: usize = 32;
 const SHARD_MAGIC: &[u8; 8] = b"braidshd";
 const MANIFEST_MAGIC: &[u8; 8] = b"braidckp";
 
@@ -150,12 +156,13 @@ impl CheckpointDir {
     }
 
     /// One shard's snapshots of checkpoint `file.epoch` as a file, and where it goes (its
-    /// directory is made); the runtime's checkpoint writer thread writes it with [`write_file`]
-    /// (shard/threads.rs), so the shard does not wait for the disk.
-    pub fn shard_file(&self, file: &ShardFile) -> Result<(PathBuf, Vec<u8>), CheckpointError> {
+    /// directory is made); the shard writes it through io_uring from its own thread without
+    /// waiting for the disk, or with [`write_file`] under the legacy driver (shard/file_write.rs).
+    pub fn shard_file(&self, file: &ShardFile) -> Result<(PathBuf, AlignedVec), CheckpointError> {
         let dir = self.epoch_dir(file.epoch);
         std::fs::create_dir_all(&dir).map_err(|error| CheckpointError::Io { path: dir.clone(), error })?;
-        Ok((self.shard_path(file.epoch, file.shard), framed(SHARD_MAGIC, &snapshot::encode(file)?)))
+        let capacity = file.operators.iter().map(|o| o.state.len() + 256).sum::<usize>() + 4096;
+        Ok((self.shard_path(file.epoch, file.shard), framed(SHARD_MAGIC, file, capacity)?))
     }
 
     /// Whether files are synced after they are written (`durability = "power"`).
@@ -169,7 +176,7 @@ impl CheckpointDir {
         let dir = self.epoch_dir(manifest.epoch);
         std::fs::create_dir_all(&dir).map_err(|error| CheckpointError::Io { path: dir.clone(), error })?;
         let tmp = dir.join("manifest.tmp");
-        write_file(&tmp, &framed(MANIFEST_MAGIC, &snapshot::encode(manifest)?), self.sync)?;
+        write_file(&tmp, &framed(MANIFEST_MAGIC, manifest, 4096)?, self.sync)?;
         let path = dir.join("manifest");
         std::fs::rename(&tmp, &path).map_err(|error| CheckpointError::Io { path: path.clone(), error })?;
         if self.sync {
@@ -253,14 +260,22 @@ impl CheckpointDir {
     }
 }
 
-fn framed(magic: &[u8; 8], payload: &[u8]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(HEADER + payload.len());
-    bytes.extend_from_slice(magic);
-    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    bytes.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
-    bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    bytes.extend_from_slice(payload);
-    bytes
+/// `value` encoded after a header of [`HEADER`] bytes, then the header filled in: one buffer,
+/// the archive 16-aligned in it (and so in a buffer the file is read back into).
+fn framed<T>(magic: &[u8; 8], value: &T, capacity: usize) -> Result<AlignedVec, SnapshotError>
+where
+    T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
+{
+    let mut buffer = AlignedVec::with_capacity(HEADER + capacity);
+    buffer.extend_from_slice(&[0; HEADER]);
+    let mut bytes = snapshot::encode_after(value, buffer)?;
+    let payload = &bytes[HEADER..];
+    let (crc, len) = (crc32c::crc32c(payload), payload.len() as u64);
+    bytes[..8].copy_from_slice(magic);
+    bytes[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    bytes[12..16].copy_from_slice(&crc.to_le_bytes());
+    bytes[16..24].copy_from_slice(&len.to_le_bytes());
+    Ok(bytes)
 }
 
 fn unframed<'a>(magic: &[u8; 8], bytes: &'a [u8], path: &Path) -> Result<&'a [u8], CheckpointError> {

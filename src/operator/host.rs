@@ -335,12 +335,15 @@ impl OperatorHost {
 
     /// Everything this instance's output depends on, for a checkpoint (state/snapshot.rs).
     pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
-        snapshot::encode(&HostState {
+        let operator = self.operator.snapshot()?;
+        let capacity = operator.len() + 4096;
+        let state = HostState {
             clock: self.clock.clone(),
             counters: self.counters.clone(),
             broadcast_inputs: self.broadcast_inputs,
-            operator: self.operator.snapshot()?,
-        })
+            operator,
+        };
+        snapshot::encode_sized(&state, capacity)
     }
 
     /// Takes up a [`snapshot`](Self::snapshot) of this operator; `self` is freshly built.

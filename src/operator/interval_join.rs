@@ -333,13 +333,13 @@ impl IntervalJoin {
     /// matched flags, their timers (ordered by last chance, then `seq`), the watermark, the
     /// join quality so far.
     pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
-        snapshot::encode(&IntervalJoinState {
-            watermark: self.watermark,
-            rows: self.state.iter().map(|store| snapshot::save_store(store.as_ref())).collect::<Result<_, _>>()?,
-            timers: self.timers.iter().map(|Reverse(timer)| *timer).collect(),
-            seq: self.seq,
-            quality: self.quality,
-        })
+        let rows: Vec<SavedStore> =
+            self.state.iter().map(|store| snapshot::save_store(store.as_ref())).collect::<Result<_, _>>()?;
+        let timers: Vec<Timer> = self.timers.iter().map(|Reverse(timer)| *timer).collect();
+        let capacity =
+            rows.iter().map(SavedStore::bytes).sum::<usize>() + timers.len() * std::mem::size_of::<Timer>() + 4096;
+        let state = IntervalJoinState { watermark: self.watermark, rows, timers, seq: self.seq, quality: self.quality };
+        snapshot::encode_sized(&state, capacity)
     }
 
     /// Takes up a [`snapshot`](Self::snapshot); `self` is freshly built from the same spec.

@@ -444,7 +444,8 @@ impl Operator {
             Operator::TemporalJoin(op) => op.snapshot(),
             Operator::Absence(op) => op.snapshot(),
         }?;
-        snapshot::encode(&KindState { kind: self.kind().name().to_owned(), state })
+        let capacity = state.len() + 256;
+        snapshot::encode_sized(&KindState { kind: self.kind().name().to_owned(), state }, capacity)
     }
 
     /// Takes up a [`snapshot`](Self::snapshot) of an instance of the same operator; `self` is

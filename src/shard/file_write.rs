@@ -274,6 +274,9 @@ mod tests {
 
     fn job(path: std::path::PathBuf, bytes: Vec<u8>, sync: bool) -> (SnapshotWrite, Arc<AtomicU8>) {
         let outcome = Arc::new(AtomicU8::new(0));
+        let mut aligned = rkyv::util::AlignedVec::new();
+        aligned.extend_from_slice(&bytes);
+        let bytes = aligned;
         (SnapshotWrite { path, bytes, sync, outcome: Arc::clone(&outcome) }, outcome)
     }
 

@@ -129,7 +129,7 @@ struct Core {
 /// One shard's checkpoint file, to be written off the shard's thread (threads.rs).
 pub struct SnapshotWrite {
     pub path: std::path::PathBuf,
-    pub bytes: Vec<u8>,
+    pub bytes: rkyv::util::AlignedVec,
     /// Synced after it is written (`durability = "power"`).
     pub sync: bool,
     /// Set by the writer: [`WRITTEN`] or [`NOT_WRITTEN`] (0 while it works).

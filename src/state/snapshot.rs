@@ -63,10 +63,32 @@ pub fn encode<T>(value: &T) -> Result<Vec<u8>, SnapshotError>
 where
     T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
 {
-    let archive = rkyv::to_bytes::<rancor::Error>(value).map_err(|e| SnapshotError::Encode(e.to_string()))?;
-    let mut bytes = Vec::with_capacity(archive.len() + CRC_LEN);
-    bytes.extend_from_slice(&archive);
-    bytes.extend_from_slice(&crc32c::crc32c(&archive).to_le_bytes());
+    encode_sized(value, 0)
+}
+
+/// [`encode`] into a buffer of `capacity` bytes from the start: a snapshot holding others (or
+/// many rows) knows about how large it is, and a buffer grown by doubling would copy it again
+/// and again (checkpoints of hundreds of MB).
+pub fn encode_sized<T>(value: &T, capacity: usize) -> Result<Vec<u8>, SnapshotError>
+where
+    T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
+{
+    let archive = encode_after(value, AlignedVec::with_capacity(capacity))?;
+    Ok(archive.to_vec())
+}
+
+/// Appends the archive of `value` and its crc32c to `buffer`, whose length is a multiple of 16
+/// (a file's header, say), so the archive starts aligned.
+pub fn encode_after<T>(value: &T, buffer: AlignedVec) -> Result<AlignedVec, SnapshotError>
+where
+    T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
+{
+    let start = buffer.len();
+    debug_assert!(start.is_multiple_of(ARCHIVE_ALIGN), "an archive after {start} bytes is not aligned");
+    let mut bytes = rkyv::api::high::to_bytes_in::<_, rancor::Error>(value, buffer)
+        .map_err(|e| SnapshotError::Encode(e.to_string()))?;
+    let crc = crc32c::crc32c(&bytes[start..]);
+    bytes.extend_from_slice(&crc.to_le_bytes());
     Ok(bytes)
 }
 
@@ -117,6 +139,11 @@ pub struct SavedRow {
 }
 
 impl SavedStore {
+    /// About the bytes its archive takes.
+    pub fn bytes(&self) -> usize {
+        self.archives.len() + self.rows.len() * std::mem::size_of::<SavedRow>() + self.issued.len() * 8
+    }
+
     /// Each row's handle, matched flag and archive, in order. [`check_store`] has made sure the
     /// lengths add up; a store that does not stops early (and `import` then reports it).
     pub fn iter(&self) -> impl Iterator<Item = (RowHandle, bool, &[u8])> + '_ {
