@@ -30,7 +30,11 @@ const DIFFERENCES: &str = "\
 --   source (table.exec.source.idle-timeout, set below to the smallest) and no idle advance.
 -- * Outer joins: both emit an unmatched row once the watermark passes its last chance; braid's
 --   watermark ticks every 200 ms of processing time (Flink: pipeline.auto-watermark-interval).
--- * Dead letters: braid sends undecodable lines to dead_letter; Flink skips them here.
+-- * Dead letters: braid sends undecodable lines to dead_letter; Flink skips them here, except
+--   that its JSON format reads a number written as a string (\"2\") into a numeric column, a row
+--   braid dead-letters (wrong_type).
+-- * Input order: braid takes rows by arrival (an \"arrival\" field in a replay); Flink reads a
+--   file in file order, so a row braid takes early can be late (and dropped) in Flink.
 -- * _id, _version and _supersedes are braid's; Flink's rows carry _kind and _ts computed here.
 ";
 
