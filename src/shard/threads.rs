@@ -348,7 +348,6 @@ impl Shard {
                 let moved = worker.round()?;
                 if let Some(write) = worker.take_snapshot_write() {
                     files.start(write);
-                    worker.checkpoint_stall = files.stalled();
                 }
                 if moved {
                     continue;
@@ -370,6 +369,8 @@ impl Shard {
                     return Err(ShardError::Wait(e));
                 }
             }
+            // Read once at the end: the stall goes on counting until the last file's outcome.
+            worker.checkpoint_stall = files.stalled();
             Ok::<_, ShardError>(worker.report())
         })
     }

@@ -157,7 +157,7 @@ pub struct Worker {
     ticks_shown: u64,
     /// The driver the shard's runtime runs on (shown with its figures).
     pub driver: super::driver::Driver,
-    /// Time the thread spent handing checkpoint files to the disk (threads.rs keeps it).
+    /// Time the thread spent handing checkpoint files to the disk (threads.rs sets it at the end).
     pub checkpoint_stall: std::time::Duration,
 }
 

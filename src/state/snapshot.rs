@@ -190,14 +190,16 @@ pub fn check_store(store: &dyn KeyedStore, saved: &SavedStore) -> Result<(), Sna
             saved.archives.len()
         )));
     }
-    for &handle in saved.rows.iter().map(|r| &r.handle).chain(&saved.issued) {
-        if handle == RowHandle::MAX {
-            return Err(SnapshotError::Decode("stored row handle out of range".into()));
-        }
+    if saved.issued.contains(&RowHandle::MAX) {
+        return Err(SnapshotError::Decode("stored row handle out of range".into()));
     }
-    // Sorted rather than hashed: a restart checks hundreds of thousands of handles.
+    // Sorted rather than hashed: a restart checks hundreds of thousands of handles. The
+    // greatest comes last, so one look tells whether any is out of range.
     let mut handles: Vec<RowHandle> = saved.rows.iter().map(|r| r.handle).collect();
     handles.sort_unstable();
+    if handles.last() == Some(&RowHandle::MAX) {
+        return Err(SnapshotError::Decode("stored row handle out of range".into()));
+    }
     if let Some(pair) = handles.windows(2).find(|pair| pair[0] == pair[1]) {
         return Err(SnapshotError::Decode(format!("two stored rows with handle {:#x}", pair[0])));
     }
