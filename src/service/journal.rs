@@ -81,7 +81,7 @@ impl Journal {
     /// entries are released early (counted by [`dropped`](Self::dropped)) rather than refusing
     /// input — the journal bounds how much a restart can rebuild, never what braid accepts.
     pub fn open(dir: &Path, max_bytes: u64, retention_ms: i64) -> Result<Journal, JournalError> {
-        let options = SpoolOptions { max_bytes, segment_bytes: 4 << 20, overflow: Overflow::DropOldest };
+        let options = SpoolOptions { max_bytes, overflow: Overflow::DropOldest, ..SpoolOptions::default() };
         let spool =
             Spool::open(dir, options).map_err(|error| JournalError::Open { path: dir.display().to_string(), error })?;
         Ok(Journal { spool, retention_ms })

@@ -33,6 +33,14 @@
 //!   turn: a torn write leaves the other). A segment whose records are all released, other than
 //!   the one being appended to, is recycled: kept as the one spare (reset when a new segment is
 //!   needed) or deleted. So the files hold at most `max_bytes` plus about two segments.
+//! - **Flash.** With [`SpoolOptions::roll_after`] (the journal's and the sinks' setting) a new
+//!   segment is started once the active one is that old, and released segments are deleted, never
+//!   kept as the spare. The kernel writes a file's dirty pages back about
+//!   `vm.dirty_expire_centisecs` (30 s) after the file was first dirtied, and a file deleted before
+//!   then is never written: records released within seconds — the journal at every checkpoint,
+//!   a sink buffer at every upstream acknowledgement — then cost the disk nothing under
+//!   `durability = "process"`. A reused spare would have been dirty since its first life and be
+//!   written back with everything in it.
 //! - **Limits.** A record holds at most [`Spool::max_record`] bytes (`segment_bytes` − 128 with
 //!   the headers, and its record size at most `max_bytes`). [`Spool::queued_bytes`] counts the
 //!   unreleased records with their headers and padding; an append that would take it past
@@ -61,7 +69,8 @@ mod tests;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use thiserror::Error;
 
@@ -79,12 +88,32 @@ pub struct SpoolOptions {
     /// Size of each new segment file: a multiple of 4096 from 8 KiB to 1 GiB.
     pub segment_bytes: usize,
     pub overflow: Overflow,
+    /// Start a new segment once the active one is this old, and delete released segments instead
+    /// of keeping a spare (module doc, "Flash"); `None`: a new segment only when one is full.
+    pub roll_after: Option<Duration>,
 }
 
 impl Default for SpoolOptions {
     fn default() -> Self {
-        SpoolOptions { max_bytes: 256 << 20, segment_bytes: 4 << 20, overflow: Overflow::Block }
+        SpoolOptions {
+            max_bytes: 256 << 20,
+            segment_bytes: 4 << 20,
+            overflow: Overflow::Block,
+            roll_after: Some(before_writeback()),
+        }
     }
+}
+
+/// A third of the kernel's `vm.dirty_expire_centisecs` (10 s of the usual 30 s, within 1..=60 s):
+/// a segment rolled this often and released within about as long again is deleted before the
+/// kernel writes its pages back.
+fn before_writeback() -> Duration {
+    static DELAY: OnceLock<Duration> = OnceLock::new();
+    *DELAY.get_or_init(|| {
+        let expire = std::fs::read_to_string("/proc/sys/vm/dirty_expire_centisecs").ok();
+        let centis = expire.and_then(|text| text.trim().parse::<u64>().ok()).unwrap_or(3000);
+        Duration::from_millis(centis * 10 / 3).clamp(Duration::from_secs(1), Duration::from_secs(60))
+    })
 }
 
 #[derive(Debug, Error)]
@@ -223,7 +252,8 @@ impl Spool {
 
     /// The segment to append a record of `size` bytes to, starting a new one when needed.
     fn active_for(&mut self, size: usize) -> Result<&mut Segment, SpoolError> {
-        let usable = self.segments.back().is_some_and(|s| s.fits(size) && s.next_seq() == self.end);
+        let rolls = |s: &Segment| self.options.roll_after.is_some_and(|age| s.count > 0 && s.started.elapsed() >= age);
+        let usable = self.segments.back().is_some_and(|s| s.fits(size) && s.next_seq() == self.end && !rolls(s));
         if !usable {
             let segment = match self.spare.take() {
                 Some(mut spare) if spare.fits(size) => {
@@ -299,9 +329,9 @@ impl Spool {
         }
     }
 
-    /// Keeps `segment` as the spare, or deletes it when there is one.
+    /// Keeps `segment` as the spare, or deletes it when there is one or segments roll by age.
     fn recycle(&mut self, segment: Segment) {
-        if self.spare.is_none() {
+        if self.spare.is_none() && self.options.roll_after.is_none() {
             self.spare = Some(segment);
         } else {
             self.delete(segment);

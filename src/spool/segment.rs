@@ -3,6 +3,7 @@
 //! Layout, walk and recovery rule: storage/log.rs; what they mean for the spool: the parent's doc.
 
 use std::path::Path;
+use std::time::Instant;
 
 use crate::storage::log::{self, Format, Walk};
 use crate::storage::{MappedFileError, Storage};
@@ -43,6 +44,8 @@ pub(super) struct Segment {
     index: Vec<u32>,
     /// Seqs of records the walk skipped as damaged: `get` returns `None` for them.
     skipped: Vec<u64>,
+    /// When this file was created, reset or opened: how long its pages may have been dirty.
+    pub(super) started: Instant,
 }
 
 impl Segment {
@@ -54,14 +57,15 @@ impl Segment {
         data_len: usize,
     ) -> Result<Segment, MappedFileError> {
         let log = log::Segment::create(storage, path, &FORMAT, base, data_len)?;
-        Ok(Segment { log, base, count: 0, index: Vec::new(), skipped: Vec::new() })
+        Ok(Segment { log, base, count: 0, index: Vec::new(), skipped: Vec::new(), started: Instant::now() })
     }
 
     /// Opens an existing segment file and walks its records. `None` as the base: the segment
     /// header is damaged (a reset torn by a crash, or damage on disk), so it holds no records.
     pub(super) fn open(storage: &dyn Storage, path: &Path) -> Result<(Segment, Option<u64>, Walk), MappedFileError> {
         let (log, base) = log::Segment::open(storage, path, &FORMAT)?;
-        let mut segment = Segment { log, base: 0, count: 0, index: Vec::new(), skipped: Vec::new() };
+        let mut segment =
+            Segment { log, base: 0, count: 0, index: Vec::new(), skipped: Vec::new(), started: Instant::now() };
         let Some(base) = base else { return Ok((segment, None, Walk::default())) };
         segment.base = base;
         let walk = segment.log.walk(|_| true)?;
@@ -86,6 +90,7 @@ impl Segment {
         self.count = 0;
         self.index.clear();
         self.skipped.clear();
+        self.started = Instant::now();
         Ok(())
     }
 

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use super::*;
 
 fn options(max_bytes: u64, overflow: Overflow) -> SpoolOptions {
-    SpoolOptions { max_bytes, segment_bytes: 8 << 10, overflow }
+    SpoolOptions { max_bytes, segment_bytes: 8 << 10, overflow, roll_after: None }
 }
 
 /// A record whose content and length follow from its number.
@@ -256,7 +256,7 @@ proptest! {
     fn spool_behaves_like_a_deque(ops in prop::collection::vec(op(), 1..120), drop_oldest: bool) {
         let dir = tempfile::tempdir().unwrap();
         let overflow = if drop_oldest { Overflow::DropOldest } else { Overflow::Block };
-        let opts = SpoolOptions { max_bytes: 12_000, segment_bytes: 8 << 10, overflow };
+        let opts = SpoolOptions { max_bytes: 12_000, segment_bytes: 8 << 10, overflow, roll_after: None };
         let mut spool = Spool::open(dir.path(), opts).unwrap();
         let mut model = Model::default();
         for (n, op) in ops.into_iter().enumerate() {
@@ -291,4 +291,39 @@ proptest! {
             prop_assert!(segment_files(dir.path()) <= 5, "files stay bounded by max_bytes");
         }
     }
+}
+
+#[test]
+fn segments_roll_by_age_and_released_ones_are_deleted_not_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let rolling = SpoolOptions { roll_after: Some(Duration::ZERO), ..options(1 << 20, Overflow::Block) };
+    let mut spool = Spool::open(dir.path(), rolling).unwrap();
+    for i in 0..4 {
+        spool.append(&payload(i)).unwrap();
+    }
+    // Every segment is already "old" after its first record: one file a record.
+    assert_eq!(segment_files(dir.path()), 4);
+    spool.release_through(2);
+    assert_eq!(segment_files(dir.path()), 1, "released segments are deleted, no spare kept");
+    drop(spool);
+    let mut spool = Spool::open(dir.path(), rolling).unwrap();
+    assert_eq!((spool.first(), spool.end()), (3, 4));
+    assert_eq!(spool.get(3).unwrap(), payload(3).as_slice());
+    assert_eq!(spool.append(b"next").unwrap(), 4);
+
+    let dir = tempfile::tempdir().unwrap();
+    let slow = SpoolOptions { roll_after: Some(Duration::from_secs(3600)), ..rolling };
+    let mut spool = Spool::open(dir.path(), slow).unwrap();
+    for i in 0..4 {
+        spool.append(&payload(i)).unwrap();
+    }
+    assert_eq!(segment_files(dir.path()), 1, "a young segment takes the appends until it is full");
+}
+
+#[test]
+fn the_default_rolls_well_before_the_kernel_writes_dirty_pages_back() {
+    let roll = SpoolOptions::default().roll_after.expect("the journal and the sinks roll by age");
+    let expire = std::fs::read_to_string("/proc/sys/vm/dirty_expire_centisecs").unwrap();
+    let expire = Duration::from_millis(expire.trim().parse::<u64>().unwrap() * 10);
+    assert!(roll <= expire / 3 || roll == Duration::from_secs(1), "{roll:?} against {expire:?}");
 }

@@ -12,7 +12,7 @@ use crate::state::KeyedStore;
 use crate::state::arena::{ArenaConfig, ArenaError, ArenaStore};
 
 fn options() -> SpoolOptions {
-    SpoolOptions { max_bytes: 1 << 20, segment_bytes: 8 << 10, overflow: Overflow::Block }
+    SpoolOptions { max_bytes: 1 << 20, segment_bytes: 8 << 10, overflow: Overflow::Block, roll_after: None }
 }
 
 fn payload(i: u64) -> Vec<u8> {

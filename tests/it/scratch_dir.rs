@@ -16,7 +16,7 @@ use crate::common;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::mqtt::{Mosquitto, free_port};
@@ -147,9 +147,39 @@ fn steady_messages(messages: usize) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-/// One run of [`bytes_written_to_the_state_dir_per_input_message`]: bytes written to the disk
-/// per message, and the state directory's size at the end.
-fn measure(label: &str, runtime_keys: &str, messages: usize) -> (f64, u64) {
+/// Bytes braid's `/proc/PID/io` counts between two points of a steady flow: when a quarter of
+/// the messages were acknowledged and when nine tenths were, so that pages dirtied before the
+/// window and cancelled in it balance those dirtied in it and cancelled after it.
+struct Window {
+    messages: usize,
+    seconds: f64,
+    dirtied: u64,
+    cancelled: u64,
+}
+
+/// Samples `pid`'s io counters as `acked` passes a quarter and nine tenths of `messages`.
+fn sample_window(pid: u32, acked: Arc<AtomicUsize>, messages: usize) -> std::thread::JoinHandle<Window> {
+    std::thread::spawn(move || {
+        let at = |count: usize| {
+            while acked.load(Ordering::Relaxed) < count {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            (acked.load(Ordering::Relaxed), Instant::now(), disk_bytes_written(pid))
+        };
+        let (from, started, before) = at(messages / 4);
+        let (to, ended, after) = at(messages * 9 / 10);
+        Window {
+            messages: to - from,
+            seconds: (ended - started).as_secs_f64(),
+            dirtied: after.0 - before.0,
+            cancelled: after.1 - before.1,
+        }
+    })
+}
+
+/// One run: `messages` published at `per_second`; bytes written to the disk per message in the
+/// steady part of the flow ([`Window`]), and the state directory's size at the end.
+fn measure(label: &str, runtime_keys: &str, messages: usize, per_second: usize) -> (f64, u64) {
     let dir = tempfile::Builder::new().prefix("braid-written-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let devices = Mosquitto::start();
     let up = Mosquitto::start();
@@ -165,16 +195,21 @@ fn measure(label: &str, runtime_keys: &str, messages: usize) -> (f64, u64) {
     let braid = Braid::start_with_env(&config, &log, &[]);
     assert!(poll_until(START, || http_get(ops, "/healthz").is_some_and(|(code, _)| code == 200)), "never healthy");
     std::thread::sleep(Duration::from_secs(2));
-    let before = disk_bytes_written(braid.pid());
-    let started = Instant::now();
     let acked = Arc::new(AtomicUsize::new(0));
-    // 100 every 100 ms: 1 000 messages a second.
+    let window = sample_window(braid.pid(), acked.clone(), messages);
+    // A tenth of a second's messages every 100 ms.
     let msgs = steady_messages(messages);
-    publish_reconnecting(devices.port(), &msgs, 100, Duration::from_millis(100), &acked, Duration::from_secs(600));
+    publish_reconnecting(
+        devices.port(),
+        &msgs,
+        per_second / 10,
+        Duration::from_millis(100),
+        &acked,
+        Duration::from_secs(900),
+    );
+    let window = window.join().unwrap();
     std::thread::sleep(Duration::from_secs(2));
-    let after = disk_bytes_written(braid.pid());
-    let (dirtied, cancelled) = (after.0 - before.0, after.1 - before.1);
-    let written = dirtied.saturating_sub(cancelled);
+    let written = window.dirtied.saturating_sub(window.cancelled);
     let state = du(&dir.path().join("m-state"));
     let payload = msgs.iter().map(|(_, p)| p.len()).sum::<usize>() as f64 / messages as f64;
     let metrics = http_get(ops, "/metrics").unwrap().1;
@@ -188,23 +223,40 @@ fn measure(label: &str, runtime_keys: &str, messages: usize) -> (f64, u64) {
         })
         .collect();
     println!("{label}: {}", figures.join(" · "));
+    let per_message = written as f64 / window.messages as f64;
     println!(
-        "{label}: {messages} messages ({payload:.0} B payload each) in {:.1} s, {sent:?} results sent; {written} B \
-         written to the disk = {:.0} B/message ({:.1}x the payload; dirtied {dirtied} B, {cancelled} B of it \
-         cancelled); state dir {state} B at the end",
-        started.elapsed().as_secs_f64(),
-        written as f64 / messages as f64,
-        written as f64 / messages as f64 / payload
+        "{label}: {messages} messages ({payload:.0} B payload each), {sent:?} results sent; window of {} messages \
+         in {:.1} s ({:.0}/s): {written} B written to the disk = {per_message:.0} B/message ({:.2}x the payload; \
+         dirtied {} B, {} B of it cancelled); state dir {state} B at the end",
+        window.messages,
+        window.seconds,
+        window.messages as f64 / window.seconds,
+        per_message / payload,
+        window.dirtied,
+        window.cancelled,
     );
     let _ = std::fs::remove_file(&log);
-    (written as f64 / messages as f64, state)
+    (per_message, state)
 }
 
 #[test]
 #[ignore = "a measurement (about a minute): BENCHMARKS.md \"Bytes written to the state disk\""]
 fn bytes_written_to_the_state_dir_per_input_message() {
     let messages = 30_000;
-    let (shm, _) = measure("scratch in /dev/shm (default)", "", messages);
-    let (disk, _) = measure("scratch on the state disk (scratch_dir)", "scratch_dir = \"DIR/scratch\"\n", messages);
+    let (shm, _) = measure("scratch in /dev/shm (default)", "", messages, 1_000);
+    let (disk, _) =
+        measure("scratch on the state disk (scratch_dir)", "scratch_dir = \"DIR/scratch\"\n", messages, 1_000);
     assert!(shm < disk, "scratch off the disk writes more: {shm:.0} vs {disk:.0} B/message");
+}
+
+/// Issue 11's figure: bytes written to the state disk per input message at the gateway bench's
+/// rate (5 000 messages a second, a checkpoint a second), with the default durability and with
+/// `durability = "power"` (everything synced before it is acknowledged or released).
+#[test]
+#[ignore = "a measurement (about two minutes): BENCHMARKS.md \"Bytes written to the state disk\""]
+fn bytes_written_at_the_gateway_rate() {
+    let messages = 150_000;
+    let (process, _) = measure("durability = process", "", messages, 5_000);
+    let (power, _) = measure("durability = power", "durability = \"power\"\n", messages, 5_000);
+    assert!(process < power, "syncing writes less: {process:.0} vs {power:.0} B/message");
 }

@@ -16,7 +16,7 @@ const CHILD_DIR: &str = "BRAID_SPOOL_KILL_CHILD";
 
 fn options() -> SpoolOptions {
     // Small segments: the child rolls over and recycles segments many times before it dies.
-    SpoolOptions { max_bytes: 1 << 20, segment_bytes: 8 << 10, overflow: Overflow::Block }
+    SpoolOptions { max_bytes: 1 << 20, segment_bytes: 8 << 10, overflow: Overflow::Block, roll_after: None }
 }
 
 fn payload(seq: u64) -> Vec<u8> {
