@@ -128,14 +128,14 @@ fn du(dir: &Path) -> u64 {
         .sum()
 }
 
-/// `messages` alternating command and status of 100 devices, event time = now + i ms (they are
-/// published at 1 000 a second: event time follows arrival).
-fn steady_messages(messages: usize) -> Vec<(String, Vec<u8>)> {
+/// `messages` alternating command and status of 100 devices, to be published at `per_second`:
+/// message i's event time is now + i / `per_second` s, so event time follows arrival.
+fn steady_messages(messages: usize, per_second: usize) -> Vec<(String, Vec<u8>)> {
     let base = now_ms();
     (0..messages)
         .map(|i| {
             let device = format!("d{:03}", i % 100);
-            let ts = base + i as i64;
+            let ts = base + (i * 1000 / per_second) as i64;
             if i % 2 == 0 {
                 let payload = serde_json::json!({"ts": ts, "cmd": "on", "arg": "x", "cmd_id": format!("c{i}")});
                 (format!("devices/{device}/command"), payload.to_string().into_bytes())
@@ -198,7 +198,7 @@ fn measure(label: &str, runtime_keys: &str, messages: usize, per_second: usize) 
     let acked = Arc::new(AtomicUsize::new(0));
     let window = sample_window(braid.pid(), acked.clone(), messages);
     // A tenth of a second's messages every 100 ms.
-    let msgs = steady_messages(messages);
+    let msgs = steady_messages(messages, per_second);
     publish_reconnecting(
         devices.port(),
         &msgs,
