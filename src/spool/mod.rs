@@ -69,6 +69,8 @@ use self::head::{Head, HeadState};
 use self::segment::{END_MARK, RECORD_HEADER, SEGMENT_HEADER, Segment, record_size};
 use crate::config::Overflow;
 use crate::storage::mapped_file::{HEADER_LEN, MappedFileError};
+use crate::storage::log::Walk;
+use crate::storage::quarantine::{Action, Lost, quarantine};
 use crate::storage::{Mmap, Storage};
 
 /// How big a spool may grow and what happens when it is full.
@@ -131,8 +133,10 @@ impl Spool {
     pub fn open_on(storage: Arc<dyn Storage>, dir: &Path, options: SpoolOptions) -> Result<Spool, SpoolError> {
         check_options(&options)?;
         std::fs::create_dir_all(dir).map_err(|source| SpoolError::Io { path: dir.to_owned(), source })?;
-        let (head, state) = Head::open(&dir.join("head"))?;
+        let (head, state, head_lost) = Head::open(&dir.join("head"))?;
         let (found, next_file, damaged) = open_segments(&*storage, dir)?;
+        // A lost head: start at the oldest record still on disk (a duplicate rather than a loss).
+        let first = if head_lost { found.iter().filter(|s| s.count > 0).map(|s| s.base).min().unwrap_or(0) } else { state.first };
         let mut spool = Spool {
             dir: dir.to_owned(),
             storage,
@@ -141,13 +145,16 @@ impl Spool {
             segments: VecDeque::new(),
             spare: None,
             next_file,
-            first: state.first,
-            end: state.first,
+            first,
+            end: first,
             queued: 0,
             dropped: state.dropped,
             damaged,
         };
         spool.adopt(found);
+        if head_lost {
+            spool.head.write(HeadState { first: spool.first, dropped: spool.dropped });
+        }
         Ok(spool)
     }
 
@@ -162,6 +169,17 @@ impl Spool {
                 }
                 self.recycle(segment);
             } else {
+                if let Some(last) = self.segments.back()
+                    && segment.base > last.next_seq()
+                    && segment.base > self.first
+                {
+                    // Records at the end of the segment before are gone (a zeroed block reads as
+                    // its end mark): counted as damage, their seqs stay taken.
+                    let (from, to) = (last.next_seq().max(self.first), segment.base);
+                    tracing::warn!(dir = %self.dir.display(), from, to, "Spool records missing between segments");
+                    self.damaged += to - from;
+                    crate::storage::quarantine::note_lost(to - from);
+                }
                 self.segments.push_back(segment);
             }
         }
@@ -360,8 +378,9 @@ fn check_options(options: &SpoolOptions) -> Result<(), SpoolError> {
 }
 
 /// Opens every segment file in `dir`; also the number for the next new file and the records
-/// skipped as damaged. Files whose headers are damaged are renamed `*.damaged` and skipped;
-/// segments with a damaged segment header come back with no records (to be recycled).
+/// lost to damage. Damage is logged with what was lost and the file quarantined
+/// (storage/quarantine.rs): moved when none of it can be used (file header, segment header, an
+/// unreadable block), copied as found when the records around the damage stay in use.
 fn open_segments(storage: &dyn Storage, dir: &Path) -> Result<(Vec<Segment>, u64, u64), SpoolError> {
     let io = |source| SpoolError::Io { path: dir.to_owned(), source };
     let (mut found, mut next_file, mut damaged) = (Vec::new(), 0, 0);
@@ -369,30 +388,71 @@ fn open_segments(storage: &dyn Storage, dir: &Path) -> Result<(Vec<Segment>, u64
         let path = entry.map_err(io)?.path();
         let Some(number) = segment_number(&path) else { continue };
         next_file = next_file.max(number + 1);
-        match Segment::open(storage, &path) {
-            Ok((segment, Some(_), walk)) => {
-                if !walk.skipped.is_empty() {
-                    let seqs: Vec<u64> = walk.skipped.iter().map(|p| segment.base + p).collect();
-                    tracing::warn!(path = %path.display(), ?seqs, "Spool records damaged; skipped");
-                    damaged += seqs.len() as u64;
+        let opened = Segment::open(storage, &path);
+        match opened {
+            Ok((mut segment, Some(base), walk)) => {
+                if let Some(range) = &walk.unreadable {
+                    drop(segment);
+                    let lost = Lost { records: 1, detail: format!("every record from seq {base} on; bytes {range:?} unreadable") };
+                    quarantine(&path, WHAT, "unreadable block (EIO)", &lost, Action::Move);
+                    damaged += 1;
+                    continue;
                 }
-                if walk.torn > 0 {
-                    tracing::info!(path = %path.display(), records = walk.torn, "Spool torn tail cut");
+                if walk.is_damaged() {
+                    let lost = lost_records(&segment, base, &walk);
+                    damaged += lost.records;
+                    quarantine(&path, WHAT, "crc mismatch in the middle of the segment", &lost, Action::Copy);
+                } else if walk.torn > 0 {
+                    tracing::warn!(path = %path.display(), seq = segment.next_seq(), "Spool torn tail cut (an append a power loss interrupted)");
                 }
+                segment.cut_tail()?;
                 found.push(segment);
             }
             Ok((segment, None, _)) => {
-                tracing::warn!(path = %path.display(), "Spool segment header damaged; its records are lost");
-                found.push(segment);
+                if segment.first_record_written().unwrap_or(true) {
+                    drop(segment);
+                    let lost = Lost { records: 1, detail: "every record of the segment (its base seq is unreadable)".into() };
+                    quarantine(&path, WHAT, "segment header crc mismatch", &lost, Action::Move);
+                    damaged += 1;
+                } else {
+                    // A reset a crash interrupted: it holds nothing; recycled.
+                    found.push(segment);
+                }
             }
             Err(MappedFileError::Invalid { reason, .. }) => {
-                tracing::warn!(path = %path.display(), %reason, "Spool segment file damaged; renamed *.damaged");
-                std::fs::rename(&path, path.with_extension("spool.damaged")).map_err(io)?;
+                let lost = Lost { records: 1, detail: "every record of the segment".into() };
+                quarantine(&path, WHAT, &format!("file header: {reason}"), &lost, Action::Move);
+                damaged += 1;
+            }
+            Err(MappedFileError::Io { source, .. }) if source.raw_os_error() == Some(libc::EIO) => {
+                let lost = Lost { records: 1, detail: "every record of the segment".into() };
+                quarantine(&path, WHAT, "file header unreadable (EIO)", &lost, Action::Move);
+                damaged += 1;
             }
             Err(e) => return Err(e.into()),
         }
     }
     Ok((found, next_file, damaged))
+}
+
+/// What a spool segment's file is called in the log and the quarantine.
+const WHAT: &str = "spool segment (journal or sink buffer)";
+
+/// The records a walk lost in `segment` (base seq `base`): the skipped seqs and a damaged tail.
+fn lost_records(segment: &Segment, base: u64, walk: &Walk) -> Lost {
+    let mut detail = Vec::new();
+    let mut records = walk.skipped.len() as u64;
+    if let (Some(first), Some(last)) = (walk.skipped.first(), walk.skipped.last()) {
+        detail.push(format!("{} records between seqs {} and {}", walk.skipped.len(), base + first, base + last));
+    }
+    let tail_damaged = walk.torn > 0 && walk.damaged.last().is_some_and(|r| r.start >= segment.end_offset());
+    if tail_damaged {
+        records += 1;
+        detail.push(format!("seq {} and any after it in this segment", segment.next_seq()));
+    }
+    let ranges: Vec<String> = walk.damaged.iter().map(|r| format!("{}..{}", r.start + HEADER_LEN, r.end + HEADER_LEN)).collect();
+    detail.push(format!("file bytes {}", ranges.join(", ")));
+    Lost { records, detail: detail.join("; ") }
 }
 
 fn segment_number(path: &Path) -> Option<u64> {
