@@ -25,10 +25,11 @@
 //! - **Append** writes payload, end mark and header (crc last). A segment's records carry `base,
 //!   base + 1, …` and each crc is salted with its seq, so records left over from a recycled
 //!   file's earlier life (smaller seqs) never come back. On open, the segment log's one rule
-//!   applies (storage/log.rs, "Recovery"): a damaged record followed by an intact one is skipped
-//!   and reported — its seq stays taken, [`Spool::get`] returns `None` for it, it is counted by
-//!   [`Spool::damaged`] and logged — and the records after it stay; a torn last record is cut and
-//!   its seq is taken by the next append.
+//!   applies (storage/log.rs, "Recovery"): damaged records followed by an intact one are skipped
+//!   — their seqs stay taken, [`Spool::get`] returns `None` for them, they are counted by
+//!   [`Spool::damaged`] — and the records after them stay; a torn last record is cut and its seq
+//!   is taken by the next append. Damage is logged with the seqs and byte ranges lost and the
+//!   file copied as found into `STATE_DIR/quarantine/` (storage/quarantine.rs).
 //! - **Release** advances `first` and writes it to the head file (two crc'd slots written in
 //!   turn: a torn write leaves the other). A segment whose records are all released, other than
 //!   the one being appended to, is recycled: kept as the one spare (reset when a new segment is
@@ -46,10 +47,13 @@
 //! After a process crash or `kill -9` (anything that leaves the page cache alone): every record
 //! whose `append` returned is there with its seq, every `release_through` that returned stays
 //! released, and nothing comes back that was never appended. After a power loss, only what
-//! [`Spool::sync`] (msync) covered. A segment whose segment header or file header is damaged is
-//! set aside (file header: renamed `*.damaged`) and its records are lost, logged; a gap in the
-//! seqs is then possible and [`Spool::get`] returns `None` for the missing ones, as for a record
-//! skipped as damaged.
+//! [`Spool::sync`] (msync) covered. A segment whose file header or segment header is damaged, or
+//! that holds an unreadable block, is moved to the quarantine and its records are lost, logged
+//! and counted; a gap in the seqs is then possible and [`Spool::get`] returns `None` for the
+//! missing ones, as for a record skipped as damaged. A damaged head file (both slots failing
+//! their crc, or its file header) is quarantined and made anew: the spool then starts at its
+//! oldest segment, so released records may come again (a duplicate with the same `_id`, never a
+//! loss) — never an error at every start.
 //!
 //! Faults: every write and sync goes through the [`Storage`] trait, and a failed one is an error
 //! of [`Spool::append`] or [`Spool::sync`] with the spool unchanged (storage/faulty.rs tests).

@@ -43,22 +43,37 @@
 //!
 //! # Recovery: the one rule
 //!
-//! [`Segment::walk`] reads the records from the first one. A record is *intact* when its length
-//! fits the segment, its crc (with the expected salt) matches, its seq is the expected one
-//! (numbered) or its flags are 0/1 and its reserved bytes zero (flags), and the owner accepts it
-//! (the arena: rkyv's check and the key hash). The walk stops at the end mark (16 zero bytes where a
-//! header would start), at the end of the segment, or at a length that runs past it. Then:
+//! [`Segment::walk`] reads the file with `pread` (never through the mapping: an unreadable block
+//! is then an EIO error, not SIGBUS — mapped_file.rs point 7) and looks at the records from the
+//! first one. A record is *intact* when its length fits the segment, its crc (with the expected
+//! salt) matches, its seq is the expected one (numbered) or its flags are 0/1 and its reserved
+//! bytes zero (flags), and the owner accepts it (the arena: rkyv's check and the key hash). The
+//! walk ends at the end mark (16 zero bytes where a header would start) or at the end of the
+//! segment. At a record that is not intact the walk **resyncs**: it tries every aligned offset
+//! after it for an intact record (numbered: one whose seq lies after the bad one's, which then
+//! says exactly how many records were lost; a false find needs a 32-bit crc collision, and salted
+//! crcs keep records of a recycled file's earlier life out). Then, what the layout lets us tell
+//! apart:
 //!
-//! - a record that is not intact **but is followed by an intact one** is damage in the middle: it
-//!   is **skipped and reported** ([`Walk::skipped`]; the owner counts it and logs a warning) —
-//!   never read as the end of the log, so the records after it stay;
-//! - the records after the last intact one are the **torn tail** (a crash in the middle of an
-//!   append, or damage no later record vouches for): they are **cut** ([`Walk::torn`]), the end mark
-//!   is written after the last intact record and the next append takes their place.
+//! - **damage in the middle**: an intact record follows. The stretch is skipped
+//!   ([`Walk::skipped`], [`Walk::damaged`]): never read as the end of the log, so the records
+//!   after it stay;
+//! - **a torn append**: nothing intact follows, and the bad record's length fits and the 16 bytes
+//!   after it are zero. An append writes the end mark after the record *before* its header, so
+//!   this is what an interrupted append leaves (only a power loss can leave it: after `kill -9`
+//!   the page cache holds every write, and the header, written last, is either there whole or
+//!   not). Cut ([`Walk::torn`]), as a crash's tail always was;
+//! - **damage at the tail**: nothing intact follows, and the bad record's length does not fit or
+//!   non-zero bytes follow it where its end mark must be. Cut too (nothing after it can be
+//!   trusted), but reported as damage ([`Walk::damaged`]);
+//! - **an unreadable block**: the walk stops and writes nothing ([`Walk::unreadable`]); the
+//!   owner must not use the file.
 //!
-//! A damaged length that still fits the segment makes the walk read the next header at a wrong
-//! place; that header fails its crc, so the worst case is a longer torn tail, never an invented
-//! record (a false match needs a 32-bit crc collision).
+//! The owner logs damage with what was lost and quarantines the file (storage/quarantine.rs),
+//! then calls [`Segment::cut_tail`], which writes the end mark after the last intact record: the
+//! next append takes the place of whatever followed it. What the walk cannot see: a header zeroed
+//! whole reads as the end mark, so the records after it are cut unreported — a spool notices the
+//! gap in seqs before the next segment (spool/mod.rs); bit flips never zero 16 bytes.
 
 use std::ops::Range;
 use std::path::Path;
