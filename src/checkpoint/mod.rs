@@ -42,8 +42,8 @@ use rkyv::ser::allocator::ArenaHandle;
 use rkyv::util::AlignedVec;
 
 use crate::plan::Plan;
-use crate::storage::quarantine::{Action, Lost, quarantine};
 use crate::state::snapshot::{self, SnapshotError};
+use crate::storage::quarantine::{Action, Lost, quarantine};
 
 /// Bumped whenever any snapshot layout changes: a checkpoint of another version is not read.
 pub const FORMAT_VERSION: u32 = 2;
@@ -243,13 +243,16 @@ impl CheckpointDir {
                 Ok(None) => continue,
                 Err(error) => {
                     let culprit = match &error {
-                        CheckpointError::Io { path, .. } | CheckpointError::Unreadable { path, .. } => Some(path.clone()),
+                        CheckpointError::Io { path, .. } | CheckpointError::Unreadable { path, .. } => {
+                            Some(path.clone())
+                        }
                         CheckpointError::Snapshot(_) => None,
                     };
                     (error.to_string(), culprit)
                 }
             };
-            let lost = Lost { records: 0, detail: format!("checkpoint {epoch}: the start falls back to the one before it") };
+            let lost =
+                Lost { records: 0, detail: format!("checkpoint {epoch}: the start falls back to the one before it") };
             // The manifest goes in any case: without it the epoch no longer counts as committed
             // (its taken.log stays, taken.rs still reads it).
             if let Some(culprit) = culprit.filter(|c| *c != manifest && c.exists()) {

@@ -72,8 +72,8 @@ use thiserror::Error;
 use self::head::{Head, HeadState};
 use self::segment::{END_MARK, RECORD_HEADER, SEGMENT_HEADER, Segment, record_size};
 use crate::config::Overflow;
-use crate::storage::mapped_file::{HEADER_LEN, MappedFileError};
 use crate::storage::log::Walk;
+use crate::storage::mapped_file::{HEADER_LEN, MappedFileError};
 use crate::storage::quarantine::{Action, Lost, quarantine};
 use crate::storage::{Mmap, Storage};
 
@@ -140,7 +140,11 @@ impl Spool {
         let (head, state, head_lost) = Head::open(&dir.join("head"))?;
         let (found, next_file, damaged) = open_segments(&*storage, dir)?;
         // A lost head: start at the oldest record still on disk (a duplicate rather than a loss).
-        let first = if head_lost { found.iter().filter(|s| s.count > 0).map(|s| s.base).min().unwrap_or(0) } else { state.first };
+        let first = if head_lost {
+            found.iter().filter(|s| s.count > 0).map(|s| s.base).min().unwrap_or(0)
+        } else {
+            state.first
+        };
         let mut spool = Spool {
             dir: dir.to_owned(),
             storage,
@@ -397,7 +401,10 @@ fn open_segments(storage: &dyn Storage, dir: &Path) -> Result<(Vec<Segment>, u64
             Ok((mut segment, Some(base), walk)) => {
                 if let Some(range) = &walk.unreadable {
                     drop(segment);
-                    let lost = Lost { records: 1, detail: format!("every record from seq {base} on; bytes {range:?} unreadable") };
+                    let lost = Lost {
+                        records: 1,
+                        detail: format!("every record from seq {base} on; bytes {range:?} unreadable"),
+                    };
                     quarantine(&path, WHAT, "unreadable block (EIO)", &lost, Action::Move);
                     damaged += 1;
                     continue;
@@ -415,7 +422,8 @@ fn open_segments(storage: &dyn Storage, dir: &Path) -> Result<(Vec<Segment>, u64
             Ok((segment, None, _)) => {
                 if segment.first_record_written().unwrap_or(true) {
                     drop(segment);
-                    let lost = Lost { records: 1, detail: "every record of the segment (its base seq is unreadable)".into() };
+                    let lost =
+                        Lost { records: 1, detail: "every record of the segment (its base seq is unreadable)".into() };
                     quarantine(&path, WHAT, "segment header crc mismatch", &lost, Action::Move);
                     damaged += 1;
                 } else {
@@ -454,7 +462,8 @@ fn lost_records(segment: &Segment, base: u64, walk: &Walk) -> Lost {
         records += 1;
         detail.push(format!("seq {} and any after it in this segment", segment.next_seq()));
     }
-    let ranges: Vec<String> = walk.damaged.iter().map(|r| format!("{}..{}", r.start + HEADER_LEN, r.end + HEADER_LEN)).collect();
+    let ranges: Vec<String> =
+        walk.damaged.iter().map(|r| format!("{}..{}", r.start + HEADER_LEN, r.end + HEADER_LEN)).collect();
     detail.push(format!("file bytes {}", ranges.join(", ")));
     Lost { records, detail: detail.join("; ") }
 }

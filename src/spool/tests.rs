@@ -297,8 +297,9 @@ proptest! {
 /// The names in the quarantine beside a spool in `dir`, without their time stamps.
 fn quarantined(dir: &Path) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(dir.join("quarantine")) else { return Vec::new() };
-    let mut names: Vec<String> =
-        entries.map(|e| e.unwrap().file_name().to_string_lossy().trim_start_matches(|c: char| c != '.').to_owned()).collect();
+    let mut names: Vec<String> = entries
+        .map(|e| e.unwrap().file_name().to_string_lossy().trim_start_matches(|c: char| c != '.').to_owned())
+        .collect();
     names.sort();
     names
 }

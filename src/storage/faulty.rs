@@ -142,9 +142,10 @@ impl StoredFile for FaultyFile {
     fn read_at(&self, at: usize, buf: &mut [u8]) -> Result<(), MappedFileError> {
         let name = self.inner.path().to_string_lossy().into_owned();
         let plan = self.plan.lock().unwrap_or_else(PoisonError::into_inner);
-        let bad = plan.unreadable.iter().any(|(suffix, range)| {
-            name.ends_with(suffix.as_str()) && range.start < at + buf.len() && at < range.end
-        });
+        let bad = plan
+            .unreadable
+            .iter()
+            .any(|(suffix, range)| name.ends_with(suffix.as_str()) && range.start < at + buf.len() && at < range.end);
         drop(plan);
         if bad {
             return Err(error(self.inner.path(), Fault::Eio));

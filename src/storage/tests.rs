@@ -263,7 +263,8 @@ fn quarantined(dir: &Path) -> usize {
 fn spool_an_unreadable_block_at_recovery_quarantines_the_segment_never_sigbus() {
     let dir = tempfile::tempdir().unwrap();
     drop(fill(&Faulty::mmap(), dir.path(), 400));
-    let is_segment = |e: &std::io::Result<std::fs::DirEntry>| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "spool");
+    let is_segment =
+        |e: &std::io::Result<std::fs::DirEntry>| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "spool");
     let segments = std::fs::read_dir(dir.path()).unwrap().filter(is_segment).count();
     assert!(segments >= 3, "{segments} segments");
     // A bad block in the middle of segment 1: read with pread, so EIO, not SIGBUS.

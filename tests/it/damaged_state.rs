@@ -46,8 +46,8 @@ fn flip(path: &Path, n: usize, rng: &mut Rng) {
         return;
     }
     for _ in 0..n {
-        let at = rng.range(0, used as i64) as usize;
-        bytes[at] ^= rng.range(1, 256) as u8;
+        let at = rng.range(0, used as i64 - 1) as usize;
+        bytes[at] ^= rng.range(1, 255) as u8;
     }
     std::fs::write(path, &bytes).unwrap();
 }
@@ -92,7 +92,7 @@ fn random_flips_in_every_state_file_then_start_quarantines_reports_and_emits_not
     let mut files = Vec::new();
     state_files(&state, &mut files);
     let names: Vec<String> = files.iter().map(|p| p.strip_prefix(&state).unwrap().display().to_string()).collect();
-    for kind in ["journal/head", ".spool", "sinks/up/head", "manifest", ".snap", "taken.log"] {
+    for kind in ["journal/head", ".spool", "sinks/up/head", "manifest", ".snap", "taken.log", "client-id"] {
         assert!(names.iter().any(|n| n.contains(kind)), "no {kind} among the state files {names:?}");
     }
     let mut rng = Rng::new(31);
@@ -106,7 +106,8 @@ fn random_flips_in_every_state_file_then_start_quarantines_reports_and_emits_not
     common::mqtt::publish_all(devices.port(), &mqtt_messages(second), QoS::AtLeastOnce);
 
     let inputs = write_inputs(dir.path(), [("command", jsonl(&msgs, "command")), ("status", jsonl(&msgs, "status"))]);
-    let want = by_id(replay(dir.path(), &replay_config, None, &inputs, &["effect"], START).unwrap().take("effect"), "replay");
+    let want =
+        by_id(replay(dir.path(), &replay_config, None, &inputs, &["effect"], START).unwrap().take("effect"), "replay");
     let results = || read_complete_jsonl(&file).into_iter().filter(|r| r.get("_id").is_some()).count();
     let mut last = 0;
     poll_until(Duration::from_secs(20), || {
