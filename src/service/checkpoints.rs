@@ -3,7 +3,8 @@
 //! besides the runtime's state, where the journal stood at the barrier (a restart replays only
 //! what came after), the processing time then, the fingerprints of the messages last taken
 //! (redelivery.rs) and the rows the sinks took after the barrier (taken.rs). Once it is
-//! committed the journal lets go of what it covers: `journal_retention` and `journal_bytes` bound
+//! committed the journal lets go of what the checkpoint before it covers (the newest may be found
+//! damaged at the next start; [`restorable`] then falls back to that one): `journal_retention` and `journal_bytes` bound
 //! the journal only while checkpoints fail.
 
 use std::sync::atomic::Ordering;

@@ -433,7 +433,7 @@ proptest! {
         let starts = record_starts(&bytes);
         let data_start = HEADER_LEN + SEGMENT_HEADER;
         let used = starts.last().map(|&(off, len)| off + record_size(len) + 32).unwrap();
-        let mut touched = vec![false; 150];
+        let mut touched = [false; 150];
         for (index, mask) in &flips {
             let at = data_start + index.index(used - data_start);
             bytes[at] ^= mask;
