@@ -80,35 +80,24 @@ pub fn quarantine(path: &Path, what: &str, reason: &str, lost: &Lost, action: Ac
         .map(|()| target)
     });
     let verb = if action == Action::Move { "moved" } else { "copied" };
-    match placed {
-        Ok(target) => {
-            tracing::warn!(
-                path = %path.display(),
-                what,
-                reason,
-                records_lost = lost.records,
-                lost = %lost.detail,
-                quarantine = %target.display(),
-                "Damaged state file {verb} to quarantine; starting from what is intact"
-            );
-            Some(target)
-        }
-        Err(error) => {
-            tracing::warn!(
-                path = %path.display(),
-                what,
-                reason,
-                records_lost = lost.records,
-                lost = %lost.detail,
-                %error,
-                "Damaged state file could not be {verb} to quarantine; starting from what is intact"
-            );
-            if action == Action::Move && path.exists() {
-                let _ = std::fs::remove_file(path);
-            }
-            None
-        }
+    let (outcome, place) = match &placed {
+        Ok(target) => (verb.to_owned(), target.display().to_string()),
+        Err(error) => (format!("could not be {verb}"), error.to_string()),
+    };
+    tracing::warn!(
+        path = %path.display(),
+        what,
+        reason,
+        records_lost = lost.records,
+        lost = %lost.detail,
+        quarantine = %place,
+        "Damaged state file {outcome} to quarantine; starting from what is intact"
+    );
+    if placed.is_err() && action == Action::Move && path.exists() {
+        // Not to be found again at every start.
+        let _ = std::fs::remove_file(path);
     }
+    placed.ok()
 }
 
 /// The quarantine directory for `path` and the file's name there (module doc).
