@@ -5,6 +5,7 @@
 //! files in `STATE_DIR/quarantine/`, say in its log what was lost, count it in `/metrics`, and
 //! emit nothing wrong: with an inner join, losing input can only take results away, so every
 //! result in the file sink must be one a replay of all the messages gives, with the same content.
+//! `FLIP_SEED=N` picks other flips (default 31).
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
@@ -95,7 +96,7 @@ fn random_flips_in_every_state_file_then_start_quarantines_reports_and_emits_not
     for kind in ["journal/head", ".spool", "sinks/up/head", "manifest", ".snap", "taken.log", "client-id"] {
         assert!(names.iter().any(|n| n.contains(kind)), "no {kind} among the state files {names:?}");
     }
-    let mut rng = Rng::new(31);
+    let mut rng = Rng::new(std::env::var("FLIP_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(31));
     for path in &files {
         flip(path, 5, &mut rng);
     }
