@@ -224,18 +224,7 @@ fn time_value(ts: i64, unit: TimeUnit, ty: FieldType) -> Value {
 
 /// `ts` (ms since the epoch) as `YYYY-MM-DDTHH:MM:SS.mmmZ` (days to civil date: H. Hinnant).
 fn rfc3339(ts: i64) -> String {
-    let (days, ms) = (ts.div_euclid(86_400_000), ts.rem_euclid(86_400_000));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let (h, m, s, milli) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
-    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{milli:03}Z")
+    braid::time::rfc3339::format_ms(ts)
 }
 
 /// splitmix64: a fixed-seed PRNG, so every run sends the same rows.

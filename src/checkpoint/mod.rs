@@ -43,6 +43,7 @@ use rkyv::util::AlignedVec;
 
 use crate::plan::Plan;
 use crate::state::snapshot::{self, SnapshotError};
+use crate::storage::quarantine::{Action, Lost, quarantine};
 
 /// Bumped whenever any snapshot layout changes: a checkpoint of another version is not read.
 pub const FORMAT_VERSION: u32 = 2;
@@ -224,14 +225,40 @@ impl CheckpointDir {
     }
 
     /// The newest committed checkpoint that reads back whole; the ones that do not are reported
-    /// (logged) and passed over.
+    /// and quarantined, and the one before is tried (storage/quarantine.rs).
     pub fn latest(&self) -> Option<Loaded> {
+        self.latest_valid(|_| Ok(())).map(|(loaded, ())| loaded)
+    }
+
+    /// [`latest`](Self::latest), where `check` must also accept the checkpoint (the service
+    /// decodes its part of the manifest): one it refuses is quarantined like a damaged one.
+    pub fn latest_valid<T>(&self, check: impl Fn(&Loaded) -> Result<T, String>) -> Option<(Loaded, T)> {
         for epoch in self.epochs().into_iter().rev() {
-            match self.load(epoch) {
-                Ok(Some(loaded)) => return Some(loaded),
-                Ok(None) => {}
-                Err(error) => tracing::warn!(epoch, %error, "Checkpoint set aside: it does not read back"),
+            let manifest = self.epoch_dir(epoch).join("manifest");
+            let (reason, culprit) = match self.load(epoch) {
+                Ok(Some(loaded)) => match check(&loaded) {
+                    Ok(checked) => return Some((loaded, checked)),
+                    Err(reason) => (reason, None),
+                },
+                Ok(None) => continue,
+                Err(error) => {
+                    let culprit = match &error {
+                        CheckpointError::Io { path, .. } | CheckpointError::Unreadable { path, .. } => {
+                            Some(path.clone())
+                        }
+                        CheckpointError::Snapshot(_) => None,
+                    };
+                    (error.to_string(), culprit)
+                }
+            };
+            let lost =
+                Lost { records: 0, detail: format!("checkpoint {epoch}: the start falls back to the one before it") };
+            // The manifest goes in any case: without it the epoch no longer counts as committed
+            // (its taken.log stays, taken.rs still reads it).
+            if let Some(culprit) = culprit.filter(|c| *c != manifest && c.exists()) {
+                quarantine(&culprit, "checkpoint shard file", &reason, &lost, Action::Move);
             }
+            quarantine(&manifest, "checkpoint manifest", &reason, &lost, Action::Move);
         }
         None
     }

@@ -42,7 +42,8 @@ fn the_newest_committed_checkpoint_wins_and_two_are_kept() {
 #[test]
 fn a_damaged_checkpoint_is_set_aside_for_the_previous_one() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = CheckpointDir::new(tmp.path().to_owned(), false);
+    std::fs::write(tmp.path().join("braid.lock"), b"").unwrap(); // the state directory
+    let dir = CheckpointDir::new(tmp.path().join("checkpoints"), false);
     commit(&dir, 1, 1);
     commit(&dir, 2, 1);
     let path = dir.shard_path(2, 0);
@@ -50,7 +51,19 @@ fn a_damaged_checkpoint_is_set_aside_for_the_previous_one() {
     let last = bytes.len() - 1;
     bytes[last] ^= 0x40;
     std::fs::write(&path, &bytes).unwrap();
+    std::fs::write(dir.epoch_dir(2).join("taken.log"), [0u8; 8]).unwrap();
     assert_eq!(dir.latest().unwrap().manifest.epoch, 1, "a crc failure is never read");
+    let mut quarantined: Vec<String> = std::fs::read_dir(tmp.path().join("quarantine"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().split_once('.').unwrap().1.to_owned())
+        .collect();
+    quarantined.sort();
+    assert_eq!(
+        quarantined,
+        ["checkpoints.00000000000000000002.manifest", "checkpoints.00000000000000000002.shard-0.snap"]
+    );
+    assert!(dir.epoch_dir(2).join("taken.log").exists(), "the rows taken since stay known");
+    assert_eq!(dir.latest().unwrap().manifest.epoch, 1, "and the next start goes straight to it");
     std::fs::write(dir.epoch_dir(1).join("manifest"), b"braidckp\x09\0\0\0").unwrap();
     assert!(dir.latest().is_none(), "a torn manifest is never read");
 }

@@ -26,6 +26,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::config::MqttConn;
+use crate::storage::quarantine::{Action, Lost, quarantine};
 
 /// Keep-alive when the config sets none.
 pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(30);
@@ -131,13 +132,18 @@ const CLIENT_ID_RANDOM_BYTES: usize = 8;
 pub fn persistent_client_id(state_dir: &Path, section: &str) -> Result<String, ConnError> {
     let path = state_dir.join(client_id_file_name(section));
     let file_error = |source| ConnError::ClientIdFile { path: path.display().to_string(), source };
-    match std::fs::read_to_string(&path) {
-        Ok(text) if valid_client_id(text.trim()) => return Ok(text.trim().to_owned()),
-        Ok(_) => {
-            tracing::warn!(path = %path.display(), "Client id file is damaged; making a new id (the old session is lost)")
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+    let damaged = match std::fs::read(&path) {
+        Ok(bytes) => match std::str::from_utf8(&bytes).map(str::trim) {
+            Ok(text) if valid_client_id(text) => return Ok(text.to_owned()),
+            _ => Some("not a client id"),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) if e.raw_os_error() == Some(libc::EIO) => Some("unreadable (EIO)"),
         Err(e) => return Err(file_error(e)),
+    };
+    if let Some(reason) = damaged {
+        let lost = Lost { records: 0, detail: "the source's MQTT session: a new client id is made".into() };
+        quarantine(&path, "source client id", reason, &lost, Action::Move);
     }
     let mut random = [0u8; CLIENT_ID_RANDOM_BYTES];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut random)

@@ -3,7 +3,8 @@
 //! besides the runtime's state, where the journal stood at the barrier (a restart replays only
 //! what came after), the processing time then, the fingerprints of the messages last taken
 //! (redelivery.rs) and the rows the sinks took after the barrier (taken.rs). Once it is
-//! committed the journal lets go of what it covers: `journal_retention` and `journal_bytes` bound
+//! committed the journal lets go of what the checkpoint before it covers (the newest may be found
+//! damaged at the next start; [`restorable`] then falls back to that one): `journal_retention` and `journal_bytes` bound
 //! the journal only while checkpoints fail.
 
 use std::sync::atomic::Ordering;
@@ -47,7 +48,12 @@ pub struct Restored {
 /// count is set aside (its directory renamed, a warning): the service starts fresh from what the
 /// journal still holds, with no keyed state re-partitioned.
 pub fn restorable(dir: &CheckpointDir, shards: usize) -> Option<Restored> {
-    let loaded = dir.latest()?;
+    let read = |loaded: &Loaded| {
+        snapshot::decode::<ServiceCheckpoint>(&loaded.manifest.driver)
+            .and_then(|c| Ok((snapshot::decode::<ServiceBarrier>(&c.barrier)?, c.early)))
+            .map_err(|error| format!("its service part does not read back: {error}"))
+    };
+    let (loaded, (barrier, early)) = dir.latest_valid(read)?;
     let epoch = loaded.manifest.epoch;
     if loaded.manifest.shards as usize != shards {
         let taken = loaded.manifest.shards;
@@ -66,15 +72,7 @@ pub fn restorable(dir: &CheckpointDir, shards: usize) -> Option<Restored> {
         }
         return None;
     }
-    let read = snapshot::decode::<ServiceCheckpoint>(&loaded.manifest.driver)
-        .and_then(|c| Ok((snapshot::decode::<ServiceBarrier>(&c.barrier)?, c.early)));
-    match read {
-        Ok((barrier, early)) => Some(Restored { loaded, barrier, early }),
-        Err(error) => {
-            tracing::warn!(epoch, %error, "Checkpoint set aside: it does not read back; starting from the journal");
-            None
-        }
-    }
+    Some(Restored { loaded, barrier, early })
 }
 
 /// When checkpoints are taken.
@@ -86,6 +84,10 @@ pub struct Schedule {
     /// Processing time the checkpoint under way began at.
     began: i128,
     shards: u32,
+    /// The journal position of the barrier of the last committed checkpoint: a commit releases
+    /// the journal only up to the one before it, so a start that finds the newest checkpoint
+    /// damaged falls back to the previous one without losing input (quarantine.rs).
+    pub kept_from: u64,
 }
 
 impl Schedule {
@@ -93,7 +95,7 @@ impl Schedule {
     pub fn new(dir: &CheckpointDir, interval_ms: i64, now: i128, shards: usize) -> Schedule {
         let epoch = dir.epochs().last().copied().unwrap_or(0);
         let interval = i128::from(interval_ms);
-        Schedule { interval, next_due: now + interval, epoch, began: now, shards: shards as u32 }
+        Schedule { interval, next_due: now + interval, epoch, began: now, shards: shards as u32, kept_from: 0 }
     }
 }
 
@@ -161,7 +163,8 @@ impl Intake<'_> {
             tracing::warn!(epoch, %error, "Checkpoint not committed; the previous one stays");
             return;
         }
-        self.journal.release_before(barrier.journal_next);
+        self.journal.release_before(self.schedule.kept_from);
+        self.schedule.kept_from = barrier.journal_next;
         let control = &self.control;
         control.checkpoint_epoch.store(epoch, Ordering::Relaxed);
         let took = u64::try_from(self.now - self.schedule.began).unwrap_or(0);

@@ -218,6 +218,19 @@ impl<'a> Intake<'a> {
         self.last_shown = self.now;
         self.last_release = self.now;
         self.journal_from = barrier.journal_next;
+        self.schedule.kept_from = barrier.journal_next;
+        let held = self.journal.positions().start;
+        if held > barrier.journal_next {
+            // The checkpoint the start fell back to is older than what the journal holds.
+            let lost = held - barrier.journal_next;
+            tracing::warn!(
+                from = barrier.journal_next,
+                to = held,
+                entries = lost,
+                "Journal entries after the checkpoint restored were released: their input is lost"
+            );
+            crate::storage::quarantine::note_lost(lost);
+        }
         self.recent = self.plan.sources.iter().map(|def| Recent::from_barrier(barrier, &def.name)).collect();
     }
 

@@ -6,8 +6,10 @@
 //! service restores the last checkpoint and replays only the journal entries after its barrier
 //! through the runtime exactly as `braid replay` would (same processing times, so the same ticks,
 //! lateness and `_id`s), then goes on with live input; the sinks skip the rows they had taken
-//! already (service/taken.rs). A committed checkpoint releases the entries before its barrier, so
-//! the journal holds about one checkpoint interval; `runtime.journal_retention` and
+//! already (service/taken.rs). A committed checkpoint releases the entries before the barrier of the
+//! checkpoint before it (kept so that a start that finds the newest one damaged falls back to
+//! that one without losing input, storage/quarantine.rs), so the journal holds about two
+//! checkpoint intervals; `runtime.journal_retention` and
 //! `journal_bytes` bound it only while checkpoints fail (and then a start without a checkpoint
 //! rebuilds only what the journal still holds).
 //!

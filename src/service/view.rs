@@ -265,6 +265,18 @@ impl OpsView for LiveView {
             one(control.journal_dropped.load(Ordering::Relaxed)),
         );
         family(
+            "braid_state_quarantined_files_total",
+            "counter",
+            "State files found damaged since the start and put into STATE_DIR/quarantine (moved, or copied where their intact records stay in use).",
+            one(crate::storage::quarantine::quarantined_files()),
+        );
+        family(
+            "braid_state_lost_records_total",
+            "counter",
+            "Records (journal entries, buffered results) lost to damaged state files since the start; a lower bound where damage hides how many.",
+            one(crate::storage::quarantine::lost_records()),
+        );
+        family(
             "braid_journal_replayed",
             "gauge",
             "Journal entries replayed at the last start.",
@@ -367,7 +379,16 @@ impl OpsView for LiveView {
 
     fn warnings(&self) -> Vec<String> {
         let current = self.lock();
-        current.as_ref().map(|c| c.warnings.active().iter().map(|w| w.line()).collect()).unwrap_or_default()
+        let mut lines: Vec<String> =
+            current.as_ref().map(|c| c.warnings.active().iter().map(|w| w.line()).collect()).unwrap_or_default();
+        let files = crate::storage::quarantine::quarantined_files();
+        if files > 0 {
+            let records = crate::storage::quarantine::lost_records();
+            lines.push(format!(
+                "warning state_quarantined STATE_DIR/quarantine: {files} damaged state file(s) quarantined since the start, {records} record(s) lost (the log names them)"
+            ));
+        }
+        lines
     }
 
     fn journal(&self) -> Option<crate::ops::http::JournalReader> {

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use crate::storage::log::{dword, word};
 use crate::storage::mapped_file::{MappedFile, MappedFileError};
+use crate::storage::quarantine::{Action, Lost, quarantine};
 
 const MAGIC: [u8; 8] = *b"braidsph";
 const VERSION: u32 = 1;
@@ -29,31 +30,55 @@ pub(super) struct Head {
 }
 
 impl Head {
-    /// Opens `path`, or creates it holding `HeadState::default()` when it does not exist.
-    pub(super) fn open(path: &Path) -> Result<(Head, HeadState), MappedFileError> {
+    /// Opens `path`, or creates it holding `HeadState::default()` when it does not exist. The
+    /// flag: the head was damaged (a bad file header, both slots failing their crc, an unreadable
+    /// block) and was quarantined and made anew — where the unreleased records start is lost.
+    pub(super) fn open(path: &Path) -> Result<(Head, HeadState, bool), MappedFileError> {
         if !path.exists() {
-            let mut head = Head { file: MappedFile::create(path, MAGIC, VERSION, 2 * SLOT)?, counter: 0 };
-            head.write(HeadState::default());
-            head.file.flush_data(0, 2 * SLOT)?;
-            return Ok((head, HeadState::default()));
+            return Ok((Head::create(path)?, HeadState::default(), false));
         }
-        let file = MappedFile::open(path, MAGIC, VERSION)?;
-        let mut head = Head { file, counter: 0 };
-        let best = (0..2).filter_map(|i| head.read(i)).max_by_key(|&(counter, _)| counter);
-        let (counter, state) = best.unwrap_or_default();
-        head.counter = counter;
-        Ok((head, state))
+        let reason = match MappedFile::open(path, MAGIC, VERSION) {
+            Ok(file) => {
+                let mut head = Head { file, counter: 0 };
+                let best = (0..2).filter_map(|i| head.read(i)).max_by_key(|&(counter, _)| counter);
+                if let Some((counter, state)) = best {
+                    head.counter = counter;
+                    return Ok((head, state, false));
+                }
+                "both slots fail their crc (or are unreadable)".to_owned()
+            }
+            Err(MappedFileError::Invalid { reason, .. }) => format!("file header: {reason}"),
+            Err(MappedFileError::Io { source, .. }) if source.raw_os_error() == Some(libc::EIO) => {
+                "file header unreadable (EIO)".to_owned()
+            }
+            Err(e) => return Err(e),
+        };
+        let lost = Lost {
+            records: 0,
+            detail: "where the unreleased records start: the spool starts at its oldest segment, released records may come again".into(),
+        };
+        quarantine(path, "spool head", &reason, &lost, Action::Move);
+        Ok((Head::create(path)?, HeadState::default(), true))
     }
 
+    fn create(path: &Path) -> Result<Head, MappedFileError> {
+        let mut head = Head { file: MappedFile::create(path, MAGIC, VERSION, 2 * SLOT)?, counter: 0 };
+        head.write(HeadState::default());
+        head.file.flush_data(0, 2 * SLOT)?;
+        Ok(head)
+    }
+
+    /// Slot `slot`, read with `pread` (an unreadable one counts as damaged).
     fn read(&self, slot: usize) -> Option<(u64, HeadState)> {
-        let bytes = self.file.data().get(slot * SLOT..(slot + 1) * SLOT)?;
-        let crc = u32::from_le_bytes(word(bytes, CRC_AT));
+        let mut bytes = [0u8; SLOT];
+        self.file.read_data_at(slot * SLOT, &mut bytes).ok()?;
+        let crc = u32::from_le_bytes(word(&bytes, CRC_AT));
         if crc32c::crc32c(&bytes[..CRC_AT]) != crc {
             return None;
         }
         let state =
-            HeadState { first: u64::from_le_bytes(dword(bytes, 0)), dropped: u64::from_le_bytes(dword(bytes, 8)) };
-        Some((u64::from_le_bytes(dword(bytes, 16)), state))
+            HeadState { first: u64::from_le_bytes(dword(&bytes, 0)), dropped: u64::from_le_bytes(dword(&bytes, 8)) };
+        Some((u64::from_le_bytes(dword(&bytes, 16)), state))
     }
 
     /// Records `state` in the slot not holding the latest one.

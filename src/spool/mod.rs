@@ -25,10 +25,11 @@
 //! - **Append** writes payload, end mark and header (crc last). A segment's records carry `base,
 //!   base + 1, …` and each crc is salted with its seq, so records left over from a recycled
 //!   file's earlier life (smaller seqs) never come back. On open, the segment log's one rule
-//!   applies (storage/log.rs, "Recovery"): a damaged record followed by an intact one is skipped
-//!   and reported — its seq stays taken, [`Spool::get`] returns `None` for it, it is counted by
-//!   [`Spool::damaged`] and logged — and the records after it stay; a torn last record is cut and
-//!   its seq is taken by the next append.
+//!   applies (storage/log.rs, "Recovery"): damaged records followed by an intact one are skipped
+//!   — their seqs stay taken, [`Spool::get`] returns `None` for them, they are counted by
+//!   [`Spool::damaged`] — and the records after them stay; a torn last record is cut and its seq
+//!   is taken by the next append. Damage is logged with the seqs and byte ranges lost and the
+//!   file copied as found into `STATE_DIR/quarantine/` (storage/quarantine.rs).
 //! - **Release** advances `first` and writes it to the head file (two crc'd slots written in
 //!   turn: a torn write leaves the other). A segment whose records are all released, other than
 //!   the one being appended to, is recycled: kept as the one spare (reset when a new segment is
@@ -54,10 +55,13 @@
 //! After a process crash or `kill -9` (anything that leaves the page cache alone): every record
 //! whose `append` returned is there with its seq, every `release_through` that returned stays
 //! released, and nothing comes back that was never appended. After a power loss, only what
-//! [`Spool::sync`] (msync) covered. A segment whose segment header or file header is damaged is
-//! set aside (file header: renamed `*.damaged`) and its records are lost, logged; a gap in the
-//! seqs is then possible and [`Spool::get`] returns `None` for the missing ones, as for a record
-//! skipped as damaged.
+//! [`Spool::sync`] (msync) covered. A segment whose file header or segment header is damaged, or
+//! that holds an unreadable block, is moved to the quarantine and its records are lost, logged
+//! and counted; a gap in the seqs is then possible and [`Spool::get`] returns `None` for the
+//! missing ones, as for a record skipped as damaged. A damaged head file (both slots failing
+//! their crc, or its file header) is quarantined and made anew: the spool then starts at its
+//! oldest segment, so released records may come again (a duplicate with the same `_id`, never a
+//! loss) — never an error at every start.
 //!
 //! Faults: every write and sync goes through the [`Storage`] trait, and a failed one is an error
 //! of [`Spool::append`] or [`Spool::sync`] with the spool unchanged (storage/faulty.rs tests).
@@ -77,7 +81,9 @@ use thiserror::Error;
 use self::head::{Head, HeadState};
 use self::segment::{END_MARK, RECORD_HEADER, SEGMENT_HEADER, Segment, record_size};
 use crate::config::Overflow;
+use crate::storage::log::Walk;
 use crate::storage::mapped_file::{HEADER_LEN, MappedFileError};
+use crate::storage::quarantine::{Action, Lost, quarantine};
 use crate::storage::{Mmap, Storage};
 
 /// How big a spool may grow and what happens when it is full.
@@ -160,8 +166,14 @@ impl Spool {
     pub fn open_on(storage: Arc<dyn Storage>, dir: &Path, options: SpoolOptions) -> Result<Spool, SpoolError> {
         check_options(&options)?;
         std::fs::create_dir_all(dir).map_err(|source| SpoolError::Io { path: dir.to_owned(), source })?;
-        let (head, state) = Head::open(&dir.join("head"))?;
+        let (head, state, head_lost) = Head::open(&dir.join("head"))?;
         let (found, next_file, damaged) = open_segments(&*storage, dir)?;
+        // A lost head: start at the oldest record still on disk (a duplicate rather than a loss).
+        let first = if head_lost {
+            found.iter().filter(|s| s.count > 0).map(|s| s.base).min().unwrap_or(0)
+        } else {
+            state.first
+        };
         let mut spool = Spool {
             dir: dir.to_owned(),
             storage,
@@ -170,13 +182,16 @@ impl Spool {
             segments: VecDeque::new(),
             spare: None,
             next_file,
-            first: state.first,
-            end: state.first,
+            first,
+            end: first,
             queued: 0,
             dropped: state.dropped,
             damaged,
         };
         spool.adopt(found);
+        if head_lost {
+            spool.head.write(HeadState { first: spool.first, dropped: spool.dropped });
+        }
         Ok(spool)
     }
 
@@ -191,6 +206,17 @@ impl Spool {
                 }
                 self.recycle(segment);
             } else {
+                if let Some(last) = self.segments.back()
+                    && segment.base > last.next_seq()
+                    && segment.base > self.first
+                {
+                    // Records at the end of the segment before are gone (a zeroed block reads as
+                    // its end mark): counted as damage, their seqs stay taken.
+                    let (from, to) = (last.next_seq().max(self.first), segment.base);
+                    tracing::warn!(dir = %self.dir.display(), from, to, "Spool records missing between segments");
+                    self.damaged += to - from;
+                    crate::storage::quarantine::note_lost(to - from);
+                }
                 self.segments.push_back(segment);
             }
         }
@@ -390,8 +416,9 @@ fn check_options(options: &SpoolOptions) -> Result<(), SpoolError> {
 }
 
 /// Opens every segment file in `dir`; also the number for the next new file and the records
-/// skipped as damaged. Files whose headers are damaged are renamed `*.damaged` and skipped;
-/// segments with a damaged segment header come back with no records (to be recycled).
+/// lost to damage. Damage is logged with what was lost and the file quarantined
+/// (storage/quarantine.rs): moved when none of it can be used (file header, segment header, an
+/// unreadable block), copied as found when the records around the damage stay in use.
 fn open_segments(storage: &dyn Storage, dir: &Path) -> Result<(Vec<Segment>, u64, u64), SpoolError> {
     let io = |source| SpoolError::Io { path: dir.to_owned(), source };
     let (mut found, mut next_file, mut damaged) = (Vec::new(), 0, 0);
@@ -399,30 +426,76 @@ fn open_segments(storage: &dyn Storage, dir: &Path) -> Result<(Vec<Segment>, u64
         let path = entry.map_err(io)?.path();
         let Some(number) = segment_number(&path) else { continue };
         next_file = next_file.max(number + 1);
-        match Segment::open(storage, &path) {
-            Ok((segment, Some(_), walk)) => {
-                if !walk.skipped.is_empty() {
-                    let seqs: Vec<u64> = walk.skipped.iter().map(|p| segment.base + p).collect();
-                    tracing::warn!(path = %path.display(), ?seqs, "Spool records damaged; skipped");
-                    damaged += seqs.len() as u64;
+        let opened = Segment::open(storage, &path);
+        match opened {
+            Ok((mut segment, Some(base), walk)) => {
+                if let Some(range) = &walk.unreadable {
+                    drop(segment);
+                    let lost = Lost {
+                        records: 1,
+                        detail: format!("every record from seq {base} on; bytes {range:?} unreadable"),
+                    };
+                    quarantine(&path, WHAT, "unreadable block (EIO)", &lost, Action::Move);
+                    damaged += 1;
+                    continue;
                 }
-                if walk.torn > 0 {
-                    tracing::info!(path = %path.display(), records = walk.torn, "Spool torn tail cut");
+                if walk.is_damaged() {
+                    let lost = lost_records(&segment, base, &walk);
+                    damaged += lost.records;
+                    quarantine(&path, WHAT, "crc mismatch in the middle of the segment", &lost, Action::Copy);
+                } else if walk.torn > 0 {
+                    tracing::warn!(path = %path.display(), seq = segment.next_seq(), "Spool torn tail cut (an append a power loss interrupted)");
                 }
+                segment.cut_tail()?;
                 found.push(segment);
             }
             Ok((segment, None, _)) => {
-                tracing::warn!(path = %path.display(), "Spool segment header damaged; its records are lost");
-                found.push(segment);
+                if segment.first_record_written().unwrap_or(true) {
+                    drop(segment);
+                    let lost =
+                        Lost { records: 1, detail: "every record of the segment (its base seq is unreadable)".into() };
+                    quarantine(&path, WHAT, "segment header crc mismatch", &lost, Action::Move);
+                    damaged += 1;
+                } else {
+                    // A reset a crash interrupted: it holds nothing; recycled.
+                    found.push(segment);
+                }
             }
             Err(MappedFileError::Invalid { reason, .. }) => {
-                tracing::warn!(path = %path.display(), %reason, "Spool segment file damaged; renamed *.damaged");
-                std::fs::rename(&path, path.with_extension("spool.damaged")).map_err(io)?;
+                let lost = Lost { records: 1, detail: "every record of the segment".into() };
+                quarantine(&path, WHAT, &format!("file header: {reason}"), &lost, Action::Move);
+                damaged += 1;
+            }
+            Err(MappedFileError::Io { source, .. }) if source.raw_os_error() == Some(libc::EIO) => {
+                let lost = Lost { records: 1, detail: "every record of the segment".into() };
+                quarantine(&path, WHAT, "file header unreadable (EIO)", &lost, Action::Move);
+                damaged += 1;
             }
             Err(e) => return Err(e.into()),
         }
     }
     Ok((found, next_file, damaged))
+}
+
+/// What a spool segment's file is called in the log and the quarantine.
+const WHAT: &str = "spool segment (journal or sink buffer)";
+
+/// The records a walk lost in `segment` (base seq `base`): the skipped seqs and a damaged tail.
+fn lost_records(segment: &Segment, base: u64, walk: &Walk) -> Lost {
+    let mut detail = Vec::new();
+    let mut records = walk.skipped.len() as u64;
+    if let (Some(first), Some(last)) = (walk.skipped.first(), walk.skipped.last()) {
+        detail.push(format!("{} records between seqs {} and {}", walk.skipped.len(), base + first, base + last));
+    }
+    let tail_damaged = walk.torn > 0 && walk.damaged.last().is_some_and(|r| r.start >= segment.end_offset());
+    if tail_damaged {
+        records += 1;
+        detail.push(format!("seq {} and any after it in this segment", segment.next_seq()));
+    }
+    let ranges: Vec<String> =
+        walk.damaged.iter().map(|r| format!("{}..{}", r.start + HEADER_LEN, r.end + HEADER_LEN)).collect();
+    detail.push(format!("file bytes {}", ranges.join(", ")));
+    Lost { records, detail: detail.join("; ") }
 }
 
 fn segment_number(path: &Path) -> Option<u64> {

@@ -40,8 +40,10 @@ pub(super) struct Segment {
     pub(super) base: u64,
     /// Records in it; they are `base..base + count`, consecutive (skipped ones included).
     pub(super) count: u64,
-    /// Offset of record `base + i * STRIDE` at `i`: `get` hops at most STRIDE − 1 records.
-    index: Vec<u32>,
+    /// Sparse index, by position: an intact record every STRIDE positions, and one at each end
+    /// of a stretch skipped as damaged — `get` hops at most STRIDE − 1 records and never across
+    /// damage.
+    index: Vec<Mark>,
     /// Seqs of records the walk skipped as damaged: `get` returns `None` for them.
     skipped: Vec<u64>,
     /// When this file was created, reset or opened: how long its pages may have been dirty.
@@ -57,29 +59,57 @@ impl Segment {
         data_len: usize,
     ) -> Result<Segment, MappedFileError> {
         let log = log::Segment::create(storage, path, &FORMAT, base, data_len)?;
-        Ok(Segment { log, base, count: 0, index: Vec::new(), skipped: Vec::new(), started: Instant::now() })
+        Ok(Segment { log, base, count: 0, index: Vec::new(), skipped: Vec::new(), started: file_clock() })
     }
 
-    /// Opens an existing segment file and walks its records. `None` as the base: the segment
+    /// Opens an existing segment file and walks its records (nothing written yet: the caller
+    /// reports damage, then calls [`cut_tail`](Self::cut_tail)). `None` as the base: the segment
     /// header is damaged (a reset torn by a crash, or damage on disk), so it holds no records.
     pub(super) fn open(storage: &dyn Storage, path: &Path) -> Result<(Segment, Option<u64>, Walk), MappedFileError> {
         let (log, base) = log::Segment::open(storage, path, &FORMAT)?;
         let mut segment =
-            Segment { log, base: 0, count: 0, index: Vec::new(), skipped: Vec::new(), started: Instant::now() };
+            Segment { log, base: 0, count: 0, index: Vec::new(), skipped: Vec::new(), started: file_clock() };
         let Some(base) = base else { return Ok((segment, None, Walk::default())) };
         segment.base = base;
-        let walk = segment.log.walk(|_| true)?;
+        let mut index = Vec::new();
+        let mut expected = 0;
+        let walk = segment.log.walk(|record| {
+            if record.position != expected {
+                index.push(Mark { position: expected, off: 0, damaged: true });
+            }
+            if record.position.is_multiple_of(STRIDE) || record.position != expected {
+                index.push(Mark { position: record.position, off: record.off as u32, damaged: false });
+            }
+            expected = record.position + 1;
+            true
+        })?;
+        // A damaged stretch starts where the intact record before it ends; the mark before a
+        // damaged one is an intact one.
+        for i in 0..index.len() {
+            if index[i].damaged {
+                index[i].off = match i.checked_sub(1) {
+                    None => SEGMENT_HEADER as u32,
+                    Some(before) => {
+                        let last = segment.hop(index[before], index[i].position - 1);
+                        (last + record_size(segment.log.len_at(last))) as u32
+                    }
+                };
+            }
+        }
+        segment.index = index;
         segment.count = segment.log.records();
         segment.skipped = walk.skipped.iter().map(|&p| base + p).collect();
-        // The walk hopped from record to record by their lengths, skipped ones included (a
-        // skipped record's length was plausible, or the walk would have stopped there): so can
-        // the index.
-        let mut off = SEGMENT_HEADER;
-        for position in 0..segment.count {
-            segment.push_index(position, off);
-            off += record_size(segment.log.len_at(off));
-        }
         Ok((segment, Some(base), walk))
+    }
+
+    /// Writes the end mark after the last intact record (storage/log.rs, "Recovery").
+    pub(super) fn cut_tail(&mut self) -> Result<(), MappedFileError> {
+        self.log.cut_tail()
+    }
+
+    /// Whether a segment whose header is damaged held records (else: an interrupted reset).
+    pub(super) fn first_record_written(&self) -> Result<bool, MappedFileError> {
+        self.log.first_record_written()
     }
 
     /// Starts the segment over at `base` (storage/log.rs, "reset"). Records of its earlier life
@@ -90,7 +120,7 @@ impl Segment {
         self.count = 0;
         self.index.clear();
         self.skipped.clear();
-        self.started = Instant::now();
+        self.started = file_clock();
         Ok(())
     }
 
@@ -128,18 +158,26 @@ impl Segment {
     fn push_index(&mut self, position: u64, off: usize) {
         if position.is_multiple_of(STRIDE) {
             // A segment is at most 1 GiB (SpoolOptions), so an offset fits.
-            self.index.push(off as u32);
+            self.index.push(Mark { position, off: off as u32, damaged: false });
         }
     }
 
-    /// Offset of record `seq`, which lies in this segment.
+    /// Offset of record `seq`, which lies in this segment (of a skipped one: where its damaged
+    /// stretch starts).
     fn offset_of(&self, seq: u64) -> Option<usize> {
         let i = seq.checked_sub(self.base).filter(|&i| i < self.count)?;
-        let mut off = *self.index.get(usize::try_from(i / STRIDE).ok()?)? as usize;
-        for _ in 0..i % STRIDE {
+        let at = self.index.partition_point(|m| m.position <= i).checked_sub(1)?;
+        let mark = self.index[at];
+        Some(if mark.damaged { mark.off as usize } else { self.hop(mark, i) })
+    }
+
+    /// Offset of the record at `position`, hopping from `mark` (intact records only between).
+    fn hop(&self, mark: Mark, position: u64) -> usize {
+        let mut off = mark.off as usize;
+        for _ in mark.position..position {
             off += record_size(self.log.len_at(off));
         }
-        Some(off)
+        off
     }
 
     /// The payload of record `seq`, in place; `None` for a record skipped as damaged.
@@ -160,8 +198,30 @@ impl Segment {
         }
     }
 
+    /// Data offset after the last intact record.
+    pub(super) fn end_offset(&self) -> usize {
+        self.log.end()
+    }
+
     /// Bytes taken by the records `from..` of this segment.
     pub(super) fn bytes_from(&self, from: u64) -> u64 {
         self.bytes_between(from.max(self.base), self.next_seq())
     }
+}
+
+/// One sparse-index entry: where the record at `position` starts, or where a damaged stretch
+/// starting at `position` does.
+#[derive(Clone, Copy, Debug)]
+struct Mark {
+    position: u64,
+    off: u32,
+    damaged: bool,
+}
+
+/// When a segment file was started, against the kernel's writeback of its dirty pages (the
+/// parent's doc, "Flash"): the file's real age, never processing time, which the operators and a
+/// replay see (clippy.toml bans the clock there).
+#[allow(clippy::disallowed_methods)]
+fn file_clock() -> Instant {
+    Instant::now()
 }

@@ -193,8 +193,9 @@ fn a_damaged_segment_file_is_set_aside() {
     bytes[3] ^= 1; // the MappedFile header
     std::fs::write(&path, &bytes).unwrap();
     let mut spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
-    assert_eq!((spool.first(), spool.end()), (0, 0));
-    assert!(dir.path().join("0000000000.spool.damaged").exists());
+    assert_eq!((spool.first(), spool.end(), spool.damaged()), (0, 0, 1));
+    assert!(!path.exists(), "moved out of the spool");
+    assert_eq!(quarantined(dir.path()), [".0000000000.spool"], "kept for inspection");
     assert_eq!(spool.append(b"b").unwrap(), 0, "the lost record was never released: its seq is free");
 }
 
@@ -326,4 +327,163 @@ fn the_default_rolls_well_before_the_kernel_writes_dirty_pages_back() {
     let expire = std::fs::read_to_string("/proc/sys/vm/dirty_expire_centisecs").unwrap();
     let expire = Duration::from_millis(expire.trim().parse::<u64>().unwrap() * 10);
     assert!(roll <= expire / 3 || roll == Duration::from_secs(1), "{roll:?} against {expire:?}");
+}
+
+/// The names in the quarantine beside a spool in `dir`, without their time stamps.
+fn quarantined(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir.join("quarantine")) else { return Vec::new() };
+    let mut names: Vec<String> = entries
+        .map(|e| e.unwrap().file_name().to_string_lossy().trim_start_matches(|c: char| c != '.').to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Data offsets (in the file) of every record of the single segment file of a spool.
+fn record_starts(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let mut off = HEADER_LEN + SEGMENT_HEADER;
+    let mut out = Vec::new();
+    while off + RECORD_HEADER <= bytes.len() && bytes[off..off + RECORD_HEADER].iter().any(|&b| b != 0) {
+        let len = u32::from_le_bytes(bytes[off..off + 4].try_into().unwrap()) as usize;
+        out.push((off, len));
+        off += record_size(len);
+    }
+    out
+}
+
+#[test]
+fn a_damaged_length_in_the_middle_loses_that_record_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let segment_bytes = 64 << 10;
+    let opts = SpoolOptions { max_bytes: 1 << 20, segment_bytes, overflow: Overflow::Block, roll_after: None };
+    {
+        let mut spool = Spool::open(dir.path(), opts).unwrap();
+        for i in 0..100 {
+            spool.append(&payload(i)).unwrap();
+        }
+    }
+    let path = dir.path().join("0000000000.spool");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let starts = record_starts(&bytes);
+    assert_eq!(starts.len(), 100);
+    // Before: a damaged length made the walk hop to a wrong place and cut everything after it.
+    bytes[starts[40].0 + 1] ^= 0x5a;
+    bytes[starts[41].0 + 2] ^= 0x5a;
+    bytes[starts[70].0 + RECORD_HEADER] ^= 0x01; // a payload byte
+    std::fs::write(&path, &bytes).unwrap();
+    let spool = Spool::open(dir.path(), opts).unwrap();
+    assert_eq!((spool.end(), spool.damaged()), (100, 3));
+    for i in 0..100 {
+        let expected = (![40, 41, 70].contains(&i)).then(|| payload(i));
+        assert_eq!(spool.get(i).map(<[u8]>::to_vec), expected, "record {i}");
+    }
+    let expected: u64 = (0..100).map(|i| record_size(payload(i).len()) as u64).sum();
+    assert_eq!(spool.queued_bytes(), expected, "the damaged stretches still count until released");
+    assert_eq!(quarantined(dir.path()), [".0000000000.spool"], "a copy, as found");
+    let copy = std::fs::read_dir(dir.path().join("quarantine")).unwrap().next().unwrap().unwrap().path();
+    assert_eq!(std::fs::read(copy).unwrap(), bytes);
+}
+
+#[test]
+fn a_torn_append_is_cut_quietly_and_garbage_after_the_last_record_is_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+        for i in 0..10 {
+            spool.append(&payload(i)).unwrap();
+        }
+    }
+    let path = dir.path().join("0000000000.spool");
+    let clean = std::fs::read(&path).unwrap();
+    let starts = record_starts(&clean);
+    // A torn append: the last record's payload half written (zeros), its end mark there.
+    let mut torn = clean.clone();
+    let (off, len) = starts[9];
+    torn[off + RECORD_HEADER + len / 2..off + RECORD_HEADER + len].fill(0);
+    std::fs::write(&path, &torn).unwrap();
+    let spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+    assert_eq!((spool.end(), spool.damaged()), (9, 0));
+    assert!(quarantined(dir.path()).is_empty(), "a torn tail is no damage");
+    drop(spool);
+    // Non-zero bytes where the end mark after the last record must be: damage, reported.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let after = starts[9].0;
+    bytes[after + 3] = 0x77;
+    std::fs::write(&path, &bytes).unwrap();
+    let spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+    assert_eq!(spool.end(), 9);
+    assert_eq!(quarantined(dir.path()), [".0000000000.spool"]);
+}
+
+#[test]
+fn a_damaged_head_is_quarantined_and_the_spool_starts_at_its_oldest_record() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+        for i in 0..10 {
+            spool.append(&payload(i)).unwrap();
+        }
+        spool.release_through(3);
+    }
+    let head = dir.path().join("head");
+    let mut bytes = std::fs::read(&head).unwrap();
+    bytes[HEADER_LEN + 5] ^= 0x10;
+    bytes[HEADER_LEN + 32 + 5] ^= 0x10;
+    std::fs::write(&head, &bytes).unwrap();
+    // Before: exit 1 at every start. Now: the released records come again, nothing is lost.
+    let mut spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+    assert_eq!((spool.first(), spool.end()), (0, 10));
+    assert_eq!(quarantined(dir.path()), [".head"]);
+    spool.release_through(5);
+    drop(spool);
+    let spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+    assert_eq!((spool.first(), spool.end()), (6, 10), "the new head works");
+    // A head whose file header is damaged: the same.
+    drop(spool);
+    let mut bytes = std::fs::read(&head).unwrap();
+    bytes[2] ^= 1;
+    std::fs::write(&head, &bytes).unwrap();
+    let spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+    assert_eq!((spool.first(), spool.end()), (0, 10));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Random byte flips anywhere in a segment's records: the spool opens, hands out no record
+    /// that differs from what was appended, and keeps every record no flip touched.
+    #[test]
+    fn random_flips_never_invent_and_lose_only_what_they_touch(
+        flips in prop::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 1..12)
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = SpoolOptions { max_bytes: 1 << 20, segment_bytes: 64 << 10, overflow: Overflow::Block, roll_after: None };
+        {
+            let mut spool = Spool::open(dir.path(), opts).unwrap();
+            for i in 0..150 {
+                spool.append(&payload(i)).unwrap();
+            }
+        }
+        let path = dir.path().join("0000000000.spool");
+        let mut bytes = std::fs::read(&path).unwrap();
+        let starts = record_starts(&bytes);
+        let data_start = HEADER_LEN + SEGMENT_HEADER;
+        let used = starts.last().map(|&(off, len)| off + record_size(len) + 32).unwrap();
+        let mut touched = [false; 150];
+        for (index, mask) in &flips {
+            let at = data_start + index.index(used - data_start);
+            bytes[at] ^= mask;
+            if let Some(i) = starts.iter().position(|&(off, len)| (off..off + RECORD_HEADER + len).contains(&at)) {
+                touched[i] = true;
+            }
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        let spool = Spool::open(dir.path(), opts).unwrap();
+        for i in 0..150u64 {
+            match spool.get(i) {
+                Some(got) => prop_assert_eq!(got.to_vec(), payload(i), "record {} invented", i),
+                None => prop_assert!(touched[i as usize], "record {} lost though untouched", i),
+            }
+        }
+        prop_assert!(spool.damaged() <= touched.iter().filter(|t| **t).count() as u64 + 1);
+    }
 }

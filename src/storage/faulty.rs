@@ -10,6 +10,9 @@
 //!   of a write leaves behind (other calls: EIO);
 //! - `CrcFlip`: a write lands with one bit of its middle byte flipped and reports success —
 //!   damage on the medium, for the next walk to catch (other calls succeed unchanged).
+//!
+//! Reads are not counted; [`Faulty::unreadable`] makes a byte range of every file whose name
+//! ends with a given suffix fail `read_at` with EIO (a bad block under the file).
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -28,6 +31,8 @@ pub enum Fault {
 struct Plan {
     calls: u64,
     fail: Option<(u64, Fault)>,
+    /// File name suffix and data byte range that `read_at` cannot read.
+    unreadable: Vec<(String, std::ops::Range<usize>)>,
 }
 
 impl Plan {
@@ -75,6 +80,12 @@ impl Faulty {
     pub fn fail_at(&self, n: u64, fault: Fault) {
         let mut plan = self.plan.lock().unwrap_or_else(PoisonError::into_inner);
         plan.fail = Some((plan.calls + n, fault));
+    }
+
+    /// Makes data bytes `range` of every file whose name ends with `suffix` unreadable: `read_at`
+    /// of any byte in it fails with EIO.
+    pub fn unreadable(&self, suffix: &str, range: std::ops::Range<usize>) {
+        self.plan.lock().unwrap_or_else(PoisonError::into_inner).unreadable.push((suffix.to_owned(), range));
     }
 
     /// Calls counted so far.
@@ -126,6 +137,20 @@ impl StoredFile for FaultyFile {
 
     fn read(&self) -> &[u8] {
         self.inner.read()
+    }
+
+    fn read_at(&self, at: usize, buf: &mut [u8]) -> Result<(), MappedFileError> {
+        let name = self.inner.path().to_string_lossy().into_owned();
+        let plan = self.plan.lock().unwrap_or_else(PoisonError::into_inner);
+        let bad = plan
+            .unreadable
+            .iter()
+            .any(|(suffix, range)| name.ends_with(suffix.as_str()) && range.start < at + buf.len() && at < range.end);
+        drop(plan);
+        if bad {
+            return Err(error(self.inner.path(), Fault::Eio));
+        }
+        self.inner.read_at(at, buf)
     }
 
     fn write(&mut self, at: usize, bytes: &[u8]) -> Result<(), MappedFileError> {

@@ -43,23 +43,39 @@
 //!
 //! # Recovery: the one rule
 //!
-//! [`Segment::walk`] reads the records from the first one. A record is *intact* when its length
-//! fits the segment, its crc (with the expected salt) matches, its seq is the expected one
-//! (numbered) or its flags are 0/1 and its reserved bytes zero (flags), and the owner accepts it
-//! (the arena: rkyv's check and the key hash). The walk stops at the end mark (16 zero bytes where a
-//! header would start), at the end of the segment, or at a length that runs past it. Then:
+//! [`Segment::walk`] reads the file with `pread` (never through the mapping: an unreadable block
+//! is then an EIO error, not SIGBUS — mapped_file.rs point 7) and looks at the records from the
+//! first one. A record is *intact* when its length fits the segment, its crc (with the expected
+//! salt) matches, its seq is the expected one (numbered) or its flags are 0/1 and its reserved
+//! bytes zero (flags), and the owner accepts it (the arena: rkyv's check and the key hash). The
+//! walk ends at the end mark (16 zero bytes where a header would start) or at the end of the
+//! segment. At a record that is not intact the walk **resyncs**: it tries every aligned offset
+//! after it for an intact record (numbered: one whose seq lies after the bad one's, which then
+//! says exactly how many records were lost; a false find needs a 32-bit crc collision, and salted
+//! crcs keep records of a recycled file's earlier life out). Then, what the layout lets us tell
+//! apart:
 //!
-//! - a record that is not intact **but is followed by an intact one** is damage in the middle: it
-//!   is **skipped and reported** ([`Walk::skipped`]; the owner counts it and logs a warning) —
-//!   never read as the end of the log, so the records after it stay;
-//! - the records after the last intact one are the **torn tail** (a crash in the middle of an
-//!   append, or damage no later record vouches for): they are **cut** ([`Walk::torn`]), the end mark
-//!   is written after the last intact record and the next append takes their place.
+//! - **damage in the middle**: an intact record follows. The stretch is skipped
+//!   ([`Walk::skipped`], [`Walk::damaged`]): never read as the end of the log, so the records
+//!   after it stay;
+//! - **a torn append**: nothing intact follows, and the bad record's length fits and the 16 bytes
+//!   after it are zero. An append writes the end mark after the record *before* its header, so
+//!   this is what an interrupted append leaves (only a power loss can leave it: after `kill -9`
+//!   the page cache holds every write, and the header, written last, is either there whole or
+//!   not). Cut ([`Walk::torn`]), as a crash's tail always was;
+//! - **damage at the tail**: nothing intact follows, and the bad record's length does not fit or
+//!   non-zero bytes follow it where its end mark must be. Cut too (nothing after it can be
+//!   trusted), but reported as damage ([`Walk::damaged`]);
+//! - **an unreadable block**: the walk stops and writes nothing ([`Walk::unreadable`]); the
+//!   owner must not use the file.
 //!
-//! A damaged length that still fits the segment makes the walk read the next header at a wrong
-//! place; that header fails its crc, so the worst case is a longer torn tail, never an invented
-//! record (a false match needs a 32-bit crc collision).
+//! The owner logs damage with what was lost and quarantines the file (storage/quarantine.rs),
+//! then calls [`Segment::cut_tail`], which writes the end mark after the last intact record: the
+//! next append takes the place of whatever followed it. What the walk cannot see: a header zeroed
+//! whole reads as the end mark, so the records after it are cut unreported — a spool notices the
+//! gap in seqs before the next segment (spool/mod.rs); bit flips never zero 16 bytes.
 
+use std::ops::Range;
 use std::path::Path;
 
 use super::{MappedFileError, Storage, StoredFile};
@@ -100,10 +116,25 @@ impl Format {
 /// What a walk found besides the intact records it handed to the owner.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Walk {
-    /// Positions (0 = the segment's first record) of damaged records that were skipped.
+    /// Positions (0 = the segment's first record) of damaged records skipped in the middle. In a
+    /// numbered log they are exact (the next intact record's seq says how many were lost); in a
+    /// flags log a damaged stretch counts as one.
     pub skipped: Vec<u64>,
-    /// Records cut as the torn tail.
+    /// Records cut at the tail (a torn append, or damage no later record vouches for): 0 or 1.
     pub torn: usize,
+    /// Data byte ranges that held damage (module doc, "Recovery"): each skipped stretch, and a
+    /// tail that is not a torn append. Empty when nothing needs a report or a quarantine.
+    pub damaged: Vec<Range<usize>>,
+    /// An unreadable block (EIO at `pread`): the walk stopped there and wrote nothing; the owner
+    /// must not use the file (quarantine.rs).
+    pub unreadable: Option<Range<usize>>,
+}
+
+impl Walk {
+    /// Whether the file holds damage: its owner logs what was lost and quarantines it.
+    pub fn is_damaged(&self) -> bool {
+        !self.damaged.is_empty() || self.unreadable.is_some()
+    }
 }
 
 /// One record as the walk sees it.
@@ -168,48 +199,149 @@ impl Segment {
         Ok((segment, id))
     }
 
-    /// Recovers the records (module doc, "Recovery"): hands every intact one to `accept`, which
-    /// may still refuse it (then it counts as damaged), skips damaged ones in the middle, cuts the
-    /// torn tail and writes the end mark after the last intact record.
+    /// Recovers the records (module doc, "Recovery"): reads the file with `pread`, hands every
+    /// intact record to `accept`, which may still refuse it (then it counts as damaged), skips
+    /// damaged stretches followed by an intact record and sets the end after the last intact
+    /// record. Writes nothing: [`cut_tail`](Self::cut_tail) writes the end mark there next, unless
+    /// a block is unreadable ([`Walk::unreadable`]; then the file must not be used).
     pub fn walk(&mut self, mut accept: impl FnMut(&Record<'_>) -> bool) -> Result<Walk, MappedFileError> {
         let format = self.format;
-        let bytes = self.file.read();
-        let data_len = bytes.len();
+        let data_len = self.data_len();
+        let mut reader = Reader::new(&*self.file);
         let mut walk = Walk::default();
-        let mut pending = Vec::new();
         let (mut off, mut position) = (format.segment_header, 0u64);
         let (mut end, mut records) = (off, 0);
-        while off + format.record_header <= data_len {
-            let header = &bytes[off..off + format.record_header];
-            if header[..END_MARK].iter().all(|&b| b == 0) {
-                break;
+        let stopped = loop {
+            match self.step(&mut reader, off, position, false, &mut accept) {
+                Ok(Step::End) => break Ok(()),
+                Ok(Step::Intact(size)) => {
+                    off += size;
+                    position += 1;
+                    (end, records) = (off, position);
+                }
+                Ok(Step::Bad(size)) => match self.resync(&mut reader, off, position, &mut accept) {
+                    Ok(Some((next, next_position, size_next))) => {
+                        walk.skipped.extend(position..next_position.max(position + 1));
+                        walk.damaged.push(off..next);
+                        off = next + size_next;
+                        position = next_position.max(position + 1) + 1;
+                        (end, records) = (off, position);
+                    }
+                    Ok(None) => {
+                        walk.torn = 1;
+                        if !torn_append(&mut reader, off, size, data_len) {
+                            walk.damaged.push(off..size.map_or(off + format.record_header, |size| off + size));
+                        }
+                        break Ok(());
+                    }
+                    Err(range) => break Err(range),
+                },
+                Err(range) => break Err(range),
             }
-            let len = u32::from_le_bytes(word(header, 0)) as usize;
-            let size = format.record_size(len);
-            if size > data_len - off {
-                pending.push(position);
-                break;
-            }
-            let payload = &bytes[off + format.record_header..off + format.record_header + len];
-            let intact = self.header_ok(header, position)
-                && crc(self.salt(position), header, payload) == u32::from_le_bytes(word(header, 4))
-                && accept(&Record { off, size, position, header, payload });
-            if intact {
-                walk.skipped.append(&mut pending);
-                end = off + size;
-                records = position + 1;
-            } else {
-                pending.push(position);
-            }
-            off += size;
-            position += 1;
+        };
+        if let Err(range) = stopped {
+            walk.unreadable = Some(range);
+            return Ok(walk);
         }
-        walk.torn = pending.len();
         self.end = end;
         self.records = records;
         self.synced = end;
-        self.write_end_mark()?;
         Ok(walk)
+    }
+
+    /// Cuts what follows the last intact record the walk found: writes the end mark there. Called
+    /// after the walk, once a damaged file's owner has copied it as found (quarantine.rs).
+    pub fn cut_tail(&mut self) -> Result<(), MappedFileError> {
+        self.write_end_mark()
+    }
+
+    /// Whether the first record's place holds anything (read with `pread`): a segment whose
+    /// header fails its crc but holds nothing is a reset a crash interrupted (module doc,
+    /// "Reset"), not damage.
+    pub fn first_record_written(&self) -> Result<bool, MappedFileError> {
+        let mut first = [0u8; END_MARK];
+        if self.format.segment_header + END_MARK > self.data_len() {
+            return Ok(false);
+        }
+        self.file.read_at(self.format.segment_header, &mut first)?;
+        Ok(first.iter().any(|&b| b != 0))
+    }
+
+    /// Looks at the record at `off` (expected at `position`; `resync`: any later position of a
+    /// numbered log is fine too). `Err`: an unreadable block.
+    fn step(
+        &self,
+        reader: &mut Reader<'_>,
+        off: usize,
+        position: u64,
+        resync: bool,
+        accept: &mut impl FnMut(&Record<'_>) -> bool,
+    ) -> Result<Step, Range<usize>> {
+        let format = self.format;
+        let data_len = self.data_len();
+        if off + format.record_header > data_len {
+            return Ok(Step::End);
+        }
+        let header = reader.get(off, format.record_header)?;
+        if header[..END_MARK].iter().all(|&b| b == 0) {
+            return Ok(if resync { Step::Bad(None) } else { Step::End });
+        }
+        let size = format.record_size(u32::from_le_bytes(word(header, 0)) as usize);
+        if size > data_len - off {
+            return Ok(Step::Bad(None));
+        }
+        let position = match (resync, format.numbered) {
+            // A later record of a numbered log says where it stands: its seq.
+            (true, true) => {
+                let seq = u64::from_le_bytes(dword(header, 8));
+                match seq.checked_sub(self.id) {
+                    Some(p) if p > position && p - position <= (data_len / format.record_header) as u64 => p,
+                    _ => return Ok(Step::Bad(Some(size))),
+                }
+            }
+            _ => position,
+        };
+        // The cheap checks before the crc reads the payload (resync tries every offset).
+        if !self.header_ok(header, position) {
+            return Ok(Step::Bad(Some(size)));
+        }
+        let bytes = reader.get(off, size)?;
+        let (header, rest) = bytes.split_at(format.record_header);
+        let payload = &rest[..u32::from_le_bytes(word(header, 0)) as usize];
+        let intact = crc(self.salt(position), header, payload) == u32::from_le_bytes(word(header, 4))
+            && accept(&Record { off, size, position, header, payload });
+        Ok(if intact { Step::Intact(size) } else { Step::Bad(Some(size)) })
+    }
+
+    /// The next intact record after the bad one at `off`: its offset, position and size. Every
+    /// aligned offset is a candidate; a false find needs a 32-bit crc collision (and, numbered, a
+    /// seq in range).
+    #[allow(clippy::type_complexity)]
+    fn resync(
+        &self,
+        reader: &mut Reader<'_>,
+        off: usize,
+        position: u64,
+        accept: &mut impl FnMut(&Record<'_>) -> bool,
+    ) -> Result<Option<(usize, u64, usize)>, Range<usize>> {
+        let format = self.format;
+        let mut at = off + format.align;
+        while at + format.record_header <= self.data_len() {
+            let mut found = None;
+            let mut accept_here = |record: &Record<'_>| {
+                let ok = accept(record);
+                if ok {
+                    found = Some(record.position);
+                }
+                ok
+            };
+            if let Step::Intact(size) = self.step(reader, at, position, true, &mut accept_here)? {
+                let next_position = found.unwrap_or(position + 1);
+                return Ok(Some((at, next_position, size)));
+            }
+            at += format.align;
+        }
+        Ok(None)
     }
 
     /// The checks of the header bytes 8..16 (module doc, "Layout").
@@ -404,4 +536,71 @@ pub fn dword(bytes: &[u8], at: usize) -> [u8; 8] {
     let mut out = [0u8; 8];
     out.copy_from_slice(&bytes[at..at + 8]);
     out
+}
+
+/// Whether the bad record at `off` (its size, when its length fits) is a torn append: the end
+/// mark an append writes before its header is there after it (module doc, "Recovery").
+fn torn_append(reader: &mut Reader<'_>, off: usize, size: Option<usize>, data_len: usize) -> bool {
+    let Some(size) = size else { return false };
+    let after = off + size;
+    let n = END_MARK.min(data_len - after);
+    reader.get(after, n).is_ok_and(|bytes| bytes.iter().all(|&b| b == 0))
+}
+
+/// What [`Segment::step`] found at an offset.
+enum Step {
+    /// No record starts here: the end mark or the end of the segment.
+    End,
+    /// An intact record of this many bytes.
+    Intact(usize),
+    /// Not an intact record; its size when its length fits the segment.
+    Bad(Option<usize>),
+}
+
+/// Reads a file's data area with `pread` through a window, for the walk (mapped_file.rs point 7).
+struct Reader<'a> {
+    file: &'a dyn StoredFile,
+    buf: Vec<u8>,
+    /// Data offset of `buf[0]`.
+    start: usize,
+}
+
+/// Bytes read at a time.
+const WINDOW: usize = 256 << 10;
+/// Unreadable ranges are reported to this granularity.
+const BLOCK: usize = 4096;
+
+impl<'a> Reader<'a> {
+    fn new(file: &'a dyn StoredFile) -> Reader<'a> {
+        Reader { file, buf: Vec::new(), start: 0 }
+    }
+
+    /// Data bytes `at..at + n` (within the file); `Err`: the first unreadable block among them.
+    fn get(&mut self, at: usize, n: usize) -> Result<&[u8], Range<usize>> {
+        if at < self.start || at + n > self.start + self.buf.len() {
+            let len = n.max(WINDOW).min(self.file.read().len() - at);
+            self.buf.resize(len, 0);
+            self.start = at;
+            if self.file.read_at(at, &mut self.buf).is_err() {
+                self.buf.clear();
+                return Err(self.first_unreadable(at, len));
+            }
+        }
+        Ok(&self.buf[at - self.start..at - self.start + n])
+    }
+
+    /// The first block of `at..at + len` that `pread` cannot read (all of it if each reads now).
+    fn first_unreadable(&self, at: usize, len: usize) -> Range<usize> {
+        let mut block = [0u8; BLOCK];
+        let mut from = at;
+        while from < at + len {
+            let to = (from / BLOCK + 1) * BLOCK;
+            let to = to.min(at + len);
+            if self.file.read_at(from, &mut block[..to - from]).is_err() {
+                return from..to;
+            }
+            from = to;
+        }
+        at..at + len
+    }
 }

@@ -31,6 +31,13 @@
 //!    atomics (its own `SAFETY:` arguments) and never calls `data`/`data_mut`, which would alias
 //!    its concurrent writes.
 //!
+//! 7. **Recovery reads with `pread`.** A page of a mapped file that the disk cannot read is
+//!    SIGBUS when touched, at every start. So nothing reads a file through its mapping before it
+//!    was read once with `pread` ([`read_data_at`](MappedFile::read_data_at)): the header at
+//!    [`open`](MappedFile::open), the records by the segment log's walk (storage/log.rs), the
+//!    spool's head slots. An unreadable block is then an EIO error, and the file is quarantined
+//!    (storage/quarantine.rs) instead of being mapped into use.
+//!
 //! What this cannot prevent: another program (or a person) truncating or rewriting the file
 //! without taking the lock. Like any database, braid owns its `state_dir`.
 //!
@@ -42,6 +49,7 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use memmap2::MmapRaw;
@@ -92,7 +100,7 @@ pub struct MappedFile {
     map: MmapRaw,
     path: PathBuf,
     /// Holds the flock for as long as the mapping lives.
-    _file: File,
+    file: File,
 }
 
 impl MappedFile {
@@ -106,7 +114,7 @@ impl MappedFile {
         file.set_len(0).map_err(io)?;
         allocate(&file, len).map_err(io)?;
         let map = MmapRaw::map_raw(&file).map_err(io)?;
-        let mut mapped = MappedFile { map, path: path.to_owned(), _file: file };
+        let mut mapped = MappedFile { map, path: path.to_owned(), file };
         mapped.write_header(magic, version, len as u64);
         mapped.flush_range(0, HEADER_LEN)?;
         Ok(mapped)
@@ -126,9 +134,11 @@ impl MappedFile {
         if file_len < HEADER_LEN as u64 {
             return Err(invalid(format!("{file_len} bytes, shorter than the header")));
         }
+        // Read with pread before mapping: an unreadable header is EIO here, never SIGBUS.
+        let mut header = [0u8; HEADER_LEN];
+        file.read_exact_at(&mut header, 0).map_err(io)?;
         let map = MmapRaw::map_raw(&file).map_err(io)?;
-        let mapped = MappedFile { map, path: path.to_owned(), _file: file };
-        let header = mapped.header();
+        let mapped = MappedFile { map, path: path.to_owned(), file };
         let crc = u32::from_le_bytes(header[CRC_AT..].try_into().unwrap_or_default());
         if crc32c::crc32c(&header[..CRC_AT]) != crc {
             return Err(invalid("header checksum mismatch".into()));
@@ -145,14 +155,6 @@ impl MappedFile {
             return Err(invalid(format!("length {file_len}, its header says {recorded} (truncated or extended)")));
         }
         Ok(mapped)
-    }
-
-    fn header(&self) -> [u8; HEADER_LEN] {
-        let mut header = [0u8; HEADER_LEN];
-        // The mapping is at least HEADER_LEN bytes long: create allocates it, open checks the
-        // length before mapping, and it is never shrunk while mapped (module doc, point 3).
-        header.copy_from_slice(&self.all()[..HEADER_LEN]);
-        header
     }
 
     /// Written only here, at creation, while the file is locked and before anyone else sees it.
@@ -202,6 +204,17 @@ impl MappedFile {
 
     pub fn data_len(&self) -> usize {
         self.map.len() - HEADER_LEN
+    }
+
+    /// Reads data bytes `at..at + buf.len()` with `pread`, not through the mapping: recovery
+    /// reads this way (point 7), so an unreadable block is an `Io` error (EIO), never SIGBUS.
+    pub fn read_data_at(&self, at: usize, buf: &mut [u8]) -> Result<(), MappedFileError> {
+        let io = |source| MappedFileError::Io { path: self.path.clone(), source };
+        let end = at.checked_add(buf.len()).filter(|&end| end <= self.data_len());
+        if end.is_none() {
+            return Err(io(std::io::Error::other(format!("read of {} bytes at {at} outside the file", buf.len()))));
+        }
+        self.file.read_exact_at(buf, (HEADER_LEN + at) as u64).map_err(io)
     }
 
     /// Writes `len` data bytes from `offset` to disk (`msync(MS_SYNC)`).

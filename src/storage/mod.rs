@@ -9,6 +9,8 @@
 //!   (a [`MappedFile`] behind it); `faulty` (tests only) wraps any backend and fails a chosen
 //!   call with ENOSPC, EIO, a torn write or a flipped bit, so tests can show that every fault is an
 //!   error or a reported skip, never a panic or a silent loss.
+//! - [`quarantine`]: where a damaged state file goes (`STATE_DIR/quarantine/`), with what was lost
+//!   logged and counted.
 //! - [`log`]: one segment log — one record layout, one walk, one recovery rule — that the spool
 //!   and the arena both store their records in. Its module doc has the byte layout.
 //!
@@ -22,6 +24,7 @@
 pub mod faulty;
 pub mod log;
 pub mod mapped_file;
+pub mod quarantine;
 #[cfg(test)]
 mod tests;
 
@@ -50,8 +53,13 @@ pub trait Storage: Send + Sync {
 pub trait StoredFile: Send + Sync {
     fn path(&self) -> &Path;
 
-    /// The whole data area, in place.
+    /// The whole data area, in place (through the mapping: only for bytes already read once with
+    /// [`read_at`](Self::read_at), mapped_file.rs point 7).
     fn read(&self) -> &[u8];
+
+    /// Reads data bytes `at..at + buf.len()` with `pread`: how recovery reads, so an unreadable
+    /// block is an error (EIO), not SIGBUS.
+    fn read_at(&self, at: usize, buf: &mut [u8]) -> Result<(), MappedFileError>;
 
     /// Writes `bytes` at data offset `at`. The caller keeps `at + bytes.len()` within
     /// [`read`](Self::read)`().len()`; a write outside it is an error, never a panic.
@@ -99,6 +107,10 @@ impl StoredFile for MappedFile {
 
     fn read(&self) -> &[u8] {
         self.data()
+    }
+
+    fn read_at(&self, at: usize, buf: &mut [u8]) -> Result<(), MappedFileError> {
+        self.read_data_at(at, buf)
     }
 
     fn write(&mut self, at: usize, bytes: &[u8]) -> Result<(), MappedFileError> {

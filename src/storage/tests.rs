@@ -242,3 +242,64 @@ fn todays_spool_segment_is_read_byte_for_byte() {
     spool.release_through(1003);
     assert_eq!(spool.get(1004), Some(&b"next"[..]));
 }
+
+/// Opens on `storage` and checks that every record is either lost or what was appended; the
+/// seqs lost.
+fn lost_on_reopen(storage: std::sync::Arc<Faulty>, dir: &Path, end: u64) -> Vec<u64> {
+    let spool = Spool::open_on(storage, dir, options()).unwrap();
+    assert_eq!(spool.end(), end);
+    let lost: Vec<u64> = (0..end).filter(|&i| spool.get(i).is_none()).collect();
+    for i in (0..end).filter(|i| !lost.contains(i)) {
+        assert_eq!(spool.get(i).unwrap(), payload(i).as_slice(), "record {i}");
+    }
+    lost
+}
+
+fn quarantined(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join("quarantine")).map_or(0, |entries| entries.count())
+}
+
+#[test]
+fn spool_an_unreadable_block_at_recovery_quarantines_the_segment_never_sigbus() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(fill(&Faulty::mmap(), dir.path(), 400));
+    let is_segment =
+        |e: &std::io::Result<std::fs::DirEntry>| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "spool");
+    let segments = std::fs::read_dir(dir.path()).unwrap().filter(is_segment).count();
+    assert!(segments >= 3, "{segments} segments");
+    // A bad block in the middle of segment 1: read with pread, so EIO, not SIGBUS.
+    let storage = Faulty::mmap();
+    storage.unreadable("0000000001.spool", 4096..4100);
+    let lost = lost_on_reopen(storage, dir.path(), 400);
+    assert!(!lost.is_empty() && lost.windows(2).all(|w| w[1] == w[0] + 1), "one segment's records: {lost:?}");
+    assert!(lost[0] > 0 && *lost.last().unwrap() < 399);
+    assert!(!dir.path().join("0000000001.spool").exists(), "moved, not mapped into use");
+    assert_eq!(quarantined(dir.path()), 1);
+    // The next start finds what is left as it was.
+    assert_eq!(lost_on_reopen(Faulty::mmap(), dir.path(), 400), lost);
+}
+
+#[test]
+fn spool_eio_opening_a_segment_quarantines_it_and_the_spool_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(fill(&Faulty::mmap(), dir.path(), 400));
+    let storage = Faulty::mmap();
+    storage.fail_at(1, Fault::Eio); // the first segment file opened
+    let lost = lost_on_reopen(storage, dir.path(), 400);
+    assert!(!lost.is_empty(), "the records of the segment that could not be read");
+    assert_eq!(quarantined(dir.path()), 1);
+}
+
+#[test]
+fn spool_a_flipped_bit_in_the_middle_is_copied_to_quarantine() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Faulty::mmap();
+    let mut spool = fill(&storage, dir.path(), 5);
+    storage.fail_at(1, Fault::CrcFlip); // the payload write of record 5
+    for i in 5..10 {
+        spool.append(&payload(i)).unwrap();
+    }
+    drop(spool);
+    assert_eq!(lost_on_reopen(Faulty::mmap(), dir.path(), 10), [5]);
+    assert_eq!(quarantined(dir.path()), 1, "a copy as found; the segment stays in use");
+}

@@ -94,7 +94,10 @@
 //! [`Recovery::damaged_records`], logged), and the walk goes on after it; a torn last record — a
 //! crash in the middle of an append — is cut (counted too), and the next append overwrites it. The index is
 //! rebuilt with the matched flags as stored and the same handles; the active segment is the one
-//! with the highest sequence number; all-dead segments are recycled.
+//! with the highest sequence number; all-dead segments are recycled. The walk reads with `pread`:
+//! an unreadable block is an error of `open` (EIO), never SIGBUS — `braid run` rebuilds its arenas
+//! at every start, so nothing here is quarantined (storage/quarantine.rs is for the state a
+//! restart reads).
 //!
 //! Guaranteed: after a process crash or `kill -9` — anything that leaves the page cache alone —
 //! every row whose `insert` returned is back with its key, handle and matched flag, every

@@ -212,6 +212,12 @@ impl Segment {
                 _ => false,
             }
         })?;
+        if let Some(range) = walk.unreadable {
+            let source = std::io::Error::from_raw_os_error(libc::EIO);
+            let source = std::io::Error::new(source.kind(), format!("bytes {range:?} unreadable: {source}"));
+            return Err(MappedFileError::Io { path: self.log.path().to_owned(), source });
+        }
+        self.log.cut_tail()?;
         self.end = self.log.end();
         self.live = visited;
         Ok(Walk { damaged: walk.skipped.len() + walk.torn })
