@@ -48,6 +48,17 @@ pub enum JournalError {
     Sync(std::io::Error),
 }
 
+impl JournalError {
+    /// A write the file system refused (a full disk, EIO): nothing was journaled, and the same
+    /// entry may be tried again. The path and the system's error.
+    pub fn write_failure(&self) -> Option<(&Path, &std::io::Error)> {
+        match self {
+            JournalError::Append(error) => error.write_failure(),
+            JournalError::Open { .. } | JournalError::Sync(_) => None,
+        }
+    }
+}
+
 /// One journaled entry: what happened at processing time `arrival`.
 pub struct Entry {
     /// The source's name (empty for [`What::Start`]).
@@ -81,9 +92,19 @@ impl Journal {
     /// entries are released early (counted by [`dropped`](Self::dropped)) rather than refusing
     /// input — the journal bounds how much a restart can rebuild, never what braid accepts.
     pub fn open(dir: &Path, max_bytes: u64, retention_ms: i64) -> Result<Journal, JournalError> {
+        Journal::open_on(crate::storage::Mmap::shared(), dir, max_bytes, retention_ms)
+    }
+
+    /// [`open`](Self::open) with the segment files on `storage` (tests inject faults with it).
+    pub fn open_on(
+        storage: std::sync::Arc<dyn crate::storage::Storage>,
+        dir: &Path,
+        max_bytes: u64,
+        retention_ms: i64,
+    ) -> Result<Journal, JournalError> {
         let options = SpoolOptions { max_bytes, segment_bytes: 4 << 20, overflow: Overflow::DropOldest };
-        let spool =
-            Spool::open(dir, options).map_err(|error| JournalError::Open { path: dir.display().to_string(), error })?;
+        let spool = Spool::open_on(storage, dir, options)
+            .map_err(|error| JournalError::Open { path: dir.display().to_string(), error })?;
         Ok(Journal { spool, retention_ms })
     }
 
@@ -162,6 +183,11 @@ impl Journal {
 
     pub fn queued_bytes(&self) -> u64 {
         self.spool.queued_bytes()
+    }
+
+    /// The journal's directory.
+    pub fn dir(&self) -> &Path {
+        self.spool.dir()
     }
 
     /// Entries released early because the journal was full.

@@ -103,6 +103,18 @@ pub enum SpoolError {
     Full,
 }
 
+impl SpoolError {
+    /// A write that failed in the file system (a full disk, EIO): the spool is unchanged and the
+    /// same append may be tried again later. The path and the system's error.
+    pub fn write_failure(&self) -> Option<(&Path, &std::io::Error)> {
+        match self {
+            SpoolError::File(file) => file.io().map(|error| (file.path(), error)),
+            SpoolError::Io { path, source } => Some((path, source)),
+            SpoolError::BadOptions(_) | SpoolError::TooLarge { .. } | SpoolError::Full => None,
+        }
+    }
+}
+
 /// A durable FIFO of byte records; see the module doc.
 pub struct Spool {
     dir: PathBuf,
@@ -237,9 +249,13 @@ impl Spool {
                     if let Some(small) = other {
                         self.delete(small);
                     }
+                    // Numbered once it exists: a creation that fails (a full disk) leaves no file
+                    // and takes no number, however often it is tried again.
                     let path = self.dir.join(format!("{:010}.spool", self.next_file));
+                    let created =
+                        Segment::create(&*self.storage, &path, self.end, self.options.segment_bytes - HEADER_LEN)?;
                     self.next_file += 1;
-                    Segment::create(&*self.storage, &path, self.end, self.options.segment_bytes - HEADER_LEN)?
+                    created
                 }
             };
             self.segments.push_back(segment);
@@ -247,6 +263,11 @@ impl Spool {
         }
         // Just ensured: there is a last segment.
         self.segments.back_mut().ok_or(SpoolError::Full)
+    }
+
+    /// The spool's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The oldest unreleased sequence number.
@@ -367,6 +388,7 @@ fn open_segments(storage: &dyn Storage, dir: &Path) -> Result<(Vec<Segment>, u64
     let (mut found, mut next_file, mut damaged) = (Vec::new(), 0, 0);
     for entry in std::fs::read_dir(dir).map_err(io)? {
         let path = entry.map_err(io)?.path();
+        remove_if_temporary(&path);
         let Some(number) = segment_number(&path) else { continue };
         next_file = next_file.max(number + 1);
         match Segment::open(storage, &path) {
@@ -393,6 +415,15 @@ fn open_segments(storage: &dyn Storage, dir: &Path) -> Result<(Vec<Segment>, u64
         }
     }
     Ok((found, next_file, damaged))
+}
+
+/// A segment a crash caught before its rename (storage/mapped_file.rs `create`) holds nothing yet.
+fn remove_if_temporary(path: &Path) {
+    let temporary =
+        path.file_name().and_then(|n| n.to_str()).is_some_and(crate::storage::mapped_file::is_temporary_name);
+    if temporary && let Err(error) = std::fs::remove_file(path) {
+        tracing::warn!(path = %path.display(), %error, "Cannot remove a segment file left half made");
+    }
 }
 
 fn segment_number(path: &Path) -> Option<u64> {

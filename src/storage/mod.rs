@@ -24,6 +24,7 @@ pub mod log;
 pub mod mapped_file;
 #[cfg(test)]
 mod tests;
+pub mod write_faults;
 
 use std::path::Path;
 use std::sync::Arc;
