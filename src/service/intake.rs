@@ -399,7 +399,16 @@ impl<'a> Intake<'a> {
         if Instant::now() < next_try {
             return Ok(false);
         }
-        if let Err(error) = self.journal.append_event(&What::Start, "", self.now) {
+        // The held delivery goes right after the start: room for both first, so that a start is
+        // journaled only once the input can go on.
+        let room = match &self.held {
+            Some(held) => {
+                let name = &self.plan.sources[held.source].name;
+                self.journal.make_room_for(name, held, self.keep[held.source])
+            }
+            None => Ok(()),
+        };
+        if let Err(error) = room.and_then(|()| self.journal.append_event(&What::Start, "", self.now)) {
             self.journal_refused(error)?;
             return Ok(false);
         }
@@ -448,7 +457,9 @@ impl<'a> Intake<'a> {
             write_faults::failed_with(JOURNAL_SITE, &path, &error.to_string(), false, JOURNAL_MEANWHILE);
             return Ok(());
         }
-        write_faults::recovered(JOURNAL_SITE);
+        if self.stuck.is_none() {
+            write_faults::recovered(JOURNAL_SITE);
+        }
         for (source, &seq) in self.taken.iter().enumerate() {
             if seq > 0 {
                 self.confirmations.confirm(source, seq);

@@ -124,6 +124,21 @@ impl Journal {
         self.spool.append_parts(&parts).map(|_| ()).map_err(JournalError::Append)
     }
 
+    /// Makes sure that a start and then `delivery` of `source` (`keep` bytes of its payload at
+    /// most) can be appended without a new file: starts the next segment now if needed. An error
+    /// (a full disk) changes nothing.
+    pub fn make_room_for(&mut self, source: &str, delivery: &Delivery, keep: usize) -> Result<(), JournalError> {
+        let message = HEADER
+            + 1
+            + source.len().min(u8::MAX as usize)
+            + 2
+            + delivery.topic.len().min(u16::MAX as usize)
+            + delivery.payload.len().min(keep);
+        // A start takes 32 bytes as a record; 64 more bytes of payload round up to at least that.
+        let len = (message + 64).min(self.spool.max_record());
+        self.spool.make_room(len).map_err(JournalError::Append)
+    }
+
     /// Records a start or a source's connection change at processing time `now`.
     pub fn append_event(&mut self, what: &What, source: &str, now: i128) -> Result<(), JournalError> {
         let code = match what {

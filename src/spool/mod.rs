@@ -221,6 +221,16 @@ impl Spool {
         Ok(seq)
     }
 
+    /// Makes sure a record of `len` bytes can be appended without a new file: starts the next
+    /// segment now if the one being appended to cannot take it. An error (a full disk) changes
+    /// nothing; the journal uses it to try a held record before anything else is appended.
+    pub fn make_room(&mut self, len: usize) -> Result<(), SpoolError> {
+        if len > self.max_record() {
+            return Err(SpoolError::TooLarge { len, max: self.max_record() });
+        }
+        self.active_for(record_size(len)).map(drop)
+    }
+
     /// Drops the oldest records until `size` more bytes fit.
     fn drop_for(&mut self, size: u64) {
         let mut to = self.first;

@@ -135,7 +135,11 @@ impl MappedFile {
             Err(error) => {
                 // Nothing may stay behind; a temporary file that was never made is no error.
                 let _ = std::fs::remove_file(&tmp);
-                Err(error)
+                // Named by the file it was to be: that is what the operator knows.
+                Err(match error {
+                    MappedFileError::Io { source, .. } => io(source),
+                    other => other,
+                })
             }
         }
     }

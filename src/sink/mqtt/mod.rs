@@ -264,6 +264,57 @@ fn split_record(record: &[u8]) -> Option<(&str, &[u8])> {
 mod tests {
     use super::*;
 
+    use crate::config::{MqttConn, Overflow, SinkKind};
+    use crate::storage::faulty::{Fault, Faulty};
+    use crate::storage::write_faults;
+
+    /// Expected: while the disk refuses the buffer's first segment, `push` waits — reported as
+    /// backpressure from a full disk and as a failing write site, tried again every second — and
+    /// queues the result once the disk takes it: no result is dropped. Set `stop` while it waits
+    /// and it gives up with `Stopped`, having queued nothing (the caller retracts the row).
+    #[test]
+    fn a_push_waits_while_the_disk_is_full_and_queues_the_result_once_it_is_not() {
+        let def = SinkDef {
+            name: "diskfull-test".into(),
+            kind: SinkKind::Mqtt,
+            inputs: vec!["effect".into()],
+            url: Some("mqtt://127.0.0.1:1883".into()),
+            topic: Some("up".into()),
+            qos: 1,
+            buffer: 1 << 20,
+            overflow: Overflow::Block,
+            path: None,
+            conn: MqttConn::default(),
+            status_topic: None,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Faulty::mmap();
+        let uplink = Uplink::open_on(storage.clone(), &def, dir.path()).unwrap();
+        let stop = AtomicBool::new(false);
+        storage.fail_at(1, Fault::Enospc);
+        let started = Instant::now();
+        std::thread::scope(|s| {
+            let pushing = s.spawn(|| uplink.push("up/a", b"{\"x\":1}", &stop));
+            let shown = (0..100).any(|_| {
+                std::thread::sleep(Duration::from_millis(10));
+                uplink.blocked().is_some_and(|b| b.disk_full) && write_faults::is_failing("sink diskfull-test")
+            });
+            assert!(shown, "the wait is shown as a full disk");
+            assert_eq!(pushing.join().unwrap().unwrap(), true, "queued after waiting");
+        });
+        assert!(started.elapsed() >= write_faults::RETRY_EVERY, "tried again after a second");
+        assert!(!write_faults::is_failing("sink diskfull-test"), "resumed");
+        assert_eq!(uplink.stats().queued_rows, 1);
+        // Stopping while the disk is full: nothing queued, an error for the caller.
+        let full = Faulty::mmap();
+        let dir = tempfile::tempdir().unwrap();
+        let uplink = Uplink::open_on(full.clone(), &def, dir.path()).unwrap();
+        full.fail_at(1, Fault::Enospc);
+        stop.store(true, Ordering::Relaxed);
+        assert!(matches!(uplink.push("up/a", b"{}", &stop), Err(UplinkError::Stopped { .. })));
+        assert_eq!(uplink.stats().queued_rows, 0);
+    }
+
     #[test]
     fn records_split_into_topic_and_payload() {
         assert_eq!(split_record(b"\x03\x00a/b{\"x\":1}"), Some(("a/b", &b"{\"x\":1}"[..])));
