@@ -315,6 +315,34 @@ mod tests {
         );
     }
 
+    /// Expected: a full disk (ENOSPC at the new segment) or EIO on a write is an append error the
+    /// intake can tell from the others (`write_failure`: it then holds the delivery and retries),
+    /// the journal unchanged; once the disk takes writes again the same entry goes in, and every
+    /// entry is there after a reopen.
+    #[test]
+    fn a_refused_write_changes_nothing_and_the_same_entry_goes_in_later() {
+        use crate::storage::faulty::{Fault, Faulty};
+        for fault in [Fault::Enospc, Fault::Eio] {
+            let dir = tempfile::tempdir().unwrap();
+            let storage = Faulty::mmap();
+            let mut journal = Journal::open_on(storage.clone(), dir.path(), 1 << 20, 60_000).unwrap();
+            journal.append("devices", &delivery("t", b"first"), 1, 100).unwrap();
+            storage.fail_at(1, fault);
+            let error = journal.append("devices", &delivery("t", b"held"), 2, 100).unwrap_err();
+            let (_, io) = error.write_failure().expect("a write failure");
+            assert_eq!(crate::storage::write_faults::is_disk_full(io), fault == Fault::Enospc);
+            assert_eq!(journal.positions(), 0..1, "{fault:?}: nothing journaled");
+            journal.make_room_for("devices", &delivery("t", b"held"), 100).unwrap();
+            journal.append_event(&What::Start, "", 3).unwrap();
+            journal.append("devices", &delivery("t", b"held"), 3, 100).unwrap();
+            drop(journal);
+            let journal = Journal::open(dir.path(), 1 << 20, 60_000).unwrap();
+            let got: Vec<(i128, What)> = journal.entries().map(|e| (e.arrival, e.what)).collect();
+            let message = |p: &'static [u8]| What::Message { topic: "t".into(), payload: Bytes::from_static(p) };
+            assert_eq!(got, [(1, message(b"first")), (3, What::Start), (3, message(b"held"))], "{fault:?}");
+        }
+    }
+
     #[test]
     fn entries_older_than_the_retention_are_released_and_stay_released() {
         let dir = tempfile::tempdir().unwrap();

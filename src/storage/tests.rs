@@ -256,23 +256,25 @@ fn names(dir: &Path) -> Vec<String> {
 /// the same append goes through, into the next number, and every record is there.
 #[test]
 fn spool_a_full_disk_at_a_new_segment_leaves_no_file_and_the_retry_goes_through() {
+    // The first record that needs a second segment.
+    let probe = tempfile::tempdir().unwrap();
+    let mut spool = Spool::open(probe.path(), options()).unwrap();
+    let mut first_in_second = 0;
+    while names(probe.path()).len() < 3 {
+        spool.append(&payload(first_in_second)).unwrap();
+        first_in_second += 1;
+    }
+    first_in_second -= 1;
     let dir = tempfile::tempdir().unwrap();
     let storage = Faulty::mmap();
-    let mut spool = fill(&storage, dir.path(), 1);
+    let mut spool = fill(&storage, dir.path(), first_in_second);
     let before = names(dir.path());
     assert_eq!(before, ["0000000000.spool", "head"]);
-    // Appends until one needs a new segment, which the full disk refuses, 50 times over.
-    let mut appended = 1;
-    loop {
-        storage.fail_at(1, Fault::Enospc);
-        match spool.append(&payload(appended)) {
-            Ok(_) => appended += 1,
-            Err(error) => {
-                assert!(error.write_failure().is_some_and(|(_, e)| super::write_faults::is_disk_full(e)), "{error}");
-                break;
-            }
-        }
-    }
+    let appended = first_in_second;
+    storage.fail_at(1, Fault::Enospc);
+    let error = spool.append(&payload(appended)).unwrap_err();
+    assert!(error.write_failure().is_some_and(|(_, e)| super::write_faults::is_disk_full(e)), "{error}");
+    // Tried again 50 times while the disk stays full.
     for _ in 0..50 {
         storage.fail_at(1, Fault::Enospc);
         assert!(spool.append(&payload(appended)).is_err());
