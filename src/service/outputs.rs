@@ -266,6 +266,7 @@ const FILE_SINK_MEANWHILE: &str =
     "its next line waits in memory and the intake with it; the brokers keep the devices' messages";
 
 /// A file sink's report name and path.
+#[derive(Clone, Copy)]
 struct FileSite<'a> {
     site: &'a str,
     path: &'a Path,
@@ -274,7 +275,7 @@ struct FileSite<'a> {
 /// Writes one line to a file sink; while the file system refuses it (a full disk), the line waits
 /// and is tried again every second — the intake waits with it, so nothing is dropped — until it is
 /// written or the service stops (then `Err(failed attempts)`: the line is not written).
-fn write_file_line(w: &mut BufWriter<File>, line: &[u8], at: FileSite, stop: &AtomicBool) -> Result<(), u64> {
+fn write_file_line(w: &mut BufWriter<impl Write>, line: &[u8], at: FileSite, stop: &AtomicBool) -> Result<(), u64> {
     let mut failures = 0;
     loop {
         // A BufWriter that cannot make room writes none of the line (and keeps what it holds).
@@ -421,5 +422,59 @@ fn target_name(plan: &Plan, target: Target) -> String {
         Target::Operator(op) => plan.operators[op].name.clone(),
         Target::Late(op) => format!("{}.late", plan.operators[op].name),
         Target::DeadLetter => crate::config::DEAD_LETTER.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A disk that refuses the first `refuse` writes with ENOSPC, then takes everything.
+    struct FillingDisk {
+        refuse: usize,
+        written: Vec<u8>,
+    }
+
+    impl Write for FillingDisk {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            if self.refuse > 0 {
+                self.refuse -= 1;
+                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            self.written.extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Expected: a file sink whose disk is full keeps its line (and what its buffer holds), is
+    /// shown as a failing write site, tries again every second and writes every line in order
+    /// once the disk takes them; stopped while the disk is full, it gives up (the caller retracts
+    /// the row, so the next start writes it).
+    #[test]
+    fn a_file_sink_waits_for_a_full_disk_and_drops_no_line() {
+        let site = FileSite { site: "file sink diskfull-test", path: Path::new("/x/archive.jsonl") };
+        let stop = AtomicBool::new(false);
+        let mut w = BufWriter::with_capacity(16, FillingDisk { refuse: 2, written: Vec::new() });
+        write_file_line(&mut w, b"{\"ab\":1}\n", site, &stop).unwrap();
+        let started = std::time::Instant::now();
+        // The second line does not fit beside the first: the buffer must be written, and the
+        // disk refuses it twice.
+        write_file_line(&mut w, b"{\"bc\":2}\n", site, &stop).unwrap();
+        assert!(started.elapsed() >= 2 * write_faults::RETRY_EVERY, "tried again every second");
+        w.flush().unwrap();
+        assert_eq!(w.get_ref().written, b"{\"ab\":1}\n{\"bc\":2}\n");
+        assert!(!write_faults::is_failing("file sink diskfull-test"), "resumed");
+        assert!(write_faults::failures().contains(&("file sink diskfull-test".to_owned(), 2)));
+
+        let mut w = BufWriter::with_capacity(16, FillingDisk { refuse: usize::MAX, written: Vec::new() });
+        write_file_line(&mut w, b"{\"ab\":1}\n", site, &stop).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(write_file_line(&mut w, b"{\"bc\":2}\n", site, &stop), Err(1));
+        assert!(write_faults::is_failing("file sink diskfull-test"));
+        assert_eq!(w.buffer(), b"{\"ab\":1}\n", "the line the buffer held is still there");
     }
 }
