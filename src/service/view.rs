@@ -237,6 +237,23 @@ impl OpsView for LiveView {
                 )
             })
             .collect();
+        let lost: Vec<(String, String)> = c
+            .plan
+            .sources
+            .iter()
+            .zip(&c.sources)
+            .filter_map(|(d, s)| {
+                s.broker.get().map(|r| (format!("source=\"{}\"", d.name), r.lost.load(Ordering::Relaxed).to_string()))
+            })
+            .collect();
+        if !lost.is_empty() {
+            family(
+                "braid_broker_lost_total",
+                "counter",
+                "Times the embedded broker dropped messages braid had not taken yet: its in-memory log per subscription (4 MiB) was full while braid held input (a full disk, a full sink buffer).",
+                lost,
+            );
+        }
         if !refused.is_empty() {
             family(
                 "braid_broker_refused_total",
