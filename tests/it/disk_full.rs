@@ -194,3 +194,55 @@ fn a_full_state_disk_holds_input_reports_it_and_loses_no_result_once_space_retur
     assert_eq!(unqueued, Some(0.0));
     assert!(braid.terminate(Duration::from_secs(20)).success(), "braid run did not exit 0 after SIGTERM");
 }
+
+/// Expected: braid's embedded broker holds about 4 MiB per subscription filter while a full disk
+/// holds braid's input; what it drops beyond that (the devices had their PUBACK) is counted in
+/// `braid_broker_lost_total` and warned about once braid reads on — never silent — and braid
+/// itself neither exits nor stays degraded.
+#[test]
+fn the_embedded_broker_counts_what_it_drops_while_a_full_disk_holds_input() {
+    let dir = tempfile::Builder::new().prefix("braid-disk-full-embedded-").tempdir().unwrap();
+    let state = dir.path().join("state");
+    let tmpfs = Tmpfs::mount(&state, "16m");
+    let up = Mosquitto::start();
+    let (port, ops) = (common::mqtt::free_port(), common::mqtt::free_port());
+    let setup = Setup {
+        source: Source::Embedded(port),
+        upstream_url: &up.url(),
+        topic: "up/effect/{device}",
+        state_dir: &state,
+        file: &dir.path().join("archive.jsonl"),
+        ops_port: ops,
+        max_payload: None,
+        idle_timeout: "1s",
+    };
+    let config = dir.path().join("braid.toml");
+    std::fs::write(&config, gateway_config(&setup)).unwrap();
+    let mut braid = Braid::start(&config, &dir.path().join("braid.log"));
+    braid.wait_log("ready: subscribed", 1, START);
+
+    let filler = tmpfs.fill();
+    // 12 MiB of statuses: 4 MiB fill the journal's segment, the rest is more than the broker
+    // holds for the status filter.
+    let base = now_ms();
+    let msgs: Vec<(String, Vec<u8>)> = (0..600)
+        .map(|i| {
+            let payload = json!({"ts": base + i, "temp": 20.5, "state": "on", "seq": i, "pad": "p".repeat(PAD)});
+            (format!("devices/d{:02}/status", i % 10), payload.to_string().into_bytes())
+        })
+        .collect();
+    publish_all(port, &msgs, QoS::AtLeastOnce);
+    let health = || http_get(ops, "/healthz").map(|(_, body)| body).unwrap_or_default();
+    assert!(poll_until(RESULTS, || health().contains("disk full: journal (")), "{}", health());
+    std::fs::remove_file(&filler).unwrap();
+    let lost = || metric(&http_get(ops, "/metrics").unwrap().1, "braid_broker_lost_total", "source=\"devices\"");
+    assert!(
+        poll_until(RESULTS, || lost().unwrap_or(0.0) >= 1.0),
+        "nothing counted as lost: {:?}\n{}",
+        lost(),
+        braid.log()
+    );
+    braid.wait_log("Embedded broker dropped messages", 1, RESULTS);
+    assert!(poll_until(RESULTS, || !health().contains("disk full")), "still degraded: {}", health());
+    assert!(braid.running(), "braid exited; log:\n{}", braid.log());
+}
