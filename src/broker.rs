@@ -273,7 +273,7 @@ fn spawn_alert_counter(alerts: rumqttd::alerts::AlertsLink, counts: Arc<Refusals
                 }
                 let total = counts.lost.fetch_add(jumps as u64, std::sync::atomic::Ordering::Relaxed) + jumps as u64;
                 if warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(30)) {
-                    warned = Some(std::time::Instant::now());
+                    warned = Some(crate::storage::write_faults::now());
                     tracing::warn!(
                         times = total,
                         held_per_filter = HELD_PER_FILTER,

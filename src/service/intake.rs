@@ -387,7 +387,7 @@ impl<'a> Intake<'a> {
     fn journal_refused(&mut self, error: JournalError) -> Result<(), ServiceError> {
         let Some((path, io)) = error.write_failure() else { return Err(error.into()) };
         write_faults::failed(JOURNAL_SITE, path, io, JOURNAL_MEANWHILE);
-        self.stuck = Some(Instant::now() + write_faults::RETRY_EVERY);
+        self.stuck = Some(write_faults::now() + write_faults::RETRY_EVERY);
         Ok(())
     }
 
@@ -396,7 +396,7 @@ impl<'a> Intake<'a> {
     /// stream's idleness counts from now (as after a restart), replayed the same.
     fn journal_writes(&mut self) -> Result<bool, ServiceError> {
         let Some(next_try) = self.stuck else { return Ok(true) };
-        if Instant::now() < next_try {
+        if write_faults::now() < next_try {
             return Ok(false);
         }
         // The held delivery goes right after the start: room for both first, so that a start is

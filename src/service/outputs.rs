@@ -460,7 +460,7 @@ mod tests {
         let stop = AtomicBool::new(false);
         let mut w = BufWriter::with_capacity(16, FillingDisk { refuse: 2, written: Vec::new() });
         write_file_line(&mut w, b"{\"ab\":1}\n", site, &stop).unwrap();
-        let started = std::time::Instant::now();
+        let started = write_faults::now();
         // The second line does not fit beside the first: the buffer must be written, and the
         // disk refuses it twice.
         write_file_line(&mut w, b"{\"bc\":2}\n", site, &stop).unwrap();

@@ -77,6 +77,12 @@ fn registry() -> MutexGuard<'static, Registry> {
     REGISTRY.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The retry timers' clock: wall time of the write sites, never processing time.
+#[allow(clippy::disallowed_methods)] // a retry timer and a warning's rate, not engine time
+pub fn now() -> Instant {
+    Instant::now()
+}
+
 /// Whether `error` says the file system is full (ENOSPC) or the quota is used up (EDQUOT).
 pub fn is_disk_full(error: &std::io::Error) -> bool {
     matches!(error.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
@@ -91,7 +97,7 @@ pub fn failed(site: &str, path: &Path, error: &std::io::Error, meanwhile: &'stat
 pub fn failed_with(site: &str, path: &Path, error: &str, disk_full: bool, meanwhile: &'static str) {
     let mut registry = registry();
     *registry.failures.entry(site.to_owned()).or_default() += 1;
-    let now = Instant::now();
+    let now = now();
     match registry.failing.get_mut(site) {
         Some(known) => {
             let failing = &mut known.failing;
