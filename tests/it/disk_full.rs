@@ -74,6 +74,23 @@ impl Drop for Tmpfs {
     }
 }
 
+/// Writes the gateway configuration `name` into `dir` (file sink `dir/archive.jsonl`).
+fn write_config(dir: &Path, name: &str, source: Source, up: &Mosquitto, ops: u16, state: &Path) -> PathBuf {
+    let setup = Setup {
+        source,
+        upstream_url: &up.url(),
+        topic: "up/effect/{device}",
+        state_dir: state,
+        file: &dir.join("archive.jsonl"),
+        ops_port: ops,
+        max_payload: None,
+        idle_timeout: "1s",
+    };
+    let path = dir.join(name);
+    std::fs::write(&path, gateway_config(&setup)).unwrap();
+    path
+}
+
 /// The file names in `dir`, sorted.
 fn names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> =
@@ -100,23 +117,9 @@ fn a_full_state_disk_holds_input_reports_it_and_loses_no_result_once_space_retur
     let mut up = Mosquitto::start();
     let ops = common::mqtt::free_port();
     let file = dir.path().join("archive.jsonl");
-    let write_config = |name: &str, state: &Path| {
-        let setup = Setup {
-            source: Source::Mqtt(devices.url()),
-            upstream_url: &up.url(),
-            topic: "up/effect/{device}",
-            state_dir: state,
-            file: &file,
-            ops_port: ops,
-            max_payload: None,
-            idle_timeout: "1s",
-        };
-        let path = dir.path().join(name);
-        std::fs::write(&path, gateway_config(&setup)).unwrap();
-        path
-    };
-    let config = write_config("braid.toml", &state);
-    let replay_config = write_config("replay.toml", &dir.path().join("replay-state"));
+    let source = || Source::Mqtt(devices.url());
+    let config = write_config(dir.path(), "braid.toml", source(), &up, ops, &state);
+    let replay_config = write_config(dir.path(), "replay.toml", source(), &up, ops, &dir.path().join("replay-state"));
 
     let msgs = padded_workload(12, 24);
     let inputs = write_inputs(dir.path(), [("command", jsonl(&msgs, "command")), ("status", jsonl(&msgs, "status"))]);
@@ -206,18 +209,7 @@ fn the_embedded_broker_counts_what_it_drops_while_a_full_disk_holds_input() {
     let tmpfs = Tmpfs::mount(&state, "16m");
     let up = Mosquitto::start();
     let (port, ops) = (common::mqtt::free_port(), common::mqtt::free_port());
-    let setup = Setup {
-        source: Source::Embedded(port),
-        upstream_url: &up.url(),
-        topic: "up/effect/{device}",
-        state_dir: &state,
-        file: &dir.path().join("archive.jsonl"),
-        ops_port: ops,
-        max_payload: None,
-        idle_timeout: "1s",
-    };
-    let config = dir.path().join("braid.toml");
-    std::fs::write(&config, gateway_config(&setup)).unwrap();
+    let config = write_config(dir.path(), "braid.toml", Source::Embedded(port), &up, ops, &state);
     let mut braid = Braid::start(&config, &dir.path().join("braid.log"));
     braid.wait_log("ready: subscribed", 1, START);
 
