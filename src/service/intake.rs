@@ -44,7 +44,7 @@ const STALL_MS: i128 = 200;
 /// How often the live figures are copied.
 const SHOW_EVERY_MS: i128 = 1000;
 /// How the journal's write failures are reported (storage/write_faults.rs).
-const JOURNAL_SITE: &str = "journal";
+pub(super) const JOURNAL_SITE: &str = "journal";
 const JOURNAL_MEANWHILE: &str = "input is not acknowledged (the brokers keep it) and processing time stands still";
 
 /// What the io thread asks of the intake thread.

@@ -57,6 +57,14 @@ impl JournalError {
             JournalError::Open { .. } | JournalError::Sync(_) => None,
         }
     }
+
+    /// An open that failed in the file system (a full disk making the head file): path and error.
+    pub fn open_write_failure(&self) -> Option<(std::path::PathBuf, std::io::Error)> {
+        match self {
+            JournalError::Open { error, .. } => error.owned_write_failure(),
+            JournalError::Append(_) | JournalError::Sync(_) => None,
+        }
+    }
 }
 
 /// One journaled entry: what happened at processing time `arrival`.

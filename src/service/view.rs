@@ -376,7 +376,11 @@ impl OpsView for LiveView {
 
     fn health(&self) -> Result<(), Vec<String>> {
         let current = self.lock();
-        let Some(c) = current.as_ref() else { return Err(vec!["starting or reloading".into()]) };
+        let Some(c) = current.as_ref() else {
+            let mut reasons = vec!["starting or reloading".to_owned()];
+            reasons.extend(write_faults::failing().iter().map(|f| f.reason()));
+            return Err(reasons);
+        };
         let mut reasons = Vec::new();
         for (def, status) in c.plan.sources.iter().zip(&c.sources) {
             if !status.connected.load(Ordering::Relaxed) {

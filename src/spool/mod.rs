@@ -113,6 +113,18 @@ impl SpoolError {
             SpoolError::BadOptions(_) | SpoolError::TooLarge { .. } | SpoolError::Full => None,
         }
     }
+
+    /// [`write_failure`](Self::write_failure), owned (an `io::Error` is not `Clone`: the same
+    /// errno, or kind and text).
+    pub fn owned_write_failure(&self) -> Option<(PathBuf, std::io::Error)> {
+        self.write_failure().map(|(path, error)| {
+            let error = match error.raw_os_error() {
+                Some(errno) => std::io::Error::from_raw_os_error(errno),
+                None => std::io::Error::new(error.kind(), error.to_string()),
+            };
+            (path.to_owned(), error)
+        })
+    }
 }
 
 /// A durable FIFO of byte records; see the module doc.

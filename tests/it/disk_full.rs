@@ -238,3 +238,27 @@ fn the_embedded_broker_counts_what_it_drops_while_a_full_disk_holds_input() {
     assert!(poll_until(RESULTS, || !health().contains("disk full")), "still degraded: {}", health());
     assert!(braid.running(), "braid exited; log:\n{}", braid.log());
 }
+
+/// Expected: a start on a full disk with an empty state directory does not exit (systemd would
+/// restart it into the same disk): `/healthz` says what cannot be written, and the start goes on
+/// by itself once space is freed.
+#[test]
+fn a_start_on_a_full_disk_waits_for_space_instead_of_exiting() {
+    let dir = tempfile::Builder::new().prefix("braid-disk-full-start-").tempdir().unwrap();
+    let state = dir.path().join("state");
+    let tmpfs = Tmpfs::mount(&state, "16m");
+    let (devices, up) = (Mosquitto::start(), Mosquitto::start());
+    let ops = common::mqtt::free_port();
+    let config = write_config(dir.path(), "braid.toml", Source::Mqtt(devices.url()), &up, ops, &state);
+    let filler = tmpfs.fill();
+    let mut braid = Braid::start(&config, &dir.path().join("braid.log"));
+    let health = || http_get(ops, "/healthz").map(|(_, body)| body).unwrap_or_default();
+    assert!(poll_until(START, || health().contains("disk full: ")), "{}\n{}", health(), braid.log());
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(braid.running(), "braid exited on a full disk at the start; log:\n{}", braid.log());
+    assert!(health().starts_with("starting"), "{}", health());
+    std::fs::remove_file(&filler).unwrap();
+    braid.wait_log("ready: subscribed", 1, START);
+    assert!(poll_until(START, || http_get(ops, "/healthz").is_some_and(|(s, _)| s == 200)), "{}", health());
+    assert!(braid.terminate(Duration::from_secs(20)).success());
+}

@@ -57,6 +57,16 @@ pub enum UplinkError {
     Stopped { sink: String },
 }
 
+impl UplinkError {
+    /// A write that failed in the file system (a full disk making the buffer's head file).
+    pub fn write_failure(&self) -> Option<(std::path::PathBuf, std::io::Error)> {
+        match self {
+            UplinkError::Spool { source, .. } => source.owned_write_failure(),
+            _ => None,
+        }
+    }
+}
+
 /// The sink's figures (CONTRACT.md metrics `braid_sink_*`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UplinkStats {
