@@ -46,7 +46,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use rumqttd::{Broker, Config, ConnectionSettings, RouterConfig, ServerSettings};
+use rumqttd::{Broker, Config, ConnectionSettings, MetricType, RouterConfig, ServerSettings};
 use tokio::sync::watch;
 
 pub mod acl;
@@ -66,6 +66,13 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(5);
 pub const SEGMENT_SIZE: usize = 1 << 20;
 /// Segments kept per subscription filter.
 pub const SEGMENT_COUNT: usize = 4;
+/// What the broker holds in memory per subscription filter for braid while braid does not take
+/// input (a full disk, a full sink buffer): when a filter needs more, rumqttd drops its oldest
+/// segment — at least [`SEGMENT_SIZE`] of messages braid has not read — and braid counts it
+/// ([`Refusals::lost`], `braid_broker_lost_total`) and warns.
+pub const HELD_PER_FILTER: usize = SEGMENT_SIZE * SEGMENT_COUNT;
+/// How often rumqttd hands over its alerts (the segments it dropped unread).
+const ALERTS_EVERY_S: u64 = 1;
 /// The user name of braid's own clients on rumqttd's port (the secret is what counts).
 pub const OWN_USER: &str = "braid";
 
@@ -230,6 +237,9 @@ pub fn start(settings: BrokerSettings) -> Result<EmbeddedBroker, BrokerError> {
     let internal = claim(SocketAddr::from(([127, 0, 0, 1], 0)))?;
     let secret: Arc<str> = random_secret()?.into();
     let mut broker = Broker::new(rumqttd_config(internal, &secret, &settings));
+    let refusals = Arc::new(Refusals::default());
+    let alerts = broker.alerts().map_err(|e| BrokerError::Spawn(io::Error::other(e.to_string())))?;
+    spawn_alert_counter(alerts, Arc::clone(&refusals))?;
     std::thread::Builder::new()
         .name("braid-broker".into())
         .spawn(move || {
@@ -241,12 +251,39 @@ pub fn start(settings: BrokerSettings) -> Result<EmbeddedBroker, BrokerError> {
         })
         .map_err(BrokerError::Spawn)?;
     let (policy_tx, policy_rx) = watch::channel(Arc::new(policy));
-    let refusals = Arc::new(Refusals::default());
     let shared =
         gate::Shared::new(internal, Arc::clone(&secret), policy_rx, Arc::clone(&refusals), settings.max_payload);
     spawn_gate(devices, shared, tls)?;
     wait_ready(internal)?;
     Ok(EmbeddedBroker { addr, internal, secret, access: Mutex::new(settings.access), policy: policy_tx, refusals })
+}
+
+/// Counts rumqttd's cursor jumps — messages of a subscription dropped before braid read them,
+/// because its in-memory log was full ([`HELD_PER_FILTER`]) — and warns (at most once every
+/// 30 s). Runs, like the broker, until the process exits.
+fn spawn_alert_counter(alerts: rumqttd::alerts::AlertsLink, counts: Arc<Refusals>) -> Result<(), BrokerError> {
+    std::thread::Builder::new()
+        .name("braid-broker-alerts".into())
+        .spawn(move || {
+            let mut warned: Option<std::time::Instant> = None;
+            while let Ok(batch) = alerts.router_rx.recv() {
+                let jumps = batch.iter().filter(|a| a.kind.name() == "cursor_jump").count();
+                if jumps == 0 {
+                    continue;
+                }
+                let total = counts.lost.fetch_add(jumps as u64, std::sync::atomic::Ordering::Relaxed) + jumps as u64;
+                if warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(30)) {
+                    warned = Some(crate::storage::write_faults::now());
+                    tracing::warn!(
+                        times = total,
+                        held_per_filter = HELD_PER_FILTER,
+                        "Embedded broker dropped messages braid had not taken yet (its in-memory log per subscription is full while braid holds input)"
+                    );
+                }
+            }
+        })
+        .map(drop)
+        .map_err(BrokerError::Spawn)
 }
 
 /// The gate's thread: a current-thread tokio runtime accepting devices on `devices`.
@@ -328,8 +365,16 @@ fn rumqttd_config(internal: SocketAddr, secret: &Arc<str>, settings: &BrokerSett
         max_segment_count: SEGMENT_COUNT,
         ..RouterConfig::default()
     };
+    // Alerts (a subscription's unread messages dropped) every second, counted by braid; rumqttd's
+    // timer needs both kinds set (it unwraps each), so meters go hourly to no one.
+    let every =
+        |secs: u64| serde_json::from_value::<rumqttd::MetricSettings>(serde_json::json!({ "push_interval": secs }));
+    let metrics = match (every(ALERTS_EVERY_S), every(3600)) {
+        (Ok(alerts), Ok(meters)) => Some(HashMap::from([(MetricType::Alerts, alerts), (MetricType::Meters, meters)])),
+        _ => None,
+    };
     // No v5, websocket, console, prometheus, bridge or cluster: only the v4 listener.
-    Config { id: 0, router, v4: Some(HashMap::from([("1".to_string(), server)])), ..Config::default() }
+    Config { id: 0, router, v4: Some(HashMap::from([("1".to_string(), server)])), metrics, ..Config::default() }
 }
 
 #[cfg(not(feature = "embedded-broker-tls"))]

@@ -324,6 +324,11 @@ fn unframed<'a>(magic: &[u8; 8], bytes: &'a [u8], path: &Path) -> Result<&'a [u8
     Ok(payload)
 }
 
+/// How failed checkpoint writes are reported (storage/write_faults.rs); a commit clears it.
+pub const CHECKPOINT_SITE: &str = "checkpoint";
+pub const CHECKPOINT_MEANWHILE: &str =
+    "no checkpoint is committed: the previous one and the journal after it stay (a restart takes longer)";
+
 /// Writes `bytes` to `path`, and syncs the file when asked (`durability = "power"`).
 pub fn write_file(path: &Path, bytes: &[u8], sync: bool) -> Result<(), CheckpointError> {
     let io = |error| CheckpointError::Io { path: path.to_owned(), error };

@@ -10,9 +10,10 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::checkpoint::{CheckpointDir, Loaded, Manifest};
+use crate::checkpoint::{CHECKPOINT_MEANWHILE, CHECKPOINT_SITE, CheckpointDir, Loaded, Manifest};
 use crate::config::Durability;
 use crate::state::snapshot;
+use crate::storage::write_faults;
 
 use super::ServiceError;
 use super::intake::Intake;
@@ -139,6 +140,11 @@ impl Intake<'_> {
     /// and the journal as it is.
     pub(super) fn commit_completed(&mut self) {
         let Some((done, early)) = self.outputs.taken.take_completed() else { return };
+        if self.outputs.lost_at_stop {
+            // A result was not queued at the stop: the next start must produce it again.
+            tracing::warn!(epoch = done.epoch, "Checkpoint not committed: a result could not be queued at the stop");
+            return;
+        }
         let epoch = done.epoch;
         let barrier = match snapshot::decode::<ServiceBarrier>(&done.driver) {
             Ok(barrier) => barrier,
@@ -160,9 +166,12 @@ impl Intake<'_> {
                 self.outputs.taken.dir().commit(&manifest).map_err(|e| e.to_string())
             });
         if let Err(error) = committed {
-            tracing::warn!(epoch, %error, "Checkpoint not committed; the previous one stays");
+            let path = self.outputs.taken.dir().epoch_dir(epoch);
+            let disk_full = error.contains("No space left") || error.contains("quota exceeded");
+            write_faults::failed_with(CHECKPOINT_SITE, &path, &error, disk_full, CHECKPOINT_MEANWHILE);
             return;
         }
+        write_faults::recovered(CHECKPOINT_SITE);
         self.journal.release_before(self.schedule.kept_from);
         self.schedule.kept_from = barrier.journal_next;
         let control = &self.control;

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
@@ -20,12 +20,13 @@ use crate::plan::Plan;
 use crate::shard::{Runtime, RuntimeError};
 use crate::source::mqtt::SourceStatus;
 use crate::source::{Confirmations, Delivery};
+use crate::storage::write_faults;
 use crate::time::next_tick;
 
 use super::ServiceError;
 use super::checkpoints::{Schedule, ServiceBarrier};
 use super::ingest::{Ingest, Message};
-use super::journal::{Journal, What};
+use super::journal::{Journal, JournalError, What};
 use super::outputs::Outputs;
 use super::redelivery::Recent;
 use super::view::LiveView;
@@ -42,6 +43,9 @@ pub const JOURNAL_COPY_BYTES: usize = 64 << 20;
 const STALL_MS: i128 = 200;
 /// How often the live figures are copied.
 const SHOW_EVERY_MS: i128 = 1000;
+/// How the journal's write failures are reported (storage/write_faults.rs).
+pub(super) const JOURNAL_SITE: &str = "journal";
+const JOURNAL_MEANWHILE: &str = "input is not acknowledged (the brokers keep it) and processing time stands still";
 
 /// What the io thread asks of the intake thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,6 +174,11 @@ pub struct Intake<'a> {
     /// The journal entries before this position are in the checkpoint the run started from.
     journal_from: u64,
     pub schedule: Schedule,
+    /// The journal refused a write (a full disk): when to try again. Meanwhile nothing is
+    /// journaled, taken or acknowledged and the shards' processing time stands still.
+    stuck: Option<Instant>,
+    /// The delivery the journal refused: the first to go in once it writes again.
+    held: Option<Delivery>,
 }
 
 impl<'a> Intake<'a> {
@@ -208,6 +217,8 @@ impl<'a> Intake<'a> {
             recent: plan.sources.iter().map(|_| Recent::default()).collect(),
             journal_from: 0,
             schedule,
+            stuck: None,
+            held: None,
         }
     }
 
@@ -272,8 +283,11 @@ impl<'a> Intake<'a> {
     /// streams (the devices may well have published meanwhile; the broker kept it).
     pub fn start_live(&mut self, now: i128, sources: Vec<Arc<SourceStatus>>) -> Result<(), ServiceError> {
         self.now = self.now.max(now);
-        self.journal.append_event(&What::Start, "", self.now)?;
-        self.apply(0, &What::Start)?;
+        match self.journal.append_event(&What::Start, "", self.now) {
+            Ok(()) => self.apply(0, &What::Start)?,
+            // The start is journaled and applied once the journal writes again.
+            Err(error) => self.journal_refused(error)?,
+        }
         // Until a source reports its connection, its streams count as connected (the first round
         // journals the actual state).
         self.connected = vec![true; sources.len()];
@@ -320,10 +334,13 @@ impl<'a> Intake<'a> {
             if connected == self.connected[source] {
                 continue;
             }
-            self.connected[source] = connected;
             let what = if connected { What::Connected } else { What::Disconnected };
             let name = &self.plan.sources[source].name;
-            self.journal.append_event(&what, name, self.now)?;
+            if let Err(error) = self.journal.append_event(&what, name, self.now) {
+                // Seen again at the next round after the journal writes again.
+                return self.journal_refused(error);
+            }
+            self.connected[source] = connected;
             self.apply(source, &what)?;
         }
         Ok(())
@@ -338,10 +355,15 @@ impl<'a> Intake<'a> {
             }
             let before = self.now;
             self.now = self.now.max(wall_clock());
-            self.resume_after_stall(before)?;
-            self.watch_connections()?;
-            self.runtime.advance_to(self.now, &mut self.outputs)?;
-            self.take_batch()?;
+            if self.journal_writes()? {
+                self.resume_after_stall(before)?;
+                self.watch_connections()?;
+            }
+            // Not while the journal refuses writes: what the shards see stays what it holds.
+            if self.stuck.is_none() {
+                self.runtime.advance_to(self.now, &mut self.outputs)?;
+                self.take_batch()?;
+            }
             self.checkpoint_if_due()?;
             self.commit_completed();
             self.outputs.flush();
@@ -350,9 +372,10 @@ impl<'a> Intake<'a> {
             self.copy_journal_if_asked();
             self.control.heartbeat.fetch_add(1, Ordering::Relaxed);
             let until_tick = Duration::from_millis((next_tick(self.now) - self.now).clamp(1, 200) as u64);
-            let (intake, control) = (&self.intake, &self.control);
-            self.runtime
-                .wait(&mut self.outputs, until_tick, || !intake.is_empty() || control.request() != Request::Run)?;
+            let (intake, control, stuck) = (&self.intake, &self.control, self.stuck.is_some());
+            self.runtime.wait(&mut self.outputs, until_tick, || {
+                (!stuck && !intake.is_empty()) || control.request() != Request::Run
+            })?;
         }
     }
 
@@ -365,8 +388,47 @@ impl<'a> Intake<'a> {
         if !self.outputs.take_stalled() || self.now - before < STALL_MS {
             return Ok(());
         }
-        self.journal.append_event(&What::Start, "", self.now)?;
-        self.apply(0, &What::Start)
+        match self.journal.append_event(&What::Start, "", self.now) {
+            Ok(()) => self.apply(0, &What::Start),
+            // Resuming journals a start anyway.
+            Err(error) => self.journal_refused(error),
+        }
+    }
+
+    /// The journal refused `error`'s write: a write failure (a full disk) holds the input until
+    /// it writes again ([`journal_writes`](Self::journal_writes)); any other error ends the run.
+    fn journal_refused(&mut self, error: JournalError) -> Result<(), ServiceError> {
+        let Some((path, io)) = error.write_failure() else { return Err(error.into()) };
+        write_faults::failed(JOURNAL_SITE, path, io, JOURNAL_MEANWHILE);
+        self.stuck = Some(write_faults::now() + write_faults::RETRY_EVERY);
+        Ok(())
+    }
+
+    /// Whether the journal takes entries: true unless it refused a write and still does. Tried
+    /// again every [`write_faults::RETRY_EVERY`] with a start: the standstill was braid's, so every
+    /// stream's idleness counts from now (as after a restart), replayed the same.
+    fn journal_writes(&mut self) -> Result<bool, ServiceError> {
+        let Some(next_try) = self.stuck else { return Ok(true) };
+        if write_faults::now() < next_try {
+            return Ok(false);
+        }
+        // The held delivery goes right after the start: room for both first, so that a start is
+        // journaled only once the input can go on.
+        let room = match &self.held {
+            Some(held) => {
+                let name = &self.plan.sources[held.source].name;
+                self.journal.make_room_for(name, held, self.keep[held.source])
+            }
+            None => Ok(()),
+        };
+        if let Err(error) = room.and_then(|()| self.journal.append_event(&What::Start, "", self.now)) {
+            self.journal_refused(error)?;
+            return Ok(false);
+        }
+        self.stuck = None;
+        write_faults::recovered(JOURNAL_SITE);
+        self.apply(0, &What::Start)?;
+        Ok(true)
     }
 
     /// Journals and ingests up to [`BATCH`] waiting deliveries, publishes them to the shards,
@@ -374,17 +436,24 @@ impl<'a> Intake<'a> {
     fn take_batch(&mut self) -> Result<(), ServiceError> {
         let mut any = false;
         for _ in 0..BATCH {
-            let Ok(delivery) = self.intake.try_recv() else { break };
+            // The delivery the journal refused last goes first.
+            let Some(delivery) = self.held.take().or_else(|| self.intake.try_recv().ok()) else { break };
             any = true;
             let source = delivery.source;
-            self.taken[source] = self.taken[source].max(delivery.seq);
             if delivery.redelivered && self.recent[source].is_repeat(&delivery.topic, &delivery.payload) {
                 // Journaled and taken before the broker sent it again: acknowledged, not retaken.
+                self.taken[source] = self.taken[source].max(delivery.seq);
                 self.control.redelivered.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             let name = &self.plan.sources[source].name;
-            self.journal.append(name, &delivery, self.now, self.keep[source])?;
+            if let Err(error) = self.journal.append(name, &delivery, self.now, self.keep[source]) {
+                // Not acknowledged: it waits here, the ones behind it at the broker.
+                self.held = Some(delivery);
+                self.journal_refused(error)?;
+                break;
+            }
+            self.taken[source] = self.taken[source].max(delivery.seq);
             self.recent[source].took(&delivery.topic, &delivery.payload);
             self.accept(source, &delivery.topic, &delivery.payload)?;
             self.control.taken.fetch_add(1, Ordering::Relaxed);
@@ -393,8 +462,16 @@ impl<'a> Intake<'a> {
             return Ok(());
         }
         self.runtime.flush(&mut self.outputs)?;
-        if self.plan.runtime.durability == Durability::Power {
-            self.journal.sync()?;
+        if self.plan.runtime.durability == Durability::Power
+            && let Err(error) = self.journal.sync()
+        {
+            // Not acknowledged before they are on the disk: the next batch that syncs does it.
+            let path = self.journal.dir().to_owned();
+            write_faults::failed_with(JOURNAL_SITE, &path, &error.to_string(), false, JOURNAL_MEANWHILE);
+            return Ok(());
+        }
+        if self.stuck.is_none() {
+            write_faults::recovered(JOURNAL_SITE);
         }
         for (source, &seq) in self.taken.iter().enumerate() {
             if seq > 0 {

@@ -21,6 +21,7 @@ use crate::shard::wake::Doorbell;
 use crate::sink::mqtt::Uplink;
 use crate::source::mqtt::{SourceSettings, SourceStatus, subscription_filter};
 use crate::source::{Confirmations, Delivery, Intake};
+use crate::storage::write_faults;
 
 use super::view::LiveView;
 use super::{Control, DRAIN, Request, ServiceError, embedded_listen};
@@ -449,17 +450,28 @@ fn announce_ready(shared: &Shared) {
 /// (`overflow = "block"`, the uplink down or slow), its loop stands still on purpose. Then the
 /// pings go on as long as that wait itself moves (its rounds, counted by the waiting thread every
 /// 50 ms): the thread is alive and where it should be. A restart would not bring the uplink back,
-/// only replay the journal into the same full buffer, again and again.
+/// only replay the journal into the same full buffer, again and again. The same for a file sink
+/// waiting for its full disk (its attempts, one a second, move) and for a sink's buffer whose
+/// disk is full (a wait for room like the other). A journal that cannot write does not hold the
+/// loop at all (service/intake.rs).
 struct Watchdog {
     period: Option<Duration>,
     last_ping: Instant,
     last_heartbeat: u64,
     last_wait_rounds: u64,
+    /// Attempts of the file sinks waiting for a full disk at the last ping.
+    last_retries: u64,
 }
 
 impl Watchdog {
     fn new(period: Option<Duration>) -> Watchdog {
-        Watchdog { period, last_ping: Instant::now(), last_heartbeat: u64::MAX, last_wait_rounds: u64::MAX }
+        Watchdog {
+            period,
+            last_ping: Instant::now(),
+            last_heartbeat: u64::MAX,
+            last_wait_rounds: u64::MAX,
+            last_retries: 0,
+        }
     }
 
     fn check(&mut self, shared: &Shared) {
@@ -473,21 +485,30 @@ impl Watchdog {
         let blocked = shared.view.backpressure();
         let wait_rounds = blocked.iter().map(|(_, b)| b.rounds).fold(0, u64::wrapping_add);
         let waiting_alive = !blocked.is_empty() && wait_rounds != self.last_wait_rounds;
-        if (heartbeat != self.last_heartbeat && shards_move) || waiting_alive {
+        // A file sink whose disk is full holds the intake too, trying again every second.
+        let file_sinks_retrying: u64 = write_faults::failing()
+            .iter()
+            .filter(|f| f.site.starts_with("file sink "))
+            .map(|f| f.attempts)
+            .fold(0, u64::wrapping_add);
+        let retrying_alive = file_sinks_retrying != 0 && file_sinks_retrying != self.last_retries;
+        if (heartbeat != self.last_heartbeat && shards_move) || waiting_alive || retrying_alive {
             self.last_heartbeat = heartbeat;
             self.last_wait_rounds = wait_rounds;
+            self.last_retries = file_sinks_retrying;
             self.last_ping = Instant::now();
             shared.notifier.watchdog();
         }
     }
 }
 
-/// STATUS= every few seconds: rates since the last one; at once when backpressure begins or
-/// ends, which the line then opens with (`degraded: backpressure: sink up full (...) · in 0/s`).
+/// STATUS= every few seconds: rates since the last one; at once when backpressure or a failing
+/// write site (a full disk) begins or ends, which the line then opens with (`degraded:
+/// backpressure: sink up full (...) · in 0/s`, `degraded: disk full: journal (...) · ...`).
 #[derive(Default)]
 struct StatusLine {
     last: Option<(Instant, super::view::Totals)>,
-    /// The sinks the intake waited on at the last line.
+    /// The sinks the intake waited on and the write sites failing at the last line.
     blocked: Vec<String>,
 }
 
@@ -495,7 +516,9 @@ impl StatusLine {
     fn refresh(&mut self, shared: &Shared) {
         let now = Instant::now();
         let blocked = shared.view.backpressure();
-        let names: Vec<String> = blocked.iter().map(|(name, _)| name.clone()).collect();
+        let failing = write_faults::failing();
+        let mut names: Vec<String> = blocked.iter().map(|(name, _)| name.clone()).collect();
+        names.extend(failing.iter().map(|f| f.site.clone()));
         let changed = names != self.blocked;
         if !changed && self.last.as_ref().is_some_and(|(at, _)| now.duration_since(*at) < STATUS_EVERY) {
             return;
@@ -503,7 +526,9 @@ impl StatusLine {
         self.blocked = names;
         let totals = shared.view.totals();
         let rates = self.last.as_ref().map(|(at, before)| totals.status_line(before, now.duration_since(*at)));
-        let degraded: Vec<String> = blocked.iter().map(|(name, b)| super::view::backpressure_reason(name, b)).collect();
+        let mut degraded: Vec<String> =
+            blocked.iter().map(|(name, b)| super::view::backpressure_reason(name, b)).collect();
+        degraded.extend(failing.iter().map(write_faults::Failing::reason));
         let line = match (degraded.is_empty(), rates) {
             (true, Some(rates)) => Some(rates),
             (true, None) => None,

@@ -50,6 +50,25 @@ pub enum JournalError {
     Sync(std::io::Error),
 }
 
+impl JournalError {
+    /// A write the file system refused (a full disk, EIO): nothing was journaled, and the same
+    /// entry may be tried again. The path and the system's error.
+    pub fn write_failure(&self) -> Option<(&Path, &std::io::Error)> {
+        match self {
+            JournalError::Append(error) => error.write_failure(),
+            JournalError::Open { .. } | JournalError::Sync(_) => None,
+        }
+    }
+
+    /// An open that failed in the file system (a full disk making the head file): path and error.
+    pub fn open_write_failure(&self) -> Option<(std::path::PathBuf, std::io::Error)> {
+        match self {
+            JournalError::Open { error, .. } => error.owned_write_failure(),
+            JournalError::Append(_) | JournalError::Sync(_) => None,
+        }
+    }
+}
+
 /// One journaled entry: what happened at processing time `arrival`.
 pub struct Entry {
     /// The source's name (empty for [`What::Start`]).
@@ -83,9 +102,19 @@ impl Journal {
     /// entries are released early (counted by [`dropped`](Self::dropped)) rather than refusing
     /// input — the journal bounds how much a restart can rebuild, never what braid accepts.
     pub fn open(dir: &Path, max_bytes: u64, retention_ms: i64) -> Result<Journal, JournalError> {
+        Journal::open_on(crate::storage::Mmap::shared(), dir, max_bytes, retention_ms)
+    }
+
+    /// [`open`](Self::open) with the segment files on `storage` (tests inject faults with it).
+    pub fn open_on(
+        storage: std::sync::Arc<dyn crate::storage::Storage>,
+        dir: &Path,
+        max_bytes: u64,
+        retention_ms: i64,
+    ) -> Result<Journal, JournalError> {
         let options = SpoolOptions { max_bytes, overflow: Overflow::DropOldest, ..SpoolOptions::default() };
-        let spool =
-            Spool::open(dir, options).map_err(|error| JournalError::Open { path: dir.display().to_string(), error })?;
+        let spool = Spool::open_on(storage, dir, options)
+            .map_err(|error| JournalError::Open { path: dir.display().to_string(), error })?;
         Ok(Journal { spool, retention_ms })
     }
 
@@ -103,6 +132,21 @@ impl Journal {
         // Written into the spool in place: no copy of the payload.
         let parts: [&[u8]; 6] = [&head, &lens, source, &topic_len, topic, payload];
         self.spool.append_parts(&parts).map(|_| ()).map_err(JournalError::Append)
+    }
+
+    /// Makes sure that a start and then `delivery` of `source` (`keep` bytes of its payload at
+    /// most) can be appended without a new file: starts the next segment now if needed. An error
+    /// (a full disk) changes nothing.
+    pub fn make_room_for(&mut self, source: &str, delivery: &Delivery, keep: usize) -> Result<(), JournalError> {
+        let message = HEADER
+            + 1
+            + source.len().min(u8::MAX as usize)
+            + 2
+            + delivery.topic.len().min(u16::MAX as usize)
+            + delivery.payload.len().min(keep);
+        // A start takes 32 bytes as a record; 64 more bytes of payload round up to at least that.
+        let len = (message + 64).min(self.spool.max_record());
+        self.spool.make_room(len).map_err(JournalError::Append)
     }
 
     /// Records a start or a source's connection change at processing time `now`.
@@ -164,6 +208,11 @@ impl Journal {
 
     pub fn queued_bytes(&self) -> u64 {
         self.spool.queued_bytes()
+    }
+
+    /// The journal's directory.
+    pub fn dir(&self) -> &Path {
+        self.spool.dir()
     }
 
     /// Entries released early because the journal was full.
@@ -274,6 +323,34 @@ mod tests {
                 ("devices".into(), 300, What::Disconnected),
             ]
         );
+    }
+
+    /// Expected: a full disk (ENOSPC at the new segment) or EIO on a write is an append error the
+    /// intake can tell from the others (`write_failure`: it then holds the delivery and retries),
+    /// the journal unchanged; once the disk takes writes again the same entry goes in, and every
+    /// entry is there after a reopen.
+    #[test]
+    fn a_refused_write_changes_nothing_and_the_same_entry_goes_in_later() {
+        use crate::storage::faulty::{Fault, Faulty};
+        for fault in [Fault::Enospc, Fault::Eio] {
+            let dir = tempfile::tempdir().unwrap();
+            let storage = Faulty::mmap();
+            let mut journal = Journal::open_on(storage.clone(), dir.path(), 1 << 20, 60_000).unwrap();
+            journal.append("devices", &delivery("t", b"first"), 1, 100).unwrap();
+            storage.fail_at(1, fault);
+            let error = journal.append("devices", &delivery("t", b"held"), 2, 100).unwrap_err();
+            let (_, io) = error.write_failure().expect("a write failure");
+            assert_eq!(crate::storage::write_faults::is_disk_full(io), fault == Fault::Enospc);
+            assert_eq!(journal.positions(), 0..1, "{fault:?}: nothing journaled");
+            journal.make_room_for("devices", &delivery("t", b"held"), 100).unwrap();
+            journal.append_event(&What::Start, "", 3).unwrap();
+            journal.append("devices", &delivery("t", b"held"), 3, 100).unwrap();
+            drop(journal);
+            let journal = Journal::open(dir.path(), 1 << 20, 60_000).unwrap();
+            let got: Vec<(i128, What)> = journal.entries().map(|e| (e.arrival, e.what)).collect();
+            let message = |p: &'static [u8]| What::Message { topic: "t".into(), payload: Bytes::from_static(p) };
+            assert_eq!(got, [(1, message(b"first")), (3, What::Start), (3, message(b"held"))], "{fault:?}");
+        }
     }
 
     #[test]

@@ -42,6 +42,7 @@ use crate::plan::Plan;
 use crate::shard::{Runtime, RuntimeError, RuntimeOptions};
 use crate::sink::mqtt::Uplink;
 use crate::source::Confirmations;
+use crate::storage::write_faults;
 
 use checkpoints::Schedule;
 use intake::Intake;
@@ -80,6 +81,9 @@ pub enum ServiceError {
     Io(String),
     #[error("checkpoint: {0}")]
     Checkpoint(String),
+    /// A file a start needs cannot be written (a full disk): tried again every second.
+    #[error("{site}: {path}: {source}")]
+    CannotWrite { site: String, path: PathBuf, source: std::io::Error },
 }
 
 /// What the service needs besides the plan.
@@ -109,6 +113,15 @@ pub fn run(plan: Plan, options: ServiceOptions) -> Result<(), ServiceError> {
         let mut started = false;
         let request = match generation(&plan, &state_dir, &io, &options, &view, &mut started) {
             Ok(request) => request,
+            Err(ServiceError::CannotWrite { site, path, source }) if !started => {
+                // A full disk at the start: no exit (systemd would restart into the same disk).
+                write_faults::failed(&site, &path, &source, "braid cannot start");
+                crate::ops::systemd::Notifier::from_env().extend_timeout(2 * write_faults::RETRY_EVERY);
+                if outputs::sleep_unless_stopped(write_faults::RETRY_EVERY, &options.control.interrupt) {
+                    continue;
+                }
+                break;
+            }
             Err(error) if !started && previous.is_some() => {
                 tracing::error!(%error, "the reloaded configuration cannot start; going back to the running one");
                 plan = previous.take().unwrap_or(plan);
@@ -191,8 +204,12 @@ fn generation(
     let early = restored.as_ref().map(|r| (r.loaded.manifest.epoch, r.early.as_slice()));
     let taken = Taken::open(checkpoints.clone(), early);
     let outputs = Outputs::open(Arc::clone(plan), &uplinks, Arc::clone(&counters), Arc::clone(&stop), taken)?;
-    let journal =
-        Journal::open(&state_dir.join("journal"), plan.runtime.journal_bytes, plan.runtime.journal_retention)?;
+    let journal = Journal::open(&state_dir.join("journal"), plan.runtime.journal_bytes, plan.runtime.journal_retention)
+        .map_err(|error| match error.open_write_failure() {
+            Some((path, source)) => ServiceError::CannotWrite { site: intake::JOURNAL_SITE.into(), path, source },
+            None => error.into(),
+        })?;
+    write_faults::recovered(intake::JOURNAL_SITE);
     let start = match &restored {
         Some(restored) => restored.barrier.now,
         None => journal.entries().next().map_or_else(wall_clock, |e| e.arrival),
@@ -252,8 +269,11 @@ fn open_uplinks(plan: &Plan, state_dir: &Path) -> Result<Vec<Arc<Uplink>>, Servi
     let mut uplinks = Vec::new();
     for def in plan.sinks.iter().filter(|s| s.kind == SinkKind::Mqtt) {
         let dir = state_dir.join("sinks").join(&def.name);
-        let uplink = Uplink::open(def, &dir)
-            .map_err(|e| ServiceError::Uplink { sink: def.name.clone(), error: e.to_string() })?;
+        let uplink = Uplink::open(def, &dir).map_err(|e| match e.write_failure() {
+            Some((path, source)) => ServiceError::CannotWrite { site: format!("sink {}", def.name), path, source },
+            None => ServiceError::Uplink { sink: def.name.clone(), error: e.to_string() },
+        })?;
+        write_faults::recovered(&format!("sink {}", def.name));
         uplinks.push(uplink);
     }
     Ok(uplinks)

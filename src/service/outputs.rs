@@ -24,6 +24,7 @@ use crate::record::{Row, Schema, json};
 use crate::shard::Emit;
 use crate::sink::mqtt::Uplink;
 use crate::sink::topic::TopicTemplate;
+use crate::storage::write_faults;
 
 #[derive(Debug, Error)]
 pub enum OutputError {
@@ -67,7 +68,8 @@ impl OutputCounters {
 }
 
 enum Writer {
-    File(BufWriter<File>),
+    /// The file and its path (how its write failures are reported).
+    File(BufWriter<File>, std::path::PathBuf),
     Stdout(BufWriter<std::io::Stdout>),
     /// The sink's uplink and, per target it reads, the topic template compiled for its schema (a
     /// late side output: one per operator input, whose rows it carries).
@@ -79,6 +81,8 @@ enum Writer {
 
 struct Sink {
     name: String,
+    /// `file sink NAME`: how its write failures are reported (storage/write_faults.rs).
+    site: String,
     targets: Vec<Target>,
     writer: Writer,
 }
@@ -95,6 +99,10 @@ pub struct Outputs {
     pub taken: Taken,
     /// An MQTT sink made the intake wait for room since [`Outputs::take_stalled`] last looked.
     stalled: bool,
+    /// A row could not be queued or written because the service stopped while a sink waited (a
+    /// full buffer, a full disk): no checkpoint may be committed after it, so that the next start
+    /// produces it again from the journal.
+    pub lost_at_stop: bool,
 }
 
 impl Outputs {
@@ -119,6 +127,7 @@ impl Outputs {
             topic: String::new(),
             taken,
             stalled: false,
+            lost_at_stop: false,
         })
     }
 
@@ -155,13 +164,24 @@ impl Outputs {
     pub fn flush(&mut self) {
         for sink in &mut self.sinks {
             let flushed = match &mut sink.writer {
-                Writer::File(w) => w.flush(),
-                Writer::Stdout(w) => w.flush(),
+                // What a failed flush did not write stays in the buffer for the next one.
+                Writer::File(w, path) => match w.flush() {
+                    Ok(()) => {
+                        write_faults::recovered(&sink.site);
+                        Ok(())
+                    }
+                    Err(error) => {
+                        write_faults::failed(&sink.site, path, &error, FILE_SINK_MEANWHILE);
+                        Err(error)
+                    }
+                },
+                Writer::Stdout(w) => {
+                    w.flush().inspect_err(|error| tracing::warn!(sink = %sink.name, %error, "cannot write"))
+                }
                 Writer::Mqtt { .. } => Ok(()),
             };
-            if let Err(error) = flushed {
+            if flushed.is_err() {
                 self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(sink = %sink.name, %error, "cannot write");
             }
         }
         // After the rows: the log names only rows the sinks hold.
@@ -175,7 +195,7 @@ impl Outputs {
         self.taken.sync()?;
         for sink in &mut self.sinks {
             match &mut sink.writer {
-                Writer::File(w) => w.get_ref().sync_data()?,
+                Writer::File(w, _) => w.get_ref().sync_data()?,
                 Writer::Mqtt { uplink, .. } => uplink.sync()?,
                 Writer::Stdout(_) => {}
             }
@@ -194,9 +214,16 @@ impl Outputs {
             return;
         }
         let mut refused = None;
+        let mut lost = false;
         for sink in self.sinks.iter_mut().filter(|s| s.targets.contains(&target)) {
             match &mut sink.writer {
-                Writer::File(w) => write_line(w, &self.line, &self.counters),
+                Writer::File(w, path) => {
+                    let written = write_file_line(w, &self.line, FileSite { site: &sink.site, path }, &self.stop);
+                    if let Err(failures) = written {
+                        self.counters.write_errors.fetch_add(failures, Ordering::Relaxed);
+                        lost = true;
+                    }
+                }
                 Writer::Stdout(w) => write_line(w, &self.line, &self.counters),
                 Writer::Mqtt { uplink, topics } => {
                     let template = topics.iter().find(|(t, _)| *t == target).and_then(|(_, by)| by.get(input));
@@ -210,11 +237,18 @@ impl Outputs {
                         Ok(waited) => self.stalled |= waited,
                         Err(error) => {
                             self.counters.unqueued_at_stop.fetch_add(1, Ordering::Relaxed);
-                            tracing::debug!(sink = %sink.name, %error, "result not queued");
+                            tracing::warn!(sink = %sink.name, %error, "Result not queued; the next start produces it again");
+                            lost = true;
                         }
                     }
                 }
             }
+        }
+        if lost {
+            // Not taken after all: the next start must hand it over again (taken.rs), and from a
+            // checkpoint before it.
+            self.taken.retract();
+            self.lost_at_stop = true;
         }
         if let Some(reason) = refused {
             self.counters.bad_topic.fetch_add(1, Ordering::Relaxed);
@@ -225,6 +259,56 @@ impl Outputs {
         }
         self.line.clear();
     }
+}
+
+/// What a file sink does while it cannot write (storage/write_faults.rs).
+const FILE_SINK_MEANWHILE: &str =
+    "its next line waits in memory and the intake with it; the brokers keep the devices' messages";
+
+/// A file sink's report name and path.
+#[derive(Clone, Copy)]
+struct FileSite<'a> {
+    site: &'a str,
+    path: &'a Path,
+}
+
+/// Writes one line to a file sink; while the file system refuses it (a full disk), the line waits
+/// and is tried again every second — the intake waits with it, so nothing is dropped — until it is
+/// written or the service stops (then `Err(failed attempts)`: the line is not written).
+fn write_file_line(w: &mut BufWriter<impl Write>, line: &[u8], at: FileSite, stop: &AtomicBool) -> Result<(), u64> {
+    let mut failures = 0;
+    loop {
+        // A BufWriter that cannot make room writes none of the line (and keeps what it holds).
+        match w.write_all(line) {
+            Ok(()) => {
+                if failures > 0 {
+                    write_faults::recovered(at.site);
+                }
+                return Ok(());
+            }
+            Err(error) => {
+                failures += 1;
+                write_faults::failed(at.site, at.path, &error, FILE_SINK_MEANWHILE);
+                if !sleep_unless_stopped(write_faults::RETRY_EVERY, stop) {
+                    return Err(failures);
+                }
+            }
+        }
+    }
+}
+
+/// Sleeps `how_long` in short steps; false as soon as `stop` is set.
+pub fn sleep_unless_stopped(how_long: std::time::Duration, stop: &AtomicBool) -> bool {
+    let step = std::time::Duration::from_millis(50);
+    let mut slept = std::time::Duration::ZERO;
+    while slept < how_long {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        std::thread::sleep(step);
+        slept += step;
+    }
+    !stop.load(Ordering::Relaxed)
 }
 
 fn write_line(w: &mut impl Write, line: &[u8], counters: &OutputCounters) {
@@ -278,11 +362,13 @@ fn open_sink(plan: &Plan, def: &SinkDef, uplinks: &[Arc<Uplink>]) -> Result<Sink
     let writer = match def.kind {
         SinkKind::File => {
             let path = def.path.as_deref().unwrap_or_default();
-            Writer::File(BufWriter::new(open_append(Path::new(path)).map_err(|error| OutputError::Open {
+            let file = open_append(Path::new(path)).map_err(|error| OutputError::Open {
                 sink: def.name.clone(),
                 path: path.to_owned(),
                 error,
-            })?))
+            })?;
+            // Lines up to 64 KiB are buffered whole: a failed write never leaves half a line.
+            Writer::File(BufWriter::with_capacity(64 << 10, file), path.into())
         }
         SinkKind::Stdout => Writer::Stdout(BufWriter::new(std::io::stdout())),
         SinkKind::Mqtt => {
@@ -305,7 +391,7 @@ fn open_sink(plan: &Plan, def: &SinkDef, uplinks: &[Arc<Uplink>]) -> Result<Sink
             Writer::Mqtt { uplink, topics }
         }
     };
-    Ok(Sink { name: def.name.clone(), targets, writer })
+    Ok(Sink { name: def.name.clone(), site: format!("file sink {}", def.name), targets, writer })
 }
 
 /// Opens a file sink for appending (a restart continues it), creating its directory.
@@ -336,5 +422,59 @@ fn target_name(plan: &Plan, target: Target) -> String {
         Target::Operator(op) => plan.operators[op].name.clone(),
         Target::Late(op) => format!("{}.late", plan.operators[op].name),
         Target::DeadLetter => crate::config::DEAD_LETTER.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A disk that refuses the first `refuse` writes with ENOSPC, then takes everything.
+    struct FillingDisk {
+        refuse: usize,
+        written: Vec<u8>,
+    }
+
+    impl Write for FillingDisk {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            if self.refuse > 0 {
+                self.refuse -= 1;
+                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            self.written.extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Expected: a file sink whose disk is full keeps its line (and what its buffer holds), is
+    /// shown as a failing write site, tries again every second and writes every line in order
+    /// once the disk takes them; stopped while the disk is full, it gives up (the caller retracts
+    /// the row, so the next start writes it).
+    #[test]
+    fn a_file_sink_waits_for_a_full_disk_and_drops_no_line() {
+        let site = FileSite { site: "file sink diskfull-test", path: Path::new("/x/archive.jsonl") };
+        let stop = AtomicBool::new(false);
+        let mut w = BufWriter::with_capacity(16, FillingDisk { refuse: 2, written: Vec::new() });
+        write_file_line(&mut w, b"{\"ab\":1}\n", site, &stop).unwrap();
+        let started = write_faults::now();
+        // The second line does not fit beside the first: the buffer must be written, and the
+        // disk refuses it twice.
+        write_file_line(&mut w, b"{\"bc\":2}\n", site, &stop).unwrap();
+        assert!(started.elapsed() >= 2 * write_faults::RETRY_EVERY, "tried again every second");
+        w.flush().unwrap();
+        assert_eq!(w.get_ref().written, b"{\"ab\":1}\n{\"bc\":2}\n");
+        assert!(!write_faults::is_failing("file sink diskfull-test"), "resumed");
+        assert!(write_faults::failures().contains(&("file sink diskfull-test".to_owned(), 2)));
+
+        let mut w = BufWriter::with_capacity(16, FillingDisk { refuse: usize::MAX, written: Vec::new() });
+        write_file_line(&mut w, b"{\"ab\":1}\n", site, &stop).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(write_file_line(&mut w, b"{\"bc\":2}\n", site, &stop), Err(1));
+        assert!(write_faults::is_failing("file sink diskfull-test"));
+        assert_eq!(w.buffer(), b"{\"ab\":1}\n", "the line the buffer held is still there");
     }
 }

@@ -20,16 +20,24 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::checkpoint::{CheckpointDir, Completed};
 use crate::plan::Target;
+use crate::storage::write_faults;
 
 const LOG: &str = "taken.log";
+/// How the log's write failures are reported (storage/write_faults.rs).
+const SITE: &str = "taken log";
+const MEANWHILE: &str = "the hashes of the rows taken wait in memory (8 bytes a row)";
 
 pub struct Taken {
     checkpoints: CheckpointDir,
+    /// `None` while it cannot be opened (a full disk): opened again at the next flush.
     log: Option<File>,
+    /// The epoch whose log takes the hashes now, and that log's path.
+    log_epoch: u64,
+    log_path: PathBuf,
     /// Hashes noted since the last [`flush`](Taken::flush): they reach the log only then, after
     /// the sinks have flushed the rows they name (a hash in the log for a row a `kill -9` kept in
     /// a sink's buffer would drop that row at the next start).
@@ -48,6 +56,8 @@ pub struct Taken {
     completed: Option<(Completed, Vec<u64>)>,
     /// Rows dropped because the sinks had taken them.
     pub dropped: u64,
+    /// The last row admitted went into `early` too (what [`retract`](Taken::retract) undoes).
+    last_early: bool,
 }
 
 impl Taken {
@@ -65,8 +75,10 @@ impl Taken {
             }
         }
         let mut taken = Taken {
+            log_path: checkpoints.epoch_dir(epoch).join(LOG),
             checkpoints,
             log: None,
+            log_epoch: epoch,
             pending: Vec::new(),
             closing: None,
             skip,
@@ -74,6 +86,7 @@ impl Taken {
             after_barrier: false,
             completed: None,
             dropped: 0,
+            last_early: false,
         };
         taken.log_to(epoch);
         taken
@@ -82,12 +95,13 @@ impl Taken {
     /// Appends from now on to the log of `epoch`.
     fn log_to(&mut self, epoch: u64) {
         let dir = self.checkpoints.epoch_dir(epoch);
+        (self.log_epoch, self.log_path) = (epoch, dir.join(LOG));
         let opened = std::fs::create_dir_all(&dir)
-            .and_then(|()| OpenOptions::new().create(true).append(true).open(dir.join(LOG)));
+            .and_then(|()| OpenOptions::new().create(true).append(true).open(&self.log_path));
         self.log = match opened {
             Ok(file) => Some(file),
             Err(error) => {
-                tracing::warn!(dir = %dir.display(), %error, "Cannot keep the log of rows taken; a restart may repeat some");
+                write_faults::failed(SITE, &self.log_path, &error, MEANWHILE);
                 None
             }
         };
@@ -97,7 +111,8 @@ impl Taken {
     /// before a restart. `early`: it left after the barrier of the checkpoint under way.
     pub fn admit(&mut self, target: Target, line: &[u8], early: bool) -> bool {
         let hash = hash(target, line);
-        if early || self.after_barrier {
+        self.last_early = early || self.after_barrier;
+        if self.last_early {
             self.early.push(hash);
         }
         if let Some(count) = self.skip.get_mut(&hash).filter(|c| **c > 0) {
@@ -107,6 +122,16 @@ impl Taken {
         }
         self.pending.extend_from_slice(&hash.to_le_bytes());
         true
+    }
+
+    /// The row [`admit`](Self::admit) let through last did not reach every sink after all (the
+    /// service stopped while a sink waited for room): it is not noted as taken, so the next start
+    /// hands it over again.
+    pub fn retract(&mut self) {
+        self.pending.truncate(self.pending.len().saturating_sub(8));
+        if std::mem::take(&mut self.last_early) {
+            self.early.pop();
+        }
     }
 
     /// A barrier is about to be sent (`false`: it was not sent after all).
@@ -125,8 +150,9 @@ impl Taken {
         // The rows noted so far were taken before the completion: they go to the old log, at
         // the next flush (after the sinks').
         let (log, pending) = (self.log.take(), std::mem::take(&mut self.pending));
-        if let Some((log, pending)) = self.closing.replace((log, pending)) {
-            write_log(log, &pending);
+        if let Some((log, mut pending)) = self.closing.replace((log, pending)) {
+            // Two completions within one batch: the older log gets what it can now.
+            let _ = write_log(log.as_ref(), &mut pending, &self.log_path);
         }
         self.log_to(done.epoch);
         self.completed = Some((done, early));
@@ -139,14 +165,29 @@ impl Taken {
 
     /// Hands the hashes noted so far to the kernel: after every batch, once the sinks have
     /// flushed the rows they name.
+    ///
+    /// A write the file system refuses (a full disk) keeps the hashes not written in memory, for
+    /// the next flush: a hash is never given up, so a restart never repeats a row because the
+    /// disk was full for a while (8 bytes a row wait meanwhile; the journal holds the input then).
     pub fn flush(&mut self) {
-        if let Some((log, pending)) = self.closing.take() {
-            write_log(log, &pending);
+        let path = self.log_path.clone();
+        let mut written = true;
+        if let Some((log, mut pending)) = self.closing.take()
+            && write_log(log.as_ref(), &mut pending, &path).is_err()
+        {
+            written = false;
+            self.closing = Some((log, pending));
         }
-        if !write_log(self.log.as_ref(), &self.pending) {
-            self.log = None;
+        if self.log.is_none() && !self.pending.is_empty() {
+            self.log_to(self.log_epoch);
+            written &= self.log.is_some();
         }
-        self.pending.clear();
+        if self.closing.is_none() && self.log.is_some() {
+            written &= write_log(self.log.as_ref(), &mut self.pending, &path).is_ok();
+        }
+        if written {
+            write_faults::recovered(SITE);
+        }
     }
 
     /// Forces the log to the disk (`durability = "power"`).
@@ -163,15 +204,28 @@ impl Taken {
     }
 }
 
-/// Appends hashes to a log; false when it cannot (then a restart may repeat some rows).
-fn write_log(log: Option<impl std::borrow::Borrow<File>>, hashes: &[u8]) -> bool {
-    let Some(log) = log else { return true };
-    let mut log: &File = log.borrow();
-    let written = log.write_all(hashes);
-    if written.is_err() {
-        tracing::warn!("Cannot keep the log of rows taken; a restart may repeat some");
+/// Appends hashes to a log, taking out of `hashes` what was written (also when a write fails
+/// part way: the rest follows at the next call, the log stays 8-byte aligned).
+fn write_log(log: Option<&File>, hashes: &mut Vec<u8>, path: &Path) -> std::io::Result<()> {
+    let Some(mut log) = log else {
+        hashes.clear();
+        return Ok(());
+    };
+    let mut done = 0;
+    let result = loop {
+        match log.write(&hashes[done..]) {
+            Ok(_) if done == hashes.len() => break Ok(()),
+            Ok(0) => break Err(std::io::Error::from(std::io::ErrorKind::WriteZero)),
+            Ok(n) => done += n,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error) => break Err(error),
+        }
+    };
+    hashes.drain(..done);
+    if let Err(error) = &result {
+        write_faults::failed(SITE, path, error, MEANWHILE);
     }
-    written.is_ok()
+    result
 }
 
 /// A row's identity for the sinks: its target and its JSON line.
@@ -196,4 +250,28 @@ fn read_log(path: &Path) -> Vec<u64> {
         return Vec::new();
     }
     bytes.chunks_exact(8).map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Expected: hashes the disk refuses (ENOSPC: /dev/full) stay pending, the log is shown as a
+    /// failing write site, and they are written, in full and 8-byte aligned, once a write goes
+    /// through: a full disk never makes a restart repeat a row.
+    #[test]
+    fn hashes_the_disk_refuses_wait_and_are_written_later() {
+        let full = OpenOptions::new().append(true).open("/dev/full").expect("/dev/full");
+        let mut hashes: Vec<u8> = (0u64..3).flat_map(u64::to_le_bytes).collect();
+        let error = write_log(Some(&full), &mut hashes, Path::new("/x/taken.log")).unwrap_err();
+        assert!(write_faults::is_disk_full(&error));
+        assert_eq!(hashes.len(), 24, "nothing given up");
+        assert!(write_faults::is_failing(SITE));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(LOG);
+        let log = OpenOptions::new().create(true).append(true).open(&path).unwrap();
+        write_log(Some(&log), &mut hashes, &path).unwrap();
+        assert!(hashes.is_empty());
+        assert_eq!(read_log(&path), [0, 1, 2]);
+    }
 }

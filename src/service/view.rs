@@ -12,6 +12,7 @@ use crate::plan::Plan;
 use crate::shard::Figures;
 use crate::sink::mqtt::{Blocked, Uplink};
 use crate::source::mqtt::SourceStatus;
+use crate::storage::write_faults;
 
 use super::Control;
 use super::outputs::OutputCounters;
@@ -236,6 +237,23 @@ impl OpsView for LiveView {
                 )
             })
             .collect();
+        let lost: Vec<(String, String)> = c
+            .plan
+            .sources
+            .iter()
+            .zip(&c.sources)
+            .filter_map(|(d, s)| {
+                s.broker.get().map(|r| (format!("source=\"{}\"", d.name), r.lost.load(Ordering::Relaxed).to_string()))
+            })
+            .collect();
+        if !lost.is_empty() {
+            family(
+                "braid_broker_lost_total",
+                "counter",
+                "Times the embedded broker dropped messages braid had not taken yet: its in-memory log per subscription (4 MiB) was full while braid held input (a full disk, a full sink buffer).",
+                lost,
+            );
+        }
         if !refused.is_empty() {
             family(
                 "braid_broker_refused_total",
@@ -322,6 +340,24 @@ impl OpsView for LiveView {
                 .map(|w| (format!("warning=\"{}\",subject=\"{}\"", w.warning, w.subject), "1".to_owned()))
                 .collect(),
         );
+        family(
+            "braid_storage_write_failing",
+            "gauge",
+            "1 while a write site cannot write (disk full or another write error; listed with its path in /healthz): what it holds waits and is tried again every second.",
+            write_faults::failing()
+                .iter()
+                .map(|f| {
+                    let cause = if f.disk_full { "disk_full" } else { "write_error" };
+                    (format!("site=\"{}\",cause=\"{cause}\"", f.site), "1".to_owned())
+                })
+                .collect(),
+        );
+        family(
+            "braid_storage_write_failures_total",
+            "counter",
+            "Failed write attempts per write site (journal, sink NAME, taken log, checkpoint, file sink NAME, arena), retries included.",
+            write_faults::failures().into_iter().map(|(site, n)| (format!("site=\"{site}\""), n.to_string())).collect(),
+        );
         let counter = |v: &std::sync::atomic::AtomicU64| one(v.load(Ordering::Relaxed));
         family(
             "braid_sink_write_errors_total",
@@ -352,7 +388,11 @@ impl OpsView for LiveView {
 
     fn health(&self) -> Result<(), Vec<String>> {
         let current = self.lock();
-        let Some(c) = current.as_ref() else { return Err(vec!["starting or reloading".into()]) };
+        let Some(c) = current.as_ref() else {
+            let mut reasons = vec!["starting or reloading".to_owned()];
+            reasons.extend(write_faults::failing().iter().map(|f| f.reason()));
+            return Err(reasons);
+        };
         let mut reasons = Vec::new();
         for (def, status) in c.plan.sources.iter().zip(&c.sources) {
             if !status.connected.load(Ordering::Relaxed) {
@@ -374,6 +414,7 @@ impl OpsView for LiveView {
                 reasons.push(format!("sink {}: uplink down (results are buffered)", uplink.name()));
             }
         }
+        reasons.extend(write_faults::failing().iter().map(|f| f.reason()));
         if reasons.is_empty() { Ok(()) } else { Err(reasons) }
     }
 
@@ -400,6 +441,12 @@ impl OpsView for LiveView {
 /// brokers keep the devices' messages` — one reason of `/healthz` and the STATUS= line.
 pub fn backpressure_reason(sink: &str, blocked: &Blocked) -> String {
     let uplink = if blocked.connected { "uplink slow" } else { "uplink down" };
+    if blocked.disk_full {
+        return format!(
+            "backpressure: sink {sink} cannot grow its buffer, its disk refuses a new segment ({} B queued, {uplink}); intake waits, the brokers keep the devices' messages",
+            blocked.queued_bytes
+        );
+    }
     format!(
         "backpressure: sink {sink} full ({} of {} B queued, {uplink}); intake waits, the brokers keep the devices' messages",
         blocked.queued_bytes, blocked.buffer_bytes

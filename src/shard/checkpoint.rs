@@ -119,7 +119,20 @@ impl Runtime {
         }
         let Some(flight) = self.in_flight.take() else { return };
         if flight.failed > 0 {
-            tracing::warn!(epoch, shards = flight.failed, "Checkpoint failed on some shards; the previous one stays");
+            if crate::storage::write_faults::is_failing(crate::checkpoint::CHECKPOINT_SITE) {
+                // Reported already, with the path and rate-limited (storage/write_faults.rs).
+                tracing::debug!(
+                    epoch,
+                    shards = flight.failed,
+                    "Checkpoint failed on some shards; the previous one stays"
+                );
+            } else {
+                tracing::warn!(
+                    epoch,
+                    shards = flight.failed,
+                    "Checkpoint failed on some shards; the previous one stays"
+                );
+            }
             return;
         }
         emit.checkpointed(Completed { epoch, feeder: flight.feeder, driver: flight.driver, early: flight.early });

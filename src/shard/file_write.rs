@@ -27,6 +27,8 @@ use std::time::{Duration, Instant};
 use io_uring::{IoUring, opcode, squeue, types};
 
 use super::worker::{NOT_WRITTEN, SnapshotWrite, WRITTEN};
+use crate::checkpoint::{CHECKPOINT_MEANWHILE, CHECKPOINT_SITE, CheckpointError};
+use crate::storage::write_faults;
 
 /// Completion tags of a chain's operations.
 const OPEN: u64 = 1;
@@ -95,7 +97,11 @@ impl FileWrites {
         } else if self.ring.is_none() {
             let written = crate::checkpoint::write_file(&write.path, &write.bytes, write.sync);
             if let Err(error) = &written {
-                tracing::warn!(%error, "Cannot write a checkpoint file");
+                failed(
+                    &write.path,
+                    &error.to_string(),
+                    matches!(error, CheckpointError::Io { error, .. } if write_faults::is_disk_full(error)),
+                );
             }
             write.outcome.store(if written.is_ok() { WRITTEN } else { NOT_WRITTEN }, Ordering::SeqCst);
         } else {
@@ -165,7 +171,7 @@ impl FileWrites {
         }
         if let Some((step, errno)) = flight.failed {
             let error = std::io::Error::from_raw_os_error(-errno);
-            tracing::warn!(path = %flight.write.path.display(), %error, "Cannot {step} a checkpoint file");
+            failed(&flight.write.path, &format!("cannot {step}: {error}"), write_faults::is_disk_full(&error));
             flight.write.outcome.store(NOT_WRITTEN, Ordering::SeqCst);
             return;
         }
@@ -261,6 +267,18 @@ impl Drop for FileWrites {
     /// the bytes.
     fn drop(&mut self) {
         self.wait_out();
+    }
+}
+
+/// A checkpoint file could not be written: reported (storage/write_faults.rs, rate-limited; the
+/// checkpoint is not committed, the previous one and the journal stay) and removed, so a full
+/// disk does not keep the part that was written.
+fn failed(path: &std::path::Path, error: &str, disk_full: bool) {
+    write_faults::failed_with(CHECKPOINT_SITE, path, error, disk_full, CHECKPOINT_MEANWHILE);
+    if let Err(error) = std::fs::remove_file(path)
+        && error.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(path = %path.display(), %error, "Cannot remove a checkpoint file left half written");
     }
 }
 

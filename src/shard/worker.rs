@@ -582,7 +582,12 @@ impl Core {
         let passed = match outcome {
             Ok(()) => SHARD_DONE,
             Err(error) => {
-                tracing::warn!(shard = self.id, epoch, %error, "Checkpoint not written; the previous one stays");
+                if crate::storage::write_faults::is_failing(crate::checkpoint::CHECKPOINT_SITE) {
+                    // Reported already, with the path and rate-limited (storage/write_faults.rs).
+                    tracing::debug!(shard = self.id, epoch, %error, "Checkpoint not written; the previous one stays");
+                } else {
+                    tracing::warn!(shard = self.id, epoch, %error, "Checkpoint not written; the previous one stays");
+                }
                 SHARD_FAILED
             }
         };

@@ -112,6 +112,10 @@ pub struct BrokerRefusals {
     pub publishes: AtomicU64,
     /// Subscription filters the ACL refused (SUBACK failure).
     pub subscriptions: AtomicU64,
+    /// Times rumqttd let go of messages braid had not read yet: a subscription's in-memory log
+    /// was full ([`crate::broker::HELD_PER_FILTER`]) while braid did not take input (a full disk,
+    /// a full sink buffer), and its oldest segment went (README "Disk full").
+    pub lost: AtomicU64,
 }
 
 impl SourceStatus {

@@ -138,6 +138,30 @@ pub enum SpoolError {
     Full,
 }
 
+impl SpoolError {
+    /// A write that failed in the file system (a full disk, EIO): the spool is unchanged and the
+    /// same append may be tried again later. The path and the system's error.
+    pub fn write_failure(&self) -> Option<(&Path, &std::io::Error)> {
+        match self {
+            SpoolError::File(file) => file.io().map(|error| (file.path(), error)),
+            SpoolError::Io { path, source } => Some((path, source)),
+            SpoolError::BadOptions(_) | SpoolError::TooLarge { .. } | SpoolError::Full => None,
+        }
+    }
+
+    /// [`write_failure`](Self::write_failure), owned (an `io::Error` is not `Clone`: the same
+    /// errno, or kind and text).
+    pub fn owned_write_failure(&self) -> Option<(PathBuf, std::io::Error)> {
+        self.write_failure().map(|(path, error)| {
+            let error = match error.raw_os_error() {
+                Some(errno) => std::io::Error::from_raw_os_error(errno),
+                None => std::io::Error::new(error.kind(), error.to_string()),
+            };
+            (path.to_owned(), error)
+        })
+    }
+}
+
 /// A durable FIFO of byte records; see the module doc.
 pub struct Spool {
     dir: PathBuf,
@@ -264,6 +288,16 @@ impl Spool {
         Ok(seq)
     }
 
+    /// Makes sure a record of `len` bytes can be appended without a new file: starts the next
+    /// segment now if the one being appended to cannot take it. An error (a full disk) changes
+    /// nothing; the journal uses it to try a held record before anything else is appended.
+    pub fn make_room(&mut self, len: usize) -> Result<(), SpoolError> {
+        if len > self.max_record() {
+            return Err(SpoolError::TooLarge { len, max: self.max_record() });
+        }
+        self.active_for(record_size(len)).map(drop)
+    }
+
     /// Drops the oldest records until `size` more bytes fit.
     fn drop_for(&mut self, size: u64) {
         let mut to = self.first;
@@ -293,9 +327,13 @@ impl Spool {
                     if let Some(small) = other {
                         self.delete(small);
                     }
+                    // Numbered once it exists: a creation that fails (a full disk) leaves no file
+                    // and takes no number, however often it is tried again.
                     let path = self.dir.join(format!("{:010}.spool", self.next_file));
+                    let created =
+                        Segment::create(&*self.storage, &path, self.end, self.options.segment_bytes - HEADER_LEN)?;
                     self.next_file += 1;
-                    Segment::create(&*self.storage, &path, self.end, self.options.segment_bytes - HEADER_LEN)?
+                    created
                 }
             };
             self.segments.push_back(segment);
@@ -303,6 +341,11 @@ impl Spool {
         }
         // Just ensured: there is a last segment.
         self.segments.back_mut().ok_or(SpoolError::Full)
+    }
+
+    /// The spool's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The oldest unreleased sequence number.
@@ -424,6 +467,7 @@ fn open_segments(storage: &dyn Storage, dir: &Path) -> Result<(Vec<Segment>, u64
     let (mut found, mut next_file, mut damaged) = (Vec::new(), 0, 0);
     for entry in std::fs::read_dir(dir).map_err(io)? {
         let path = entry.map_err(io)?.path();
+        remove_if_temporary(&path);
         let Some(number) = segment_number(&path) else { continue };
         next_file = next_file.max(number + 1);
         let opened = Segment::open(storage, &path);
@@ -496,6 +540,15 @@ fn lost_records(segment: &Segment, base: u64, walk: &Walk) -> Lost {
         walk.damaged.iter().map(|r| format!("{}..{}", r.start + HEADER_LEN, r.end + HEADER_LEN)).collect();
     detail.push(format!("file bytes {}", ranges.join(", ")));
     Lost { records, detail: detail.join("; ") }
+}
+
+/// A segment a crash caught before its rename (storage/mapped_file.rs `create`) holds nothing yet.
+fn remove_if_temporary(path: &Path) {
+    let temporary =
+        path.file_name().and_then(|n| n.to_str()).is_some_and(crate::storage::mapped_file::is_temporary_name);
+    if temporary && let Err(error) = std::fs::remove_file(path) {
+        tracing::warn!(path = %path.display(), %error, "Cannot remove a segment file left half made");
+    }
 }
 
 fn segment_number(path: &Path) -> Option<u64> {

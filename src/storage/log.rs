@@ -174,7 +174,11 @@ impl Segment {
     ) -> Result<Segment, MappedFileError> {
         let file = storage.create(path, format.magic, format.version, data_len)?;
         let mut segment = Segment { file, format, id, end: format.segment_header, records: 0, synced: 0 };
-        segment.write_header(id)?;
+        if let Err(error) = segment.write_header(id) {
+            // A failed creation leaves nothing behind (the file holds no segment yet).
+            let _ = segment.file.remove();
+            return Err(error);
+        }
         Ok(segment)
     }
 

@@ -95,6 +95,25 @@ pub enum MappedFileError {
     Invalid { path: PathBuf, expected: String, reason: String },
 }
 
+impl MappedFileError {
+    /// The system's error, for a failed read, write, allocation or sync (a full disk is one).
+    pub fn io(&self) -> Option<&std::io::Error> {
+        match self {
+            MappedFileError::Io { source, .. } => Some(source),
+            MappedFileError::Locked(_) | MappedFileError::Invalid { .. } => None,
+        }
+    }
+
+    /// The file it is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            MappedFileError::Io { path, .. }
+            | MappedFileError::Locked(path)
+            | MappedFileError::Invalid { path, .. } => path,
+        }
+    }
+}
+
 /// A locked, fully allocated, mapped file with a checked header.
 pub struct MappedFile {
     map: MmapRaw,
@@ -105,16 +124,45 @@ pub struct MappedFile {
 
 impl MappedFile {
     /// Creates (or replaces) `path` with `data_len` bytes of zeroed data after the header.
+    ///
+    /// Built under a temporary name ([`temporary_name`]) — allocated, header written and synced —
+    /// and renamed to `path` only then: a crash or a full disk never leaves a file at `path`
+    /// without a valid header, and a failed creation removes what it made (a full disk does not
+    /// fill the directory with empty files).
     pub fn create(path: &Path, magic: [u8; 8], version: u32, data_len: usize) -> Result<MappedFile, MappedFileError> {
         let io = |source| MappedFileError::Io { path: path.to_owned(), source };
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(io)?;
-        lock(&file, path)?;
+        refuse_if_locked(path)?;
+        let tmp = temporary_name(path);
+        let made = MappedFile::create_at(&tmp, magic, version, data_len)
+            .and_then(|mapped| std::fs::rename(&tmp, path).map(|()| mapped).map_err(io));
+        match made {
+            Ok(mut mapped) => {
+                mapped.path = path.to_owned();
+                Ok(mapped)
+            }
+            Err(error) => {
+                // Nothing may stay behind; a temporary file that was never made is no error.
+                let _ = std::fs::remove_file(&tmp);
+                // Named by the file it was to be: that is what the operator knows.
+                Err(match error {
+                    MappedFileError::Io { source, .. } => io(source),
+                    other => other,
+                })
+            }
+        }
+    }
+
+    /// The file at `tmp`, allocated, with its header written and synced.
+    fn create_at(tmp: &Path, magic: [u8; 8], version: u32, data_len: usize) -> Result<MappedFile, MappedFileError> {
+        let io = |source| MappedFileError::Io { path: tmp.to_owned(), source };
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(tmp).map_err(io)?;
+        lock(&file, tmp)?;
         let len = HEADER_LEN + data_len;
         // Not mapped by anyone (we hold the lock): cutting it to zero first gives zeroed data.
         file.set_len(0).map_err(io)?;
         allocate(&file, len).map_err(io)?;
         let map = MmapRaw::map_raw(&file).map_err(io)?;
-        let mut mapped = MappedFile { map, path: path.to_owned(), file };
+        let mut mapped = MappedFile { map, path: tmp.to_owned(), file };
         mapped.write_header(magic, version, len as u64);
         mapped.flush_range(0, HEADER_LEN)?;
         Ok(mapped)
@@ -231,6 +279,28 @@ impl MappedFile {
     }
 }
 
+/// The name a file is built under before [`MappedFile::create`] renames it to `path`:
+/// `.NAME.tmp` beside it. Directories that list their files skip it (it never ends in their
+/// suffix); one left by a crash is replaced by the next creation of the same file.
+pub fn temporary_name(path: &Path) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.tmp"))
+}
+
+/// Whether `name` is a file [`MappedFile::create`] was building when it stopped.
+pub fn is_temporary_name(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(".tmp")
+}
+
+/// A file being replaced must not be in use by another braid (point 1): the rename would pull it
+/// from under that braid's mapping.
+fn refuse_if_locked(path: &Path) -> Result<(), MappedFileError> {
+    match OpenOptions::new().read(true).write(true).open(path) {
+        Ok(existing) => lock(&existing, path),
+        Err(_) => Ok(()),
+    }
+}
+
 fn lock(file: &File, path: &Path) -> Result<(), MappedFileError> {
     match file.try_lock() {
         Ok(()) => Ok(()),
@@ -273,6 +343,21 @@ mod tests {
         assert_eq!(f.data().as_ptr(), f.data_ptr().cast_const());
         let blocks = std::fs::metadata(&path).map(|m| std::os::unix::fs::MetadataExt::blocks(&m)).unwrap();
         assert!(blocks * 512 >= 4096 + HEADER_LEN as u64, "fully allocated, no holes");
+    }
+
+    #[test]
+    fn a_failed_creation_leaves_no_file_and_a_good_one_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        // More than any file system holds: posix_fallocate fails (EFBIG or ENOSPC).
+        let failed = MappedFile::create(&path, MAGIC, 1, usize::MAX / 2);
+        assert!(matches!(failed, Err(MappedFileError::Io { .. })), "expected an I/O error");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing left behind");
+        drop(MappedFile::create(&path, MAGIC, 1, 64).unwrap());
+        let names: Vec<String> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        assert_eq!(names, ["f"]);
+        assert!(MappedFile::open(&path, MAGIC, 1).is_ok());
     }
 
     #[test]

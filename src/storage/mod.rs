@@ -27,6 +27,7 @@ pub mod mapped_file;
 pub mod quarantine;
 #[cfg(test)]
 mod tests;
+pub mod write_faults;
 
 use std::path::Path;
 use std::sync::Arc;

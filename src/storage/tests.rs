@@ -303,3 +303,79 @@ fn spool_a_flipped_bit_in_the_middle_is_copied_to_quarantine() {
     assert_eq!(lost_on_reopen(Faulty::mmap(), dir.path(), 10), [5]);
     assert_eq!(quarantined(dir.path()), 1, "a copy as found; the segment stays in use");
 }
+
+/// The file names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    names
+}
+
+/// Expected: a full disk at a new segment is an error of `append` every time it is tried, leaves
+/// no file and takes no file number (the 12 450 empty segment files); once space returns
+/// the same append goes through, into the next number, and every record is there.
+#[test]
+fn spool_a_full_disk_at_a_new_segment_leaves_no_file_and_the_retry_goes_through() {
+    // The first record that needs a second segment.
+    let probe = tempfile::tempdir().unwrap();
+    let mut spool = Spool::open(probe.path(), options()).unwrap();
+    let mut first_in_second = 0;
+    while names(probe.path()).len() < 3 {
+        spool.append(&payload(first_in_second)).unwrap();
+        first_in_second += 1;
+    }
+    first_in_second -= 1;
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Faulty::mmap();
+    let mut spool = fill(&storage, dir.path(), first_in_second);
+    let before = names(dir.path());
+    assert_eq!(before, ["0000000000.spool", "head"]);
+    let appended = first_in_second;
+    storage.fail_at(1, Fault::Enospc);
+    let error = spool.append(&payload(appended)).unwrap_err();
+    assert!(error.write_failure().is_some_and(|(_, e)| super::write_faults::is_disk_full(e)), "{error}");
+    // Tried again 50 times while the disk stays full.
+    for _ in 0..50 {
+        storage.fail_at(1, Fault::Enospc);
+        assert!(spool.append(&payload(appended)).is_err());
+    }
+    assert_eq!(names(dir.path()), before, "failed creations leave nothing");
+    assert_eq!(spool.append(&payload(appended)).unwrap(), appended, "space is back: the same seq");
+    assert_eq!(names(dir.path()), ["0000000000.spool", "0000000001.spool", "head"]);
+    drop(spool);
+    check_reopened(dir.path(), appended + 1, &[]);
+}
+
+/// Expected: a segment whose header cannot be written after its file was made (ENOSPC, EIO) is
+/// removed again — nothing half made stays — and the append is an error that changes nothing.
+#[test]
+fn spool_a_failed_segment_header_write_removes_the_new_file() {
+    for fault in [Fault::Enospc, Fault::Eio, Fault::Torn] {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Faulty::mmap();
+        let mut spool = Spool::open_on(storage.clone(), dir.path(), options()).unwrap();
+        // Call 1 creates the first segment, call 2 writes its header.
+        storage.fail_at(2, fault);
+        assert!(spool.append(&payload(0)).is_err(), "{fault:?}");
+        assert_eq!(names(dir.path()), ["head"], "{fault:?}: the new segment is gone");
+        assert_eq!(spool.append(&payload(0)).unwrap(), 0);
+        drop(spool);
+        check_reopened(dir.path(), 1, &[]);
+    }
+}
+
+/// Expected: a mapped file is built under a temporary name and appears under its own only whole
+/// (header written and synced); a temporary one a crash left behind is removed when the spool
+/// opens, and is never taken for a segment.
+#[test]
+fn a_half_made_segment_left_by_a_crash_is_removed_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(fill(&Faulty::mmap(), dir.path(), 3));
+    let tmp = super::mapped_file::temporary_name(&dir.path().join("0000000001.spool"));
+    std::fs::write(&tmp, b"half made").unwrap();
+    let spool = check_reopened(dir.path(), 3, &[]);
+    assert!(!tmp.exists(), "the temporary file is removed");
+    drop(spool);
+    assert_eq!(names(dir.path()), ["0000000000.spool", "head"]);
+}

@@ -54,6 +54,7 @@ mod spool_kill_9;
 // MQTT edge and the service.
 mod backpressure;
 mod damaged_state;
+mod disk_full;
 mod mqtt_harness;
 mod mqtt_sink;
 mod mqtt_source;

@@ -23,7 +23,7 @@ mod forward;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 use tokio::sync::Notify;
@@ -32,9 +32,13 @@ pub use self::forward::run;
 use crate::config::SinkDef;
 use crate::mqtt::ConnError;
 use crate::spool::{Spool, SpoolError, SpoolOptions};
+use crate::storage::write_faults;
 
 /// How long a blocked [`Uplink::push`] sleeps between looks at its `stop` flag.
 const STOP_POLL: Duration = Duration::from_millis(50);
+/// What a sink does while its disk is full (storage/write_faults.rs).
+const DISK_FULL_MEANWHILE: &str =
+    "the sink's next result waits in memory and the intake with it; the brokers keep the devices' messages";
 
 #[derive(Debug, Error)]
 pub enum UplinkError {
@@ -51,6 +55,16 @@ pub enum UplinkError {
     /// `push` gave up waiting for space because `stop` was set.
     #[error("sink {sink}: stopped while waiting for buffer space")]
     Stopped { sink: String },
+}
+
+impl UplinkError {
+    /// A write that failed in the file system (a full disk making the buffer's head file).
+    pub fn write_failure(&self) -> Option<(std::path::PathBuf, std::io::Error)> {
+        match self {
+            UplinkError::Spool { source, .. } => source.owned_write_failure(),
+            _ => None,
+        }
+    }
 }
 
 /// The sink's figures (CONTRACT.md metrics `braid_sink_*`).
@@ -83,6 +97,10 @@ pub struct Uplink {
     /// Rounds of that wait (one per [`STOP_POLL`] or release): they prove the waiting thread is
     /// alive and waiting here, not stuck elsewhere (the watchdog keeps pinging while they move).
     wait_rounds: AtomicU64,
+    /// A push waits because the disk refused the buffer's next segment (storage/write_faults.rs).
+    disk_full: AtomicBool,
+    /// `sink NAME`: how the buffer's write failures are reported.
+    site: String,
 }
 
 /// A push waiting for room in a full buffer (`overflow = "block"`).
@@ -93,15 +111,26 @@ pub struct Blocked {
     pub queued_bytes: u64,
     pub buffer_bytes: u64,
     pub connected: bool,
+    /// The disk refuses the buffer's next segment (not the `buffer` bound).
+    pub disk_full: bool,
 }
 
 impl Uplink {
     /// Opens (recovers) the sink's spool in `dir` (the service passes `STATE_DIR/sinks/NAME`),
     /// bounded by the sink's `buffer`, full by its `overflow` policy.
     pub fn open(def: &SinkDef, dir: &Path) -> Result<Arc<Uplink>, UplinkError> {
+        Uplink::open_on(crate::storage::Mmap::shared(), def, dir)
+    }
+
+    /// [`open`](Self::open) with the buffer's files on `storage` (tests inject faults with it).
+    pub fn open_on(
+        storage: Arc<dyn crate::storage::Storage>,
+        def: &SinkDef,
+        dir: &Path,
+    ) -> Result<Arc<Uplink>, UplinkError> {
         let options = SpoolOptions { max_bytes: def.buffer, overflow: def.overflow, ..SpoolOptions::default() };
-        let spool =
-            Spool::open(dir, options).map_err(|source| UplinkError::Spool { sink: def.name.clone(), source })?;
+        let spool = Spool::open_on(storage, dir, options)
+            .map_err(|source| UplinkError::Spool { sink: def.name.clone(), source })?;
         Ok(Arc::new(Uplink {
             name: def.name.clone(),
             spool: Mutex::new(spool),
@@ -112,6 +141,8 @@ impl Uplink {
             reconnects: AtomicU64::new(0),
             waiting: AtomicBool::new(false),
             wait_rounds: AtomicU64::new(0),
+            disk_full: AtomicBool::new(false),
+            site: format!("sink {}", def.name),
         }))
     }
 
@@ -126,23 +157,38 @@ impl Uplink {
         let parts: [&[u8]; 3] = [&topic_len.to_le_bytes(), topic.as_bytes(), payload];
         let mut spool = self.lock();
         let mut waited = false;
+        // Set while the disk refuses the buffer's next segment: the next attempt, unless records
+        // are released first (their segment becomes the spare, no new file is needed).
+        let mut retry_at: Option<Instant> = None;
         let outcome = loop {
+            let stopping = stop.load(Ordering::Relaxed);
+            if !stopping && retry_at.is_some_and(|at| write_faults::now() < at) {
+                let released;
+                (spool, released) = self.wait_for_room(spool, &mut waited);
+                if released {
+                    retry_at = None;
+                }
+                continue;
+            }
             match spool.append_parts(&parts) {
                 Ok(_) => break Ok(waited),
-                Err(SpoolError::Full) if !stop.load(Ordering::Relaxed) => {
-                    if !waited {
-                        waited = true;
-                        self.waiting.store(true, Ordering::Release);
-                        tracing::debug!(sink = %self.name, "Buffer full: intake waits for the uplink (overflow = \"block\")");
-                    }
-                    self.wait_rounds.fetch_add(1, Ordering::Relaxed);
-                    spool = self.space.wait_timeout(spool, STOP_POLL).unwrap_or_else(PoisonError::into_inner).0;
-                }
+                Err(SpoolError::Full) if !stopping => spool = self.wait_for_room(spool, &mut waited).0,
                 Err(SpoolError::Full) => break Err(UplinkError::Stopped { sink: self.name.clone() }),
-                Err(source) => break Err(UplinkError::Spool { sink: self.name.clone(), source }),
+                Err(source) => match source.write_failure() {
+                    Some((path, error)) if !stopping => {
+                        write_faults::failed(&self.site, path, error, DISK_FULL_MEANWHILE);
+                        self.disk_full.store(true, Ordering::Release);
+                        retry_at = Some(write_faults::now() + write_faults::RETRY_EVERY);
+                    }
+                    Some(_) => break Err(UplinkError::Stopped { sink: self.name.clone() }),
+                    None => break Err(UplinkError::Spool { sink: self.name.clone(), source }),
+                },
             }
         };
         drop(spool);
+        if self.disk_full.swap(false, Ordering::AcqRel) && outcome.is_ok() {
+            write_faults::recovered(&self.site);
+        }
         if waited {
             self.waiting.store(false, Ordering::Release);
         }
@@ -150,6 +196,18 @@ impl Uplink {
             self.data.notify_one();
         }
         outcome
+    }
+
+    /// One round of waiting for room (a release or [`STOP_POLL`]); whether records were released.
+    fn wait_for_room<'a>(&'a self, spool: MutexGuard<'a, Spool>, waited: &mut bool) -> (MutexGuard<'a, Spool>, bool) {
+        if !*waited {
+            *waited = true;
+            self.waiting.store(true, Ordering::Release);
+            tracing::debug!(sink = %self.name, "Buffer full or its disk full: intake waits for room");
+        }
+        self.wait_rounds.fetch_add(1, Ordering::Relaxed);
+        let (spool, timeout) = self.space.wait_timeout(spool, STOP_POLL).unwrap_or_else(PoisonError::into_inner);
+        (spool, !timeout.timed_out())
     }
 
     /// Whether a push waits for room now (backpressure on purpose), and how it stands.
@@ -163,6 +221,7 @@ impl Uplink {
             queued_bytes: spool.queued_bytes(),
             buffer_bytes: spool.max_bytes(),
             connected: self.connected.load(Ordering::Relaxed),
+            disk_full: self.disk_full.load(Ordering::Acquire),
         })
     }
 
@@ -214,6 +273,57 @@ fn split_record(record: &[u8]) -> Option<(&str, &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::config::{MqttConn, Overflow, SinkKind};
+    use crate::storage::faulty::{Fault, Faulty};
+    use crate::storage::write_faults;
+
+    /// Expected: while the disk refuses the buffer's first segment, `push` waits — reported as
+    /// backpressure from a full disk and as a failing write site, tried again every second — and
+    /// queues the result once the disk takes it: no result is dropped. Set `stop` while it waits
+    /// and it gives up with `Stopped`, having queued nothing (the caller retracts the row).
+    #[test]
+    fn a_push_waits_while_the_disk_is_full_and_queues_the_result_once_it_is_not() {
+        let def = SinkDef {
+            name: "diskfull-test".into(),
+            kind: SinkKind::Mqtt,
+            inputs: vec!["effect".into()],
+            url: Some("mqtt://127.0.0.1:1883".into()),
+            topic: Some("up".into()),
+            qos: 1,
+            buffer: 1 << 20,
+            overflow: Overflow::Block,
+            path: None,
+            conn: MqttConn::default(),
+            status_topic: None,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Faulty::mmap();
+        let uplink = Uplink::open_on(storage.clone(), &def, dir.path()).unwrap();
+        let stop = AtomicBool::new(false);
+        storage.fail_at(1, Fault::Enospc);
+        let started = write_faults::now();
+        std::thread::scope(|s| {
+            let pushing = s.spawn(|| uplink.push("up/a", b"{\"x\":1}", &stop));
+            let shown = (0..100).any(|_| {
+                std::thread::sleep(Duration::from_millis(10));
+                uplink.blocked().is_some_and(|b| b.disk_full) && write_faults::is_failing("sink diskfull-test")
+            });
+            assert!(shown, "the wait is shown as a full disk");
+            assert!(pushing.join().unwrap().unwrap(), "queued after waiting");
+        });
+        assert!(started.elapsed() >= write_faults::RETRY_EVERY, "tried again after a second");
+        assert!(!write_faults::is_failing("sink diskfull-test"), "resumed");
+        assert_eq!(uplink.stats().queued_rows, 1);
+        // Stopping while the disk is full: nothing queued, an error for the caller.
+        let full = Faulty::mmap();
+        let dir = tempfile::tempdir().unwrap();
+        let uplink = Uplink::open_on(full.clone(), &def, dir.path()).unwrap();
+        full.fail_at(1, Fault::Enospc);
+        stop.store(true, Ordering::Relaxed);
+        assert!(matches!(uplink.push("up/a", b"{}", &stop), Err(UplinkError::Stopped { .. })));
+        assert_eq!(uplink.stats().queued_rows, 0);
+    }
 
     #[test]
     fn records_split_into_topic_and_payload() {

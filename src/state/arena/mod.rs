@@ -82,7 +82,16 @@
 //! not drop the row (no silent loss) nor panic: it keeps such a row in memory instead, logs it
 //! (a warning at the 1st, 2nd, 4th, 8th… such row) and counts it ([`ArenaStore::unsaved_rows`]);
 //! it behaves like any other row but does not survive a restart, and its handle (top bit set)
-//! is unique only until the store is reopened.
+//! is unique only until the store is reopened. A full disk is also reported as a failing write
+//! site (storage/write_faults.rs: `/healthz`, metrics) until a segment can be created again.
+//!
+//! Why memory and not backpressure on the shard under a full disk: an arena's space comes back
+//! only when its rows expire, and rows expire only as the watermark moves — holding the shard's
+//! input would stop the very progress that frees the space (a deadlock for as long as the disk
+//! stays full, with every other operator of the shard held too). In the service the arena is
+//! scratch (rebuilt at every start from the last checkpoint and the journal), and a checkpoint
+//! saves the rows kept in memory with the others, so they are not lost at a restart there;
+//! what bounds their memory is the state budget, which counts them.
 //!
 //! # Recovery
 //!
@@ -129,7 +138,14 @@ use crate::record::frame::{self, FrameError, RowEncoder};
 use crate::record::view::{KeyRef, RowView};
 use crate::record::{ArchivedRow, Key, Row};
 use crate::storage::mapped_file::{HEADER_LEN, MappedFileError};
+use crate::storage::write_faults;
 use crate::storage::{Mmap, Storage};
+
+/// How an arena's failed segment creations are reported (storage/write_faults.rs). Why rows
+/// then wait in memory rather than hold the shard: module doc, "Appending".
+const ARENA_SITE: &str = "arena";
+const ARENA_MEANWHILE: &str =
+    "new rows are kept in memory (in the next checkpoint like the others) until a segment can be made";
 
 /// Sequence numbers run from 1 to this; handles of rows kept in memory have the top bit set.
 const MAX_SEQ: u32 = (1 << 31) - 1;
@@ -463,6 +479,14 @@ impl ArenaStore {
 
     fn keep_in_memory_as(&mut self, row: Row, matched: bool, error: &ArenaError, handle: RowHandle) -> RowHandle {
         self.unsaved_rows += 1;
+        let failed = match error {
+            ArenaError::File(file) => file.io().map(|io| (file.path(), io)),
+            ArenaError::Io { path, source } => Some((path.as_path(), source)),
+            _ => None,
+        };
+        if let Some((path, io)) = failed {
+            write_faults::failed(ARENA_SITE, path, io, ARENA_MEANWHILE);
+        }
         if self.unsaved_rows.is_power_of_two() {
             tracing::warn!(
                 dir = %self.segments.dir.display(),
@@ -706,6 +730,7 @@ impl Segments {
                 let path = self.dir.join(file_name(number));
                 let segment = Segment::create(&*self.storage, &path, seq, self.config.data_len())?;
                 self.next_number += 1;
+                write_faults::recovered(ARENA_SITE);
                 segment
             }
         };
