@@ -240,11 +240,13 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
         keys.extend_from_slice(COMMON_KEYS);
         t.check_keys(&keys, errors);
         let ttl = t.duration("ttl", errors).filter(|&ms| {
-            let positive = ms > 0;
-            if !positive {
+            let usable = ms > 0 && kind.has_ttl();
+            if ms <= 0 {
                 t.error("ttl", errors, "must be positive (leave it out for no ttl)");
+            } else if !usable {
+                t.error("ttl", errors, format!("not supported for {} yet (interval_join has it)", kind.name()));
             }
-            positive
+            usable
         });
         let built = match kind {
             OperatorKind::IntervalJoin => operator::interval_join::check(self, name, t, errors),

@@ -171,6 +171,9 @@ pub struct Output {
     pub late: Vec<(usize, Row)>,
     /// Rows and would-be results removed by `ttl` or the byte budget (`OPERATOR.expired`).
     pub expired: Vec<Expired>,
+    /// Rows the operator stored in this activation: its host's `ttl` clock takes them (and
+    /// clears this), nothing else reads it.
+    pub stored: Vec<crate::state::ttl::StoredRow>,
     /// Rows a window aggregate's `where` dropped: a running count, never drained (explain's
     /// trace compares it before and after a row; nothing else is done with such a row).
     pub filtered: usize,
@@ -274,6 +277,21 @@ impl OperatorKind {
             OperatorKind::Union | OperatorKind::Connect | OperatorKind::Absence | OperatorKind::WindowAggregate => {
                 false
             }
+        }
+    }
+
+    /// `ttl` is implemented for this kind: its stored rows expire (one by one, [`Operator::expire`]).
+    /// The other kinds refuse a `ttl` key until their per-key state expires too.
+    pub const fn has_ttl(self) -> bool {
+        match self {
+            OperatorKind::IntervalJoin => true,
+            OperatorKind::Union
+            | OperatorKind::Connect
+            | OperatorKind::WindowJoin
+            | OperatorKind::CoGroup
+            | OperatorKind::TemporalJoin
+            | OperatorKind::Absence
+            | OperatorKind::WindowAggregate => false,
         }
     }
 
@@ -489,6 +507,21 @@ impl Operator {
             | Operator::CoGroup(_)
             | Operator::WindowAggregate(_)
             | Operator::IntervalJoin(_)
+            | Operator::TemporalJoin(_)
+            | Operator::Absence(_) => {}
+        }
+    }
+
+    /// `ttl` passed for `due` (its host's clock says): the state goes to `out.expired`, if still
+    /// there.
+    pub fn expire(&mut self, due: crate::state::ttl::Due, out: &mut Output) {
+        match self {
+            Operator::IntervalJoin(op) => op.expire(due, out),
+            Operator::Union(_)
+            | Operator::Connect(_)
+            | Operator::WindowJoin(_)
+            | Operator::CoGroup(_)
+            | Operator::WindowAggregate(_)
             | Operator::TemporalJoin(_)
             | Operator::Absence(_) => {}
         }

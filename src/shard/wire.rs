@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | `Row` | seq u64, stream u32, pad | archived row |
 //! | `Tick` | seq u64, pad, t i128, n streams u32, n operators u32, pad; per stream watermark i128; per stream and operator idle u8 | |
-//! | `ProcessingTime` | seq u64, pad, now i128 | |
+//! | `ProcessingTime` | seq u64, downtime u8 (1: braid was down until `now`: it moves no `ttl` clock), pad, now i128 | |
 //! | `EndOfInput`, `Progress` | seq u64, pad | |
 //! | `Exchange` | operator u32, input u32, pad, tag | archived row |
 //! | `Frontier` | operator u32, pad, tag | |
@@ -102,6 +102,13 @@ impl Writer {
         &self.buf
     }
 
+    /// A `ProcessingTime` frame saying braid was down until `now` (the service's start).
+    pub fn downtime_ends(&mut self, seq: u64, now: i128) -> &[u8] {
+        self.event(seq, Some(now));
+        self.buf[8] = 1;
+        &self.buf
+    }
+
     pub fn barrier(&mut self, seq: u64, epoch: u64) -> &[u8] {
         let b = self.start();
         b.extend_from_slice(&seq.to_le_bytes());
@@ -172,6 +179,8 @@ pub enum Frame<'a> {
     ProcessingTime {
         seq: u64,
         now: i128,
+        /// Braid was down until `now` ([`Writer::downtime_ends`]).
+        downtime: bool,
     },
     End {
         seq: u64,
@@ -265,7 +274,11 @@ pub unsafe fn read(kind: FrameKind, p: &[u8]) -> Frame<'_> {
                 },
             })
         }
-        FrameKind::ProcessingTime => Frame::ProcessingTime { seq: u64_at(p, 0), now: i128_at(p, 16) },
+        FrameKind::ProcessingTime => Frame::ProcessingTime {
+            seq: u64_at(p, 0),
+            now: i128_at(p, 16),
+            downtime: p.get(8).is_some_and(|&b| b == 1),
+        },
         FrameKind::EndOfInput => Frame::End { seq: u64_at(p, 0) },
         FrameKind::Progress | FrameKind::Idle => Frame::Progress { seq: u64_at(p, 0) },
         FrameKind::Exchange => Frame::Exchange {

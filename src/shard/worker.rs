@@ -48,6 +48,8 @@ enum Work<'a> {
     },
     Tick(Rc<TickEvent>),
     ProcessingTime(i128),
+    /// Braid was down until this processing time (`ttl` clocks skip the gap).
+    DowntimeEnds(i128),
     /// The barrier of checkpoint `epoch`: snapshot the operator here.
     Barrier(u64),
     FinishTimers,
@@ -180,7 +182,8 @@ impl Worker {
             .enumerate()
             .map(|(op, o)| {
                 let operator = state.map_or_else(|| Ok(o.spec.build()), |dir| o.spec.build_in(dir))?;
-                Ok(OperatorHost::new(operator, o.inputs.len(), plan.origin_key_positions(op).iter().copied(), id))
+                Ok(OperatorHost::new(operator, o.inputs.len(), plan.origin_key_positions(op).iter().copied(), id)
+                    .with_ttl(o.ttl))
             })
             .collect::<Result<Vec<_>, ShardError>>()?;
         if let Some(file) = &checkpoints.restore {
@@ -360,11 +363,12 @@ impl Core {
                     self.dispatch(op, Tag::phase(seq, tick_phase(1, op)), 0, Work::Tick(Rc::clone(&tick)));
                 }
             }
-            Frame::ProcessingTime { seq, now } => {
+            Frame::ProcessingTime { seq, now, downtime } => {
                 self.feeder_frontier = Tag::event(seq + 1);
                 for op in 0..self.plan.operators.len() {
                     if self.plan.clocked(op) {
-                        self.dispatch(op, Tag::phase(seq, tick_phase(0, op)), 0, Work::ProcessingTime(now));
+                        let work = if downtime { Work::DowntimeEnds(now) } else { Work::ProcessingTime(now) };
+                        self.dispatch(op, Tag::phase(seq, tick_phase(0, op)), 0, work);
                     }
                 }
             }
@@ -506,6 +510,7 @@ impl Core {
                 tick_done = Some(tick.seq);
             }
             Work::ProcessingTime(now) => self.hosts[op].on_processing_time(now, &mut out),
+            Work::DowntimeEnds(now) => self.hosts[op].downtime_ends(now),
             Work::FinishTimers => self.hosts[op].finish_timers(&mut out),
             Work::FinishWatermark => self.hosts[op].finish_watermark(&mut out),
             Work::Barrier(_) => {} // taken above
