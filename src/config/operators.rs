@@ -259,6 +259,16 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
             OperatorKind::WindowAggregate => operator::window_aggregate::check(self, name, t, errors),
         }?;
         debug_assert_eq!(built.spec.kind(), kind, "operator {name}: a kind's check builds its own spec");
+        if let Some(ttl) = ttl
+            && let Some((needed, what)) = built.spec.ttl_floor()
+            && ttl < needed
+        {
+            let message = format!(
+                "ttl of {ttl} ms is shorter than {what} ({needed} ms): state may expire (to {name}.expired) \
+                 before the rows it waits for can arrive"
+            );
+            errors.warn(&t.key_span("ttl"), &t.child_path("ttl"), message);
+        }
         if built.inputs.len() > MAX_INPUTS {
             t.error("inputs", errors, format!("{} inputs: an operator reads at most {MAX_INPUTS}", built.inputs.len()));
             return None;

@@ -350,6 +350,21 @@ impl OperatorSpec {
         }
     }
 
+    /// What a `ttl` shorter than this cuts short (`braid validate` warns): the event-time span
+    /// the kind's state must last, and its name.
+    pub fn ttl_floor(&self) -> Option<(i64, &'static str)> {
+        match self {
+            OperatorSpec::IntervalJoin(spec) => Some((spec.upper - spec.lower, "the join span")),
+            OperatorSpec::Union(_)
+            | OperatorSpec::Connect(_)
+            | OperatorSpec::WindowJoin(_)
+            | OperatorSpec::CoGroup(_)
+            | OperatorSpec::TemporalJoin(_)
+            | OperatorSpec::Absence(_)
+            | OperatorSpec::WindowAggregate(_) => None,
+        }
+    }
+
     /// An instance keeping its state in memory.
     pub fn build(&self) -> Operator {
         match self {
