@@ -402,6 +402,48 @@ mod tests {
         out.results.iter().map(|(k, r)| (*k, r.ts)).collect()
     }
 
+    #[test]
+    fn an_expired_row_leaves_to_expired_and_is_never_emitted_as_outer() {
+        let mut j = join(0, 10, JoinType::Full);
+        let mut out = Output::default();
+        j.on_row(LEFT, row(100, 1), &mut out);
+        j.on_row(LEFT, row(200, 2), &mut out);
+        j.on_row(RIGHT, row(205, 3), &mut out);
+        assert_eq!(kinds(&out), [(ResultKind::Match, 205)]);
+        let stored: Vec<StoredRow> = out.stored.drain(..).collect();
+        assert_eq!(stored.len(), 3, "every stored row is announced to the host");
+        out.results.clear();
+        // The unmatched left row 1 and the matched right row 3 expire; row 2 stays.
+        for s in [stored[0], stored[2]] {
+            j.expire(Due::Row(s), &mut out);
+        }
+        j.expire(Due::Row(stored[0]), &mut out); // due twice: gone already, nothing happens
+        let expired: Vec<(Option<usize>, u64)> = out.expired.iter().map(|e| (e.input, e.row.id)).collect();
+        assert_eq!(expired, [(Some(LEFT), 1), (Some(RIGHT), 3)]);
+        assert!(out.expired.iter().all(|e| e.reason == ExpiryReason::Ttl));
+        assert_eq!(j.state_rows(), 1);
+        out.expired.clear();
+        j.on_watermark(Time::POS_INF, &mut out);
+        assert!(out.results.is_empty(), "row 2 matched; rows 1 and 3 expired: no outer row");
+        assert_eq!(j.quality(), Quality { matched: [1, 0], unmatched: [0, 0] });
+        assert!(j.timers.is_empty());
+    }
+
+    #[test]
+    fn stale_timers_are_dropped_once_they_are_half_the_heap() {
+        let mut j = join(0, 10, JoinType::Left);
+        let mut out = Output::default();
+        for i in 0..10 {
+            j.on_row(LEFT, row(100 + i, i), &mut out);
+        }
+        let stored: Vec<StoredRow> = out.stored.drain(..).collect();
+        for &s in &stored[..6] {
+            j.expire(Due::Row(s), &mut out);
+        }
+        assert_eq!(j.timers.len(), 4, "rebuilt without the expired rows' timers");
+        assert_eq!(j.state_rows(), 4);
+    }
+
     /// Computed select items: typed in the output schema, evaluated on every result, a missing
     /// side reading null; a bad item is a configuration error naming the item.
     #[test]
