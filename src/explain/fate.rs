@@ -82,7 +82,7 @@ fn expired(at: &AtOperator<'_>, reason: ExpiryReason) -> String {
         ExpiryReason::Ttl => "its ttl passed (processing time since it was written) before the watermark freed it",
         ExpiryReason::Budget => "the shard's state budget was full and it was among the oldest rows",
     };
-    format!("expired: {cause}, so it left {}'s state and went to {}.expired", at.name, at.name)
+    format!("{cause}, so it left {}'s state and went to {}.expired", at.name, at.name)
 }
 
 /// A time for people: `-inf` / `+inf` for the infinities.
