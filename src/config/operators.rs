@@ -244,7 +244,11 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
             if ms <= 0 {
                 t.error("ttl", errors, "must be positive (leave it out for no ttl)");
             } else if !usable {
-                t.error("ttl", errors, format!("not supported for {} yet (interval_join has it)", kind.name()));
+                t.error(
+                    "ttl",
+                    errors,
+                    format!("not supported for {} yet (interval_join and union have it)", kind.name()),
+                );
             }
             usable
         });

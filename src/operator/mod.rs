@@ -284,9 +284,9 @@ impl OperatorKind {
     /// The other kinds refuse a `ttl` key until their per-key state expires too.
     pub const fn has_ttl(self) -> bool {
         match self {
-            OperatorKind::IntervalJoin => true,
-            OperatorKind::Union
-            | OperatorKind::Connect
+            // A union keeps no state: nothing ever expires.
+            OperatorKind::IntervalJoin | OperatorKind::Union => true,
+            OperatorKind::Connect
             | OperatorKind::WindowJoin
             | OperatorKind::CoGroup
             | OperatorKind::TemporalJoin
