@@ -139,3 +139,30 @@ fn an_unknown_kind_lists_every_kind() {
              temporal_join, absence, window_aggregate"]
     );
 }
+
+#[test]
+fn ttl_is_checked_and_warned_about_when_shorter_than_the_join_span() {
+    // The join's span is upper' − lower' = 5000 − (−2999) = 7999 ms.
+    let with = |ttl: &str| VALID.replace("join = \"left\"", &format!("join = \"left\"\nttl = \"{ttl}\""));
+    let plan = parse("t.toml", &with("8s")).unwrap();
+    assert_eq!(plan.operators[0].ttl, Some(8_000));
+    assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
+    let plan = parse("t.toml", &with("7s")).unwrap();
+    assert_eq!(plan.warnings.len(), 1, "{:?}", plan.warnings);
+    assert!(
+        plan.warnings[0].starts_with(
+            "t.toml:20:1: warning: operators.effect.ttl: ttl of 7000 ms is shorter than the join span (7999 ms)"
+        ),
+        "{:?}",
+        plan.warnings
+    );
+    let got = errors(&with("0ms"));
+    assert!(got.iter().any(|e| e.starts_with("t.toml:20:1: operators.effect.ttl: must be positive")), "{got:?}");
+    let got = errors(&with("soon"));
+    assert!(got.iter().any(|e| e.starts_with("t.toml:20:1: operators.effect.ttl:")), "{got:?}");
+    let union = "[operators.u]\nkind = \"union\"\ninputs = [\"status\"]\nttl = \"1h\"\n";
+    assert!(parse("t.toml", &format!("{VALID}{union}")).is_ok(), "a union keeps no state: any ttl will do");
+    let absence = "[operators.quiet]\nkind = \"absence\"\ninput = \"status\"\ntimeout = \"1s\"\nttl = \"1h\"\n";
+    let got = errors(&format!("{VALID}{absence}"));
+    assert!(got.iter().any(|e| e.contains("operators.quiet.ttl: not supported for absence yet")), "{got:?}");
+}

@@ -15,14 +15,20 @@
 //!   [`origin_rank`], the stable hash of the key each result came from. All of one key's results
 //!   come from one instance, so ranking (stably) keeps each key's own order and makes the order
 //!   across keys independent of how keys fall on shards.
+//! - **Expiry** (`ttl`, state/ttl.rs): the host keeps the operator's [`TtlClock`] — it hears of
+//!   processing time before every row (a `ttl` operator is clocked) and of every row the
+//!   operator stored ([`Output::stored`]) — and at each tick, after the watermark moved, hands
+//!   the operator what is due ([`Operator::expire`]); the operator sends it to
+//!   `OPERATOR.expired`. The clock is in the host's snapshot, so it survives a restart.
 //! - **Trace** (`braid explain`): with a [`Trace`] attached, the host notes what it already knows
 //!   about the rows of the traced keys — the watermark each met on arrival, whether it was late —
 //!   and every move of its watermark. Without one the row path pays a single branch.
 
 use super::connect::END_OF_INPUT;
-use super::{Operator, Output, Quality, ResultKind};
+use super::{ExpiryReason, Operator, Output, Quality, ResultKind};
 use crate::record::{ArchivedRow, Row};
 use crate::state::snapshot::{self, SnapshotError};
+use crate::state::ttl::{SavedTtl, TtlClock};
 use crate::time::clock::InputTime;
 use crate::time::{OperatorClock, Time};
 
@@ -44,6 +50,13 @@ pub enum TraceNote {
         op: usize,
         tick: i128,
         watermark: Time,
+    },
+    /// A row of a traced key (`id`) left operator `op`'s state to `OPERATOR.expired`.
+    Expired {
+        op: usize,
+        key_hash: u64,
+        id: u64,
+        reason: ExpiryReason,
     },
 }
 
@@ -119,6 +132,9 @@ pub struct OperatorCounters {
     pub unmatched: Vec<u64>,
     /// By [`ResultKind`] in `ResultKind::ALL` order.
     pub results: [u64; ResultKind::ALL.len()],
+    /// Rows and would-be results sent to `OPERATOR.expired`, by [`ExpiryReason`] in
+    /// `ExpiryReason::ALL` order.
+    pub expired: [u64; ExpiryReason::ALL.len()],
 }
 
 impl OperatorCounters {
@@ -129,6 +145,7 @@ impl OperatorCounters {
             matched: vec![0; inputs],
             unmatched: vec![0; inputs],
             results: [0; ResultKind::ALL.len()],
+            expired: [0; ExpiryReason::ALL.len()],
         }
     }
 
@@ -148,6 +165,9 @@ impl OperatorCounters {
         for (a, b) in self.results.iter_mut().zip(&other.results) {
             *a += b;
         }
+        for (a, b) in self.expired.iter_mut().zip(&other.expired) {
+            *a += b;
+        }
     }
 
     /// Counts what one activation produced (the whole of `out`, drained after each).
@@ -158,6 +178,9 @@ impl OperatorCounters {
         for (kind, _) in &out.results {
             self.results[*kind as usize] += 1;
         }
+        for expired in &out.expired {
+            self.expired[expired.reason as usize] += 1;
+        }
     }
 }
 
@@ -167,6 +190,7 @@ struct HostState {
     clock: OperatorClock,
     counters: OperatorCounters,
     broadcast_inputs: u64,
+    ttl: Option<SavedTtl>,
     operator: Vec<u8>,
 }
 
@@ -182,6 +206,8 @@ pub struct OperatorHost {
     speaks_for_broadcast: bool,
     /// Per input (bit i): a broadcast row came on it, so it is a broadcast input.
     broadcast_inputs: u64,
+    /// The operator's `ttl` clock, when it has one.
+    ttl: Option<Box<TtlClock>>,
     tracing: Option<Box<Tracing>>,
 }
 
@@ -199,7 +225,21 @@ impl OperatorHost {
             origin: origin.into_iter().collect(),
             speaks_for_broadcast: shard == 0,
             broadcast_inputs: 0,
+            ttl: None,
             tracing: None,
+        }
+    }
+
+    /// The operator's state expires `ttl_ms` of processing time after it was written.
+    pub fn with_ttl(mut self, ttl_ms: Option<i64>) -> OperatorHost {
+        self.ttl = ttl_ms.map(|ms| Box::new(TtlClock::new(ms)));
+        self
+    }
+
+    /// Braid was down until processing time `now`: the gap does not count toward `ttl`.
+    pub fn downtime_ends(&mut self, now: i128) {
+        if let Some(ttl) = &mut self.ttl {
+            ttl.skip_to(now);
         }
     }
 
@@ -243,6 +283,8 @@ impl OperatorHost {
         if !speaks {
             out.late.clear();
         }
+        self.note_stored(out);
+        self.settle_expired(out);
         self.counters.count(out);
         if let Some(tracing) = &self.tracing
             && speaks
@@ -262,13 +304,38 @@ impl OperatorHost {
         if let Some(tracing) = &mut self.tracing {
             tracing.tick = t;
         }
+        if let Some(ttl) = &mut self.ttl {
+            ttl.now(t);
+        }
         if let Some(watermark) = self.clock.tick(t, inputs, idle_advance) {
             self.watermark_to(watermark, out);
+        }
+        self.expire(out);
+    }
+
+    /// Hands the operator what its `ttl` clock says is due (checked at ticks).
+    fn expire(&mut self, out: &mut Output) {
+        let Some(ttl) = &mut self.ttl else { return };
+        let mut due = Vec::new();
+        ttl.take_due(|d| due.push(d));
+        if !due.is_empty() {
+            self.activate(out, |operator, out| due.into_iter().for_each(|d| operator.expire(d, out)));
+        }
+    }
+
+    /// The rows the operator stored start their `ttl`.
+    fn note_stored(&mut self, out: &mut Output) {
+        match &mut self.ttl {
+            Some(ttl) => out.stored.drain(..).for_each(|row| ttl.stored(row)),
+            None => out.stored.clear(),
         }
     }
 
     /// Processing time reached `now`: timers due by then fire.
     pub fn on_processing_time(&mut self, now: i128, out: &mut Output) {
+        if let Some(ttl) = &mut self.ttl {
+            ttl.now(now);
+        }
         self.activate(out, |operator, out| operator.on_processing_time(now, out));
     }
 
@@ -297,7 +364,27 @@ impl OperatorHost {
 
     fn activate(&mut self, out: &mut Output, call: impl FnOnce(&mut Operator, &mut Output)) {
         call(&mut self.operator, out);
+        self.note_stored(out);
+        self.settle_expired(out);
         self.counters.count(out);
+    }
+
+    /// Every instance holds every broadcast row, so every instance expires it: shard 0's alone
+    /// reports it (as with late broadcast rows). A trace notes the expiries of its keys.
+    fn settle_expired(&mut self, out: &mut Output) {
+        if out.expired.is_empty() {
+            return;
+        }
+        if !self.speaks_for_broadcast {
+            out.expired.retain(|e| e.row.key != crate::record::Key::Broadcast);
+        }
+        if let Some(tracing) = &self.tracing {
+            for e in out.expired.iter().filter(|e| e.input.is_some() && tracing.trace.follows(e.row.key_hash)) {
+                let note =
+                    TraceNote::Expired { op: tracing.op, key_hash: e.row.key_hash, id: e.row.id, reason: e.reason };
+                tracing.trace.note(note);
+            }
+        }
     }
 
     /// The rank of one of this operator's results among what all its instances emit at once.
@@ -341,6 +428,7 @@ impl OperatorHost {
             clock: self.clock.clone(),
             counters: self.counters.clone(),
             broadcast_inputs: self.broadcast_inputs,
+            ttl: self.ttl.as_ref().map(|t| t.save()),
             operator,
         };
         snapshot::encode_sized(&state, capacity)
@@ -360,6 +448,10 @@ impl OperatorHost {
         self.clock = saved.clock;
         self.counters = saved.counters;
         self.broadcast_inputs = saved.broadcast_inputs;
+        // A ttl added since the checkpoint starts its clock now; one removed is dropped.
+        if let (Some(ttl), Some(saved)) = (&mut self.ttl, saved.ttl) {
+            ttl.restore(saved);
+        }
         Ok(())
     }
 

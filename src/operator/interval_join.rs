@@ -33,11 +33,12 @@ use crate::record::id::IdHasher;
 use crate::record::view::RowView;
 use crate::record::{ArchivedRow, Row};
 use crate::state::snapshot::{self, SavedStore, SnapshotError};
+use crate::state::ttl::{Due, StoredRow};
 use crate::state::{KeyedStore, MemoryStore, RowHandle};
 use crate::time::Time;
 
 use super::expr::Expr;
-use super::{OperatorSpec, Output, Projection, Quality, ResultKind};
+use super::{Expired, ExpiryReason, OperatorSpec, Output, Projection, Quality, ResultKind};
 
 pub const LEFT: usize = 0;
 pub const RIGHT: usize = 1;
@@ -174,6 +175,8 @@ pub struct IntervalJoin {
     /// Rows of each input waiting for partners: in memory, or in a shard's arenas.
     state: [Box<dyn KeyedStore>; 2],
     timers: BinaryHeap<Reverse<Timer>>,
+    /// Timers of rows `ttl` removed ([`expire`](Self::expire)).
+    stale_timers: std::collections::HashSet<(usize, RowHandle)>,
     seq: u64,
     ids: IdHasher,
     quality: Quality,
@@ -191,6 +194,7 @@ impl IntervalJoin {
             watermark: Time::NEG_INF,
             state,
             timers: BinaryHeap::new(),
+            stale_timers: std::collections::HashSet::new(),
             seq: 0,
             ids: IdHasher::default(),
             quality: Quality::default(),
@@ -211,7 +215,7 @@ impl IntervalJoin {
         }
         let key_hash = row.key_hash;
         let handle = self.state[input].insert(row, matched);
-        self.arm(input, last_chance, key_hash, handle);
+        self.arm(input, last_chance, key_hash, handle, out);
     }
 
     /// [`on_row`](Self::on_row) for a row read in place from a ring frame (`bytes`: its
@@ -231,13 +235,30 @@ impl IntervalJoin {
         }
         let key_hash = row.key_hash.to_native();
         let handle = self.state[input].insert_archived(row, bytes, matched);
-        self.arm(input, last_chance, key_hash, handle);
+        self.arm(input, last_chance, key_hash, handle, out);
     }
 
-    /// The stored row's last chance.
-    fn arm(&mut self, input: usize, last_chance: Time, key_hash: u64, handle: RowHandle) {
+    /// The stored row's last chance; the host hears it was stored (its `ttl` clock).
+    fn arm(&mut self, input: usize, last_chance: Time, key_hash: u64, handle: RowHandle, out: &mut Output) {
         self.seq += 1;
         self.timers.push(Reverse(Timer { last_chance, seq: self.seq, input, key_hash, handle }));
+        out.stored.push(StoredRow { input: input as u32, key_hash, handle });
+    }
+
+    /// `ttl` passed for a stored row (the host's clock says): it leaves, matched or not, to
+    /// `OPERATOR.expired` — an unmatched outer row then is never `left_only`/`right_only`. Its
+    /// timer stays behind, a no-op when it fires; once stale timers are half the heap, the heap
+    /// is rebuilt without them, so a stalled watermark does not grow it without bound.
+    pub fn expire(&mut self, due: Due, out: &mut Output) {
+        let Due::Row(StoredRow { input, key_hash, handle }) = due else { return };
+        let input = input as usize;
+        let Some(removed) = self.state.get_mut(input).and_then(|s| s.remove(key_hash, handle)) else { return };
+        out.expired.push(Expired { reason: ExpiryReason::Ttl, input: Some(input), row: removed.row });
+        self.stale_timers.insert((input, handle));
+        if self.stale_timers.len() * 2 > self.timers.len() {
+            let stale = std::mem::take(&mut self.stale_timers);
+            self.timers.retain(|Reverse(t)| !stale.contains(&(t.input, t.handle)));
+        }
     }
 
     /// Emits `row` with every stored row of the other input it pairs with; true if any.
@@ -379,6 +400,48 @@ mod tests {
 
     fn kinds(out: &Output) -> Vec<(ResultKind, i64)> {
         out.results.iter().map(|(k, r)| (*k, r.ts)).collect()
+    }
+
+    #[test]
+    fn an_expired_row_leaves_to_expired_and_is_never_emitted_as_outer() {
+        let mut j = join(0, 10, JoinType::Full);
+        let mut out = Output::default();
+        j.on_row(LEFT, row(100, 1), &mut out);
+        j.on_row(LEFT, row(200, 2), &mut out);
+        j.on_row(RIGHT, row(205, 3), &mut out);
+        assert_eq!(kinds(&out), [(ResultKind::Match, 205)]);
+        let stored: Vec<StoredRow> = out.stored.drain(..).collect();
+        assert_eq!(stored.len(), 3, "every stored row is announced to the host");
+        out.results.clear();
+        // The unmatched left row 1 and the matched right row 3 expire; row 2 stays.
+        for s in [stored[0], stored[2]] {
+            j.expire(Due::Row(s), &mut out);
+        }
+        j.expire(Due::Row(stored[0]), &mut out); // due twice: gone already, nothing happens
+        let expired: Vec<(Option<usize>, u64)> = out.expired.iter().map(|e| (e.input, e.row.id)).collect();
+        assert_eq!(expired, [(Some(LEFT), 1), (Some(RIGHT), 3)]);
+        assert!(out.expired.iter().all(|e| e.reason == ExpiryReason::Ttl));
+        assert_eq!(j.state_rows(), 1);
+        out.expired.clear();
+        j.on_watermark(Time::POS_INF, &mut out);
+        assert!(out.results.is_empty(), "row 2 matched; rows 1 and 3 expired: no outer row");
+        assert_eq!(j.quality(), Quality { matched: [1, 0], unmatched: [0, 0] });
+        assert!(j.timers.is_empty());
+    }
+
+    #[test]
+    fn stale_timers_are_dropped_once_they_are_half_the_heap() {
+        let mut j = join(0, 10, JoinType::Left);
+        let mut out = Output::default();
+        for i in 0..10 {
+            j.on_row(LEFT, row(100 + i, i), &mut out);
+        }
+        let stored: Vec<StoredRow> = out.stored.drain(..).collect();
+        for &s in &stored[..6] {
+            j.expire(Due::Row(s), &mut out);
+        }
+        assert_eq!(j.timers.len(), 4, "rebuilt without the expired rows' timers");
+        assert_eq!(j.state_rows(), 4);
     }
 
     /// Computed select items: typed in the output schema, evaluated on every result, a missing

@@ -79,12 +79,101 @@ impl ResultKind {
     }
 }
 
+/// Why state left an operator other than by its watermark: the `_reason` of a row of
+/// `OPERATOR.expired` and the `reason` label of `braid_operator_expired_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ExpiryReason {
+    /// The operator's `ttl` passed since the row (or its key's state) was last written.
+    Ttl,
+    /// The shard's byte budget (`runtime.state_budget`, `on_state_full = "evict_oldest"`).
+    Budget,
+}
+
+impl ExpiryReason {
+    pub const ALL: [ExpiryReason; 2] = [ExpiryReason::Ttl, ExpiryReason::Budget];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExpiryReason::Ttl => "ttl",
+            ExpiryReason::Budget => "budget",
+        }
+    }
+}
+
+/// A row of `OPERATOR.expired`: state the operator gave up before its watermark freed it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expired {
+    pub reason: ExpiryReason,
+    /// The input a stored row came on; `None` for a result the operator would have emitted
+    /// (an open window or aggregate), laid out by the operator's output schema.
+    pub input: Option<usize>,
+    pub row: Row,
+}
+
+/// Which of an operator's outputs a row leaving a shard belongs to. It travels to the collector
+/// as one `u32` (shard/wire.rs `Output` frames, a checkpoint's early rows): [`Side::code`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Result,
+    /// `OPERATOR.late`, with the input the row came on.
+    Late(usize),
+    /// `OPERATOR.expired` ([`Expired`]).
+    Expired {
+        reason: ExpiryReason,
+        input: Option<usize>,
+    },
+    /// A result or side row too large for the rings: a stand-in for `dead_letter`.
+    TooLarge,
+}
+
+impl Side {
+    const RESULT: u32 = u32::MAX;
+    const TOO_LARGE: u32 = u32::MAX - 1;
+    /// Set on an expired row's code, with the reason in the next byte and the input (or
+    /// [`Self::NO_INPUT`]) in the low 16 bits; a late row's code is its input, below it.
+    const EXPIRED: u32 = 1 << 31;
+    const NO_INPUT: u32 = 0xffff;
+
+    pub fn code(self) -> u32 {
+        match self {
+            Side::Result => Side::RESULT,
+            Side::TooLarge => Side::TOO_LARGE,
+            Side::Late(input) => input as u32,
+            Side::Expired { reason, input } => {
+                let input = input.map_or(Side::NO_INPUT, |i| i as u32);
+                Side::EXPIRED | (reason as u32) << 16 | input
+            }
+        }
+    }
+
+    pub fn of(code: u32) -> Side {
+        match code {
+            Side::RESULT => Side::Result,
+            Side::TOO_LARGE => Side::TooLarge,
+            c if c & Side::EXPIRED != 0 => {
+                let reason = ExpiryReason::ALL[(((c >> 16) & 0xff) as usize).min(ExpiryReason::ALL.len() - 1)];
+                let input = c & 0xffff;
+                Side::Expired { reason, input: (input != Side::NO_INPUT).then_some(input as usize) }
+            }
+            input => Side::Late(input as usize),
+        }
+    }
+}
+
+// An operator's inputs fit the 16 bits an expired row's code gives them.
+const _: () = assert!(crate::plan::MAX_INPUTS < Side::NO_INPUT as usize);
+
 /// What one activation of an operator produced; the runtime drains it after every call.
 #[derive(Default, Debug)]
 pub struct Output {
     pub results: Vec<(ResultKind, Row)>,
     /// Late rows with the index of the input they came on.
     pub late: Vec<(usize, Row)>,
+    /// Rows and would-be results removed by `ttl` or the byte budget (`OPERATOR.expired`).
+    pub expired: Vec<Expired>,
+    /// Rows the operator stored in this activation: its host's `ttl` clock takes them (and
+    /// clears this), nothing else reads it.
+    pub stored: Vec<crate::state::ttl::StoredRow>,
     /// Rows a window aggregate's `where` dropped: a running count, never drained (explain's
     /// trace compares it before and after a row; nothing else is done with such a row).
     pub filtered: usize,
@@ -92,7 +181,7 @@ pub struct Output {
 
 impl Output {
     pub fn is_empty(&self) -> bool {
-        self.results.is_empty() && self.late.is_empty()
+        self.results.is_empty() && self.late.is_empty() && self.expired.is_empty()
     }
 }
 
@@ -191,6 +280,21 @@ impl OperatorKind {
         }
     }
 
+    /// `ttl` is implemented for this kind: its stored rows expire (one by one, [`Operator::expire`]).
+    /// The other kinds refuse a `ttl` key until their per-key state expires too.
+    pub const fn has_ttl(self) -> bool {
+        match self {
+            // A union keeps no state: nothing ever expires.
+            OperatorKind::IntervalJoin | OperatorKind::Union => true,
+            OperatorKind::Connect
+            | OperatorKind::WindowJoin
+            | OperatorKind::CoGroup
+            | OperatorKind::TemporalJoin
+            | OperatorKind::Absence
+            | OperatorKind::WindowAggregate => false,
+        }
+    }
+
     /// Instances may hold processing-time timers (only connect's functions set them): the runtime
     /// sends them processing time and runs every tick while they exist.
     pub const fn is_clocked(self) -> bool {
@@ -243,6 +347,21 @@ impl OperatorSpec {
             OperatorSpec::TemporalJoin(_) => OperatorKind::TemporalJoin,
             OperatorSpec::Absence(_) => OperatorKind::Absence,
             OperatorSpec::WindowAggregate(_) => OperatorKind::WindowAggregate,
+        }
+    }
+
+    /// What a `ttl` shorter than this cuts short (`braid validate` warns): the event-time span
+    /// the kind's state must last, and its name.
+    pub fn ttl_floor(&self) -> Option<(i64, &'static str)> {
+        match self {
+            OperatorSpec::IntervalJoin(spec) => Some((spec.upper - spec.lower, "the join span")),
+            OperatorSpec::Union(_)
+            | OperatorSpec::Connect(_)
+            | OperatorSpec::WindowJoin(_)
+            | OperatorSpec::CoGroup(_)
+            | OperatorSpec::TemporalJoin(_)
+            | OperatorSpec::Absence(_)
+            | OperatorSpec::WindowAggregate(_) => None,
         }
     }
 
@@ -408,6 +527,21 @@ impl Operator {
         }
     }
 
+    /// `ttl` passed for `due` (its host's clock says): the state goes to `out.expired`, if still
+    /// there.
+    pub fn expire(&mut self, due: crate::state::ttl::Due, out: &mut Output) {
+        match self {
+            Operator::IntervalJoin(op) => op.expire(due, out),
+            Operator::Union(_)
+            | Operator::Connect(_)
+            | Operator::WindowJoin(_)
+            | Operator::CoGroup(_)
+            | Operator::WindowAggregate(_)
+            | Operator::TemporalJoin(_)
+            | Operator::Absence(_) => {}
+        }
+    }
+
     /// The earliest processing time at which a timer of this instance is due.
     pub fn next_processing_timer(&self) -> Option<i128> {
         match self {
@@ -489,6 +623,24 @@ impl Operator {
             Operator::IntervalJoin(op) => op.state_bytes(),
             Operator::TemporalJoin(op) => op.state_bytes(),
             Operator::Absence(op) => op.state_bytes(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_side_travels_as_one_word_and_back() {
+        let mut sides = vec![Side::Result, Side::TooLarge, Side::Late(0), Side::Late(crate::plan::MAX_INPUTS - 1)];
+        for reason in ExpiryReason::ALL {
+            for input in [None, Some(0), Some(3), Some(crate::plan::MAX_INPUTS - 1)] {
+                sides.push(Side::Expired { reason, input });
+            }
+        }
+        for side in sides {
+            assert_eq!(Side::of(side.code()), side, "{side:?} as {:#x}", side.code());
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use crate::operator::ResultKind;
+use crate::operator::{ExpiryReason, ResultKind};
 use crate::plan::{NodeRef, Plan};
 use crate::shard::Figures;
 
@@ -114,6 +114,18 @@ pub fn render(plan: &Plan, figures: &Figures) -> String {
             })
             .collect::<Vec<_>>()
     };
+    // Per operator and a label of fixed values (`label`="name" for each of `names`), the counts
+    // in `names`' order.
+    let per_label = |label: &str, names: &[&str], counts: fn(&crate::operator::host::OperatorCounters) -> &[u64]| {
+        operators()
+            .flat_map(|(i, o)| {
+                names
+                    .iter()
+                    .zip(counts(&figures.operator_counters[i]))
+                    .map(move |(name, n)| (format!("operator=\"{}\",{label}=\"{name}\"", o.name), n.to_string()))
+            })
+            .collect::<Vec<_>>()
+    };
     family(
         "braid_operator_rows_total",
         "counter",
@@ -124,22 +136,19 @@ pub fn render(plan: &Plan, figures: &Figures) -> String {
         "braid_operator_results_total",
         "counter",
         "Results emitted.",
-        operators()
-            .flat_map(|(i, o)| {
-                ResultKind::ALL.iter().map(move |k| {
-                    (
-                        format!("operator=\"{}\",kind=\"{}\"", o.name, k.as_str()),
-                        figures.operator_counters[i].results[*k as usize].to_string(),
-                    )
-                })
-            })
-            .collect(),
+        per_label("kind", &ResultKind::ALL.map(ResultKind::as_str), |c| &c.results),
     );
     family(
         "braid_operator_late_total",
         "counter",
         "Rows routed to the late side output.",
         per_input(|c| &c.late, false),
+    );
+    family(
+        "braid_operator_expired_total",
+        "counter",
+        "Rows (and would-be results of open windows) routed to the expired side output, by reason.",
+        per_label("reason", &ExpiryReason::ALL.map(ExpiryReason::as_str), |c| &c.expired),
     );
     family(
         "braid_operator_matched_total",

@@ -300,6 +300,7 @@ impl<'a> Intake<'a> {
     fn apply(&mut self, source: usize, what: &What) -> Result<(), ServiceError> {
         match what {
             What::Start => {
+                self.runtime.downtime_ends(self.now, &mut self.outputs)?;
                 let all: Vec<usize> = (0..self.plan.streams.len()).collect();
                 self.runtime.resume_streams(&all, self.now);
             }

@@ -31,6 +31,18 @@ impl Runtime {
         Ok(())
     }
 
+    /// Braid was down until `now` (the service starts, from a checkpoint and its journal, or
+    /// after a stall): operators' `ttl` clocks do not count the gap. Journaled, so a restart
+    /// replays the same clocks.
+    pub fn downtime_ends(&mut self, now: i128, emit: &mut impl Emit) -> Result<(), RuntimeError> {
+        if self.clocked {
+            self.seq += 1;
+            self.writer.downtime_ends(self.seq, now);
+            self.send_written(None, FrameKind::ProcessingTime, emit)?;
+        }
+        Ok(())
+    }
+
     /// Ingests one decoded row of stream `stream` that arrived at `arrival`. A row larger than
     /// the rings carry is [`RuntimeError::RowTooLarge`], returned before anything happened (not
     /// counted, no watermark moved): the caller dead-letters it and goes on.

@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::{CheckpointDir, OperatorSnapshot, ShardFile, definition_hash};
-use crate::operator::Output;
 use crate::operator::host::OperatorHost;
+use crate::operator::{Output, Side};
 use crate::plan::{NodeRef, Plan};
 use crate::record::frame::to_row;
 use crate::record::{ArchivedKey, ArchivedRow, Key, Row};
@@ -28,7 +28,7 @@ use crate::time::clock::InputTime;
 
 use super::tag::{Tag, finish_phase, tick_phase};
 use super::wake::{Inbox, Outbox, TooLarge};
-use super::wire::{Frame, RESULT, SHARD_DONE, SHARD_FAILED, TOO_LARGE, TickEvent, Writer};
+use super::wire::{Frame, SHARD_DONE, SHARD_FAILED, TickEvent, Writer};
 use super::{ShardError, ShardReport};
 
 /// (tick sequence, output watermark) of one upstream instance, oldest first.
@@ -48,6 +48,8 @@ enum Work<'a> {
     },
     Tick(Rc<TickEvent>),
     ProcessingTime(i128),
+    /// Braid was down until this processing time (`ttl` clocks skip the gap).
+    DowntimeEnds(i128),
     /// The barrier of checkpoint `epoch`: snapshot the operator here.
     Barrier(u64),
     FinishTimers,
@@ -180,7 +182,8 @@ impl Worker {
             .enumerate()
             .map(|(op, o)| {
                 let operator = state.map_or_else(|| Ok(o.spec.build()), |dir| o.spec.build_in(dir))?;
-                Ok(OperatorHost::new(operator, o.inputs.len(), plan.origin_key_positions(op).iter().copied(), id))
+                Ok(OperatorHost::new(operator, o.inputs.len(), plan.origin_key_positions(op).iter().copied(), id)
+                    .with_ttl(o.ttl))
             })
             .collect::<Result<Vec<_>, ShardError>>()?;
         if let Some(file) = &checkpoints.restore {
@@ -360,11 +363,12 @@ impl Core {
                     self.dispatch(op, Tag::phase(seq, tick_phase(1, op)), 0, Work::Tick(Rc::clone(&tick)));
                 }
             }
-            Frame::ProcessingTime { seq, now } => {
+            Frame::ProcessingTime { seq, now, downtime } => {
                 self.feeder_frontier = Tag::event(seq + 1);
                 for op in 0..self.plan.operators.len() {
                     if self.plan.clocked(op) {
-                        self.dispatch(op, Tag::phase(seq, tick_phase(0, op)), 0, Work::ProcessingTime(now));
+                        let work = if downtime { Work::DowntimeEnds(now) } else { Work::ProcessingTime(now) };
+                        self.dispatch(op, Tag::phase(seq, tick_phase(0, op)), 0, work);
                     }
                 }
             }
@@ -506,6 +510,7 @@ impl Core {
                 tick_done = Some(tick.seq);
             }
             Work::ProcessingTime(now) => self.hosts[op].on_processing_time(now, &mut out),
+            Work::DowntimeEnds(now) => self.hosts[op].downtime_ends(now),
             Work::FinishTimers => self.hosts[op].finish_timers(&mut out),
             Work::FinishWatermark => self.hosts[op].finish_watermark(&mut out),
             Work::Barrier(_) => {} // taken above
@@ -668,12 +673,15 @@ impl Core {
     /// the instances of the operators reading them.
     fn route(&mut self, op: usize, input: usize, tag: &Tag, ranked: bool, out: &mut Output) {
         for (late_input, row) in out.late.drain(..) {
-            self.send_output(op, late_input as u32, &row);
+            self.send_output(op, Side::Late(late_input), &row);
+        }
+        for expired in out.expired.drain(..) {
+            self.send_output(op, Side::Expired { reason: expired.reason, input: expired.input }, &expired.row);
         }
         let readers = self.plan.readers(NodeRef::Operator(op)).len();
         for (index, (_, row)) in out.results.drain(..).enumerate() {
             // A result too large for the rings is a dead letter, and reaches no reader either.
-            if !self.send_output(op, RESULT, &row) || readers == 0 {
+            if !self.send_output(op, Side::Result, &row) || readers == 0 {
                 continue;
             }
             let rank = ranked.then(|| self.hosts[op].rank(&row));
@@ -688,15 +696,15 @@ impl Core {
         }
     }
 
-    /// A result (`input` = [`RESULT`]) or a late row of `op`, for the sinks; false when it was
-    /// too large for the rings and went to `dead_letter` as its stand-in instead.
-    fn send_output(&mut self, op: usize, input: u32, row: &Row) -> bool {
+    /// A row of `op`'s output `side`, for the sinks; false when it was too large for the rings
+    /// and went to `dead_letter` as its stand-in instead.
+    fn send_output(&mut self, op: usize, side: Side, row: &Row) -> bool {
         let mut sent = true;
-        let mut pushed = self.writer.output(op, input, row).map(drop);
+        let mut pushed = self.writer.output(op, side, row).map(drop);
         if pushed.is_ok() && self.writer.row_len > self.max_row {
             sent = false;
-            let stand_in = too_large_stand_in(&self.plan, op, input, row);
-            pushed = self.writer.output(op, TOO_LARGE, &stand_in).map(drop);
+            let stand_in = too_large_stand_in(&self.plan, op, side, row);
+            pushed = self.writer.output(op, Side::TooLarge, &stand_in).map(drop);
         }
         let pushed = match pushed {
             Ok(()) => self.output.push(FrameKind::Output, &self.writer.buf).map_err(ShardError::from),
@@ -737,16 +745,10 @@ impl Core {
 
 /// What goes to the collector instead of a row of `op` too large for the rings: the row with its
 /// values replaced by the first KiB of its JSON (what `dead_letter`'s `raw` shows).
-fn too_large_stand_in(plan: &Plan, op: usize, input: u32, row: &Row) -> Row {
+fn too_large_stand_in(plan: &Plan, op: usize, side: Side, row: &Row) -> Row {
     const RAW_BYTES: usize = 1024;
     let mut json = Vec::new();
-    if input == RESULT {
-        crate::record::json::write_result(&mut json, &plan.operators[op].output, row);
-    } else {
-        let node = plan.operators[op].inputs[input as usize];
-        let from_operator = matches!(node, NodeRef::Operator(_));
-        crate::record::json::write_late(&mut json, plan.node_schema(node), from_operator, plan.node_name(node), row);
-    }
+    plan.write_side_row(&mut json, op, side, row);
     json.truncate(RAW_BYTES);
     let raw = String::from_utf8_lossy(&json).trim_end().to_owned();
     Row { values: vec![crate::record::Value::Str(raw.into())].into(), ..row.clone() }

@@ -14,6 +14,7 @@
 
 pub mod arena;
 pub mod snapshot;
+pub mod ttl;
 
 use std::collections::{HashMap, VecDeque};
 

@@ -283,3 +283,28 @@ fn window_aggregate_rows_are_aggregated_filtered_or_late() {
     assert_eq!(late.len(), 1);
     assert_eq!((late[0]["ts"].as_i64(), late[0]["late_by_ms"].as_i64()), (Some(BASE + 3000), Some(18_499)));
 }
+
+/// A row `ttl` removed is `expired` at its operator (the golden case `ttl_interval_join`: d1's
+/// two commands expired; its status row found no partner), whatever the shard count.
+#[test]
+fn a_row_removed_by_ttl_is_expired() {
+    let case = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/ttl_interval_join");
+    for shards in ["1", "3"] {
+        let mut cmd = braid();
+        cmd.arg("explain").arg("--config").arg(case.join("config.toml")).args(["--key", "d1", "--json"]);
+        cmd.args(["--shards", shards]);
+        for stream in ["command", "status"] {
+            cmd.arg("--input").arg(format!("{stream}={}", case.join("in").join(format!("{stream}.jsonl")).display()));
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let fates: Vec<(i64, String)> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .map(|v| (v["ts"].as_i64().unwrap(), v["fate"].as_str().unwrap_or_default().to_owned()))
+            .collect();
+        let expected = [(1_000, "expired"), (2_000, "expired"), (100, "unmatched")];
+        assert_eq!(fates, expected.map(|(ts, f)| (ts, f.to_owned())), "{shards} shards");
+    }
+}

@@ -46,6 +46,7 @@ mod robustness;
 mod runtime;
 mod snapshots;
 mod tick_skipping;
+mod ttl;
 
 // Crash safety of the mapped files.
 mod crash_kill_9;
