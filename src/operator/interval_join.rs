@@ -314,6 +314,11 @@ impl IntervalJoin {
     pub fn state_bytes(&self) -> usize {
         self.state.iter().map(|s| s.bytes()).sum()
     }
+
+    /// What this instance costs the shard's state budget (state/budget.rs).
+    pub fn budget_bytes(&self) -> usize {
+        self.state.iter().map(|s| s.footprint()).sum::<usize>() + self.timers.len() * crate::state::budget::TIMER_BYTES
+    }
 }
 
 /// What a checkpoint keeps of an interval join (state/snapshot.rs).

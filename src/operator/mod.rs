@@ -480,6 +480,20 @@ impl Operator {
         }
     }
 
+    /// What this instance costs its shard's state budget (state/budget.rs): stored rows as the
+    /// arenas map them, plus indexes, timers and per-key state; O(1) for every kind.
+    pub fn budget_bytes(&self) -> usize {
+        match self {
+            Operator::Connect(op) => op.budget_bytes(),
+            Operator::IntervalJoin(op) => op.budget_bytes(),
+            Operator::TemporalJoin(op) => op.budget_bytes(),
+            Operator::Union(op) => op.state_bytes(),
+            Operator::WindowJoin(op) => op.state_bytes(),
+            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.state_bytes(),
+            Operator::Absence(op) => op.state_bytes(),
+        }
+    }
+
     pub fn state_bytes(&self) -> usize {
         match self {
             Operator::Union(op) => op.state_bytes(),
