@@ -174,6 +174,8 @@ pub struct IntervalJoin {
     /// Rows of each input waiting for partners: in memory, or in a shard's arenas.
     state: [Box<dyn KeyedStore>; 2],
     timers: BinaryHeap<Reverse<Timer>>,
+    /// Timers whose row was evicted before its last chance (`evict`).
+    stale_timers: usize,
     seq: u64,
     ids: IdHasher,
     quality: Quality,
@@ -191,6 +193,7 @@ impl IntervalJoin {
             watermark: Time::NEG_INF,
             state,
             timers: BinaryHeap::new(),
+            stale_timers: 0,
             seq: 0,
             ids: IdHasher::default(),
             quality: Quality::default(),
@@ -313,6 +316,30 @@ impl IntervalJoin {
 
     pub fn state_bytes(&self) -> usize {
         self.state.iter().map(|s| s.bytes()).sum()
+    }
+
+    /// Every stored row's input, (ts, id), key hash and handle (state/budget.rs, eviction).
+    pub fn visit_evictable(&self, visit: &mut dyn FnMut(usize, i64, u64, u64, u64)) {
+        for (input, store) in self.state.iter().enumerate() {
+            store.visit_ages(&mut |ts, id, key_hash, handle| visit(input, ts, id, key_hash, handle));
+        }
+    }
+
+    /// Takes a stored row out before its last chance (the state budget's `evict_oldest`): it
+    /// leaves the join counted like any row (matched or not), but an outer join does not emit it
+    /// as unmatched — it goes to `OPERATOR.expired` instead (the caller's). Its timer stays in
+    /// the heap and finds nothing when it fires; once such stale timers are half the heap they
+    /// are dropped in one pass, so the heap stays bounded under a flood.
+    pub fn evict(&mut self, input: usize, key_hash: u64, handle: RowHandle) -> Option<Row> {
+        let removed = self.state.get_mut(input)?.remove(key_hash, handle)?;
+        self.quality.count(input, removed.matched, 1);
+        self.stale_timers += 1;
+        if self.stale_timers * 2 > self.timers.len() {
+            let state = &self.state;
+            self.timers.retain(|Reverse(t)| state[t.input].contains(t.key_hash, t.handle));
+            self.stale_timers = 0;
+        }
+        Some(removed.row)
     }
 
     /// What this instance costs the shard's state budget (state/budget.rs).

@@ -170,6 +170,8 @@ pub struct Intake<'a> {
     /// The journal entries before this position are in the checkpoint the run started from.
     journal_from: u64,
     pub schedule: Schedule,
+    /// The state budget held the intake at the last round.
+    state_held: bool,
 }
 
 impl<'a> Intake<'a> {
@@ -208,6 +210,7 @@ impl<'a> Intake<'a> {
             recent: plan.sources.iter().map(|_| Recent::default()).collect(),
             journal_from: 0,
             schedule,
+            state_held: false,
         }
     }
 
@@ -328,7 +331,10 @@ impl<'a> Intake<'a> {
             self.resume_after_stall(before)?;
             self.watch_connections()?;
             self.runtime.advance_to(self.now, &mut self.outputs)?;
-            self.take_batch()?;
+            let state_full = self.hold_for_state_budget();
+            if !state_full {
+                self.take_batch()?;
+            }
             self.checkpoint_if_due()?;
             self.commit_completed();
             self.outputs.flush();
@@ -338,8 +344,9 @@ impl<'a> Intake<'a> {
             self.control.heartbeat.fetch_add(1, Ordering::Relaxed);
             let until_tick = Duration::from_millis((next_tick(self.now) - self.now).clamp(1, 200) as u64);
             let (intake, control) = (&self.intake, &self.control);
-            self.runtime
-                .wait(&mut self.outputs, until_tick, || !intake.is_empty() || control.request() != Request::Run)?;
+            // While the state budget holds the intake, waiting deliveries are no reason to wake.
+            let waiting = || !state_full && !intake.is_empty();
+            self.runtime.wait(&mut self.outputs, until_tick, || waiting() || control.request() != Request::Run)?;
         }
     }
 
@@ -354,6 +361,26 @@ impl<'a> Intake<'a> {
         }
         self.journal.append_event(&What::Start, "", self.now)?;
         self.apply(0, &What::Start)
+    }
+
+    /// Whether a shard is at its state budget (state/budget.rs, `backpressure`): the intake then
+    /// takes nothing — the deliveries wait in the channel, then at the brokers, unacknowledged —
+    /// while ticks go on running, so idle inputs can move the watermark and free state. Logged
+    /// when it begins and ends; `/healthz` and `STATUS=` say it meanwhile (view.rs).
+    fn hold_for_state_budget(&mut self) -> bool {
+        let full = self.runtime.state_full();
+        if full != self.state_held {
+            self.state_held = full;
+            if full {
+                tracing::warn!(
+                    shards = ?self.runtime.shard_state(),
+                    "State budget full; the intake waits until the watermark frees state (the brokers keep the messages)"
+                );
+            } else {
+                tracing::info!("State back under its budget; the intake takes input again");
+            }
+        }
+        full
     }
 
     /// Journals and ingests up to [`BATCH`] waiting deliveries, publishes them to the shards,

@@ -495,7 +495,9 @@ impl StatusLine {
     fn refresh(&mut self, shared: &Shared) {
         let now = Instant::now();
         let blocked = shared.view.backpressure();
-        let names: Vec<String> = blocked.iter().map(|(name, _)| name.clone()).collect();
+        let state_full = shared.view.state_budget();
+        let mut names: Vec<String> = blocked.iter().map(|(name, _)| name.clone()).collect();
+        names.extend(state_full.iter().map(|_| "state budget".to_owned()));
         let changed = names != self.blocked;
         if !changed && self.last.as_ref().is_some_and(|(at, _)| now.duration_since(*at) < STATUS_EVERY) {
             return;
@@ -503,7 +505,9 @@ impl StatusLine {
         self.blocked = names;
         let totals = shared.view.totals();
         let rates = self.last.as_ref().map(|(at, before)| totals.status_line(before, now.duration_since(*at)));
-        let degraded: Vec<String> = blocked.iter().map(|(name, b)| super::view::backpressure_reason(name, b)).collect();
+        let mut degraded: Vec<String> =
+            blocked.iter().map(|(name, b)| super::view::backpressure_reason(name, b)).collect();
+        degraded.extend(state_full);
         let line = match (degraded.is_empty(), rates) {
             (true, Some(rates)) => Some(rates),
             (true, None) => None,

@@ -17,12 +17,14 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::{CheckpointDir, OperatorSnapshot, ShardFile, definition_hash};
+use crate::config::OnStateFull;
 use crate::operator::Output;
 use crate::operator::host::OperatorHost;
 use crate::plan::{NodeRef, Plan};
 use crate::record::frame::to_row;
 use crate::record::{ArchivedKey, ArchivedRow, Key, Row};
 use crate::ring::FrameKind;
+use crate::state::budget::{self, StateGauge};
 use crate::time::Time;
 use crate::time::clock::InputTime;
 
@@ -118,6 +120,11 @@ struct Core {
     checkpoints: Option<CheckpointDir>,
     /// The checkpoint whose barrier is going through this shard's operators.
     barrier: Option<BarrierInFlight>,
+    /// Every shard's state bytes (state/budget.rs): this shard writes its own after each round.
+    gauge: Arc<StateGauge>,
+    expired_placeholder: usize,
+    /// `evict_oldest` found nothing it may evict while over the budget (at the last tick).
+    evict_starved: bool,
     /// A shard file to write, for the thread's loop to take ([`Worker::take_snapshot_write`]).
     to_write: Option<SnapshotWrite>,
     /// A shard file being written: its epoch, and where the writer leaves its outcome.
@@ -172,6 +179,7 @@ impl Worker {
         state: Option<&std::path::Path>,
         live: Arc<Mutex<Option<ShardReport>>>,
         checkpoints: Checkpoints,
+        gauge: Arc<StateGauge>,
     ) -> Result<Worker, ShardError> {
         let ops = plan.operators.len();
         let mut hosts = plan
@@ -207,6 +215,9 @@ impl Worker {
             work_done: 0,
             checkpoints: checkpoints.dir,
             barrier: None,
+            gauge,
+            expired_placeholder: 0,
+            evict_starved: false,
             to_write: None,
             writing: None,
             snapshot_time: std::time::Duration::ZERO,
@@ -256,6 +267,7 @@ impl Worker {
         core.run_chained();
         core.announce();
         moved |= core.flush();
+        core.account();
         if self.ticks_shown != self.ticks_seen {
             self.ticks_shown = self.ticks_seen;
             self.show_live();
@@ -315,6 +327,64 @@ impl Worker {
 }
 
 impl Core {
+    /// This shard's state bytes for the intake (state/budget.rs, "At the budget"): full when
+    /// at its budget, with `evict_oldest` only when eviction could not bring it under.
+    fn account(&mut self) {
+        let Some(budget) = self.plan.runtime.state_budget else { return };
+        let bytes = self.state_bytes();
+        let full = match self.plan.runtime.on_state_full {
+            OnStateFull::Backpressure => bytes >= budget,
+            OnStateFull::EvictOldest => self.evict_starved && bytes >= budget,
+        };
+        self.gauge.set(self.id, bytes, full);
+    }
+
+    fn state_bytes(&self) -> u64 {
+        self.hosts.iter().map(|h| h.budget_bytes() as u64).sum()
+    }
+
+    /// `evict_oldest`: at a tick (a point of the feeder's order, so a replay of the same input
+    /// evicts the same rows), a shard over its budget evicts stored rows oldest first by (ts, id)
+    /// until it is under the low mark, each to `OPERATOR.expired` (state/budget.rs).
+    fn evict_over_budget(&mut self) {
+        let (Some(budget), OnStateFull::EvictOldest) =
+            (self.plan.runtime.state_budget, self.plan.runtime.on_state_full)
+        else {
+            return;
+        };
+        self.evict_starved = false;
+        if self.state_bytes() <= budget {
+            return;
+        }
+        let low = budget::low_mark(budget);
+        loop {
+            let mut oldest = budget::Oldest::new(budget::EVICT_BATCH);
+            for (op, host) in self.hosts.iter().enumerate() {
+                host.offer_evictable(op, &mut oldest);
+            }
+            let candidates = oldest.into_sorted();
+            if candidates.is_empty() {
+                // Nothing evictable: the shard reports itself full (`account`) and the intake waits.
+                self.evict_starved = true;
+                return;
+            }
+            for candidate in &candidates {
+                if let Some(row) = self.hosts[candidate.op].evict(candidate) {
+                    self.send_expired(candidate.op, &row);
+                }
+                if self.state_bytes() <= low {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// An evicted row of `op`, for `OPERATOR.expired` with `_reason = "budget"`.
+    fn send_expired(&mut self, op: usize, row: &Row) {
+        // PLACEHOLDER until the expired side output (branch h-ttl) is merged.
+        self.expired_placeholder += usize::from(op < usize::MAX && row.ts > i64::MIN);
+    }
+
     fn backed_up(&self) -> bool {
         self.output.is_blocked() || self.exchange_out.iter().flatten().any(Outbox::is_blocked)
     }
@@ -349,6 +419,7 @@ impl Core {
             }
             Frame::Tick(tick) => {
                 self.feeder_frontier = Tag::event(tick.seq + 1);
+                self.evict_over_budget();
                 let (seq, t) = (tick.seq, tick.tick.t);
                 let tick = Rc::new(tick);
                 for op in 0..self.plan.operators.len() {
