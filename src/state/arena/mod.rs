@@ -77,6 +77,28 @@
 //! never truncated while mapped). With the usual time-ordered expiry, one spare means a
 //! steady-state store creates no files and its pages stay in the page cache.
 //!
+//! # Compaction
+//!
+//! A segment is freed only when all its records are dead, so a few long-lived rows (a key that
+//! stays while a flood of new keys comes and goes) could pin any number of mostly-dead segments.
+//! When a remove leaves a segment other than the active one with live records taking less than a
+//! quarter of its data bytes, its live records are moved to the end of the active segment (copied
+//! as bytes, with their matched flags) and marked dead where they were, so the segment empties
+//! and is recycled. A moved row keeps its [`RowHandle`] and its place in its key's scan order:
+//! its index entry stays where it is and only points at the new place, as for a restored row
+//! (below). Each byte is moved only when its segment has fallen under a quarter live, so a
+//! compaction pass moves at most a quarter segment and frees a whole one.
+//!
+//! What a checkpoint names is not affected: a snapshot ([`KeyedStore::export`]) copies each
+//! row's archive bytes with the handle from its index entry (state/snapshot.rs `SavedStore`),
+//! never a segment or an offset, and restoring writes them anew into an empty store. What
+//! compaction does change is the files: a store **reopened from its files** (recovery, below)
+//! names a moved row by its new place and scans it after the rows appended before the move, and
+//! a crash between the copy and the dead mark finds the row twice. `braid run` never reopens
+//! arena files (its scratch is rebuilt from the checkpoint and the journal at every start), so
+//! stores are opened compacting; [`ArenaStore::set_compaction`] turns it off for a store whose
+//! files must give every row back exactly (the crash guarantee below then holds as written).
+//!
 //! A row larger than a segment, or a new segment that cannot be created (a full disk), is an
 //! error of [`ArenaStore::try_insert`]. [`KeyedStore::insert`] has no error to return, and must
 //! not drop the row (no silent loss) nor panic: it keeps such a row in memory instead, logs it
@@ -96,7 +118,7 @@
 //! rebuilt with the matched flags as stored and the same handles; the active segment is the one
 //! with the highest sequence number; all-dead segments are recycled.
 //!
-//! Guaranteed: after a process crash or `kill -9` — anything that leaves the page cache alone —
+//! Guaranteed (with compaction off; above): after a process crash or `kill -9` — anything that leaves the page cache alone —
 //! every row whose `insert` returned is back with its key, handle and matched flag, every
 //! `remove` that returned stays removed, and no row comes back that was never inserted. A
 //! half-done insert, mark or remove at the moment of the crash is either done or not.
@@ -239,6 +261,8 @@ pub struct ArenaStore {
     memory_bytes: usize,
     /// A moved record's payload on its way (compaction copies out of the map it appends to).
     moving: Vec<u8>,
+    /// Mostly-dead segments are compacted (on unless [`set_compaction`](Self::set_compaction)).
+    compact: bool,
     compactions: usize,
     moved_rows: usize,
     recovery: Recovery,
@@ -317,6 +341,7 @@ impl ArenaStore {
             unsaved_rows: 0,
             memory_bytes: 0,
             moving: Vec::new(),
+            compact: true,
             compactions: 0,
             moved_rows: 0,
             recovery: Recovery::default(),
@@ -425,7 +450,7 @@ impl ArenaStore {
     /// mostly dead (module doc, "Compaction").
     fn release(&mut self, slot: u32, off: u32) {
         self.bytes -= self.segments.release(slot, off as usize);
-        if self.segments.is_sparse(slot) {
+        if self.compact && self.segments.is_sparse(slot) {
             self.compact(slot);
         }
     }
@@ -462,6 +487,12 @@ impl ArenaStore {
             self.bytes -= self.segments.release(slot, off);
             self.moved_rows += 1;
         }
+    }
+
+    /// Turns compaction on or off (module doc, "Compaction": off for a store whose files must
+    /// give every row back under its handle and in its order when reopened).
+    pub fn set_compaction(&mut self, on: bool) {
+        self.compact = on;
     }
 
     /// Segments compacted and rows moved by compaction since the store was opened.
