@@ -41,7 +41,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use braid::config;
-use braid::operator::ResultKind;
+use braid::operator::{ExpiryReason, ResultKind};
 use braid::plan::Plan;
 use braid::record::id::IdHasher;
 use braid::record::{Row, TimeSpec, Value};
@@ -363,6 +363,9 @@ impl Emit for Counts {
     fn late(&mut self, _operator: usize, _input: usize, _row: &Row, _after_barrier: bool) {
         self.late += 1;
     }
+
+    // These plans have no `ttl` and no byte budget: nothing expires.
+    fn expired(&mut self, _: usize, _: ExpiryReason, _: Option<usize>, _: &Row, _: bool) {}
 }
 
 /// One shard thread with its rings and state in `dir`: every row in arrival order, then the end

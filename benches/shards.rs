@@ -36,12 +36,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use braid::config;
+use braid::operator::{ExpiryReason, Side};
 use braid::plan::Plan;
 use braid::record::Row;
 use braid::record::id::IdHasher;
 use braid::ring::FRAME_HEADER;
 use braid::shard::Emit;
-use braid::shard::wire::{RESULT, Writer};
+use braid::shard::wire::Writer;
 use braid::shard::{Runtime, RuntimeOptions};
 use braid::time::TICK_MS;
 use common::EPOCH_MS;
@@ -92,6 +93,9 @@ impl Emit for Count {
     fn late(&mut self, _operator: usize, _input: usize, _row: &Row, _after_barrier: bool) {
         self.late += 1;
     }
+
+    // These plans have no `ttl` and no byte budget: nothing expires.
+    fn expired(&mut self, _: usize, _: ExpiryReason, _: Option<usize>, _: &Row, _: bool) {}
 }
 
 /// Adds up the ring bytes the collector's results took on the way (as `Output` frames).
@@ -106,12 +110,15 @@ struct OutputBytes {
 impl Emit for OutputBytes {
     fn result(&mut self, operator: usize, row: &Row, _after_barrier: bool) {
         self.results += 1;
-        self.bytes += frame_bytes(self.writer.output(operator, RESULT, row).unwrap().len());
+        self.bytes += frame_bytes(self.writer.output(operator, Side::Result, row).unwrap().len());
     }
 
     fn late(&mut self, _operator: usize, _input: usize, _row: &Row, _after_barrier: bool) {
         self.late += 1;
     }
+
+    // These plans have no `ttl` and no byte budget: nothing expires.
+    fn expired(&mut self, _: usize, _: ExpiryReason, _: Option<usize>, _: &Row, _: bool) {}
 }
 
 /// Ring bytes of a frame with this payload: header, payload padded to 16.

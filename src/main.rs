@@ -40,7 +40,8 @@ enum Command {
         /// STREAM=FILE: one JSON object per line in the stream's schema.
         #[arg(long = "input", value_name = "STREAM=FILE", value_parser = name_and_path)]
         inputs: Vec<(String, PathBuf)>,
-        /// NAME=FILE: a stream, an operator, OPERATOR.late or dead_letter, as JSON lines.
+        /// NAME=FILE: a stream, an operator, OPERATOR.late, OPERATOR.expired or dead_letter, as
+        /// JSON lines.
         #[arg(long = "output", value_name = "NAME=FILE", value_parser = name_and_path)]
         outputs: Vec<(String, PathBuf)>,
         /// Write the final metrics (Prometheus text) to this file.

@@ -25,7 +25,8 @@
 //!   applies while it builds the graph to refuse a chain that is too long.
 //! - [`Plan::chained`]: the operator reads another operator (its inputs are merged in tag order).
 //! - [`Plan::clocked`]: the operator may hold processing-time timers
-//!   ([`OperatorKind::is_clocked`](crate::operator::OperatorKind::is_clocked): connect).
+//!   ([`OperatorKind::is_clocked`](crate::operator::OperatorKind::is_clocked): connect) or has a
+//!   `ttl` (its host needs every row's processing time).
 //! - [`Plan::origin_key_positions`]: where its results carry the key of the row they came from.
 //!
 //! The derived facts describe the operators' inputs as they were checked: a caller may swap an
@@ -41,7 +42,7 @@
 //! checks, the runtime's refusals and the CLI's ranges read the constants below, never a literal.
 
 use crate::config::{RuntimeSettings, SinkDef, SourceDef, StreamDef};
-use crate::operator::OperatorSpec;
+use crate::operator::{OperatorSpec, Side};
 use crate::record::Schema;
 
 /// The most shards a runtime runs: a tag's path step names the shard in 8 bits.
@@ -72,6 +73,9 @@ pub struct OperatorDef {
     pub output: Schema,
     /// Its kind and checked settings ([`OperatorSpec::kind`]).
     pub spec: OperatorSpec,
+    /// `ttl` in ms (processing time): state older than this leaves to `OPERATOR.expired`
+    /// (operator/host.rs, state/ttl.rs). The host's, not the kind's: any kind may have one.
+    pub ttl: Option<i64>,
 }
 
 /// A checked configuration.
@@ -143,7 +147,7 @@ impl Plan {
                 readers: Vec::new(),
                 depth: chain_depth(&def.inputs, |u| wired[u].depth),
                 chained: def.inputs.iter().any(|n| matches!(n, NodeRef::Operator(_))),
-                clocked: def.spec.kind().is_clocked(),
+                clocked: def.spec.kind().is_clocked() || def.ttl.is_some(),
                 origin: origin_key_positions(&streams, &operators, op),
             });
         }
@@ -244,20 +248,69 @@ pub enum Target {
     Stream(usize),
     Operator(usize),
     Late(usize),
+    Expired(usize),
     DeadLetter,
+}
+
+/// The suffix of an operator's late side output.
+pub const LATE_SUFFIX: &str = ".late";
+/// The suffix of an operator's expired side output (`ttl`, byte budget).
+pub const EXPIRED_SUFFIX: &str = ".expired";
+
+/// An operator's side output named by `name` (`OPERATOR.late` or `OPERATOR.expired`): the
+/// operator's name and whether it is the expired one.
+pub fn side_output(name: &str) -> Option<(&str, bool)> {
+    name.strip_suffix(LATE_SUFFIX)
+        .map(|op| (op, false))
+        .or_else(|| name.strip_suffix(EXPIRED_SUFFIX).map(|op| (op, true)))
 }
 
 impl Plan {
     /// Resolves an output name (replay's `--output`, a sink's `input`): a stream, an operator,
-    /// `OPERATOR.late` or `dead_letter`.
+    /// `OPERATOR.late`, `OPERATOR.expired` or `dead_letter`.
     pub fn target(&self, name: &str) -> Option<Target> {
         if name == crate::config::DEAD_LETTER {
             return Some(Target::DeadLetter);
         }
-        if let Some(op) = name.strip_suffix(".late").and_then(|n| self.operator(n)) {
-            return Some(Target::Late(op));
+        if let Some((operator, expired)) = side_output(name)
+            && let Some(op) = self.operator(operator)
+        {
+            return Some(if expired { Target::Expired(op) } else { Target::Late(op) });
         }
         self.stream(name).map(Target::Stream).or_else(|| self.operator(name).map(Target::Operator))
+    }
+
+    /// The schema rows of operator `op`'s `side` are laid out by.
+    pub fn side_schema(&self, op: usize, side: Side) -> &Schema {
+        let def = &self.operators[op];
+        match side {
+            Side::Late(input) | Side::Expired { input: Some(input), .. } => self.node_schema(def.inputs[input]),
+            Side::Result | Side::TooLarge | Side::Expired { input: None, .. } => &def.output,
+        }
+    }
+
+    /// Writes a row of operator `op`'s output `side` as the JSON line replay and the sinks write
+    /// (CONTRACT.md "Replay"). A too-large stand-in has no line of its own: nothing is written.
+    pub fn write_side_row(&self, out: &mut Vec<u8>, op: usize, side: Side, row: &crate::record::Row) {
+        use crate::record::json;
+        let def = &self.operators[op];
+        let schema = self.side_schema(op, side);
+        match side {
+            Side::Result => json::write_result(out, schema, row),
+            Side::Late(input) => {
+                let node = def.inputs[input];
+                json::write_late(out, schema, matches!(node, NodeRef::Operator(_)), self.node_name(node), row);
+            }
+            Side::Expired { reason, input: Some(input) } => {
+                let node = def.inputs[input];
+                let from_operator = matches!(node, NodeRef::Operator(_));
+                json::write_expired(out, schema, from_operator, self.node_name(node), row, reason.as_str());
+            }
+            Side::Expired { reason, input: None } => {
+                json::write_expired(out, schema, true, &def.name, row, reason.as_str());
+            }
+            Side::TooLarge => {}
+        }
     }
 }
 
@@ -317,6 +370,35 @@ timeout = "1s"
         assert!(!p.clocked(u) && !p.clocked(j) && !p.clocked(quiet));
         // The join's results carry the union's key `k` first (rule 9).
         assert_eq!(p.origin_key_positions(j), [0]);
+    }
+
+    #[test]
+    fn side_outputs_are_named_after_their_operator() {
+        let p = plan("[operators.u]\nkind = \"union\"\ninputs = [\"a\", \"b\"]\n");
+        let u = p.operator("u").expect("declared");
+        assert_eq!(p.target("u.late"), Some(Target::Late(u)));
+        assert_eq!(p.target("u.expired"), Some(Target::Expired(u)));
+        assert_eq!(p.target("a.expired"), None, "a stream has no side outputs");
+        assert_eq!(p.target("u"), Some(Target::Operator(u)));
+    }
+
+    #[test]
+    fn an_expired_row_is_written_with_its_input_and_reason() {
+        let p = plan("[operators.u]\nkind = \"union\"\ninputs = [\"a\", \"b\"]\n");
+        let row = crate::record::Row {
+            ts: 5,
+            key: crate::record::Key::Str("x".into()),
+            key_hash: 1,
+            id: 2,
+            values: vec![crate::record::Value::Str("x".into()), crate::record::Value::Int(5)].into(),
+        };
+        let mut out = Vec::new();
+        let side = Side::Expired { reason: crate::operator::ExpiryReason::Ttl, input: Some(1) };
+        p.write_side_row(&mut out, 0, side, &row);
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "{\"k\":\"x\",\"ts\":5,\"_stream\":\"b\",\"_ts\":5,\"_reason\":\"ttl\"}\n"
+        );
     }
 
     #[test]

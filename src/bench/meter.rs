@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use braid::checkpoint::{CheckpointDir, Completed, Manifest};
-use braid::operator::{OperatorSpec, ResultKind};
+use braid::operator::{ExpiryReason, OperatorSpec, ResultKind};
 use braid::plan::{OperatorDef, Plan};
 use braid::record::{Row, Value};
 use braid::shard::{Emit, Runtime, RuntimeError};
@@ -189,6 +189,8 @@ pub(super) struct Nothing;
 impl Emit for Nothing {
     fn result(&mut self, _operator: usize, _row: &Row, _after_barrier: bool) {}
     fn late(&mut self, _operator: usize, _input: usize, _row: &Row, _after_barrier: bool) {}
+    // Counted by the operator hosts (`braid_operator_expired_total`); the bench writes no rows.
+    fn expired(&mut self, _: usize, _: ExpiryReason, _: Option<usize>, _: &Row, _: bool) {}
     fn checkpointed(&mut self, _done: Completed) {}
 }
 
@@ -219,6 +221,8 @@ impl Emit for Meter {
     }
 
     fn late(&mut self, _operator: usize, _input: usize, _row: &Row, _after_barrier: bool) {}
+    // Counted by the operator hosts (`braid_operator_expired_total`); the bench writes no rows.
+    fn expired(&mut self, _: usize, _: ExpiryReason, _: Option<usize>, _: &Row, _: bool) {}
 }
 
 pub(super) use braid::time::cpu::process as process_cpu_time;

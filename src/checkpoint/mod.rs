@@ -45,7 +45,8 @@ use crate::plan::Plan;
 use crate::state::snapshot::{self, SnapshotError};
 
 /// Bumped whenever any snapshot layout changes: a checkpoint of another version is not read.
-pub const FORMAT_VERSION: u32 = 2;
+/// 3: operator counters count expired rows; operator hosts keep the written-at times `ttl` needs.
+pub const FORMAT_VERSION: u32 = 3;
 /// Magic, version, crc, payload length, zeros: 32 bytes, so the archive after it is 16-aligned.
 const HEADER: usize = 32;
 const SHARD_MAGIC: &[u8; 8] = b"braidshd";
@@ -84,7 +85,7 @@ pub struct ShardFile {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct Early {
     pub op: u32,
-    /// [`crate::shard::wire::RESULT`] for a result, else the input of a late row.
+    /// Which output ([`Side::code`](crate::operator::Side::code)): a result, a late or an expired row.
     pub input: u32,
     pub id: u64,
 }

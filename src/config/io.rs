@@ -341,10 +341,10 @@ pub fn sinks(
 }
 
 fn sink_inputs(t: Table<'_, '_>, streams: &Streams, graph: &Graph, errors: &mut Errors) -> Vec<String> {
-    let what = "a list of streams, operators, OPERATOR.late or dead_letter";
+    let what = "a list of streams, operators, OPERATOR.late, OPERATOR.expired or dead_letter";
     let Some(items) = t.required_list("inputs", errors, what) else { return Vec::new() };
     let known = |name: &str| {
-        let operator = name.strip_suffix(".late").unwrap_or(name);
+        let operator = crate::plan::side_output(name).map_or(name, |(op, _)| op);
         name == DEAD_LETTER
             || graph.outputs.contains_key(operator)
             || (operator == name
@@ -355,7 +355,7 @@ fn sink_inputs(t: Table<'_, '_>, streams: &Streams, graph: &Graph, errors: &mut 
             errors.at(
                 span,
                 &t.child_path("inputs"),
-                format!("{name:?} is no stream, operator, OPERATOR.late or dead_letter"),
+                format!("{name:?} is no stream, operator, OPERATOR.late, OPERATOR.expired or dead_letter"),
             );
         }
     }
@@ -405,7 +405,8 @@ fn mqtt_sink(t: Table<'_, '_>, sink: &mut SinkDef, errors: &mut Errors) {
 }
 
 /// Every `{field}` of an MQTT sink's topic must be a field of every input's rows (a late side
-/// output: of each of the operator's inputs; `dead_letter` rows have none), so that `run` can
+/// output: of each of the operator's inputs; an expired one: those and the operator's output, for
+/// the results an open window would have emitted; `dead_letter` rows have none), so that `run` can
 /// render the topic of every row it sends.
 fn check_topic_fields(t: Table<'_, '_>, sink: &SinkDef, streams: &Streams, graph: &Graph, errors: &mut Errors) {
     let (Some(topic), Some((_, span))) = (&sink.topic, t.str("topic", errors)) else { return };
@@ -420,9 +421,14 @@ fn check_topic_fields(t: Table<'_, '_>, sink: &SinkDef, streams: &Streams, graph
     for input in &sink.inputs {
         let schemas: Vec<&crate::record::Schema> = if input == DEAD_LETTER {
             vec![&empty]
-        } else if let Some(op) = input.strip_suffix(".late").and_then(|n| graph.operators.iter().find(|o| o.name == n))
+        } else if let Some((op, expired)) = crate::plan::side_output(input)
+            .and_then(|(n, expired)| graph.operators.iter().find(|o| o.name == n).map(|o| (o, expired)))
         {
-            op.inputs.iter().filter_map(|&n| node_schema(n)).collect()
+            let mut schemas: Vec<_> = op.inputs.iter().filter_map(|&n| node_schema(n)).collect();
+            if expired {
+                schemas.push(&op.output);
+            }
+            schemas
         } else if let Some(op) = graph.operators.iter().find(|o| &o.name == input) {
             vec![&op.output]
         } else if let Some(def) = streams.defs.iter().find(|d| &d.name == input) {

@@ -32,7 +32,11 @@ pub struct Graph {
     pub outputs: HashMap<String, Option<Schema>>,
 }
 
-/// The keys `[operators.NAME]` of `kind` may have.
+/// The keys every `[operators.NAME]` may have, whatever its kind: `ttl` (bounded state, the
+/// operator host's; operator/host.rs).
+const COMMON_KEYS: &[&str] = &["ttl"];
+
+/// The keys `[operators.NAME]` of `kind` may have, besides [`COMMON_KEYS`].
 fn allowed_keys(kind: OperatorKind) -> &'static [&'static str] {
     match kind {
         OperatorKind::Union => &["kind", "inputs", "key"],
@@ -97,6 +101,7 @@ struct Checked {
     spec: OperatorSpec,
     /// [`chain_depth`]: operators on the longest chain ending here.
     depth: usize,
+    ttl: Option<i64>,
 }
 
 /// Resolves operator inputs (checking upstream operators first) while each kind checks its table.
@@ -138,7 +143,7 @@ pub fn operators(section: Table<'_, '_>, streams: &Streams, errors: &mut Errors)
     let operators = builder
         .checked
         .into_iter()
-        .map(|c| OperatorDef { spec: c.spec, name: c.name, inputs: c.inputs, output: c.output })
+        .map(|c| OperatorDef { spec: c.spec, name: c.name, inputs: c.inputs, output: c.output, ttl: c.ttl })
         .collect();
     Graph { operators, outputs }
 }
@@ -231,7 +236,16 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
             errors.at(&kind_span, &t.child_path("kind"), format!("must be one of {}", kind_names()));
             return None;
         };
-        t.check_keys(allowed_keys(kind), errors);
+        let mut keys = allowed_keys(kind).to_vec();
+        keys.extend_from_slice(COMMON_KEYS);
+        t.check_keys(&keys, errors);
+        let ttl = t.duration("ttl", errors).filter(|&ms| {
+            let positive = ms > 0;
+            if !positive {
+                t.error("ttl", errors, "must be positive (leave it out for no ttl)");
+            }
+            positive
+        });
         let built = match kind {
             OperatorKind::IntervalJoin => operator::interval_join::check(self, name, t, errors),
             OperatorKind::WindowJoin => operator::window_join::check(self, name, t, errors),
@@ -248,7 +262,14 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
             return None;
         }
         let depth = chain_depth(&built.inputs, |u| self.checked[u].depth);
-        Some(Checked { name: name.to_owned(), inputs: built.inputs, output: built.output, spec: built.spec, depth })
+        Some(Checked {
+            name: name.to_owned(),
+            inputs: built.inputs,
+            output: built.output,
+            spec: built.spec,
+            depth,
+            ttl,
+        })
     }
 
     /// `left` and `right`: keyed alike (string vs int keys never match), broadcast only where

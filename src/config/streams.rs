@@ -68,7 +68,9 @@ pub fn streams(section: Table<'_, '_>, sources: &[SourceDef], errors: &mut Error
 /// Why `name` cannot name a stream or operator, if it cannot.
 pub fn bad_name(name: &str) -> Option<String> {
     if name.contains('.') {
-        Some(format!("{name:?}: a stream or operator name may not contain '.' (outputs are named NAME.late)"))
+        Some(format!(
+            "{name:?}: a stream or operator name may not contain '.' (outputs are named NAME.late, NAME.expired)"
+        ))
     } else if name == DEAD_LETTER {
         Some(format!("{DEAD_LETTER:?} is reserved for rows that could not be used"))
     } else if name.is_empty() {

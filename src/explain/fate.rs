@@ -4,10 +4,10 @@
 //! the operator's own rules (its spec's bounds and windows, rule 8's last chances) against those
 //! facts, and partners are found by the result ids the operator emitted ([`IdHasher::pair`]).
 
-use crate::operator::OperatorSpec;
 use crate::operator::connect::END_OF_INPUT;
 use crate::operator::host::Arrival;
 use crate::operator::window::WindowSpec;
+use crate::operator::{ExpiryReason, OperatorSpec};
 use crate::record::id::IdHasher;
 use crate::time::Time;
 
@@ -20,7 +20,7 @@ pub enum Fate {
     Unmatched,
     Late,
     DeadLetter,
-    /// Removed by `ttl` or the state budget (once bounded state has landed).
+    /// Removed by `ttl` or the state budget: it went to `OPERATOR.expired`.
     Expired,
 }
 
@@ -47,6 +47,8 @@ pub struct AtOperator<'a> {
     /// The operator's watermark moves: (tick, watermark), in order.
     pub moves: Vec<(i128, Time)>,
     pub emitted: Vec<&'a Emitted>,
+    /// Rows of the key (by id) the operator gave up to `OPERATOR.expired`, and why.
+    pub expired: Vec<(u64, ExpiryReason)>,
     /// Per input: why its rows of the key may be missing — keys that resemble the one asked
     /// about ("status has 'DEV-1'"), rows of the key dead-lettered.
     pub hints: Vec<Option<String>>,
@@ -60,6 +62,9 @@ pub fn fate(at: &AtOperator<'_>, row: &Arrival) -> Option<(Fate, String)> {
     if row.late {
         return Some((Fate::Late, late(at, row)));
     }
+    if let Some(&(_, reason)) = at.expired.iter().find(|(id, _)| *id == row.id) {
+        return Some((Fate::Expired, expired(at, reason)));
+    }
     let told = match at.spec {
         OperatorSpec::IntervalJoin(spec) => interval_join(at, row, spec),
         OperatorSpec::TemporalJoin(_) => temporal_join(at, row),
@@ -69,6 +74,15 @@ pub fn fate(at: &AtOperator<'_>, row: &Arrival) -> Option<(Fate, String)> {
         OperatorSpec::Union(_) | OperatorSpec::Connect(_) | OperatorSpec::Absence(_) => return None,
     };
     Some(told)
+}
+
+/// Why a row went to `OPERATOR.expired`.
+fn expired(at: &AtOperator<'_>, reason: ExpiryReason) -> String {
+    let cause = match reason {
+        ExpiryReason::Ttl => "its ttl passed (processing time since it was written) before the watermark freed it",
+        ExpiryReason::Budget => "the shard's state budget was full and it was among the oldest rows",
+    };
+    format!("expired: {cause}, so it left {}'s state and went to {}.expired", at.name, at.name)
 }
 
 /// A time for people: `-inf` / `+inf` for the infinities.

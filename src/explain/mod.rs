@@ -102,6 +102,7 @@ fn tell(plan: &Plan, watch: &Watch<'_>, shards: usize) -> Story {
     notes.sort_by_key(|n| match n {
         TraceNote::Arrival(a) => (0, a.shard),
         TraceNote::Watermark { .. } => (1, 0),
+        TraceNote::Expired { .. } => (2, 0),
     });
     let arrivals: Vec<&Arrival> =
         notes.iter().filter_map(|n| if let TraceNote::Arrival(a) = n { Some(a) } else { None }).collect();
@@ -254,6 +255,13 @@ fn at_operator<'a>(
             })
             .collect(),
         emitted: watch.emitted.iter().filter(|e| e.op == op).collect(),
+        expired: notes
+            .iter()
+            .filter_map(|n| match *n {
+                TraceNote::Expired { op: o, id, reason, .. } if o == op => Some((id, reason)),
+                _ => None,
+            })
+            .collect(),
         hints,
         key: format!("'{}'", watch.key.text),
     }

@@ -20,7 +20,7 @@
 //!   and every move of its watermark. Without one the row path pays a single branch.
 
 use super::connect::END_OF_INPUT;
-use super::{Operator, Output, Quality, ResultKind};
+use super::{ExpiryReason, Operator, Output, Quality, ResultKind};
 use crate::record::{ArchivedRow, Row};
 use crate::state::snapshot::{self, SnapshotError};
 use crate::time::clock::InputTime;
@@ -44,6 +44,13 @@ pub enum TraceNote {
         op: usize,
         tick: i128,
         watermark: Time,
+    },
+    /// A row of a traced key (`id`) left operator `op`'s state to `OPERATOR.expired`.
+    Expired {
+        op: usize,
+        key_hash: u64,
+        id: u64,
+        reason: ExpiryReason,
     },
 }
 
@@ -119,6 +126,9 @@ pub struct OperatorCounters {
     pub unmatched: Vec<u64>,
     /// By [`ResultKind`] in `ResultKind::ALL` order.
     pub results: [u64; ResultKind::ALL.len()],
+    /// Rows and would-be results sent to `OPERATOR.expired`, by [`ExpiryReason`] in
+    /// `ExpiryReason::ALL` order.
+    pub expired: [u64; ExpiryReason::ALL.len()],
 }
 
 impl OperatorCounters {
@@ -129,6 +139,7 @@ impl OperatorCounters {
             matched: vec![0; inputs],
             unmatched: vec![0; inputs],
             results: [0; ResultKind::ALL.len()],
+            expired: [0; ExpiryReason::ALL.len()],
         }
     }
 
@@ -148,6 +159,9 @@ impl OperatorCounters {
         for (a, b) in self.results.iter_mut().zip(&other.results) {
             *a += b;
         }
+        for (a, b) in self.expired.iter_mut().zip(&other.expired) {
+            *a += b;
+        }
     }
 
     /// Counts what one activation produced (the whole of `out`, drained after each).
@@ -157,6 +171,9 @@ impl OperatorCounters {
         }
         for (kind, _) in &out.results {
             self.results[*kind as usize] += 1;
+        }
+        for expired in &out.expired {
+            self.expired[expired.reason as usize] += 1;
         }
     }
 }
@@ -243,6 +260,7 @@ impl OperatorHost {
         if !speaks {
             out.late.clear();
         }
+        self.settle_expired(out);
         self.counters.count(out);
         if let Some(tracing) = &self.tracing
             && speaks
@@ -297,7 +315,26 @@ impl OperatorHost {
 
     fn activate(&mut self, out: &mut Output, call: impl FnOnce(&mut Operator, &mut Output)) {
         call(&mut self.operator, out);
+        self.settle_expired(out);
         self.counters.count(out);
+    }
+
+    /// Every instance holds every broadcast row, so every instance expires it: shard 0's alone
+    /// reports it (as with late broadcast rows). A trace notes the expiries of its keys.
+    fn settle_expired(&mut self, out: &mut Output) {
+        if out.expired.is_empty() {
+            return;
+        }
+        if !self.speaks_for_broadcast {
+            out.expired.retain(|e| e.row.key != crate::record::Key::Broadcast);
+        }
+        if let Some(tracing) = &self.tracing {
+            for e in out.expired.iter().filter(|e| e.input.is_some() && tracing.trace.follows(e.row.key_hash)) {
+                let note =
+                    TraceNote::Expired { op: tracing.op, key_hash: e.row.key_hash, id: e.row.id, reason: e.reason };
+                tracing.trace.note(note);
+            }
+        }
     }
 
     /// The rank of one of this operator's results among what all its instances emit at once.
@@ -375,9 +412,17 @@ impl OperatorHost {
         });
     }
 
-    /// Evicts one row `offer_evictable` named; the row, for `OPERATOR.expired`.
-    pub fn evict(&mut self, candidate: &crate::state::budget::Candidate) -> Option<Row> {
-        self.operator.evict(candidate.input, candidate.key_hash, candidate.handle)
+    /// Evicts one row `offer_evictable` named into `out.expired` (`_reason` `budget`), counted;
+    /// false when the row had left meanwhile.
+    pub fn evict(&mut self, candidate: &crate::state::budget::Candidate, out: &mut Output) -> bool {
+        let Some(row) = self.operator.evict(candidate.input, candidate.key_hash, candidate.handle) else {
+            return false;
+        };
+        let reason = super::ExpiryReason::Budget;
+        out.expired.push(super::Expired { reason, input: Some(candidate.input), row });
+        self.settle_expired(out);
+        self.counters.count(out);
+        true
     }
 
     /// Live state of this instance: (rows, bytes).

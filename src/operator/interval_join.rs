@@ -319,9 +319,16 @@ impl IntervalJoin {
     }
 
     /// Every stored row's input, (ts, id), key hash and handle (state/budget.rs, eviction).
+    /// Broadcast rows are left out: every shard holds each of them, and shards evict on their
+    /// own budgets.
     pub fn visit_evictable(&self, visit: &mut dyn FnMut(usize, i64, u64, u64, u64)) {
+        let broadcast = crate::record::id::key_hash(&crate::record::Key::Broadcast);
         for (input, store) in self.state.iter().enumerate() {
-            store.visit_ages(&mut |ts, id, key_hash, handle| visit(input, ts, id, key_hash, handle));
+            store.visit_ages(&mut |ts, id, key_hash, handle| {
+                if key_hash != broadcast {
+                    visit(input, ts, id, key_hash, handle);
+                }
+            });
         }
     }
 

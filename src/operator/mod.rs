@@ -79,12 +79,98 @@ impl ResultKind {
     }
 }
 
+/// Why state left an operator other than by its watermark: the `_reason` of a row of
+/// `OPERATOR.expired` and the `reason` label of `braid_operator_expired_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ExpiryReason {
+    /// The operator's `ttl` passed since the row (or its key's state) was last written.
+    Ttl,
+    /// The shard's byte budget (`runtime.state_budget`, `on_state_full = "evict_oldest"`).
+    Budget,
+}
+
+impl ExpiryReason {
+    pub const ALL: [ExpiryReason; 2] = [ExpiryReason::Ttl, ExpiryReason::Budget];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExpiryReason::Ttl => "ttl",
+            ExpiryReason::Budget => "budget",
+        }
+    }
+}
+
+/// A row of `OPERATOR.expired`: state the operator gave up before its watermark freed it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expired {
+    pub reason: ExpiryReason,
+    /// The input a stored row came on; `None` for a result the operator would have emitted
+    /// (an open window or aggregate), laid out by the operator's output schema.
+    pub input: Option<usize>,
+    pub row: Row,
+}
+
+/// Which of an operator's outputs a row leaving a shard belongs to. It travels to the collector
+/// as one `u32` (shard/wire.rs `Output` frames, a checkpoint's early rows): [`Side::code`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Result,
+    /// `OPERATOR.late`, with the input the row came on.
+    Late(usize),
+    /// `OPERATOR.expired` ([`Expired`]).
+    Expired {
+        reason: ExpiryReason,
+        input: Option<usize>,
+    },
+    /// A result or side row too large for the rings: a stand-in for `dead_letter`.
+    TooLarge,
+}
+
+impl Side {
+    const RESULT: u32 = u32::MAX;
+    const TOO_LARGE: u32 = u32::MAX - 1;
+    /// Set on an expired row's code, with the reason in the next byte and the input (or
+    /// [`Self::NO_INPUT`]) in the low 16 bits; a late row's code is its input, below it.
+    const EXPIRED: u32 = 1 << 31;
+    const NO_INPUT: u32 = 0xffff;
+
+    pub fn code(self) -> u32 {
+        match self {
+            Side::Result => Side::RESULT,
+            Side::TooLarge => Side::TOO_LARGE,
+            Side::Late(input) => input as u32,
+            Side::Expired { reason, input } => {
+                let input = input.map_or(Side::NO_INPUT, |i| i as u32);
+                Side::EXPIRED | (reason as u32) << 16 | input
+            }
+        }
+    }
+
+    pub fn of(code: u32) -> Side {
+        match code {
+            Side::RESULT => Side::Result,
+            Side::TOO_LARGE => Side::TooLarge,
+            c if c & Side::EXPIRED != 0 => {
+                let reason = ExpiryReason::ALL[(((c >> 16) & 0xff) as usize).min(ExpiryReason::ALL.len() - 1)];
+                let input = c & 0xffff;
+                Side::Expired { reason, input: (input != Side::NO_INPUT).then_some(input as usize) }
+            }
+            input => Side::Late(input as usize),
+        }
+    }
+}
+
+// An operator's inputs fit the 16 bits an expired row's code gives them.
+const _: () = assert!(crate::plan::MAX_INPUTS < Side::NO_INPUT as usize);
+
 /// What one activation of an operator produced; the runtime drains it after every call.
 #[derive(Default, Debug)]
 pub struct Output {
     pub results: Vec<(ResultKind, Row)>,
     /// Late rows with the index of the input they came on.
     pub late: Vec<(usize, Row)>,
+    /// Rows and would-be results removed by `ttl` or the byte budget (`OPERATOR.expired`).
+    pub expired: Vec<Expired>,
     /// Rows a window aggregate's `where` dropped: a running count, never drained (explain's
     /// trace compares it before and after a row; nothing else is done with such a row).
     pub filtered: usize,
@@ -92,7 +178,7 @@ pub struct Output {
 
 impl Output {
     pub fn is_empty(&self) -> bool {
-        self.results.is_empty() && self.late.is_empty()
+        self.results.is_empty() && self.late.is_empty() && self.expired.is_empty()
     }
 }
 
@@ -535,6 +621,24 @@ impl Operator {
             Operator::IntervalJoin(op) => op.state_bytes(),
             Operator::TemporalJoin(op) => op.state_bytes(),
             Operator::Absence(op) => op.state_bytes(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_side_travels_as_one_word_and_back() {
+        let mut sides = vec![Side::Result, Side::TooLarge, Side::Late(0), Side::Late(crate::plan::MAX_INPUTS - 1)];
+        for reason in ExpiryReason::ALL {
+            for input in [None, Some(0), Some(3), Some(crate::plan::MAX_INPUTS - 1)] {
+                sides.push(Side::Expired { reason, input });
+            }
+        }
+        for side in sides {
+            assert_eq!(Side::of(side.code()), side, "{side:?} as {:#x}", side.code());
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use crate::operator::ResultKind;
+use crate::operator::{ExpiryReason, ResultKind};
 use crate::plan::{NodeRef, Plan};
 use crate::shard::Figures;
 
@@ -140,6 +140,21 @@ pub fn render(plan: &Plan, figures: &Figures) -> String {
         "counter",
         "Rows routed to the late side output.",
         per_input(|c| &c.late, false),
+    );
+    family(
+        "braid_operator_expired_total",
+        "counter",
+        "Rows (and would-be results of open windows) routed to the expired side output, by reason.",
+        operators()
+            .flat_map(|(i, o)| {
+                ExpiryReason::ALL.iter().map(move |r| {
+                    (
+                        format!("operator=\"{}\",reason=\"{}\"", o.name, r.as_str()),
+                        figures.operator_counters[i].expired[*r as usize].to_string(),
+                    )
+                })
+            })
+            .collect(),
     );
     family(
         "braid_operator_matched_total",

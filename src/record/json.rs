@@ -50,15 +50,29 @@ pub fn write_result(out: &mut Vec<u8>, schema: &Schema, row: &Row) {
 /// A late row: the row's fields (an upstream result keeps its `_id`), `_stream` naming the input
 /// it came on, and `_ts`.
 pub fn write_late(out: &mut Vec<u8>, schema: &Schema, from_operator: bool, input: &str, row: &Row) {
+    write_side_row(out, schema, from_operator, input, row, None);
+}
+
+/// A row of `OPERATOR.expired`: as a late row (`stream`: the input it came on, or the operator
+/// for a result it would have emitted), with `_reason`.
+pub fn write_expired(out: &mut Vec<u8>, schema: &Schema, with_id: bool, stream: &str, row: &Row, reason: &str) {
+    write_side_row(out, schema, with_id, stream, row, Some(reason));
+}
+
+fn write_side_row(out: &mut Vec<u8>, schema: &Schema, with_id: bool, stream: &str, row: &Row, reason: Option<&str>) {
     open_object(out, schema, row);
-    if from_operator {
+    if with_id {
         member(out, "_id");
         write_id(out, row.id);
     }
     member(out, "_stream");
-    write_str(out, input);
+    write_str(out, stream);
     member(out, "_ts");
     write_int(out, row.ts);
+    if let Some(reason) = reason {
+        member(out, "_reason");
+        write_str(out, reason);
+    }
     out.extend_from_slice(b"}\n");
 }
 

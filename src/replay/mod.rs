@@ -28,6 +28,7 @@ use thiserror::Error;
 use crate::checkpoint::Completed;
 use crate::checkpoint::{CheckpointDir, Loaded};
 use crate::config::Durability;
+use crate::operator::ExpiryReason;
 use crate::plan::{Plan, Target};
 use crate::record::Row;
 use crate::record::decode::{Reason, check_time_window, dead_letter_raw};
@@ -52,7 +53,7 @@ pub struct Position {
 pub enum ReplayError {
     #[error("--input {0}: not a stream of the config")]
     UnknownInput(String),
-    #[error("--output {0}: no such stream, operator, OPERATOR.late or dead_letter")]
+    #[error("--output {0}: no such stream, operator, OPERATOR.late, OPERATOR.expired or dead_letter")]
     UnknownOutput(String),
     #[error("--input {name}={path}: {error}")]
     Unreadable { name: String, path: PathBuf, error: std::io::Error },
@@ -109,6 +110,10 @@ impl Emit for Observed<'_, '_> {
 
     fn late(&mut self, operator: usize, input: usize, row: &Row, after_barrier: bool) {
         self.outputs.late(operator, input, row, after_barrier);
+    }
+
+    fn expired(&mut self, operator: usize, reason: ExpiryReason, input: Option<usize>, row: &Row, after_barrier: bool) {
+        self.outputs.expired(operator, reason, input, row, after_barrier);
     }
 
     fn too_large(&mut self, operator: usize, raw: &str) {

@@ -14,7 +14,8 @@ use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use crate::checkpoint::{CheckpointDir, Completed, Manifest};
-use crate::plan::{NodeRef, Plan, Target};
+use crate::operator::{ExpiryReason, Side};
+use crate::plan::{Plan, Target};
 use crate::record::decode::TOO_LARGE;
 use crate::record::{Row, json};
 use crate::shard::Emit;
@@ -258,10 +259,15 @@ impl Emit for Outputs<'_> {
 
     fn late(&mut self, operator: usize, input: usize, row: &Row, early: bool) {
         if self.wants(Target::Late(operator)) {
-            let node = self.plan.operators[operator].inputs[input];
-            let from_operator = matches!(node, NodeRef::Operator(_));
-            json::write_late(&mut self.buf, self.plan.node_schema(node), from_operator, self.plan.node_name(node), row);
+            self.plan.write_side_row(&mut self.buf, operator, Side::Late(input), row);
             self.write(Target::Late(operator), early);
+        }
+    }
+
+    fn expired(&mut self, operator: usize, reason: ExpiryReason, input: Option<usize>, row: &Row, early: bool) {
+        if self.wants(Target::Expired(operator)) {
+            self.plan.write_side_row(&mut self.buf, operator, Side::Expired { reason, input }, row);
+            self.write(Target::Expired(operator), early);
         }
     }
 

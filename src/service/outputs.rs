@@ -18,7 +18,8 @@ use thiserror::Error;
 use super::taken::Taken;
 use crate::checkpoint::Completed;
 use crate::config::{SinkDef, SinkKind};
-use crate::plan::{NodeRef, Plan, Target};
+use crate::operator::{ExpiryReason, Side};
+use crate::plan::{EXPIRED_SUFFIX, LATE_SUFFIX, Plan, Target};
 use crate::record::decode::TOO_LARGE;
 use crate::record::{Row, Schema, json};
 use crate::shard::Emit;
@@ -31,7 +32,7 @@ pub enum OutputError {
     Open { sink: String, path: String, error: std::io::Error },
     #[error("sink {sink}: topic for input {input:?}: {message}")]
     Topic { sink: String, input: String, message: String },
-    #[error("sink {sink}: input {input:?} is no stream, operator, OPERATOR.late or dead_letter")]
+    #[error("sink {sink}: input {input:?} is no stream, operator, OPERATOR.late, OPERATOR.expired or dead_letter")]
     Input { sink: String, input: String },
     #[error("sink {sink}: {error}")]
     Uplink { sink: String, error: String },
@@ -245,16 +246,16 @@ impl Emit for Outputs {
     fn late(&mut self, operator: usize, input: usize, row: &Row, early: bool) {
         self.counters.late[operator].fetch_add(1, Ordering::Relaxed);
         if self.wants(Target::Late(operator)) {
-            let node = self.plan.operators[operator].inputs[input];
-            let from_operator = matches!(node, NodeRef::Operator(_));
-            json::write_late(
-                &mut self.line,
-                self.plan.node_schema(node),
-                from_operator,
-                self.plan.node_name(node),
-                row,
-            );
+            self.plan.write_side_row(&mut self.line, operator, Side::Late(input), row);
             self.deliver(Target::Late(operator), input, Some(&row.values), early);
+        }
+    }
+
+    fn expired(&mut self, operator: usize, reason: ExpiryReason, input: Option<usize>, row: &Row, early: bool) {
+        if self.wants(Target::Expired(operator)) {
+            self.plan.write_side_row(&mut self.line, operator, Side::Expired { reason, input }, row);
+            let schema = input.unwrap_or(self.plan.operators[operator].inputs.len());
+            self.deliver(Target::Expired(operator), schema, Some(&row.values), early);
         }
     }
 
@@ -294,6 +295,7 @@ fn open_sink(plan: &Plan, def: &SinkDef, uplinks: &[Arc<Uplink>]) -> Result<Sink
             for (input, &t) in def.inputs.iter().zip(&targets) {
                 let schemas = match t {
                     Target::Late(op) => plan.operators[op].inputs.len(),
+                    Target::Expired(op) => plan.operators[op].inputs.len() + 1,
                     _ => 1,
                 };
                 let compiled = (0..schemas)
@@ -316,7 +318,8 @@ fn open_append(path: &Path) -> std::io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)
 }
 
-/// The schema rows of `target` are laid out by (a late side output: that of its input `input`).
+/// The schema rows of `target` are laid out by (a late side output: that of its input `input`;
+/// an expired one: that of its input `input`, or past the last input the operator's output's).
 /// Dead letters have none: an empty schema, so a topic template naming a field fails to compile
 /// for them, at start.
 fn target_schema(plan: &Plan, target: Target, input: usize) -> &Schema {
@@ -324,7 +327,11 @@ fn target_schema(plan: &Plan, target: Target, input: usize) -> &Schema {
     match target {
         Target::Stream(s) => &plan.streams[s].schema,
         Target::Operator(op) => &plan.operators[op].output,
-        Target::Late(op) => plan.node_schema(plan.operators[op].inputs[input]),
+        Target::Late(op) => plan.side_schema(op, Side::Late(input)),
+        Target::Expired(op) => {
+            let input = (input < plan.operators[op].inputs.len()).then_some(input);
+            plan.side_schema(op, Side::Expired { reason: ExpiryReason::Ttl, input })
+        }
         Target::DeadLetter => EMPTY.get_or_init(|| Schema::new(Vec::new(), None, crate::record::TimeSpec::Ingest)),
     }
 }
@@ -334,7 +341,8 @@ fn target_name(plan: &Plan, target: Target) -> String {
     match target {
         Target::Stream(s) => plan.streams[s].name.clone(),
         Target::Operator(op) => plan.operators[op].name.clone(),
-        Target::Late(op) => format!("{}.late", plan.operators[op].name),
+        Target::Late(op) => format!("{}{LATE_SUFFIX}", plan.operators[op].name),
+        Target::Expired(op) => format!("{}{EXPIRED_SUFFIX}", plan.operators[op].name),
         Target::DeadLetter => crate::config::DEAD_LETTER.to_owned(),
     }
 }

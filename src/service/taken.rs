@@ -181,6 +181,7 @@ fn hash(target: Target, line: &[u8]) -> u64 {
         Target::Operator(o) => (1, o),
         Target::Late(o) => (2, o),
         Target::DeadLetter => (3, 0),
+        Target::Expired(o) => (4, o),
     };
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
     hasher.update(&[kind]);

@@ -9,8 +9,9 @@ use crate::ring::FrameKind;
 use crate::state::snapshot::{self, SnapshotError};
 use crate::time::ticks::PlannerState;
 
-use super::wire::{RESULT, SHARD_DONE, SHARD_FAILED};
+use super::wire::{SHARD_DONE, SHARD_FAILED};
 use super::{Emit, Runtime, RuntimeError, StreamCounters};
+use crate::operator::Side;
 
 /// A checkpoint whose barrier is on its way through the shards.
 pub(super) struct InFlight {
@@ -125,18 +126,20 @@ impl Runtime {
         emit.checkpointed(Completed { epoch, feeder: flight.feeder, driver: flight.driver, early: flight.early });
     }
 
-    /// Hands a result or late row of `op` from `shard` to `emit`, noting it when it left after
-    /// its instance passed the barrier of the checkpoint under way.
-    pub(super) fn emit_output(&mut self, shard: usize, op: usize, input: u32, row: &Row, emit: &mut impl Emit) {
+    /// Hands a result, late or expired row of `op` from `shard` to `emit`, noting it when it
+    /// left after its instance passed the barrier of the checkpoint under way.
+    pub(super) fn emit_output(&mut self, shard: usize, op: usize, side: Side, row: &Row, emit: &mut impl Emit) {
         let flight = self.in_flight.as_mut().filter(|f| f.passed[shard].get(op).copied().unwrap_or(false));
         let after_barrier = flight.is_some();
         if let Some(flight) = flight {
-            flight.early.push(Early { op: op as u32, input, id: row.id });
+            flight.early.push(Early { op: op as u32, input: side.code(), id: row.id });
         }
-        if input == RESULT {
-            emit.result(op, row, after_barrier);
-        } else {
-            emit.late(op, input as usize, row, after_barrier);
+        match side {
+            Side::Result => emit.result(op, row, after_barrier),
+            Side::Late(input) => emit.late(op, input, row, after_barrier),
+            Side::Expired { reason, input } => emit.expired(op, reason, input, row, after_barrier),
+            // The collector hands stand-ins to `Emit::too_large` before this.
+            Side::TooLarge => {}
         }
     }
 }

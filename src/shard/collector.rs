@@ -12,9 +12,10 @@ use crate::ring::FrameKind;
 use crate::time::Time;
 
 use super::driver::Driver;
-use super::wire::{Frame, TOO_LARGE};
+use super::wire::Frame;
 use super::{Runtime, RuntimeError};
 use crate::checkpoint::Completed;
+use crate::operator::{ExpiryReason, Side};
 
 /// Rows a shard's window must hold before its hot key is reported.
 pub const HOT_KEY_MIN_ROWS: u64 = 100;
@@ -29,6 +30,10 @@ pub trait Emit {
     /// `row` reached operator `operator` on input `input` late (`after_barrier` as for
     /// [`result`](Self::result)).
     fn late(&mut self, operator: usize, input: usize, row: &Row, after_barrier: bool);
+    /// Operator `operator` gave up state before its watermark freed it (`reason`): a stored row
+    /// of input `input`, or (`None`) the result an open window or aggregate would have emitted
+    /// (`after_barrier` as for [`result`](Self::result)).
+    fn expired(&mut self, operator: usize, reason: ExpiryReason, input: Option<usize>, row: &Row, after_barrier: bool);
     /// A result (or late row) of operator `operator` was too large for the rings: it goes to
     /// `dead_letter` with `_stream` the operator's name, `raw` its first KiB as JSON and
     /// `_reason` `too_large`. The runtime counts it ([`Figures::operator_too_large`]) whatever an
@@ -195,7 +200,7 @@ impl Runtime {
         let mut results = std::mem::take(&mut self.results);
         for (shard, inbox) in results.iter_mut().enumerate() {
             any |= inbox.read_frames(|frame| match frame {
-                Frame::Output { op, input: TOO_LARGE, row } => {
+                Frame::Output { op, side: Side::TooLarge, row } => {
                     self.too_large[op] += 1;
                     let stand_in = to_row(row);
                     let raw = match stand_in.values.first() {
@@ -204,7 +209,7 @@ impl Runtime {
                     };
                     emit.too_large(op, raw);
                 }
-                Frame::Output { op, input, row } => self.emit_output(shard, op, input, &to_row(row), emit),
+                Frame::Output { op, side, row } => self.emit_output(shard, op, side, &to_row(row), emit),
                 Frame::Passed { op, epoch } => self.on_passed(shard, op, epoch, emit),
                 _ => {}
             }) > 0;

@@ -12,7 +12,7 @@
 //! | `Exchange` | operator u32, input u32, pad, tag | archived row |
 //! | `Frontier` | operator u32, pad, tag | |
 //! | `TickDone` | operator u32, pad, seq u64, watermark i128 | |
-//! | `Output` | operator u32, input u32 (`u32::MAX`: a result, else the input of a late row), pad | archived row |
+//! | `Output` | operator u32, side u32 ([`Side::code`](crate::operator::Side): a result, a late or expired row, a too-large stand-in), pad | archived row |
 //! | `Barrier` | seq u64, epoch u64 | |
 //! | `Passed` | operator u32 ([`SHARD_DONE`]: the whole shard), pad, epoch u64 | |
 //!
@@ -20,6 +20,7 @@
 //! callers state, in a `SAFETY:` comment, that the bytes come from a ring the runtime created in
 //! this run and that only a [`Writer`] filled.
 
+use crate::operator::Side;
 use crate::record::frame::{FrameError, RowEncoder, access_unchecked};
 use crate::record::{ArchivedRow, Row};
 use crate::ring::FrameKind;
@@ -28,16 +29,11 @@ use crate::time::{Tick, Time};
 
 use super::tag::{TAG_BYTES, Tag};
 
-/// `Output` frames of results carry this instead of an input index.
-pub const RESULT: u32 = u32::MAX;
 /// `Passed` frames of a whole shard (its snapshot is written) carry this instead of an operator.
 pub const SHARD_DONE: u32 = u32::MAX;
 /// `Passed` frames of a shard that could not write its snapshot carry this.
 pub const SHARD_FAILED: u32 = u32::MAX - 1;
 
-/// `Output` frames of a result too large for the rings carry this instead of an input index;
-/// their row is a stand-in holding the result's first KiB as JSON text ([`too_large_stand_in`]).
-pub const TOO_LARGE: u32 = u32::MAX - 1;
 /// The longest header before a row archive in any frame (`Exchange`: 8 bytes and a tag, padded):
 /// an archive of at most a ring's largest payload minus this fits every frame kind.
 pub const ROW_HEADER_MAX: usize = (8 + TAG_BYTES).next_multiple_of(16);
@@ -145,11 +141,11 @@ impl Writer {
         &self.buf
     }
 
-    /// A result (`input` = [`RESULT`]) or a late row of `op`.
-    pub fn output(&mut self, op: usize, input: u32, row: &Row) -> Result<&[u8], FrameError> {
+    /// A row of `op`'s output `side`.
+    pub fn output(&mut self, op: usize, side: Side, row: &Row) -> Result<&[u8], FrameError> {
         let b = self.start();
         b.extend_from_slice(&(op as u32).to_le_bytes());
-        b.extend_from_slice(&input.to_le_bytes());
+        b.extend_from_slice(&side.code().to_le_bytes());
         self.row(row)?;
         Ok(&self.buf)
     }
@@ -200,7 +196,7 @@ pub enum Frame<'a> {
     },
     Output {
         op: usize,
-        input: u32,
+        side: Side,
         row: &'a ArchivedRow,
     },
     Barrier {
@@ -282,7 +278,7 @@ pub unsafe fn read(kind: FrameKind, p: &[u8]) -> Frame<'_> {
         FrameKind::TickDone => {
             Frame::TickDone { op: u64_at(p, 0) as usize, seq: u64_at(p, 8), watermark: Time::from_i128(i128_at(p, 16)) }
         }
-        FrameKind::Output => Frame::Output { op: u32_at(p, 0) as usize, input: u32_at(p, 4), row: row(8) },
+        FrameKind::Output => Frame::Output { op: u32_at(p, 0) as usize, side: Side::of(u32_at(p, 4)), row: row(8) },
         FrameKind::Barrier => Frame::Barrier { seq: u64_at(p, 0), epoch: u64_at(p, 8) },
         FrameKind::Passed => Frame::Passed { op: u64_at(p, 0) as u32, epoch: u64_at(p, 8) },
     }
@@ -339,10 +335,10 @@ mod tests {
         let p = w.tick(&tick).to_vec();
         let words = aligned(&p);
         assert!(matches!(read_back(FrameKind::Tick, &words, p.len()), Frame::Tick(t) if t == tick));
-        let p = w.output(4, RESULT, &row()).unwrap().to_vec();
+        let p = w.output(4, Side::Result, &row()).unwrap().to_vec();
         let words = aligned(&p);
         assert!(
-            matches!(read_back(FrameKind::Output, &words, p.len()), Frame::Output { op: 4, input: RESULT, row: r } if to_row(r) == row())
+            matches!(read_back(FrameKind::Output, &words, p.len()), Frame::Output { op: 4, side: Side::Result, row: r } if to_row(r) == row())
         );
     }
 }

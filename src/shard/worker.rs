@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::{CheckpointDir, OperatorSnapshot, ShardFile, definition_hash};
 use crate::config::OnStateFull;
-use crate::operator::Output;
 use crate::operator::host::OperatorHost;
+use crate::operator::{Output, Side};
 use crate::plan::{NodeRef, Plan};
 use crate::record::frame::to_row;
 use crate::record::{ArchivedKey, ArchivedRow, Key, Row};
@@ -30,7 +30,7 @@ use crate::time::clock::InputTime;
 
 use super::tag::{Tag, finish_phase, tick_phase};
 use super::wake::{Inbox, Outbox, TooLarge};
-use super::wire::{Frame, RESULT, SHARD_DONE, SHARD_FAILED, TOO_LARGE, TickEvent, Writer};
+use super::wire::{Frame, SHARD_DONE, SHARD_FAILED, TickEvent, Writer};
 use super::{ShardError, ShardReport};
 
 /// (tick sequence, output watermark) of one upstream instance, oldest first.
@@ -122,7 +122,6 @@ struct Core {
     barrier: Option<BarrierInFlight>,
     /// Every shard's state bytes (state/budget.rs): this shard writes its own after each round.
     gauge: Arc<StateGauge>,
-    expired_placeholder: usize,
     /// `evict_oldest` found nothing it may evict while over the budget (at the last tick).
     evict_starved: bool,
     /// A shard file to write, for the thread's loop to take ([`Worker::take_snapshot_write`]).
@@ -216,7 +215,6 @@ impl Worker {
             checkpoints: checkpoints.dir,
             barrier: None,
             gauge,
-            expired_placeholder: 0,
             evict_starved: false,
             to_write: None,
             writing: None,
@@ -369,20 +367,19 @@ impl Core {
                 return;
             }
             for candidate in &candidates {
-                if let Some(row) = self.hosts[candidate.op].evict(candidate) {
-                    self.send_expired(candidate.op, &row);
+                let mut out = std::mem::take(&mut self.scratch);
+                if self.hosts[candidate.op].evict(candidate, &mut out) {
+                    for expired in out.expired.drain(..) {
+                        let side = Side::Expired { reason: expired.reason, input: expired.input };
+                        self.send_output(candidate.op, side, &expired.row);
+                    }
                 }
+                self.scratch = out;
                 if self.state_bytes() <= low {
                     return;
                 }
             }
         }
-    }
-
-    /// An evicted row of `op`, for `OPERATOR.expired` with `_reason = "budget"`.
-    fn send_expired(&mut self, op: usize, row: &Row) {
-        // PLACEHOLDER until the expired side output (branch h-ttl) is merged.
-        self.expired_placeholder += usize::from(op < usize::MAX && row.ts > i64::MIN);
     }
 
     fn backed_up(&self) -> bool {
@@ -734,12 +731,15 @@ impl Core {
     /// the instances of the operators reading them.
     fn route(&mut self, op: usize, input: usize, tag: &Tag, ranked: bool, out: &mut Output) {
         for (late_input, row) in out.late.drain(..) {
-            self.send_output(op, late_input as u32, &row);
+            self.send_output(op, Side::Late(late_input), &row);
+        }
+        for expired in out.expired.drain(..) {
+            self.send_output(op, Side::Expired { reason: expired.reason, input: expired.input }, &expired.row);
         }
         let readers = self.plan.readers(NodeRef::Operator(op)).len();
         for (index, (_, row)) in out.results.drain(..).enumerate() {
             // A result too large for the rings is a dead letter, and reaches no reader either.
-            if !self.send_output(op, RESULT, &row) || readers == 0 {
+            if !self.send_output(op, Side::Result, &row) || readers == 0 {
                 continue;
             }
             let rank = ranked.then(|| self.hosts[op].rank(&row));
@@ -754,15 +754,15 @@ impl Core {
         }
     }
 
-    /// A result (`input` = [`RESULT`]) or a late row of `op`, for the sinks; false when it was
-    /// too large for the rings and went to `dead_letter` as its stand-in instead.
-    fn send_output(&mut self, op: usize, input: u32, row: &Row) -> bool {
+    /// A row of `op`'s output `side`, for the sinks; false when it was too large for the rings
+    /// and went to `dead_letter` as its stand-in instead.
+    fn send_output(&mut self, op: usize, side: Side, row: &Row) -> bool {
         let mut sent = true;
-        let mut pushed = self.writer.output(op, input, row).map(drop);
+        let mut pushed = self.writer.output(op, side, row).map(drop);
         if pushed.is_ok() && self.writer.row_len > self.max_row {
             sent = false;
-            let stand_in = too_large_stand_in(&self.plan, op, input, row);
-            pushed = self.writer.output(op, TOO_LARGE, &stand_in).map(drop);
+            let stand_in = too_large_stand_in(&self.plan, op, side, row);
+            pushed = self.writer.output(op, Side::TooLarge, &stand_in).map(drop);
         }
         let pushed = match pushed {
             Ok(()) => self.output.push(FrameKind::Output, &self.writer.buf).map_err(ShardError::from),
@@ -803,16 +803,10 @@ impl Core {
 
 /// What goes to the collector instead of a row of `op` too large for the rings: the row with its
 /// values replaced by the first KiB of its JSON (what `dead_letter`'s `raw` shows).
-fn too_large_stand_in(plan: &Plan, op: usize, input: u32, row: &Row) -> Row {
+fn too_large_stand_in(plan: &Plan, op: usize, side: Side, row: &Row) -> Row {
     const RAW_BYTES: usize = 1024;
     let mut json = Vec::new();
-    if input == RESULT {
-        crate::record::json::write_result(&mut json, &plan.operators[op].output, row);
-    } else {
-        let node = plan.operators[op].inputs[input as usize];
-        let from_operator = matches!(node, NodeRef::Operator(_));
-        crate::record::json::write_late(&mut json, plan.node_schema(node), from_operator, plan.node_name(node), row);
-    }
+    plan.write_side_row(&mut json, op, side, row);
     json.truncate(RAW_BYTES);
     let raw = String::from_utf8_lossy(&json).trim_end().to_owned();
     Row { values: vec![crate::record::Value::Str(raw.into())].into(), ..row.clone() }

@@ -184,7 +184,7 @@ select = ["left.status_ts", "right.cmd AS cmd"]
 
 [sinks.archive]
 kind = "file"
-inputs = ["effect", "effect.late", "chained", "dead_letter", "status"]
+inputs = ["effect", "effect.late", "effect.expired", "chained", "dead_letter", "status"]
 path = "/tmp/braid-effect.jsonl"
 
 [sinks.cloud]
@@ -317,14 +317,15 @@ select = ["left.v", "right.w"]
 
 [sinks.out]
 kind = "stdout"
-inputs = ["mixed", "nothing", "ghost.late", "a.late"]
+inputs = ["mixed", "nothing", "ghost.late", "a.late", "mixed.expired", "a.expired"]
 "#;
     validate("refs.toml", text).assert_errors(&[
         (14, 1, "operators.ghost.right", "unknown stream or operator"),
         (22, 1, "operators.mixed.right", "key type mismatch"),
         (29, 1, "sinks.out.inputs", "\"nothing\""),
-        // `.late` exists for operators only.
+        // `.late` and `.expired` exist for operators only.
         (29, 1, "sinks.out.inputs", "\"a.late\""),
+        (29, 1, "sinks.out.inputs", "\"a.expired\""),
     ]);
 }
 

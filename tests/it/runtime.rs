@@ -48,6 +48,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use braid::operator::ExpiryReason;
 use braid::plan::Plan;
 use braid::record::id::{IdHasher, key_hash};
 use braid::record::{Key, Row};
@@ -572,6 +573,10 @@ impl Emit for Collected {
 
     fn late(&mut self, operator: usize, input: usize, row: &Row, _after_barrier: bool) {
         self.0.push(format!("{operator} late {input} {row:?}"));
+    }
+
+    fn expired(&mut self, operator: usize, reason: ExpiryReason, input: Option<usize>, row: &Row, _: bool) {
+        self.0.push(format!("{operator} expired {reason:?} {input:?} {row:?}"));
     }
 
     fn too_large(&mut self, operator: usize, raw: &str) {

@@ -19,6 +19,7 @@
 
 use std::path::Path;
 
+use braid::operator::ExpiryReason;
 use braid::plan::Plan;
 use braid::record::id::IdHasher;
 use braid::record::{Row, Value};
@@ -87,6 +88,18 @@ impl Emit for Out {
 
     fn late(&mut self, _operator: usize, _input: usize, _row: &Row, _after_barrier: bool) {
         self.late += 1;
+    }
+
+    fn expired(
+        &mut self,
+        _operator: usize,
+        reason: ExpiryReason,
+        input: Option<usize>,
+        row: &Row,
+        _after_barrier: bool,
+    ) {
+        assert_eq!((reason, input), (ExpiryReason::Budget, Some(0)), "a command row evicted for the budget");
+        self.expired.push((row.ts, row.id));
     }
 }
 
