@@ -155,8 +155,8 @@ fn state_budget_and_on_state_full() {
     assert_eq!(
         errors(&bad),
         [
-            "t.toml:2:16: runtime.state_budget: expected a size such as \"256MiB\" (bytes of state per shard), got \"lots\"",
-            "t.toml:3:17: runtime.on_state_full: expected \"backpressure\" or \"evict_oldest\"",
+            "t.toml:2:1: runtime.state_budget: expected a size such as \"256MiB\" (bytes of state per shard), got \"lots\"",
+            "t.toml:3:1: runtime.on_state_full: expected \"backpressure\" or \"evict_oldest\"",
         ]
     );
     assert_eq!(

@@ -244,6 +244,9 @@ struct Segments {
     free_slots: Vec<u32>,
     active: u32,
     spares: Vec<Segment>,
+    /// The segment that was active until the last append started a new one: it may already be
+    /// mostly dead (rows removed while it took rows), and no later remove may come to look.
+    left_active: Option<u32>,
     next_seq: u32,
     next_number: u32,
 }
@@ -330,6 +333,7 @@ impl ArenaStore {
                 free_slots: Vec::new(),
                 active: NO_SEGMENT, // set below, once the segments are in their slots
                 spares: Vec::new(),
+                left_active: None,
                 next_seq: ordered.last().map_or(1, |(seq, _)| seq + 1),
                 next_number: numbers.last().map_or(1, |n| n.saturating_add(1)),
             },
@@ -421,6 +425,12 @@ impl ArenaStore {
         self.index.entry(key_hash).or_default().push_back(Entry { handle, matched, place });
         self.rows += 1;
         self.bytes += size;
+        if let Some(left) = self.segments.left_active.take()
+            && self.compact
+            && self.segments.is_sparse(left)
+        {
+            self.compact(left);
+        }
         handle
     }
 
@@ -791,6 +801,7 @@ impl Segments {
             let previous = self.active;
             self.active = self.install(segment);
             self.recycle_if_dead(previous);
+            self.left_active = Some(previous);
         }
         let active = self.active;
         let Some(segment) = self.get_mut(active) else {
