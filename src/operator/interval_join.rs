@@ -559,6 +559,32 @@ mod tests {
         assert_eq!(j.output_watermark(), Time::POS_INF);
     }
 
+    /// The state budget's eviction: a row taken out early is not emitted as unmatched when its
+    /// last chance passes, is counted once, and stale timers do not pile up in the heap.
+    #[test]
+    fn evicted_rows_leave_no_left_only_and_no_timers_behind() {
+        let mut j = join(0, 100, JoinType::Left);
+        let mut out = Output::default();
+        for ts in 0..10 {
+            j.on_row(LEFT, row(1000 + ts, ts), &mut out);
+        }
+        let mut seen = Vec::new();
+        j.visit_evictable(&mut |input, ts, id, key_hash, handle| seen.push((ts, id, input, key_hash, handle)));
+        seen.sort_unstable();
+        assert_eq!(seen.len(), 10);
+        assert_eq!(seen[0].0, 1000);
+        for &(ts, _, input, key_hash, handle) in &seen[..6] {
+            assert_eq!(j.evict(input, key_hash, handle).map(|r| r.ts), Some(ts));
+            assert!(j.evict(input, key_hash, handle).is_none(), "evicted once");
+        }
+        // Six of ten timers stale: the heap was purged when they passed half.
+        assert!(j.timers.len() < 10, "{} timers", j.timers.len());
+        assert_eq!(j.state_rows(), 4);
+        j.on_watermark(Time::POS_INF, &mut out);
+        assert_eq!(kinds(&out), [1006, 1007, 1008, 1009].map(|ts| (ResultKind::LeftOnly, ts)));
+        assert_eq!(j.quality().unmatched[LEFT], 10, "each row counted once when it left");
+    }
+
     /// Golden-style: every on-time row is counted once when it leaves, late rows are not.
     #[test]
     fn quality_counts_each_row_once_when_it_leaves() {
