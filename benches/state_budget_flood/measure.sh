@@ -72,7 +72,7 @@ path = "$DIR/out.jsonl"
 inputs = ["effect", "effect.expired"]
 TOML
 mkdir -p "$DIR/scratch"
-"$BRAID" run "$DIR/flood.toml" > "$DIR/braid.log" 2>&1 &
+"$BRAID" run --config "$DIR/flood.toml" > "$DIR/braid.log" 2>&1 &
 PID=$!
 trap 'kill $PID $MOSQ 2>/dev/null; wait 2>/dev/null; rm -rf "$DIR"' EXIT
 until curl -sf "http://127.0.0.1:$OPS/metrics" > /dev/null 2>&1; do sleep 0.2; done
@@ -93,9 +93,10 @@ while :; do
     RSS=$(awk '/^VmRSS/ { print $2 }' /proc/$PID/status)
     printf '%.1f %s %s %s %s\n' "$(echo "$NOW - $T0" | bc)" "$(metric braid_shard_state_bytes)" "$RSS" \
         "$(metric braid_operator_state_rows)" "$(metric braid_operator_expired_total)"
-    if ! kill -0 $PUB 2>/dev/null; then
+    # Until every message was taken (or 3 minutes), then 5 s more.
+    if [ "$(metric braid_ingest_taken_total)" -ge "$N" ] || [ "$(echo "$NOW - $T0 > 180" | bc)" = 1 ]; then
         DONE=${DONE:-0}; DONE=$((DONE + 1))
-        [ $DONE -ge 6 ] && break
+        [ $DONE -ge 10 ] && break
     fi
     sleep 0.5
 done
