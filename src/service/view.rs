@@ -434,3 +434,52 @@ pub fn backpressure_reason(sink: &str, blocked: &Blocked) -> String {
         blocked.queued_bytes, blocked.buffer_bytes
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(status_idle: &str) -> Plan {
+        let text = format!(
+            r#"[runtime]
+state_budget = "8MiB"
+
+[streams.command]
+key = "device"
+time = {{ field = "ts" }}
+fields = {{ device = "string", ts = "int" }}
+
+[streams.status]
+key = "device"
+time = {{ field = "ts" }}
+idle_timeout = "{status_idle}"
+fields = {{ device = "string", ts = "int" }}
+
+[operators.effect]
+kind = "interval_join"
+left = "command"
+right = "status"
+lower = "-1s"
+upper = "1s"
+"#
+        );
+        crate::config::parse("v.toml", &text).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_full_shard_is_a_reason_that_says_whether_anything_frees_state() {
+        let figures = Figures { shard_state: vec![(3 << 20, false), (8 << 20, true)], ..Figures::default() };
+        assert!(state_budget_reasons(&plan("5s"), &Figures::default()).is_empty());
+        assert_eq!(
+            state_budget_reasons(&plan("5s"), &figures),
+            ["backpressure: state budget full on shard 1 (8MiB of 8MiB); intake waits, the brokers keep the devices' \
+              messages, until idle inputs move the watermark and free state"]
+        );
+        assert_eq!(
+            state_budget_reasons(&plan("0ms"), &figures),
+            ["backpressure: state budget full on shard 1 (8MiB of 8MiB); intake waits, the brokers keep the devices' \
+              messages, and nothing frees state while the intake waits (stream status never turns idle: idle_timeout = \
+              \"0ms\"): raise runtime.state_budget, set a ttl or on_state_full = \"evict_oldest\""]
+        );
+    }
+}
