@@ -343,7 +343,8 @@ impl Shard {
         if let Some(gate) = gate {
             gate.wait();
         }
-        let mut worker = Worker::new(id, plan, shards, links, state.as_deref(), live, checkpoints, gauge)?;
+        let shown = super::worker::Shown { live, gauge };
+        let mut worker = Worker::new(id, plan, shards, links, state.as_deref(), shown, checkpoints)?;
         if let Some(trace) = trace {
             worker.trace(&trace);
         }

@@ -80,6 +80,13 @@ impl Ord for Pending {
     }
 }
 
+/// Where a shard shows its figures to the feeder's thread: its report once per tick, its state
+/// bytes after every round (state/budget.rs).
+pub struct Shown {
+    pub live: Arc<Mutex<Option<ShardReport>>>,
+    pub gauge: Arc<StateGauge>,
+}
+
 /// The rings of a shard.
 pub struct Links {
     pub input: Inbox,
@@ -176,10 +183,10 @@ impl Worker {
         shards: usize,
         links: Links,
         state: Option<&std::path::Path>,
-        live: Arc<Mutex<Option<ShardReport>>>,
+        shown: Shown,
         checkpoints: Checkpoints,
-        gauge: Arc<StateGauge>,
     ) -> Result<Worker, ShardError> {
+        let Shown { live, gauge } = shown;
         let ops = plan.operators.len();
         let mut hosts = plan
             .operators
