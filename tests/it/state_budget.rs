@@ -210,3 +210,112 @@ fn backpressure_holds_the_flood_at_the_budget_and_loses_nothing() {
     assert!(expired.is_empty(), "backpressure evicts nothing: {} expired", expired.len());
     assert_eq!(left_only.len() + late, ROWS, "every row left the join counted");
 }
+
+/// `braid run` through mosquitto with `backpressure`: 6 000 command messages of ~1.6 KB, each a
+/// new device, published at once into a join that keeps rows 5 s (its upper bound) under a 4 MiB
+/// budget (2 800 such rows). The shard fills, the intake waits (`/healthz` 503 naming the state
+/// budget, `braid_state_budget_full` 1) while the brokers keep the rest; both inputs turn idle
+/// after 1 s, the idle watermark evicts, the intake takes input again. At the end every message
+/// was taken and every row left the join counted (`left_only` or late): nothing lost.
+#[test]
+fn braid_run_holds_its_intake_at_the_budget_says_why_and_takes_every_message() {
+    use crate::common::mqtt::{Mosquitto, free_port, publish_all};
+    use crate::common::service::{Braid, http_get, metric, now_ms, poll_until, read_complete_jsonl};
+    use std::time::Duration;
+
+    const MESSAGES: usize = 6_000;
+    let dir = tempfile::Builder::new().prefix("braid-budget-run-").tempdir().unwrap();
+    let devices = Mosquitto::start();
+    let ops = free_port();
+    let d = dir.path().display();
+    let config = format!(
+        r#"[runtime]
+shards = 1
+state_dir = "{d}/state"
+scratch_dir = "{d}/scratch"
+state_budget = "4MiB"
+
+[ops]
+listen = "127.0.0.1:{ops}"
+
+[sources.devices]
+kind = "mqtt"
+url = "{url}"
+
+[streams.command]
+key = "device"
+time = {{ field = "ts" }}
+idle_timeout = "1s"
+fields = {{ device = "string", ts = "int", pad = "string" }}
+source = "devices"
+topic = "flood/command"
+
+[streams.status]
+key = "device"
+time = {{ field = "ts" }}
+idle_timeout = "1s"
+fields = {{ device = "string", ts = "int" }}
+source = "devices"
+topic = "flood/status"
+
+[operators.effect]
+kind = "interval_join"
+left = "command"
+right = "status"
+lower = "-1s"
+upper = "5s"
+join = "left"
+select = ["left.pad"]
+
+[sinks.archive]
+kind = "file"
+path = "{d}/out.jsonl"
+inputs = ["effect", "effect.late"]
+"#,
+        url = devices.url()
+    );
+    std::fs::create_dir_all(dir.path().join("scratch")).unwrap();
+    let path = dir.path().join("budget.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut braid = Braid::start(&path, &dir.path().join("braid.log"));
+    assert!(poll_until(Duration::from_secs(20), || http_get(ops, "/metrics").is_some()), "braid did not start");
+    assert!(
+        poll_until(Duration::from_secs(20), || http_get(ops, "/healthz").is_some_and(|(code, _)| code == 200)),
+        "not healthy: {}",
+        braid.log()
+    );
+    let base = now_ms();
+    let pad = "p".repeat(1500);
+    let msgs: Vec<(String, Vec<u8>)> = (0..MESSAGES)
+        .map(|n| {
+            let payload = format!(r#"{{"device":"dev-{n}","ts":{},"pad":"{pad}"}}"#, base + n as i64 / 10);
+            ("flood/command".to_owned(), payload.into_bytes())
+        })
+        .collect();
+    let port = devices.port();
+    let publisher = std::thread::spawn(move || publish_all(port, &msgs, rumqttc::QoS::AtLeastOnce));
+    let metrics = || http_get(ops, "/metrics").map(|(_, text)| text).unwrap_or_default();
+    let mut said_why = String::new();
+    let held = poll_until(Duration::from_secs(60), || {
+        let full = metric(&metrics(), "braid_state_budget_full", "shard=\"0\"") == Some(1.0);
+        if let Some((503, body)) = http_get(ops, "/healthz")
+            && body.contains("state budget full on shard 0")
+        {
+            said_why = body;
+        }
+        full && !said_why.is_empty()
+    });
+    assert!(held, "the budget never held the intake: {}\n{said_why}", metrics());
+    assert!(said_why.contains("until idle inputs move the watermark and free state"), "{said_why}");
+    let taken = || metric(&metrics(), "braid_ingest_taken_total", "").unwrap_or(0.0) as usize;
+    assert!(taken() < MESSAGES, "everything was taken while full");
+    assert!(poll_until(Duration::from_secs(120), || taken() == MESSAGES), "taken {} of {MESSAGES}", taken());
+    let out = dir.path().join("out.jsonl");
+    let counted = || read_complete_jsonl(&out).len();
+    // Every row leaves the join within its 5 s once both inputs are idle.
+    assert!(poll_until(Duration::from_secs(60), || counted() == MESSAGES), "{} of {MESSAGES} rows out", counted());
+    let peak = metric(&metrics(), "braid_shard_state_bytes", "shard=\"0\"").unwrap_or(f64::MAX);
+    assert!(peak <= (8 << 20) as f64, "state {peak} bytes");
+    publisher.join().unwrap();
+    braid.terminate(Duration::from_secs(20));
+}
