@@ -195,6 +195,7 @@ impl Absence {
         if watermark == Time::POS_INF {
             // Every key is absent and nothing can arrive any more.
             self.keys.clear();
+            self.key_bytes = 0;
             self.numbers.clear();
         }
     }

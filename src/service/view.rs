@@ -461,6 +461,7 @@ left = "command"
 right = "status"
 lower = "-1s"
 upper = "1s"
+select = ["left.ts AS command_ts"]
 "#
         );
         crate::config::parse("v.toml", &text).unwrap_or_else(|e| panic!("{e}"))
