@@ -363,7 +363,8 @@ impl Core {
         }
         let low = budget::low_mark(budget);
         loop {
-            let mut oldest = budget::Oldest::new(budget::EVICT_BATCH);
+            let rows: usize = self.hosts.iter().map(|h| h.state().0).sum();
+            let mut oldest = budget::Oldest::new(budget::batch_for(rows));
             for (op, host) in self.hosts.iter().enumerate() {
                 host.offer_evictable(op, &mut oldest);
             }
@@ -373,9 +374,11 @@ impl Core {
                 self.evict_starved = true;
                 return;
             }
+            let mut evicted = 0;
             for candidate in &candidates {
                 let mut out = std::mem::take(&mut self.scratch);
                 if self.hosts[candidate.op].evict(candidate, &mut out) {
+                    evicted += 1;
                     for expired in out.expired.drain(..) {
                         let side = Side::Expired { reason: expired.reason, input: expired.input };
                         self.send_output(candidate.op, side, &expired.row);
@@ -385,6 +388,11 @@ impl Core {
                 if self.state_bytes() <= low {
                     return;
                 }
+            }
+            if evicted == 0 {
+                // Candidates that were all gone: never so, but a loop must not bet on it.
+                self.evict_starved = true;
+                return;
             }
         }
     }

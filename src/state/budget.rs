@@ -51,9 +51,10 @@
 //! # Eviction order
 //!
 //! A pass visits every stored row's (ts, id) once ([`KeyedStore::visit_ages`]) and keeps the
-//! [`EVICT_BATCH`] oldest in a bounded heap ([`Oldest`]), then evicts them in order, re-checking
-//! the total after each: O(n log k) per pass, and a pass frees an eighth of the budget, so the
-//! cost per stored row is small.
+//! oldest eighth of them ([`batch_for`]: at least 4 096, at most 64 Ki) in a bounded heap
+//! ([`Oldest`]), then evicts them in order, re-checking the total after each, until under the low
+//! mark (another pass if one was not enough): O(n log k) per pass, and a pass frees an eighth of
+//! the budget, so the cost per evicted row is a few visits.
 //!
 //! [`KeyedStore::visit_ages`]: super::KeyedStore::visit_ages
 
@@ -66,8 +67,14 @@ use crate::plan::Plan;
 
 use super::arena::ArenaConfig;
 
-/// Rows an eviction pass picks at most before it looks at the stores again.
+/// Rows an eviction pass picks at least before it looks at the stores again.
 pub const EVICT_BATCH: usize = 4096;
+
+/// Rows a pass picks with `rows` stored: an eighth of them (what the low mark frees, with rows
+/// of about equal size), so that one pass usually suffices; within [`EVICT_BATCH`] and 64 Ki.
+pub fn batch_for(rows: usize) -> usize {
+    (rows / 8 + 1).clamp(EVICT_BATCH, 1 << 16)
+}
 
 /// Bytes a join's timer costs (its heap entry), counted with its operator's state.
 pub const TIMER_BYTES: usize = 48;
@@ -240,6 +247,7 @@ mod tests {
     #[test]
     fn low_mark_and_sizes() {
         assert_eq!(low_mark(8 << 20), 7 << 20);
+        assert_eq!((batch_for(0), batch_for(80_000), batch_for(10_000_000)), (EVICT_BATCH, 10_001, 1 << 16));
         assert_eq!(show_bytes(4 << 20), "4MiB");
         assert_eq!(show_bytes(1536), "1536B");
         assert_eq!(show_bytes(3 << 10), "3KiB");
