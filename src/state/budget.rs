@@ -39,7 +39,8 @@
 //!   batches of the intake (256 deliveries): a shard can go past it by what its rings hold.
 //! - **`evict_oldest`**: after a round of its loop, a shard over its budget evicts stored rows
 //!   oldest first by (ts, id) across its operators until it is under [`low_mark`] (7/8 of the
-//!   budget, so that one eviction pass frees room for many rows); each evicted row goes to
+//!   budget, so that one eviction pass frees room for many rows; between two ticks the shard can
+//!   pass its budget by a tick's rows and the 1 MiB segment they open); each evicted row goes to
 //!   `OPERATOR.expired` with `_reason = "budget"` and is counted in
 //!   `braid_operator_expired_total{operator,reason="budget"}`; an evicted row of an outer join is
 //!   not emitted as `left_only`/`right_only`. Which rows go depends on how keys fall on shards:

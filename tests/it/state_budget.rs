@@ -187,10 +187,12 @@ fn without_a_budget_the_flood_grows_past_it() {
 #[test]
 fn evict_oldest_keeps_state_under_the_budget_and_evicts_oldest_first() {
     let flood = flood(&config(Some("evict_oldest"), "0ms"), false);
-    // Eviction runs at ticks (200 ms): at most a tick's rows (200 × ~330 B) past the budget.
-    assert!(flood.max_bytes <= BUDGET + (256 << 10), "state bytes {} over the budget {BUDGET}", flood.max_bytes);
+    // Eviction runs at ticks (200 ms): at most a new segment (1 MiB, mapped at once) and a tick's
+    // rows (200 × ~330 B) past the budget.
+    let bound = BUDGET + (1 << 20) + (256 << 10);
+    assert!(flood.max_bytes <= bound, "state bytes {} over the budget {BUDGET}", flood.max_bytes);
     assert!(flood.max_bytes > BUDGET / 2, "the flood must reach the budget: {}", flood.max_bytes);
-    assert!(flood.max_segments <= (BUDGET >> 20) as usize + 1, "{} segment files", flood.max_segments);
+    assert!(flood.max_segments <= (BUDGET >> 20) as usize + 2, "{} segment files", flood.max_segments);
     let Out { left_only, expired, late } = flood.out;
     assert_eq!(late, 0);
     assert!(!expired.is_empty(), "nothing evicted");
