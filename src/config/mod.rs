@@ -132,6 +132,20 @@ pub struct RuntimeSettings {
     /// `braid run`: bytes the ingest journal may hold (default 1 GiB); beyond, its oldest entries
     /// go early (counted).
     pub journal_bytes: u64,
+    /// Bytes of operator state one shard may hold (`None`: no bound); `state/budget.rs`.
+    pub state_budget: Option<u64>,
+    /// What a shard does at its budget.
+    pub on_state_full: OnStateFull,
+}
+
+/// `runtime.on_state_full`: what a shard does when its state reaches `state_budget`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnStateFull {
+    /// The intake takes no input until state frees (the brokers keep the messages).
+    #[default]
+    Backpressure,
+    /// The oldest rows by (ts, id) go to `OPERATOR.expired` with `_reason` `budget`.
+    EvictOldest,
 }
 
 /// Reads and checks a configuration file.
@@ -251,6 +265,7 @@ fn check(root: Table<'_, '_>, inserts: &[(String, String)], errors: &mut Errors)
     let sinks = io::sinks(sinks_t, &streams, &graph, inserts, errors);
     let mut plan = Plan::new(runtime, ops_listen, sources, streams.defs, graph.operators, sinks);
     plan.ops_thresholds = ops_thresholds;
+    crate::state::budget::check_budget(&plan, runtime_t, errors);
     Some(plan)
 }
 
@@ -265,6 +280,8 @@ fn runtime(t: Table<'_, '_>, errors: &mut Errors) -> RuntimeSettings {
             "idle_advance",
             "journal_retention",
             "journal_bytes",
+            "state_budget",
+            "on_state_full",
         ],
         errors,
     );
@@ -312,6 +329,25 @@ fn runtime(t: Table<'_, '_>, errors: &mut Errors) -> RuntimeSettings {
     if journal_bytes < 1 << 20 {
         t.error("journal_bytes", errors, "must be at least 1MiB");
     }
+    let state_budget = t.str("state_budget", errors).and_then(|(text, span)| match walk::parse_size(text) {
+        Some(0) | None => {
+            let message = format!("expected a size such as \"256MiB\" (bytes of state per shard), got {text:?}");
+            errors.at(&span, "runtime.state_budget", message);
+            None
+        }
+        Some(bytes) => Some(bytes),
+    });
+    let on_state_full = match t.str("on_state_full", errors) {
+        None | Some(("backpressure", _)) => OnStateFull::Backpressure,
+        Some(("evict_oldest", _)) => OnStateFull::EvictOldest,
+        Some((_, span)) => {
+            errors.at(&span, "runtime.on_state_full", "expected \"backpressure\" or \"evict_oldest\"");
+            OnStateFull::Backpressure
+        }
+    };
+    if state_budget.is_none() && t.get("on_state_full").is_some() && t.get("state_budget").is_none() {
+        t.error("on_state_full", errors, "needs runtime.state_budget (the bound it acts at)");
+    }
     RuntimeSettings {
         shards,
         state_dir,
@@ -321,6 +357,8 @@ fn runtime(t: Table<'_, '_>, errors: &mut Errors) -> RuntimeSettings {
         idle_advance,
         journal_retention,
         journal_bytes,
+        state_budget,
+        on_state_full,
     }
 }
 

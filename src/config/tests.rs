@@ -166,3 +166,35 @@ fn ttl_is_checked_and_warned_about_when_shorter_than_the_join_span() {
     let got = errors(&format!("{VALID}{absence}"));
     assert!(got.iter().any(|e| e.contains("operators.quiet.ttl: not supported for absence yet")), "{got:?}");
 }
+
+#[test]
+fn state_budget_and_on_state_full() {
+    let plan =
+        parse("t.toml", &format!("[runtime]\nstate_budget = \"64MiB\"\non_state_full = \"evict_oldest\"\n{VALID}"))
+            .unwrap();
+    assert_eq!(plan.runtime.state_budget, Some(64 << 20));
+    assert_eq!(plan.runtime.on_state_full, OnStateFull::EvictOldest);
+    let plan = parse("t.toml", &format!("[runtime]\nstate_budget = \"64MiB\"\n{VALID}")).unwrap();
+    assert_eq!(plan.runtime.on_state_full, OnStateFull::Backpressure, "the default");
+    assert_eq!(parse("t.toml", VALID).unwrap().runtime.state_budget, None);
+
+    let bad = format!("[runtime]\nstate_budget = \"lots\"\non_state_full = \"drop\"\n{VALID}");
+    assert_eq!(
+        errors(&bad),
+        [
+            "t.toml:2:1: runtime.state_budget: expected a size such as \"256MiB\" (bytes of state per shard), got \"lots\"",
+            "t.toml:3:1: runtime.on_state_full: expected \"backpressure\" or \"evict_oldest\"",
+        ]
+    );
+    assert_eq!(
+        errors(&format!("[runtime]\non_state_full = \"evict_oldest\"\n{VALID}")),
+        ["t.toml:2:1: runtime.on_state_full: needs runtime.state_budget (the bound it acts at)"]
+    );
+    // The interval join's two arenas map an active and a spare 1 MiB segment each: 4 MiB.
+    assert_eq!(
+        errors(&format!("[runtime]\nstate_budget = \"3MiB\"\n{VALID}")),
+        ["t.toml:2:1: runtime.state_budget: 3MiB is less than the 4MiB a shard's arenas map holding nothing \
+          (an active and a spare 1MiB segment per store; stores: effect (2)); give at least that, better a few times more"]
+    );
+    assert!(parse("t.toml", &format!("[runtime]\nstate_budget = \"4MiB\"\n{VALID}")).is_ok());
+}

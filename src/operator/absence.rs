@@ -88,6 +88,8 @@ pub struct Absence {
     numbers: ByKeyHash<Vec<usize>>,
     /// Rows not yet behind the watermark: (ts, arrival, key number).
     pending: BinaryHeap<Reverse<(i64, u64, usize)>>,
+    /// Heap bytes of the keys' values, kept as keys come (`state_bytes` is read every round).
+    key_bytes: usize,
     /// `last + timeout` of every key that is not absent: (deadline, key number).
     deadlines: BTreeSet<(i128, usize)>,
     seq: u64,
@@ -104,6 +106,7 @@ impl Absence {
             keys: Vec::new(),
             numbers: ByKeyHash::default(),
             pending: BinaryHeap::new(),
+            key_bytes: 0,
             deadlines: BTreeSet::new(),
             seq: 0,
             ids: IdHasher::default(),
@@ -137,7 +140,9 @@ impl Absence {
             None => {
                 let n = self.keys.len();
                 numbers.push(n);
-                self.keys.push(KeyState { key: key.to_key(), key_hash, last: None, absent: false });
+                let key = key.to_key();
+                self.key_bytes += key_heap_bytes(&key);
+                self.keys.push(KeyState { key, key_hash, last: None, absent: false });
                 n
             }
         };
@@ -190,6 +195,7 @@ impl Absence {
         if watermark == Time::POS_INF {
             // Every key is absent and nothing can arrive any more.
             self.keys.clear();
+            self.key_bytes = 0;
             self.numbers.clear();
         }
     }
@@ -214,19 +220,21 @@ impl Absence {
         self.pending.len() + self.keys.len()
     }
 
+    /// O(1): the keys' heap bytes are a running count.
     pub fn state_bytes(&self) -> usize {
-        let key_bytes: usize = self
-            .keys
-            .iter()
-            .map(|k| match &k.key {
-                Key::Str(s) => s.len(),
-                Key::Composite(bytes) => bytes.len(),
-                _ => 0,
-            })
-            .sum();
+        let key_bytes = self.key_bytes;
         self.pending.len() * std::mem::size_of::<(i64, u64, usize)>()
             + self.keys.len() * (2 * std::mem::size_of::<KeyState>() + std::mem::size_of::<(i128, usize)>())
             + 2 * key_bytes
+    }
+}
+
+/// Bytes a key's value holds on the heap.
+fn key_heap_bytes(key: &Key) -> usize {
+    match key {
+        Key::Str(s) => s.len(),
+        Key::Composite(bytes) => bytes.len(),
+        _ => 0,
     }
 }
 
@@ -269,6 +277,7 @@ impl Absence {
         for (n, state) in saved.keys.iter().enumerate() {
             self.numbers.entry(state.key_hash).or_default().push(n);
         }
+        self.key_bytes = saved.keys.iter().map(|k| key_heap_bytes(&k.key)).sum();
         self.keys = saved.keys;
         self.watermark = saved.watermark;
         self.pending = saved.pending.into_iter().map(|(ts, seq, n)| Reverse((ts, seq, n as usize))).collect();

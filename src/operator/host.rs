@@ -455,6 +455,31 @@ impl OperatorHost {
         Ok(())
     }
 
+    /// What this instance costs its shard's state budget (state/budget.rs).
+    pub fn budget_bytes(&self) -> usize {
+        self.operator.budget_bytes()
+    }
+
+    /// Offers every row this instance may evict to `oldest` (state/budget.rs).
+    pub fn offer_evictable(&self, op: usize, oldest: &mut crate::state::budget::Oldest) {
+        self.operator.visit_evictable(&mut |input, ts, id, key_hash, handle| {
+            oldest.offer(crate::state::budget::Candidate { ts, id, op, input, key_hash, handle });
+        });
+    }
+
+    /// Evicts one row `offer_evictable` named into `out.expired` (`_reason` `budget`), counted;
+    /// false when the row had left meanwhile.
+    pub fn evict(&mut self, candidate: &crate::state::budget::Candidate, out: &mut Output) -> bool {
+        let Some(row) = self.operator.evict(candidate.input, candidate.key_hash, candidate.handle) else {
+            return false;
+        };
+        let reason = super::ExpiryReason::Budget;
+        out.expired.push(super::Expired { reason, input: Some(candidate.input), row });
+        self.settle_expired(out);
+        self.counters.count(out);
+        true
+    }
+
     /// Live state of this instance: (rows, bytes).
     pub fn state(&self) -> (usize, usize) {
         (self.operator.state_rows(), self.operator.state_bytes())

@@ -175,8 +175,9 @@ pub struct IntervalJoin {
     /// Rows of each input waiting for partners: in memory, or in a shard's arenas.
     state: [Box<dyn KeyedStore>; 2],
     timers: BinaryHeap<Reverse<Timer>>,
-    /// Timers of rows `ttl` removed ([`expire`](Self::expire)).
-    stale_timers: std::collections::HashSet<(usize, RowHandle)>,
+    /// Timers whose row left before its last chance (`ttl` or the state budget): a no-op when
+    /// they fire, dropped in one pass once they are half the heap.
+    stale_timers: usize,
     seq: u64,
     ids: IdHasher,
     quality: Quality,
@@ -194,7 +195,7 @@ impl IntervalJoin {
             watermark: Time::NEG_INF,
             state,
             timers: BinaryHeap::new(),
-            stale_timers: std::collections::HashSet::new(),
+            stale_timers: 0,
             seq: 0,
             ids: IdHasher::default(),
             quality: Quality::default(),
@@ -246,19 +247,12 @@ impl IntervalJoin {
     }
 
     /// `ttl` passed for a stored row (the host's clock says): it leaves, matched or not, to
-    /// `OPERATOR.expired` — an unmatched outer row then is never `left_only`/`right_only`. Its
-    /// timer stays behind, a no-op when it fires; once stale timers are half the heap, the heap
-    /// is rebuilt without them, so a stalled watermark does not grow it without bound.
+    /// `OPERATOR.expired` — an unmatched outer row then is never `left_only`/`right_only`.
     pub fn expire(&mut self, due: Due, out: &mut Output) {
         let Due::Row(StoredRow { input, key_hash, handle }) = due else { return };
         let input = input as usize;
-        let Some(removed) = self.state.get_mut(input).and_then(|s| s.remove(key_hash, handle)) else { return };
-        out.expired.push(Expired { reason: ExpiryReason::Ttl, input: Some(input), row: removed.row });
-        self.stale_timers.insert((input, handle));
-        if self.stale_timers.len() * 2 > self.timers.len() {
-            let stale = std::mem::take(&mut self.stale_timers);
-            self.timers.retain(|Reverse(t)| !stale.contains(&(t.input, t.handle)));
-        }
+        let Some(row) = self.leave_early(input, key_hash, handle) else { return };
+        out.expired.push(Expired { reason: ExpiryReason::Ttl, input: Some(input), row });
     }
 
     /// Emits `row` with every stored row of the other input it pairs with; true if any.
@@ -334,6 +328,46 @@ impl IntervalJoin {
 
     pub fn state_bytes(&self) -> usize {
         self.state.iter().map(|s| s.bytes()).sum()
+    }
+
+    /// Every stored row's input, (ts, id), key hash and handle (state/budget.rs, eviction).
+    /// Broadcast rows are left out: every shard holds each of them, and shards evict on their
+    /// own budgets.
+    pub fn visit_evictable(&self, visit: &mut dyn FnMut(usize, i64, u64, u64, u64)) {
+        let broadcast = crate::record::id::key_hash(&crate::record::Key::Broadcast);
+        for (input, store) in self.state.iter().enumerate() {
+            store.visit_ages(&mut |ts, id, key_hash, handle| {
+                if key_hash != broadcast {
+                    visit(input, ts, id, key_hash, handle);
+                }
+            });
+        }
+    }
+
+    /// Takes a stored row out before its last chance (the state budget's `evict_oldest`); the
+    /// caller sends it to `OPERATOR.expired`, so an outer join does not emit it as unmatched.
+    pub fn evict(&mut self, input: usize, key_hash: u64, handle: RowHandle) -> Option<Row> {
+        self.leave_early(input, key_hash, handle)
+    }
+
+    /// A stored row leaving before its last chance (`ttl`, the budget): counted as expired by
+    /// the caller, never as matched or unmatched. Its timer stays in the heap and finds nothing
+    /// when it fires; once such stale timers are half the heap they are dropped in one pass, so
+    /// a stalled watermark or a flood does not grow the heap without bound.
+    fn leave_early(&mut self, input: usize, key_hash: u64, handle: RowHandle) -> Option<Row> {
+        let removed = self.state.get_mut(input)?.remove(key_hash, handle)?;
+        self.stale_timers += 1;
+        if self.stale_timers * 2 > self.timers.len() {
+            let state = &self.state;
+            self.timers.retain(|Reverse(t)| state[t.input].contains(t.key_hash, t.handle));
+            self.stale_timers = 0;
+        }
+        Some(removed.row)
+    }
+
+    /// What this instance costs the shard's state budget (state/budget.rs).
+    pub fn budget_bytes(&self) -> usize {
+        self.state.iter().map(|s| s.footprint()).sum::<usize>() + self.timers.len() * crate::state::budget::TIMER_BYTES
     }
 }
 
@@ -581,6 +615,32 @@ mod tests {
         assert_eq!(kinds(&out)[1..], [(ResultKind::RightOnly, 5000)]);
         assert_eq!((j.state_rows(), j.state_bytes()), (0, 0));
         assert_eq!(j.output_watermark(), Time::POS_INF);
+    }
+
+    /// The state budget's eviction: a row taken out early is not emitted as unmatched when its
+    /// last chance passes, is counted as expired only, and stale timers do not pile up in the heap.
+    #[test]
+    fn evicted_rows_leave_no_left_only_and_no_timers_behind() {
+        let mut j = join(0, 100, JoinType::Left);
+        let mut out = Output::default();
+        for ts in 0..10 {
+            j.on_row(LEFT, row(1000 + ts, ts), &mut out);
+        }
+        let mut seen = Vec::new();
+        j.visit_evictable(&mut |input, ts, id, key_hash, handle| seen.push((ts, id, input, key_hash, handle)));
+        seen.sort_unstable();
+        assert_eq!(seen.len(), 10);
+        assert_eq!(seen[0].0, 1000);
+        for &(ts, _, input, key_hash, handle) in &seen[..6] {
+            assert_eq!(j.evict(input, key_hash, handle).map(|r| r.ts), Some(ts));
+            assert!(j.evict(input, key_hash, handle).is_none(), "evicted once");
+        }
+        // Six of ten timers stale: the heap was purged when they passed half.
+        assert!(j.timers.len() < 10, "{} timers", j.timers.len());
+        assert_eq!(j.state_rows(), 4);
+        j.on_watermark(Time::POS_INF, &mut out);
+        assert_eq!(kinds(&out), [1006, 1007, 1008, 1009].map(|ts| (ResultKind::LeftOnly, ts)));
+        assert_eq!(j.quality().unmatched[LEFT], 4, "evicted rows count as expired, not unmatched");
     }
 
     /// Golden-style: every on-time row is counted once when it leaves, late rows are not.

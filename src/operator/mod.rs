@@ -614,6 +614,52 @@ impl Operator {
         }
     }
 
+    /// Visits every row this instance can give up to `evict_oldest` (state/budget.rs): its
+    /// input, (ts, id), key hash and handle. Only the interval join's stored rows so far: the
+    /// other kinds' state is counted but not evicted (their rows are referenced from structures
+    /// a lone removal would leave dangling; README "Bounded state").
+    pub fn visit_evictable(&self, visit: &mut dyn FnMut(usize, i64, u64, u64, u64)) {
+        match self {
+            Operator::IntervalJoin(op) => op.visit_evictable(visit),
+            Operator::Union(_)
+            | Operator::Connect(_)
+            | Operator::WindowJoin(_)
+            | Operator::CoGroup(_)
+            | Operator::WindowAggregate(_)
+            | Operator::TemporalJoin(_)
+            | Operator::Absence(_) => {}
+        }
+    }
+
+    /// Takes a row [`visit_evictable`](Self::visit_evictable) named out of the state: the row,
+    /// unless it left meanwhile.
+    pub fn evict(&mut self, input: usize, key_hash: u64, handle: u64) -> Option<Row> {
+        match self {
+            Operator::IntervalJoin(op) => op.evict(input, key_hash, handle),
+            Operator::Union(_)
+            | Operator::Connect(_)
+            | Operator::WindowJoin(_)
+            | Operator::CoGroup(_)
+            | Operator::WindowAggregate(_)
+            | Operator::TemporalJoin(_)
+            | Operator::Absence(_) => None,
+        }
+    }
+
+    /// What this instance costs its shard's state budget (state/budget.rs): stored rows as the
+    /// arenas map them, plus indexes, timers and per-key state; O(1) for every kind.
+    pub fn budget_bytes(&self) -> usize {
+        match self {
+            Operator::Connect(op) => op.budget_bytes(),
+            Operator::IntervalJoin(op) => op.budget_bytes(),
+            Operator::TemporalJoin(op) => op.budget_bytes(),
+            Operator::Union(op) => op.state_bytes(),
+            Operator::WindowJoin(op) => op.state_bytes(),
+            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.state_bytes(),
+            Operator::Absence(op) => op.state_bytes(),
+        }
+    }
+
     pub fn state_bytes(&self) -> usize {
         match self {
             Operator::Union(op) => op.state_bytes(),

@@ -267,6 +267,14 @@ impl TemporalJoin {
     pub fn state_bytes(&self) -> usize {
         self.left.bytes() + self.right.bytes()
     }
+
+    /// What this instance costs the shard's state budget (state/budget.rs): the stores, the
+    /// heaps and the per-key floor of versions.
+    pub fn budget_bytes(&self) -> usize {
+        let timers = (self.pending.len() + self.fresh.len()) * crate::state::budget::TIMER_BYTES;
+        let floor = self.floor.len() * (std::mem::size_of::<(Key, (RowHandle, u64))>() + 8);
+        self.left.footprint() + self.right.footprint() + timers + floor
+    }
 }
 
 /// What a checkpoint keeps of a temporal join (state/snapshot.rs).

@@ -216,5 +216,33 @@ pub fn render(plan: &Plan, figures: &Figures) -> String {
             .map(|(shard, used)| (format!("shard=\"{shard}\""), used.to_string()))
             .collect(),
     );
+    if let Some(budget) = plan.runtime.state_budget {
+        let per_shard = |value: &dyn Fn(u64, bool) -> String| {
+            figures
+                .shard_state
+                .iter()
+                .enumerate()
+                .map(|(shard, &(bytes, full))| (format!("shard=\"{shard}\""), value(bytes, full)))
+                .collect()
+        };
+        family(
+            "braid_state_budget_bytes",
+            "gauge",
+            "runtime.state_budget: the bytes of state each shard may hold.",
+            per_shard(&|_, _| budget.to_string()),
+        );
+        family(
+            "braid_shard_state_bytes",
+            "gauge",
+            "Bytes of operator state the shard holds, as the budget counts them (arena segments mapped, indexes, per-key state).",
+            per_shard(&|bytes, _| bytes.to_string()),
+        );
+        family(
+            "braid_state_budget_full",
+            "gauge",
+            "1 while the shard is at its state budget and the intake waits (backpressure; evict_oldest with nothing evictable).",
+            per_shard(&|_, full| u8::from(full).to_string()),
+        );
+    }
     out
 }

@@ -179,6 +179,8 @@ pub struct Intake<'a> {
     stuck: Option<Instant>,
     /// The delivery the journal refused: the first to go in once it writes again.
     held: Option<Delivery>,
+    /// The state budget held the intake at the last round.
+    state_held: bool,
 }
 
 impl<'a> Intake<'a> {
@@ -219,6 +221,7 @@ impl<'a> Intake<'a> {
             schedule,
             stuck: None,
             held: None,
+            state_held: false,
         }
     }
 
@@ -360,9 +363,14 @@ impl<'a> Intake<'a> {
                 self.resume_after_stall(before)?;
                 self.watch_connections()?;
             }
-            // Not while the journal refuses writes: what the shards see stays what it holds.
+            // Not while the journal refuses writes (what the shards see stays what it holds), nor
+            // while a shard's state is at its budget.
+            let mut state_full = false;
             if self.stuck.is_none() {
                 self.runtime.advance_to(self.now, &mut self.outputs)?;
+                state_full = self.hold_for_state_budget();
+            }
+            if self.stuck.is_none() && !state_full {
                 self.take_batch()?;
             }
             self.checkpoint_if_due()?;
@@ -374,9 +382,10 @@ impl<'a> Intake<'a> {
             self.control.heartbeat.fetch_add(1, Ordering::Relaxed);
             let until_tick = Duration::from_millis((next_tick(self.now) - self.now).clamp(1, 200) as u64);
             let (intake, control, stuck) = (&self.intake, &self.control, self.stuck.is_some());
-            self.runtime.wait(&mut self.outputs, until_tick, || {
-                (!stuck && !intake.is_empty()) || control.request() != Request::Run
-            })?;
+            // While the journal refuses writes or the state budget holds the intake, waiting
+            // deliveries are no reason to wake.
+            let waiting = || !stuck && !state_full && !intake.is_empty();
+            self.runtime.wait(&mut self.outputs, until_tick, || waiting() || control.request() != Request::Run)?;
         }
     }
 
@@ -430,6 +439,26 @@ impl<'a> Intake<'a> {
         write_faults::recovered(JOURNAL_SITE);
         self.apply(0, &What::Start)?;
         Ok(true)
+    }
+
+    /// Whether a shard is at its state budget (state/budget.rs, `backpressure`): the intake then
+    /// takes nothing — the deliveries wait in the channel, then at the brokers, unacknowledged —
+    /// while ticks go on running, so idle inputs can move the watermark and free state. Logged
+    /// when it begins and ends; `/healthz` and `STATUS=` say it meanwhile (view.rs).
+    fn hold_for_state_budget(&mut self) -> bool {
+        let full = self.runtime.state_full();
+        if full != self.state_held {
+            self.state_held = full;
+            if full {
+                tracing::warn!(
+                    shards = ?self.runtime.shard_state(),
+                    "State budget full; the intake waits until the watermark frees state (the brokers keep the messages)"
+                );
+            } else {
+                tracing::info!("State back under its budget; the intake takes input again");
+            }
+        }
+        full
     }
 
     /// Journals and ingests up to [`BATCH`] waiting deliveries, publishes them to the shards,

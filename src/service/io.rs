@@ -517,8 +517,10 @@ impl StatusLine {
         let now = Instant::now();
         let blocked = shared.view.backpressure();
         let failing = write_faults::failing();
+        let state_full = shared.view.state_budget();
         let mut names: Vec<String> = blocked.iter().map(|(name, _)| name.clone()).collect();
         names.extend(failing.iter().map(|f| f.site.clone()));
+        names.extend(state_full.iter().map(|_| "state budget".to_owned()));
         let changed = names != self.blocked;
         if !changed && self.last.as_ref().is_some_and(|(at, _)| now.duration_since(*at) < STATUS_EVERY) {
             return;
@@ -529,6 +531,7 @@ impl StatusLine {
         let mut degraded: Vec<String> =
             blocked.iter().map(|(name, b)| super::view::backpressure_reason(name, b)).collect();
         degraded.extend(failing.iter().map(write_faults::Failing::reason));
+        degraded.extend(state_full);
         let line = match (degraded.is_empty(), rates) {
             (true, Some(rates)) => Some(rates),
             (true, None) => None,

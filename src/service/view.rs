@@ -108,6 +108,13 @@ impl LiveView {
         c.uplinks.iter().filter_map(|u| u.blocked().map(|b| (u.name().to_owned(), b))).collect()
     }
 
+    /// The shards at their state budget, as reasons ([`state_budget_reasons`]).
+    pub fn state_budget(&self) -> Vec<String> {
+        let current = self.lock();
+        let Some(c) = current.as_ref() else { return Vec::new() };
+        c.figures.as_ref().map(|f| state_budget_reasons(&c.plan, f)).unwrap_or_default()
+    }
+
     pub fn is_running(&self) -> bool {
         self.lock().is_some()
     }
@@ -406,6 +413,9 @@ impl OpsView for LiveView {
                 ));
             }
         }
+        if let Some(figures) = &c.figures {
+            reasons.extend(state_budget_reasons(&c.plan, figures));
+        }
         for uplink in &c.uplinks {
             if let Some(blocked) = uplink.blocked() {
                 reasons.push(backpressure_reason(uplink.name(), &blocked));
@@ -437,6 +447,46 @@ impl OpsView for LiveView {
     }
 }
 
+/// One reason per full shard (state/budget.rs): `backpressure: state budget full on shard 0
+/// (8MiB of 8MiB); intake waits, the brokers keep the devices' messages, until idle inputs
+/// move the watermark`, or, when nothing can free state while the intake waits, saying so.
+pub fn state_budget_reasons(plan: &Plan, figures: &Figures) -> Vec<String> {
+    let Some(budget) = plan.runtime.state_budget else { return Vec::new() };
+    let show = crate::state::budget::show_bytes;
+    let frees = state_frees_while_waiting(plan);
+    figures
+        .shard_state
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, full))| *full)
+        .map(|(shard, &(bytes, _))| {
+            let until = match &frees {
+                Ok(()) => "until idle inputs move the watermark and free state".to_owned(),
+                Err(why) => format!(
+                    "and nothing frees state while the intake waits ({why}): raise runtime.state_budget, set a ttl or on_state_full = \"evict_oldest\""
+                ),
+            };
+            format!(
+                "backpressure: state budget full on shard {shard} ({} of {}); intake waits, the brokers keep the devices' messages, {until}",
+                show(bytes.div_ceil(1024) * 1024),
+                show(budget)
+            )
+        })
+        .collect()
+}
+
+/// Whether a paused intake lets state go: every stream turns idle, and idle inputs advance the
+/// operators' watermarks. Else why not.
+fn state_frees_while_waiting(plan: &Plan) -> Result<(), String> {
+    if !plan.runtime.idle_advance {
+        return Err("idle_advance = false".into());
+    }
+    match plan.streams.iter().find(|s| s.idle_timeout <= 0) {
+        Some(stream) => Err(format!("stream {} never turns idle: idle_timeout = \"0ms\"", stream.name)),
+        None => Ok(()),
+    }
+}
+
 /// `backpressure: sink up full (262144 of 262144 B queued, uplink down); intake waits, the
 /// brokers keep the devices' messages` — one reason of `/healthz` and the STATUS= line.
 pub fn backpressure_reason(sink: &str, blocked: &Blocked) -> String {
@@ -451,4 +501,54 @@ pub fn backpressure_reason(sink: &str, blocked: &Blocked) -> String {
         "backpressure: sink {sink} full ({} of {} B queued, {uplink}); intake waits, the brokers keep the devices' messages",
         blocked.queued_bytes, blocked.buffer_bytes
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(status_idle: &str) -> Plan {
+        let text = format!(
+            r#"[runtime]
+state_budget = "8MiB"
+
+[streams.command]
+key = "device"
+time = {{ field = "ts" }}
+fields = {{ device = "string", ts = "int" }}
+
+[streams.status]
+key = "device"
+time = {{ field = "ts" }}
+idle_timeout = "{status_idle}"
+fields = {{ device = "string", ts = "int" }}
+
+[operators.effect]
+kind = "interval_join"
+left = "command"
+right = "status"
+lower = "-1s"
+upper = "1s"
+select = ["left.ts AS command_ts"]
+"#
+        );
+        crate::config::parse("v.toml", &text).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_full_shard_is_a_reason_that_says_whether_anything_frees_state() {
+        let figures = Figures { shard_state: vec![(3 << 20, false), (8 << 20, true)], ..Figures::default() };
+        assert!(state_budget_reasons(&plan("5s"), &Figures::default()).is_empty());
+        assert_eq!(
+            state_budget_reasons(&plan("5s"), &figures),
+            ["backpressure: state budget full on shard 1 (8MiB of 8MiB); intake waits, the brokers keep the devices' \
+              messages, until idle inputs move the watermark and free state"]
+        );
+        assert_eq!(
+            state_budget_reasons(&plan("0ms"), &figures),
+            ["backpressure: state budget full on shard 1 (8MiB of 8MiB); intake waits, the brokers keep the devices' \
+              messages, and nothing frees state while the intake waits (stream status never turns idle: idle_timeout = \
+              \"0ms\"): raise runtime.state_budget, set a ttl or on_state_full = \"evict_oldest\""]
+        );
+    }
 }

@@ -68,6 +68,9 @@ pub struct Figures {
     /// time handing the files to the disk ([`ShardReport`]).
     pub checkpoint_snapshot: std::time::Duration,
     pub checkpoint_stall: std::time::Duration,
+    /// Per shard: its state bytes as the budget counts them, and whether it is full
+    /// (state/budget.rs; all zero without `state_budget`).
+    pub shard_state: Vec<(u64, bool)>,
 }
 
 /// Counters of one input stream.
@@ -178,6 +181,7 @@ impl Runtime {
             hot_keys: self.hot_keys.iter().map(|h| h.report(HOT_KEY_MIN_ROWS)).collect(),
             checkpoint_snapshot: reports.iter().map(|r| r.checkpoint_snapshot).sum(),
             checkpoint_stall: reports.iter().map(|r| r.checkpoint_stall).sum(),
+            shard_state: self.shard_state(),
         };
         for report in &reports {
             for op in 0..ops {

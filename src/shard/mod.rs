@@ -142,6 +142,8 @@ pub struct Runtime {
     cancel: Arc<AtomicBool>,
     /// Per shard: its figures as of its last tick (a live service shows them).
     live: Vec<Arc<Mutex<Option<ShardReport>>>>,
+    /// Every shard's state bytes, as each last counted them (state/budget.rs).
+    gauge: Arc<crate::state::budget::StateGauge>,
     /// Per shard: its feed ring's release position at the last [`Runtime::stalled_shards`].
     last_released: Vec<u64>,
     shard_bells: Vec<Arc<Doorbell>>,

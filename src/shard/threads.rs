@@ -55,6 +55,7 @@ impl Runtime {
         let built: Vec<Arc<AtomicBool>> = (0..shards).map(|_| Arc::default()).collect();
         let cancel = Arc::new(AtomicBool::new(false));
         let live: Vec<Arc<Mutex<Option<ShardReport>>>> = (0..shards).map(|_| Arc::default()).collect();
+        let gauge = Arc::new(crate::state::budget::StateGauge::new(shards));
         let cores = core_affinity::get_core_ids().unwrap_or_default();
         if shards > cores.len() && !cores.is_empty() {
             tracing::warn!(shards, cores = cores.len(), "more shards than cores: shards share cores round-robin");
@@ -73,6 +74,7 @@ impl Runtime {
                 gate: gate.clone(),
                 cancel: Arc::clone(&cancel),
                 live: Arc::clone(&live[j]),
+                gauge: Arc::clone(&gauge),
                 trace: options.trace.clone(),
                 state: (!options.memory_state).then(|| options.dir.join(format!("shard-{j}"))),
                 checkpoints: Checkpoints {
@@ -112,6 +114,7 @@ impl Runtime {
             built,
             cancel,
             live,
+            gauge,
             last_released: vec![0; shards],
             shard_bells,
             bell,
@@ -186,6 +189,17 @@ impl Runtime {
         let lost = self.ended.iter().position(|e| e.load(Ordering::SeqCst))?;
         self.bell.awake();
         Some(self.join(lost).err().unwrap_or(RuntimeError::ShardLost(lost)))
+    }
+
+    /// Some shard is at its state budget with nothing it may evict: the intake takes no more
+    /// input until it is under again (state/budget.rs, `backpressure`).
+    pub fn state_full(&self) -> bool {
+        self.gauge.any_full()
+    }
+
+    /// Per shard: its state bytes and whether it is full, as it last counted them.
+    pub fn shard_state(&self) -> Vec<(u64, bool)> {
+        self.gauge.shards()
     }
 
     /// Shards that have frames waiting in their feed ring and released none since the previous
@@ -291,6 +305,8 @@ struct Shard {
     gate: Option<Arc<Barrier>>,
     cancel: Arc<AtomicBool>,
     live: Arc<Mutex<Option<ShardReport>>>,
+    /// Every shard's state bytes (state/budget.rs).
+    gauge: Arc<crate::state::budget::StateGauge>,
     trace: Option<Arc<crate::operator::host::Trace>>,
     /// Its operators' state directory (none: state on the heap).
     state: Option<std::path::PathBuf>,
@@ -314,6 +330,7 @@ impl Shard {
             gate,
             cancel,
             live,
+            gauge,
             trace,
             state,
             checkpoints,
@@ -326,7 +343,8 @@ impl Shard {
         if let Some(gate) = gate {
             gate.wait();
         }
-        let mut worker = Worker::new(id, plan, shards, links, state.as_deref(), live, checkpoints)?;
+        let shown = super::worker::Shown { live, gauge };
+        let mut worker = Worker::new(id, plan, shards, links, state.as_deref(), shown, checkpoints)?;
         if let Some(trace) = trace {
             worker.trace(&trace);
         }

@@ -17,12 +17,14 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::{CheckpointDir, OperatorSnapshot, ShardFile, definition_hash};
+use crate::config::OnStateFull;
 use crate::operator::host::OperatorHost;
 use crate::operator::{Output, Side};
 use crate::plan::{NodeRef, Plan};
 use crate::record::frame::to_row;
 use crate::record::{ArchivedKey, ArchivedRow, Key, Row};
 use crate::ring::FrameKind;
+use crate::state::budget::{self, StateGauge};
 use crate::time::Time;
 use crate::time::clock::InputTime;
 
@@ -80,6 +82,13 @@ impl Ord for Pending {
     }
 }
 
+/// Where a shard shows its figures to the feeder's thread: its report once per tick, its state
+/// bytes after every round (state/budget.rs).
+pub struct Shown {
+    pub live: Arc<Mutex<Option<ShardReport>>>,
+    pub gauge: Arc<StateGauge>,
+}
+
 /// The rings of a shard.
 pub struct Links {
     pub input: Inbox,
@@ -120,6 +129,10 @@ struct Core {
     checkpoints: Option<CheckpointDir>,
     /// The checkpoint whose barrier is going through this shard's operators.
     barrier: Option<BarrierInFlight>,
+    /// Every shard's state bytes (state/budget.rs): this shard writes its own after each round.
+    gauge: Arc<StateGauge>,
+    /// `evict_oldest` found nothing it may evict while over the budget (at the last tick).
+    evict_starved: bool,
     /// A shard file to write, for the thread's loop to take ([`Worker::take_snapshot_write`]).
     to_write: Option<SnapshotWrite>,
     /// A shard file being written: its epoch, and where the writer leaves its outcome.
@@ -172,9 +185,10 @@ impl Worker {
         shards: usize,
         links: Links,
         state: Option<&std::path::Path>,
-        live: Arc<Mutex<Option<ShardReport>>>,
+        shown: Shown,
         checkpoints: Checkpoints,
     ) -> Result<Worker, ShardError> {
+        let Shown { live, gauge } = shown;
         let ops = plan.operators.len();
         let mut hosts = plan
             .operators
@@ -210,6 +224,8 @@ impl Worker {
             work_done: 0,
             checkpoints: checkpoints.dir,
             barrier: None,
+            gauge,
+            evict_starved: false,
             to_write: None,
             writing: None,
             snapshot_time: std::time::Duration::ZERO,
@@ -259,6 +275,7 @@ impl Worker {
         core.run_chained();
         core.announce();
         moved |= core.flush();
+        core.account();
         if self.ticks_shown != self.ticks_seen {
             self.ticks_shown = self.ticks_seen;
             self.show_live();
@@ -318,6 +335,71 @@ impl Worker {
 }
 
 impl Core {
+    /// This shard's state bytes for the intake (state/budget.rs, "At the budget"): full when
+    /// at its budget, with `evict_oldest` only when eviction could not bring it under.
+    fn account(&mut self) {
+        let Some(budget) = self.plan.runtime.state_budget else { return };
+        let bytes = self.state_bytes();
+        let full = match self.plan.runtime.on_state_full {
+            OnStateFull::Backpressure => bytes >= budget,
+            OnStateFull::EvictOldest => self.evict_starved && bytes >= budget,
+        };
+        self.gauge.set(self.id, bytes, full);
+    }
+
+    fn state_bytes(&self) -> u64 {
+        self.hosts.iter().map(|h| h.budget_bytes() as u64).sum()
+    }
+
+    /// `evict_oldest`: at a tick (a point of the feeder's order, so a replay of the same input
+    /// evicts the same rows), a shard over its budget evicts stored rows oldest first by (ts, id)
+    /// until it is under the low mark, each to `OPERATOR.expired` (state/budget.rs).
+    fn evict_over_budget(&mut self) {
+        let (Some(budget), OnStateFull::EvictOldest) =
+            (self.plan.runtime.state_budget, self.plan.runtime.on_state_full)
+        else {
+            return;
+        };
+        self.evict_starved = false;
+        if self.state_bytes() <= budget {
+            return;
+        }
+        let low = budget::low_mark(budget);
+        loop {
+            let rows: usize = self.hosts.iter().map(|h| h.state().0).sum();
+            let mut oldest = budget::Oldest::new(budget::batch_for(rows));
+            for (op, host) in self.hosts.iter().enumerate() {
+                host.offer_evictable(op, &mut oldest);
+            }
+            let candidates = oldest.into_sorted();
+            if candidates.is_empty() {
+                // Nothing evictable: the shard reports itself full (`account`) and the intake waits.
+                self.evict_starved = true;
+                return;
+            }
+            let mut evicted = 0;
+            for candidate in &candidates {
+                let mut out = std::mem::take(&mut self.scratch);
+                if self.hosts[candidate.op].evict(candidate, &mut out) {
+                    evicted += 1;
+                    for expired in out.expired.drain(..) {
+                        let side = Side::Expired { reason: expired.reason, input: expired.input };
+                        self.send_output(candidate.op, side, &expired.row);
+                    }
+                }
+                self.scratch = out;
+                if self.state_bytes() <= low {
+                    return;
+                }
+            }
+            if evicted == 0 {
+                // Candidates that were all gone: never so, but a loop must not bet on it.
+                self.evict_starved = true;
+                return;
+            }
+        }
+    }
+
     fn backed_up(&self) -> bool {
         self.output.is_blocked() || self.exchange_out.iter().flatten().any(Outbox::is_blocked)
     }
@@ -352,6 +434,7 @@ impl Core {
             }
             Frame::Tick(tick) => {
                 self.feeder_frontier = Tag::event(tick.seq + 1);
+                self.evict_over_budget();
                 let (seq, t) = (tick.seq, tick.tick.t);
                 let tick = Rc::new(tick);
                 for op in 0..self.plan.operators.len() {

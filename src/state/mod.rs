@@ -13,6 +13,7 @@
 //! with the same hash never see each other's rows.
 
 pub mod arena;
+pub mod budget;
 pub mod snapshot;
 pub mod ttl;
 
@@ -104,6 +105,23 @@ pub trait KeyedStore: Send {
     fn import(&mut self, saved: &SavedStore) -> Result<(), SnapshotError>;
     fn rows(&self) -> usize;
     fn bytes(&self) -> usize;
+    /// What the store costs the shard's state budget (state/budget.rs): its rows' bytes plus
+    /// its index ([`index_bytes`]); an arena counts the segment files it maps instead of its
+    /// records. O(1): read after every round.
+    fn footprint(&self) -> usize;
+    /// Visits every live row's (ts, id, key hash, handle), in no order (for `evict_oldest`).
+    fn visit_ages(&self, visit: &mut dyn FnMut(i64, u64, u64, RowHandle));
+    /// Whether the row `handle` is still stored.
+    fn contains(&self, key_hash: u64, handle: RowHandle) -> bool;
+}
+
+/// Heap bytes of an index of `keys` key hashes holding `rows` row entries: a hash-map slot and
+/// a deque per key (its first allocation: 4 entries), an entry per row beyond those. An estimate
+/// of the allocations, not of the allocator's overhead.
+pub fn index_bytes(keys: usize, rows: usize) -> usize {
+    const ENTRY: usize = 32;
+    const KEY: usize = std::mem::size_of::<(u64, VecDeque<u64>)>() + 1 + 4 * ENTRY;
+    keys * KEY + rows.saturating_sub(keys * 4) * ENTRY
 }
 
 struct Entry {
@@ -197,6 +215,22 @@ impl KeyedStore for MemoryStore {
 
     fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    fn footprint(&self) -> usize {
+        self.bytes + index_bytes(self.by_hash.len(), self.rows)
+    }
+
+    fn visit_ages(&self, visit: &mut dyn FnMut(i64, u64, u64, RowHandle)) {
+        for (&key_hash, entries) in &self.by_hash {
+            for entry in entries {
+                visit(entry.row.ts, entry.row.id, key_hash, entry.handle);
+            }
+        }
+    }
+
+    fn contains(&self, key_hash: u64, handle: RowHandle) -> bool {
+        self.by_hash.get(&key_hash).is_some_and(|entries| entries.iter().any(|e| e.handle == handle))
     }
 }
 

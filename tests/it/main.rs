@@ -45,6 +45,7 @@ mod replay_resume;
 mod robustness;
 mod runtime;
 mod snapshots;
+mod state_budget;
 mod tick_skipping;
 mod ttl;
 

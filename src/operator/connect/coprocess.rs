@@ -240,6 +240,11 @@ impl KeyedState {
     pub fn bytes(&self) -> usize {
         self.slots.iter().map(|s| s.bytes()).sum()
     }
+
+    /// What the slots cost the shard's state budget ([`KeyedStore::footprint`]).
+    pub fn footprint(&self) -> usize {
+        self.slots.iter().map(|s| s.footprint()).sum()
+    }
 }
 
 // ----------------------------------------------------------------------------------- timers ---

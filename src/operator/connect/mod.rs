@@ -263,6 +263,11 @@ impl Connect {
     pub fn state_bytes(&self) -> usize {
         self.state.bytes()
     }
+
+    /// What this instance costs the shard's state budget (state/budget.rs).
+    pub fn budget_bytes(&self) -> usize {
+        self.state.footprint()
+    }
 }
 
 /// What a checkpoint keeps of a connect (state/snapshot.rs).

@@ -77,6 +77,28 @@
 //! never truncated while mapped). With the usual time-ordered expiry, one spare means a
 //! steady-state store creates no files and its pages stay in the page cache.
 //!
+//! # Compaction
+//!
+//! A segment is freed only when all its records are dead, so a few long-lived rows (a key that
+//! stays while a flood of new keys comes and goes) could pin any number of mostly-dead segments.
+//! When a remove leaves a segment other than the active one with live records taking less than a
+//! quarter of its data bytes, its live records are moved to the end of the active segment (copied
+//! as bytes, with their matched flags) and marked dead where they were, so the segment empties
+//! and is recycled. A moved row keeps its [`RowHandle`] and its place in its key's scan order:
+//! its index entry stays where it is and only points at the new place, as for a restored row
+//! (below). Each byte is moved only when its segment has fallen under a quarter live, so a
+//! compaction pass moves at most a quarter segment and frees a whole one.
+//!
+//! What a checkpoint names is not affected: a snapshot ([`KeyedStore::export`]) copies each
+//! row's archive bytes with the handle from its index entry (state/snapshot.rs `SavedStore`),
+//! never a segment or an offset, and restoring writes them anew into an empty store. What
+//! compaction does change is the files: a store **reopened from its files** (recovery, below)
+//! names a moved row by its new place and scans it after the rows appended before the move, and
+//! a crash between the copy and the dead mark finds the row twice. `braid run` never reopens
+//! arena files (its scratch is rebuilt from the checkpoint and the journal at every start), so
+//! stores are opened compacting; [`ArenaStore::set_compaction`] turns it off for a store whose
+//! files must give every row back exactly (the crash guarantee below then holds as written).
+//!
 //! A row larger than a segment, or a new segment that cannot be created (a full disk), is an
 //! error of [`ArenaStore::try_insert`]. [`KeyedStore::insert`] has no error to return, and must
 //! not drop the row (no silent loss) nor panic: it keeps such a row in memory instead, logs it
@@ -108,7 +130,7 @@
 //! at every start, so nothing here is quarantined (storage/quarantine.rs is for the state a
 //! restart reads).
 //!
-//! Guaranteed: after a process crash or `kill -9` — anything that leaves the page cache alone —
+//! Guaranteed (with compaction off; above): after a process crash or `kill -9` — anything that leaves the page cache alone —
 //! every row whose `insert` returned is back with its key, handle and matched flag, every
 //! `remove` that returned stays removed, and no row comes back that was never inserted. A
 //! half-done insert, mark or remove at the moment of the crash is either done or not.
@@ -150,6 +172,9 @@ const ARENA_MEANWHILE: &str =
 /// Sequence numbers run from 1 to this; handles of rows kept in memory have the top bit set.
 const MAX_SEQ: u32 = (1 << 31) - 1;
 const MEMORY_HANDLE: RowHandle = 1 << 63;
+/// A segment whose live records take less than this fraction (numerator, denominator) of its
+/// data bytes is compacted (module doc, "Compaction").
+const COMPACT_BELOW: (usize, usize) = (1, 4);
 /// `Segments::active` when no segment takes rows: the next append starts one.
 const NO_SEGMENT: u32 = u32::MAX;
 
@@ -238,6 +263,9 @@ struct Segments {
     free_slots: Vec<u32>,
     active: u32,
     spares: Vec<Segment>,
+    /// The segment that was active until the last append started a new one: it may already be
+    /// mostly dead (rows removed while it took rows), and no later remove may come to look.
+    left_active: Option<u32>,
     next_seq: u32,
     next_number: u32,
 }
@@ -251,6 +279,14 @@ pub struct ArenaStore {
     bytes: usize,
     next_memory_handle: RowHandle,
     unsaved_rows: usize,
+    /// Bytes of the rows kept in memory ([`Row::size_bytes`]): part of `bytes`, on the heap.
+    memory_bytes: usize,
+    /// A moved record's payload on its way (compaction copies out of the map it appends to).
+    moving: Vec<u8>,
+    /// Mostly-dead segments are compacted (on unless [`set_compaction`](Self::set_compaction)).
+    compact: bool,
+    compactions: usize,
+    moved_rows: usize,
     recovery: Recovery,
 }
 
@@ -316,6 +352,7 @@ impl ArenaStore {
                 free_slots: Vec::new(),
                 active: NO_SEGMENT, // set below, once the segments are in their slots
                 spares: Vec::new(),
+                left_active: None,
                 next_seq: ordered.last().map_or(1, |(seq, _)| seq + 1),
                 next_number: numbers.last().map_or(1, |n| n.saturating_add(1)),
             },
@@ -325,6 +362,11 @@ impl ArenaStore {
             bytes: 0,
             next_memory_handle: MEMORY_HANDLE,
             unsaved_rows: 0,
+            memory_bytes: 0,
+            moving: Vec::new(),
+            compact: true,
+            compactions: 0,
+            moved_rows: 0,
             recovery: Recovery::default(),
         };
         let last = ordered.len().checked_sub(1);
@@ -402,6 +444,12 @@ impl ArenaStore {
         self.index.entry(key_hash).or_default().push_back(Entry { handle, matched, place });
         self.rows += 1;
         self.bytes += size;
+        if let Some(left) = self.segments.left_active.take()
+            && self.compact
+            && self.segments.is_sparse(left)
+        {
+            self.compact(left);
+        }
         handle
     }
 
@@ -417,6 +465,68 @@ impl ArenaStore {
         }
         self.rows -= 1;
         Some(entry)
+    }
+
+    /// A row kept in memory left the store.
+    fn forget_memory_row(&mut self, row: &Row) {
+        self.unsaved_rows -= 1;
+        self.bytes -= row.size_bytes();
+        self.memory_bytes -= row.size_bytes();
+    }
+
+    /// An arena row left the store (its index entry is gone): its record is marked dead, and
+    /// its segment recycled when that was its last live record, or compacted when it has become
+    /// mostly dead (module doc, "Compaction").
+    fn release(&mut self, slot: u32, off: u32) {
+        self.bytes -= self.segments.release(slot, off as usize);
+        if self.compact && self.segments.is_sparse(slot) {
+            self.compact(slot);
+        }
+    }
+
+    /// Moves the live records of segment `slot` to the end of the active one, each keeping its
+    /// handle and matched flag (its index entry is pointed at the new place), so that the
+    /// segment empties and is recycled. Stops, leaving the rest where it is, if an append fails
+    /// (a full disk): nothing is lost, the segment is only not freed yet.
+    fn compact(&mut self, slot: u32) {
+        let Some(segment) = self.segments.get(slot) else { return };
+        let records = segment.live_records();
+        self.compactions += 1;
+        for (off, key_hash) in records {
+            let Some(at) = self.index.get(&key_hash).and_then(|entries| {
+                entries
+                    .iter()
+                    .position(|e| matches!(e.place, Place::Arena { slot: s, off: o } if s == slot && o as usize == off))
+            }) else {
+                continue; // a record the index does not name (damaged on open): left to die with the segment
+            };
+            let Some(row) = self.segments.row(slot, off as u32) else { return };
+            let ts = row.ts.to_native();
+            let Some(payload) = self.segments.payload(slot, off as u32) else { return };
+            self.moving.clear();
+            self.moving.extend_from_slice(payload);
+            let matched = self.index.get(&key_hash).and_then(|entries| entries.get(at)).is_some_and(|e| e.matched);
+            let size = record_size(self.moving.len());
+            let moved = self.segments.append(&self.moving, size, key_hash, ts, matched);
+            let Ok((new_slot, new_off)) = moved else { return };
+            if let Some(entry) = self.index.get_mut(&key_hash).and_then(|entries| entries.get_mut(at)) {
+                entry.place = Place::Arena { slot: new_slot, off: new_off as u32 };
+            }
+            self.bytes += size;
+            self.bytes -= self.segments.release(slot, off);
+            self.moved_rows += 1;
+        }
+    }
+
+    /// Turns compaction on or off (module doc, "Compaction": off for a store whose files must
+    /// give every row back under its handle and in its order when reopened).
+    pub fn set_compaction(&mut self, on: bool) {
+        self.compact = on;
+    }
+
+    /// Segments compacted and rows moved by compaction since the store was opened.
+    pub fn compaction_counts(&self) -> (usize, usize) {
+        (self.compactions, self.moved_rows)
     }
 
     /// Rows kept in memory because the arena could not take them (module doc): lost on restart.
@@ -497,6 +607,7 @@ impl ArenaStore {
         }
         self.rows += 1;
         self.bytes += row.size_bytes();
+        self.memory_bytes += row.size_bytes();
         let key_hash = row.key_hash;
         self.index.entry(key_hash).or_default().push_back(Entry {
             handle,
@@ -547,13 +658,12 @@ impl KeyedStore for ArenaStore {
         let Entry { matched, place, .. } = self.unindex(key_hash, handle)?;
         let row = match place {
             Place::Memory(row) => {
-                self.unsaved_rows -= 1;
-                self.bytes -= row.size_bytes();
+                self.forget_memory_row(&row);
                 *row
             }
             Place::Arena { slot, off } => {
                 let row = self.segments.row(slot, off).map(frame::to_row)?;
-                self.bytes -= self.segments.release(slot, off as usize);
+                self.release(slot, off);
                 row
             }
         };
@@ -563,11 +673,8 @@ impl KeyedStore for ArenaStore {
     fn discard(&mut self, key_hash: u64, handle: RowHandle) -> Option<bool> {
         let Entry { matched, place, .. } = self.unindex(key_hash, handle)?;
         match place {
-            Place::Memory(row) => {
-                self.unsaved_rows -= 1;
-                self.bytes -= row.size_bytes();
-            }
-            Place::Arena { slot, off } => self.bytes -= self.segments.release(slot, off as usize),
+            Place::Memory(row) => self.forget_memory_row(&row),
+            Place::Arena { slot, off } => self.release(slot, off),
         }
         Some(matched)
     }
@@ -638,6 +745,34 @@ impl KeyedStore for ArenaStore {
     fn bytes(&self) -> usize {
         self.bytes
     }
+
+    /// The segment files mapped (in use and spare: each is RAM on a tmpfs scratch, page cache
+    /// on a disk) plus the rows kept in memory plus the index ([`index_bytes`](super::index_bytes)).
+    fn footprint(&self) -> usize {
+        let mapped = self.segments.slots.len() - self.segments.free_slots.len() + self.segments.spares.len();
+        mapped * self.segments.config.segment_bytes
+            + self.memory_bytes
+            + super::index_bytes(self.index.len(), self.rows)
+    }
+
+    fn visit_ages(&self, visit: &mut dyn FnMut(i64, u64, u64, RowHandle)) {
+        for (&key_hash, entries) in &self.index {
+            for entry in entries {
+                let (ts, id) = match &entry.place {
+                    Place::Memory(row) => (row.ts, row.id),
+                    &Place::Arena { slot, off } => match self.segments.row(slot, off) {
+                        Some(row) => (row.ts.to_native(), row.id.to_native()),
+                        None => continue,
+                    },
+                };
+                visit(ts, id, key_hash, entry.handle);
+            }
+        }
+    }
+
+    fn contains(&self, key_hash: u64, handle: RowHandle) -> bool {
+        self.index.get(&key_hash).is_some_and(|entries| entries.iter().any(|e| e.handle == handle))
+    }
 }
 
 impl Segments {
@@ -693,6 +828,7 @@ impl Segments {
             let previous = self.active;
             self.active = self.install(segment);
             self.recycle_if_dead(previous);
+            self.left_active = Some(previous);
         }
         let active = self.active;
         let Some(segment) = self.get_mut(active) else {
@@ -707,8 +843,18 @@ impl Segments {
         segment.set_dead(off);
         segment.live -= 1;
         let size = segment.size_at(off);
+        segment.live_bytes -= size;
         self.recycle_if_dead(slot);
         size
+    }
+
+    /// A segment worth compacting: not the active one, still holding live records, but fewer
+    /// than [`COMPACT_BELOW`] of its data bytes.
+    fn is_sparse(&self, slot: u32) -> bool {
+        slot != self.active
+            && self
+                .get(slot)
+                .is_some_and(|s| s.live > 0 && s.live_bytes * COMPACT_BELOW.1 < s.data_len() * COMPACT_BELOW.0)
     }
 
     /// A segment for the next sequence number: a spare reset, or a new file.

@@ -55,6 +55,8 @@ pub(super) struct Segment {
     pub(super) end: usize,
     /// Records not marked dead.
     pub(super) live: usize,
+    /// Bytes those records take (headers and padding included): compaction's measure.
+    pub(super) live_bytes: usize,
 }
 
 /// What [`Segment::walk`] found.
@@ -73,7 +75,7 @@ impl Segment {
         data_len: usize,
     ) -> Result<Segment, MappedFileError> {
         let log = log::Segment::create(storage, path, &FORMAT, u64::from(seq), data_len)?;
-        Ok(Segment { log, seq, end: SEGMENT_HEADER, live: 0 })
+        Ok(Segment { log, seq, end: SEGMENT_HEADER, live: 0, live_bytes: 0 })
     }
 
     /// Opens an existing segment file. The sequence number is `None` when the segment header is
@@ -89,7 +91,7 @@ impl Segment {
             return Err(OpenError::BadLength(data_len));
         }
         let seq = id.and_then(|id| u32::try_from(id).ok()).filter(|&s| s != 0 && s <= super::MAX_SEQ);
-        Ok((Segment { log, seq: seq.unwrap_or(0), end: SEGMENT_HEADER, live: 0 }, seq))
+        Ok((Segment { log, seq: seq.unwrap_or(0), end: SEGMENT_HEADER, live: 0, live_bytes: 0 }, seq))
     }
 
     /// Starts the segment over under a new sequence number. Only for a segment without live
@@ -99,6 +101,7 @@ impl Segment {
         self.log.reset(u64::from(seq))?;
         self.seq = seq;
         self.end = SEGMENT_HEADER;
+        self.live_bytes = 0;
         Ok(())
     }
 
@@ -141,6 +144,7 @@ impl Segment {
         let off = self.log.append(&meta, &[payload], payload.len())?;
         self.end = self.log.end();
         self.live += 1;
+        self.live_bytes += self.log.size_at(off);
         Ok(off)
     }
 
@@ -154,9 +158,29 @@ impl Segment {
         self.set_flag(off, MATCHED);
     }
 
-    /// Marks the record at `off` dead, in place; the caller updates `live`.
+    /// Marks the record at `off` dead, in place; the caller updates `live` (and `live_bytes`).
     pub(super) fn set_dead(&mut self, off: usize) {
         self.set_flag(off, DEAD);
+    }
+
+    /// The data offsets and key hashes of the records not marked dead, in append order (for
+    /// compaction: a walk over headers only, no crc, no archive checks — this process wrote or
+    /// validated every record before `end`).
+    pub(super) fn live_records(&self) -> Vec<(usize, u64)> {
+        let mut found = Vec::with_capacity(self.live);
+        let mut off = SEGMENT_HEADER;
+        while off < self.end {
+            let header = self.log.header(off);
+            if header[DEAD_AT] != 1 {
+                found.push((off, u64::from_le_bytes(dword(header, KEY_HASH_AT))));
+            }
+            let size = self.log.size_at(off);
+            if size < RECORD_HEADER || off + size > self.end {
+                break; // damage recovery skipped over (never so for records this process wrote)
+            }
+            off += size;
+        }
+        found
     }
 
     /// A flag that cannot be written is lost on restart only (the index has it): logged.
@@ -197,7 +221,7 @@ impl Segment {
         &mut self,
         mut live: impl FnMut(usize, usize, bool, &ArchivedRow),
     ) -> Result<Walk, MappedFileError> {
-        let mut visited = 0;
+        let (mut visited, mut visited_bytes) = (0, 0);
         let walk = self.log.walk(|record| {
             if record.header[DEAD_AT] == 1 {
                 return true;
@@ -207,6 +231,7 @@ impl Segment {
                 Ok(row) if row.key_hash.to_native() == key_hash => {
                     live(record.off, record.size, record.header[MATCHED_AT] == 1, row);
                     visited += 1;
+                    visited_bytes += record.size;
                     true
                 }
                 _ => false,
@@ -220,6 +245,7 @@ impl Segment {
         self.log.cut_tail()?;
         self.end = self.log.end();
         self.live = visited;
+        self.live_bytes = visited_bytes;
         Ok(Walk { damaged: walk.skipped.len() + walk.torn })
     }
 }

@@ -121,9 +121,12 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn run_against_model(ops: &[Op]) {
+/// With `compact`, mostly-dead segments are compacted: only for scripts without `Reopen` (a
+/// compacted store reopened from its files names moved rows by their new places; module doc).
+fn run_against_model(ops: &[Op], compact: bool) {
     let dir = tempfile::tempdir().unwrap();
     let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+    arena.set_compaction(compact);
     let mut model = MemoryStore::default();
     // (model handle, arena handle, key hash) of live rows; removed ones kept to remove again.
     let mut live: Vec<(RowHandle, RowHandle, u64)> = Vec::new();
@@ -191,6 +194,7 @@ fn run_against_model(ops: &[Op]) {
                 let unsaved = arena.unsaved_rows();
                 drop(arena);
                 arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+                arena.set_compaction(compact);
                 assert_eq!(arena.recovery().damaged_records + arena.recovery().damaged_segments, 0);
                 // Rows kept in memory (larger than a segment) do not survive, as documented.
                 let lost: Vec<_> = live.iter().filter(|p| p.1 & MEMORY_HANDLE != 0).copied().collect();
@@ -215,7 +219,13 @@ proptest! {
 
     #[test]
     fn behaves_like_the_memory_store(ops in proptest::collection::vec(op(), 1..80)) {
-        run_against_model(&ops);
+        run_against_model(&ops, false);
+    }
+
+    #[test]
+    fn compacting_behaves_like_the_memory_store(ops in proptest::collection::vec(op(), 1..80)) {
+        let ops: Vec<Op> = ops.into_iter().filter(|op| !matches!(op, Op::Reopen)).collect();
+        run_against_model(&ops, true);
     }
 }
 
@@ -574,4 +584,95 @@ fn restored_rows_keep_their_handles_and_later_handles_are_new() {
     drop(restored);
     let reopened = ArenaStore::open_with(&dir.path().join("restored"), small()).unwrap();
     assert_eq!(reopened.rows(), 61, "60 restored rows and the later small one; no row kept in memory");
+}
+
+/// A key that stays while others come and go pins no segment: once a segment is under a quarter
+/// live its rows move to the active one, keeping handles, order and matched flags, and the
+/// segment is recycled; a snapshot taken after the move restores every row under its handle.
+#[test]
+fn mostly_dead_segments_are_compacted_and_snapshots_still_name_every_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+    let mut model = MemoryStore::default();
+    let mut kept = Vec::new();
+    // 12 rows of ~300 bytes a segment; every 6th row (key 3) stays, the rest (key 4) go.
+    for id in 0..240u64 {
+        let k = if id % 6 == 0 { 3 } else { 4 };
+        let r = row(k, id, 250);
+        let matched = id % 12 == 0;
+        let handle = arena.insert(r.clone(), matched);
+        let model_handle = model.insert(r, matched);
+        if k == 3 {
+            kept.push((handle, model_handle));
+        } else {
+            assert!(arena.remove(0, handle).is_some());
+            assert!(model.remove(0, model_handle).is_some());
+        }
+    }
+    let (compactions, moved) = arena.compaction_counts();
+    assert!(compactions > 0 && moved > 0, "no compaction: {compactions} passes, {moved} rows");
+    // Every segment but the active one (and the spare) is at least a quarter live: 40 live rows
+    // of ~330 bytes need at most 4 × 13 KiB / 4 KiB + 2 = 15 files. Without compaction every
+    // segment written stays pinned by its two kept rows (20 + the spare).
+    let files = segment_files(dir.path());
+    let bound = 4 * arena.bytes() / (4096 - HEADER_LEN) + 2;
+    assert!(files <= bound, "{files} segment files, more than {bound}");
+    let pinned = tempfile::tempdir().unwrap();
+    let mut uncompacted = ArenaStore::open_with(pinned.path(), small()).unwrap();
+    uncompacted.set_compaction(false);
+    for id in 0..240u64 {
+        let handle = uncompacted.insert(row(if id % 6 == 0 { 3 } else { 4 }, id, 250), false);
+        if id % 6 != 0 {
+            uncompacted.remove(0, handle).unwrap();
+        }
+    }
+    assert!(segment_files(pinned.path()) >= 20 && files < segment_files(pinned.path()));
+    assert_eq!(arena.footprint(), files * 4096 + crate::state::index_bytes(1, 40));
+    // Scans give the same rows in the same order, and every handle still names its row.
+    let (key3, hash3) = key(3);
+    let mut got = Vec::new();
+    arena.scan_handles(&key3, hash3, &mut |h, r| {
+        got.push((h, r.clone()));
+        true
+    });
+    let mut want = Vec::new();
+    model.scan_handles(&key3, hash3, &mut |h, r| {
+        want.push((h, r.clone()));
+        true
+    });
+    assert_eq!(got.iter().map(|p| &p.1).collect::<Vec<_>>(), want.iter().map(|p| &p.1).collect::<Vec<_>>());
+    assert_eq!(got.iter().map(|p| p.0).collect::<Vec<_>>(), kept.iter().map(|p| p.0).collect::<Vec<_>>());
+    // A checkpoint: what export names, import restores under the same handles, matched flags too.
+    let saved = crate::state::snapshot::save_store(&arena).unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let mut restored = ArenaStore::open_with(other.path(), small()).unwrap();
+    restored.import(&saved).unwrap();
+    assert_eq!(snapshot(&restored), snapshot(&arena));
+    for &(handle, model_handle) in &kept {
+        let (a, m) = (restored.remove(hash3, handle).unwrap(), model.remove(hash3, model_handle).unwrap());
+        assert_eq!((a.row, a.matched), (m.row, m.matched));
+    }
+}
+
+#[test]
+fn footprint_counts_mapped_segments_and_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+    assert_eq!(arena.footprint(), 4096, "an empty store maps its active segment");
+    let handle = arena.insert(row(3, 1, 10), false);
+    assert_eq!(arena.footprint(), 4096 + crate::state::index_bytes(1, 1));
+    for id in 2..40 {
+        arena.insert(row(3, id, 250), false);
+    }
+    let segments = segment_files(dir.path());
+    assert!(segments >= 3);
+    assert_eq!(arena.footprint(), segments * 4096 + crate::state::index_bytes(1, 39));
+    arena.remove(9, handle).unwrap();
+    let mut ages = Vec::new();
+    arena.visit_ages(&mut |ts, id, key_hash, h| ages.push((ts, id, key_hash, h)));
+    assert_eq!(ages.len(), 38);
+    assert!(ages.iter().all(|&(ts, id, key_hash, h)| ts == 1_700_000_000_000 + id as i64
+        && key_hash == 9
+        && arena.contains(key_hash, h)));
+    assert!(!arena.contains(9, handle));
 }
