@@ -69,6 +69,11 @@ fn kind_names() -> String {
     OperatorKind::ALL.map(OperatorKind::name).join(", ")
 }
 
+/// The kinds that take a `ttl`, for the error naming them.
+fn ttl_kind_names() -> String {
+    OperatorKind::ALL.into_iter().filter(|k| k.has_ttl()).map(OperatorKind::name).collect::<Vec<_>>().join(", ")
+}
+
 /// An input as an operator sees it.
 #[derive(Clone)]
 pub struct Input {
@@ -244,11 +249,7 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
             if ms <= 0 {
                 t.error("ttl", errors, "must be positive (leave it out for no ttl)");
             } else if !usable {
-                t.error(
-                    "ttl",
-                    errors,
-                    format!("not supported for {} yet (interval_join and union have it)", kind.name()),
-                );
+                t.error("ttl", errors, format!("not supported for {} yet ({} have it)", kind.name(), ttl_kind_names()));
             }
             usable
         });

@@ -323,11 +323,17 @@ impl OperatorHost {
         }
     }
 
-    /// The rows the operator stored start their `ttl`.
+    /// The rows the operator stored start their `ttl`; the keys it wrote restart theirs.
     fn note_stored(&mut self, out: &mut Output) {
         match &mut self.ttl {
-            Some(ttl) => out.stored.drain(..).for_each(|row| ttl.stored(row)),
-            None => out.stored.clear(),
+            Some(ttl) => {
+                out.stored.drain(..).for_each(|row| ttl.stored(row));
+                out.touched.drain(..).for_each(|(input, key_hash)| ttl.touched(input, key_hash));
+            }
+            None => {
+                out.stored.clear();
+                out.touched.clear();
+            }
         }
     }
 

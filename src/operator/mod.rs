@@ -174,6 +174,9 @@ pub struct Output {
     /// Rows the operator stored in this activation: its host's `ttl` clock takes them (and
     /// clears this), nothing else reads it.
     pub stored: Vec<crate::state::ttl::StoredRow>,
+    /// Per-key state written in this activation, as (input, key hash): its host's `ttl` clock
+    /// restarts the key's `ttl` (and clears this), nothing else reads it.
+    pub touched: Vec<(u32, u64)>,
     /// Rows a window aggregate's `where` dropped: a running count, never drained (explain's
     /// trace compares it before and after a row; nothing else is done with such a row).
     pub filtered: usize,
@@ -285,11 +288,10 @@ impl OperatorKind {
     pub const fn has_ttl(self) -> bool {
         match self {
             // A union keeps no state: nothing ever expires.
-            OperatorKind::IntervalJoin | OperatorKind::Union => true,
+            OperatorKind::IntervalJoin | OperatorKind::TemporalJoin | OperatorKind::Union => true,
             OperatorKind::Connect
             | OperatorKind::WindowJoin
             | OperatorKind::CoGroup
-            | OperatorKind::TemporalJoin
             | OperatorKind::Absence
             | OperatorKind::WindowAggregate => false,
         }
@@ -532,12 +534,12 @@ impl Operator {
     pub fn expire(&mut self, due: crate::state::ttl::Due, out: &mut Output) {
         match self {
             Operator::IntervalJoin(op) => op.expire(due, out),
+            Operator::TemporalJoin(op) => op.expire(due, out),
             Operator::Union(_)
             | Operator::Connect(_)
             | Operator::WindowJoin(_)
             | Operator::CoGroup(_)
             | Operator::WindowAggregate(_)
-            | Operator::TemporalJoin(_)
             | Operator::Absence(_) => {}
         }
     }
@@ -615,18 +617,18 @@ impl Operator {
     }
 
     /// Visits every row this instance can give up to `evict_oldest` (state/budget.rs): its
-    /// input, (ts, id), key hash and handle. Only the interval join's stored rows so far: the
+    /// input, (ts, id), key hash and handle. Only the interval and temporal joins' stored rows so far: the
     /// other kinds' state is counted but not evicted (their rows are referenced from structures
     /// a lone removal would leave dangling; README "Bounded state").
     pub fn visit_evictable(&self, visit: &mut dyn FnMut(usize, i64, u64, u64, u64)) {
         match self {
             Operator::IntervalJoin(op) => op.visit_evictable(visit),
+            Operator::TemporalJoin(op) => op.visit_evictable(visit),
             Operator::Union(_)
             | Operator::Connect(_)
             | Operator::WindowJoin(_)
             | Operator::CoGroup(_)
             | Operator::WindowAggregate(_)
-            | Operator::TemporalJoin(_)
             | Operator::Absence(_) => {}
         }
     }
@@ -636,12 +638,12 @@ impl Operator {
     pub fn evict(&mut self, input: usize, key_hash: u64, handle: u64) -> Option<Row> {
         match self {
             Operator::IntervalJoin(op) => op.evict(input, key_hash, handle),
+            Operator::TemporalJoin(op) => op.evict(input, key_hash, handle),
             Operator::Union(_)
             | Operator::Connect(_)
             | Operator::WindowJoin(_)
             | Operator::CoGroup(_)
             | Operator::WindowAggregate(_)
-            | Operator::TemporalJoin(_)
             | Operator::Absence(_) => None,
         }
     }

@@ -30,6 +30,15 @@
 //!   keys of other shards is counted unmatched.
 //! - Output watermark: `min(watermark, smallest pending l.ts)` (rule 5): a result's `_ts` is its
 //!   left row's ts.
+//! - `ttl` (state/ttl.rs): a waiting left row is a stored row, due `ttl` after it was written;
+//!   a key's versions are per-key state, all due together `ttl` after the key's last version
+//!   arrived (a left row looking them up does not refresh them). What is due leaves to
+//!   `OPERATOR.expired`, counted as expired and never as matched or unmatched: a left row that
+//!   expires is never emitted (not even as `left_only`); once a key's versions expired, a left
+//!   row of that key finds none until a new version comes (`left_only` for a left join, nothing
+//!   for an inner one). The state budget's `evict_oldest` takes left rows and versions one by
+//!   one, oldest (ts, id) first, the same way; a broadcast stream's versions are not evicted
+//!   (every shard holds them).
 //!
 //! Arrival order is the order this instance received rows: store handles are handed out in
 //! insertion order, so they double as arrival sequence numbers within each input.
@@ -45,11 +54,12 @@ use crate::record::id::IdHasher;
 use crate::record::view::{KeyRef, RowView};
 use crate::record::{ArchivedRow, Key, Row};
 use crate::state::snapshot::{self, SavedStore, SnapshotError};
+use crate::state::ttl::{Due, StoredRow};
 use crate::state::{KeyedStore, MemoryStore, RowHandle};
 use crate::time::Time;
 
 use super::expr::Expr;
-use super::{OperatorSpec, Output, Projection, Quality, ResultKind};
+use super::{Expired, ExpiryReason, OperatorSpec, Output, Projection, Quality, ResultKind};
 
 /// Checks `[operators.NAME]` of this kind.
 pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
@@ -111,6 +121,12 @@ pub struct TemporalJoin {
     fresh: BinaryHeap<Reverse<Version>>,
     /// Per key: the version's handle and key hash.
     floor: HashMap<Key, (RowHandle, u64)>,
+    /// Per key hash, the handles of its versions still stored (in arrival order): how a key's
+    /// `ttl` finds them. Rebuilt from `fresh` and `floor` on restore.
+    versions: HashMap<u64, Vec<RowHandle>>,
+    /// Entries of `pending` and `fresh` whose row left early (`ttl`, the budget): skipped when
+    /// popped, dropped in one pass once they are half their heap.
+    stale: [usize; 2],
     ids: IdHasher,
     quality: Quality,
 }
@@ -130,6 +146,8 @@ impl TemporalJoin {
             right,
             fresh: BinaryHeap::new(),
             floor: HashMap::new(),
+            versions: HashMap::new(),
+            stale: [0; 2],
             ids: IdHasher::default(),
             quality: Quality::default(),
         }
@@ -143,11 +161,11 @@ impl TemporalJoin {
         let (ts, key_hash) = (row.ts, row.key_hash);
         if input == LEFT {
             let handle = self.left.insert(row, false);
-            self.pending.push(Reverse(Waiting { ts, handle, key_hash }));
+            self.wait(ts, handle, key_hash, out);
         } else {
             let key = row.key.clone();
             let handle = self.right.insert(row, false);
-            self.fresh.push(Reverse(Version { ts, handle, key, key_hash }));
+            self.add_version(Version { ts, handle, key, key_hash }, out);
         }
     }
 
@@ -161,42 +179,139 @@ impl TemporalJoin {
         }
         if input == LEFT {
             let handle = self.left.insert_archived(row, bytes, false);
-            self.pending.push(Reverse(Waiting { ts, handle, key_hash }));
+            self.wait(ts, handle, key_hash, out);
         } else {
             let key = KeyRef::archived(&row.key).to_key();
             let handle = self.right.insert_archived(row, bytes, false);
-            self.fresh.push(Reverse(Version { ts, handle, key, key_hash }));
+            self.add_version(Version { ts, handle, key, key_hash }, out);
         }
+    }
+
+    /// A left row waits for the watermark; the host hears it was stored (its `ttl` clock).
+    fn wait(&mut self, ts: i64, handle: RowHandle, key_hash: u64, out: &mut Output) {
+        self.pending.push(Reverse(Waiting { ts, handle, key_hash }));
+        out.stored.push(StoredRow { input: LEFT as u32, key_hash, handle });
+    }
+
+    /// A new version: a write of its key (the host's `ttl` clock restarts the key's ttl).
+    fn add_version(&mut self, version: Version, out: &mut Output) {
+        self.versions.entry(version.key_hash).or_default().push(version.handle);
+        out.touched.push((RIGHT as u32, version.key_hash));
+        self.fresh.push(Reverse(version));
+    }
+
+    /// A version dead by the watermark leaves: whether it served a left row, if still stored.
+    fn drop_version(&mut self, key_hash: u64, handle: RowHandle) -> Option<bool> {
+        self.unindex(key_hash, handle);
+        self.right.discard(key_hash, handle)
+    }
+
+    fn unindex(&mut self, key_hash: u64, handle: RowHandle) {
+        if let Some(handles) = self.versions.get_mut(&key_hash) {
+            handles.retain(|&h| h != handle);
+            if handles.is_empty() {
+                self.versions.remove(&key_hash);
+            }
+        }
+    }
+
+    /// `ttl` passed (the host's clock says): a waiting left row, or every version of a key,
+    /// leaves to `OPERATOR.expired` (module doc).
+    pub fn expire(&mut self, due: Due, out: &mut Output) {
+        match due {
+            Due::Row(StoredRow { input, key_hash, handle }) => {
+                if let Some(row) = self.evict(input as usize, key_hash, handle) {
+                    out.expired.push(Expired { reason: ExpiryReason::Ttl, input: Some(input as usize), row });
+                }
+            }
+            Due::Key { input, key_hash } if input as usize == RIGHT => {
+                for handle in self.versions.get(&key_hash).cloned().unwrap_or_default() {
+                    if let Some(row) = self.evict(RIGHT, key_hash, handle) {
+                        out.expired.push(Expired { reason: ExpiryReason::Ttl, input: Some(RIGHT), row });
+                    }
+                }
+            }
+            Due::Key { .. } => {}
+        }
+    }
+
+    /// Every waiting left row and stored version: input, (ts, id), key hash and handle
+    /// (state/budget.rs, eviction). A broadcast stream's versions are left out: every shard
+    /// holds each of them, and shards evict on their own budgets.
+    pub fn visit_evictable(&self, visit: &mut dyn FnMut(usize, i64, u64, u64, u64)) {
+        self.left.visit_ages(&mut |ts, id, key_hash, handle| visit(LEFT, ts, id, key_hash, handle));
+        if !self.spec.broadcast_right {
+            self.right.visit_ages(&mut |ts, id, key_hash, handle| visit(RIGHT, ts, id, key_hash, handle));
+        }
+    }
+
+    /// Takes a waiting left row or a version out before the watermark frees it (`ttl`, the
+    /// budget's `evict_oldest`): the caller sends it to `OPERATOR.expired` and counts it as
+    /// expired, never as matched or unmatched. Its heap entry stays and is skipped when popped.
+    pub fn evict(&mut self, input: usize, key_hash: u64, handle: RowHandle) -> Option<Row> {
+        let row = if input == LEFT {
+            self.left.remove(key_hash, handle)?.row
+        } else {
+            let row = self.right.remove(key_hash, handle)?.row;
+            self.unindex(key_hash, handle);
+            if self.floor.get(&row.key).is_some_and(|&(floor, _)| floor == handle) {
+                self.floor.remove(&row.key);
+            }
+            row
+        };
+        let side = usize::from(input != LEFT);
+        self.stale[side] += 1;
+        let heap_len = if input == LEFT { self.pending.len() } else { self.fresh.len() };
+        if self.stale[side] * 2 > heap_len {
+            let TemporalJoin { left, right, pending, fresh, .. } = self;
+            if input == LEFT {
+                pending.retain(|Reverse(w)| left.contains(w.key_hash, w.handle));
+            } else {
+                fresh.retain(|Reverse(v)| right.contains(v.key_hash, v.handle));
+            }
+            self.stale[side] = 0;
+        }
+        Some(row)
     }
 
     pub fn on_watermark(&mut self, watermark: Time, out: &mut Output) {
         self.watermark = watermark;
         while self.pending.peek().is_some_and(|Reverse(w)| watermark.is_past(w.ts)) {
             let Some(Reverse(waiting)) = self.pending.pop() else { break };
-            if let Some(removed) = self.left.remove(waiting.key_hash, waiting.handle) {
-                let matched = self.emit(&removed.row, out);
-                self.quality.count(LEFT, matched, 1);
+            match self.left.remove(waiting.key_hash, waiting.handle) {
+                Some(removed) => {
+                    let matched = self.emit(&removed.row, out);
+                    self.quality.count(LEFT, matched, 1);
+                }
+                // It left early (`ttl`, the budget).
+                None => self.stale[0] = self.stale[0].saturating_sub(1),
             }
         }
         if watermark == Time::POS_INF {
             // Nothing can arrive any more: every version is dead.
-            for Reverse(version) in self.fresh.drain() {
-                if let Some(matched) = self.right.discard(version.key_hash, version.handle) {
+            for Reverse(version) in std::mem::take(&mut self.fresh) {
+                if let Some(matched) = self.drop_version(version.key_hash, version.handle) {
                     self.quality.count(RIGHT, matched, 1);
                 }
             }
-            for (_, (handle, key_hash)) in self.floor.drain() {
-                if let Some(matched) = self.right.discard(key_hash, handle) {
+            for (_, (handle, key_hash)) in std::mem::take(&mut self.floor) {
+                if let Some(matched) = self.drop_version(key_hash, handle) {
                     self.quality.count(RIGHT, matched, 1);
                 }
             }
+            self.stale = [0; 2];
             return;
         }
         // Popped in (ts, arrival) order: each version is newer than the floor it replaces.
         while self.fresh.peek().is_some_and(|Reverse(v)| watermark.is_past(v.ts)) {
             let Some(Reverse(version)) = self.fresh.pop() else { break };
+            if !self.right.contains(version.key_hash, version.handle) {
+                // It left early (`ttl`, the budget).
+                self.stale[1] = self.stale[1].saturating_sub(1);
+                continue;
+            }
             if let Some((older, key_hash)) = self.floor.insert(version.key, (version.handle, version.key_hash))
-                && let Some(matched) = self.right.discard(key_hash, older)
+                && let Some(matched) = self.drop_version(key_hash, older)
             {
                 self.quality.count(RIGHT, matched, 1);
             }
@@ -273,7 +388,9 @@ impl TemporalJoin {
     pub fn budget_bytes(&self) -> usize {
         let timers = (self.pending.len() + self.fresh.len()) * crate::state::budget::TIMER_BYTES;
         let floor = self.floor.len() * (std::mem::size_of::<(Key, (RowHandle, u64))>() + 8);
-        self.left.footprint() + self.right.footprint() + timers + floor
+        let index = self.versions.len() * (std::mem::size_of::<(u64, Vec<RowHandle>)>() + 8)
+            + self.right.rows() * std::mem::size_of::<RowHandle>();
+        self.left.footprint() + self.right.footprint() + timers + floor + index
     }
 }
 
@@ -315,9 +432,19 @@ impl TemporalJoin {
         snapshot::load_store(self.left.as_mut(), &saved.left)?;
         snapshot::load_store(self.right.as_mut(), &saved.right)?;
         self.watermark = saved.watermark;
-        self.pending = saved.pending.into_iter().map(Reverse).collect();
-        self.fresh = saved.fresh.into_iter().map(Reverse).collect();
+        // Entries of rows that left early are not taken up; the index of versions is rebuilt.
+        let (left, right) = (&self.left, &self.right);
+        self.pending = saved.pending.into_iter().filter(|w| left.contains(w.key_hash, w.handle)).map(Reverse).collect();
+        self.fresh = saved.fresh.into_iter().filter(|v| right.contains(v.key_hash, v.handle)).map(Reverse).collect();
         self.floor = saved.floor.into_iter().map(|(key, handle, key_hash)| (key, (handle, key_hash))).collect();
+        self.versions.clear();
+        let fresh = self.fresh.iter().map(|Reverse(v)| (v.key_hash, v.handle));
+        for (key_hash, handle) in fresh.chain(self.floor.values().map(|&(handle, key_hash)| (key_hash, handle))) {
+            self.versions.entry(key_hash).or_default().push(handle);
+        }
+        // Handles are handed out in arrival order.
+        self.versions.values_mut().for_each(|handles| handles.sort_unstable());
+        self.stale = [0; 2];
         self.quality = saved.quality;
         Ok(())
     }
@@ -496,6 +623,68 @@ mod tests {
         j.on_watermark(Time::POS_INF, &mut out);
         assert_eq!(results(&out), [m(150, 10, 1), m(250, 11, 2)]);
         assert_eq!(out.results[1].1.key, Key::Str("bb".into()), "a result keeps its left row's key");
+    }
+
+    /// `ttl`: a key's versions leave together to `.expired` (lookups do not keep them); a left
+    /// row of that key then finds none; a waiting left row that expires is never emitted.
+    #[test]
+    fn expired_versions_are_no_longer_found_and_expired_left_rows_never_emitted() {
+        let mut j = join(true, false);
+        let mut out = Output::default();
+        j.on_row(RIGHT, row(100, 1), &mut out);
+        j.on_row(RIGHT, row(200, 2), &mut out);
+        j.on_row(RIGHT, keyed("other", 100, 3), &mut out);
+        assert_eq!(out.touched, [(RIGHT as u32, 1), (RIGHT as u32, 1), (RIGHT as u32, 5)]);
+        j.on_watermark(Time::ms(201), &mut out); // version 1 dies, 2 is the floor
+        j.on_row(LEFT, row(300, 10), &mut out);
+        j.on_row(LEFT, row(400, 11), &mut out);
+        let stored: Vec<StoredRow> = out.stored.drain(..).collect();
+        assert_eq!(stored.len(), 2, "waiting left rows are announced to the host");
+        j.on_watermark(Time::ms(301), &mut out);
+        assert_eq!(results(&out), [m(300, 10, 2)]);
+        out.results.clear();
+        j.expire(Due::Key { input: RIGHT as u32, key_hash: 1 }, &mut out);
+        j.expire(Due::Key { input: RIGHT as u32, key_hash: 1 }, &mut out); // due twice: nothing
+        let expired: Vec<(Option<usize>, u64)> = out.expired.iter().map(|e| (e.input, e.row.id)).collect();
+        assert_eq!(expired, [(Some(RIGHT), 2)], "version 1 already left by the watermark");
+        out.expired.clear();
+        j.on_row(LEFT, row(500, 12), &mut out);
+        j.expire(Due::Row(stored[1]), &mut out);
+        assert_eq!(out.expired.iter().map(|e| (e.input, e.row.id)).collect::<Vec<_>>(), [(Some(LEFT), 11)]);
+        j.on_watermark(Time::POS_INF, &mut out);
+        let left_only = (ResultKind::LeftOnly, 500, Value::Int(12), Value::Null);
+        assert_eq!(results(&out), [left_only], "11 expired (not left_only); 12 finds no version");
+        assert_eq!(j.quality(), Quality { matched: [1, 0], unmatched: [1, 2] }, "expired rows count in neither");
+        assert_eq!(j.state_rows(), 0);
+        assert!(j.versions.is_empty());
+    }
+
+    /// `evict_oldest`: left rows and versions by (ts, id); an evicted version is no one's floor.
+    #[test]
+    fn evicted_rows_and_versions_leave_no_trace() {
+        let mut j = join(true, false);
+        let mut out = Output::default();
+        j.on_row(RIGHT, row(100, 1), &mut out);
+        j.on_row(LEFT, row(150, 10), &mut out);
+        j.on_watermark(Time::ms(120), &mut out);
+        let mut seen = Vec::new();
+        j.visit_evictable(&mut |input, ts, id, key_hash, handle| seen.push((ts, id, input, key_hash, handle)));
+        seen.sort_unstable();
+        assert_eq!(seen.iter().map(|s| (s.0, s.2)).collect::<Vec<_>>(), [(100, RIGHT), (150, LEFT)]);
+        let (_, _, input, key_hash, handle) = seen[0];
+        assert_eq!(j.evict(input, key_hash, handle).map(|r| r.id), Some(1));
+        assert!(j.evict(input, key_hash, handle).is_none(), "gone already");
+        j.on_row(LEFT, row(160, 11), &mut out);
+        let snapshot = j.snapshot().expect("snapshot");
+        let mut restored = join(true, false);
+        restored.restore(&snapshot).expect("restore");
+        for j in [&mut j, &mut restored] {
+            let mut out = Output::default();
+            j.on_watermark(Time::POS_INF, &mut out);
+            let only = |ts, tag| (ResultKind::LeftOnly, ts, Value::Int(tag), Value::Null);
+            assert_eq!(results(&out), [only(150, 10), only(160, 11)]);
+            assert_eq!(j.quality(), Quality { matched: [0, 0], unmatched: [2, 0] });
+        }
     }
 
     #[test]
