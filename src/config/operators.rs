@@ -247,7 +247,10 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
                 t.error(
                     "ttl",
                     errors,
-                    format!("not supported for {} yet (interval_join and union have it)", kind.name()),
+                    format!(
+                        "not supported for {} yet (interval_join, cogroup, window_aggregate and union have it)",
+                        kind.name()
+                    ),
                 );
             }
             usable

@@ -323,11 +323,17 @@ impl OperatorHost {
         }
     }
 
-    /// The rows the operator stored start their `ttl`.
+    /// The rows the operator stored, and the keys it wrote, start their `ttl`.
     fn note_stored(&mut self, out: &mut Output) {
         match &mut self.ttl {
-            Some(ttl) => out.stored.drain(..).for_each(|row| ttl.stored(row)),
-            None => out.stored.clear(),
+            Some(ttl) => {
+                out.stored.drain(..).for_each(|row| ttl.stored(row));
+                out.touched.drain(..).for_each(|key_hash| ttl.touched(0, key_hash));
+            }
+            None => {
+                out.stored.clear();
+                out.touched.clear();
+            }
         }
     }
 

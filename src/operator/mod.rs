@@ -174,6 +174,9 @@ pub struct Output {
     /// Rows the operator stored in this activation: its host's `ttl` clock takes them (and
     /// clears this), nothing else reads it.
     pub stored: Vec<crate::state::ttl::StoredRow>,
+    /// Key hashes whose per-key state (a window kind's open windows) was written in this
+    /// activation: its host's `ttl` clock takes them (and clears this), nothing else reads it.
+    pub touched: Vec<u64>,
     /// Rows a window aggregate's `where` dropped: a running count, never drained (explain's
     /// trace compares it before and after a row; nothing else is done with such a row).
     pub filtered: usize,
@@ -285,13 +288,13 @@ impl OperatorKind {
     pub const fn has_ttl(self) -> bool {
         match self {
             // A union keeps no state: nothing ever expires.
-            OperatorKind::IntervalJoin | OperatorKind::Union => true,
-            OperatorKind::Connect
-            | OperatorKind::WindowJoin
+            OperatorKind::IntervalJoin
+            | OperatorKind::Union
             | OperatorKind::CoGroup
-            | OperatorKind::TemporalJoin
-            | OperatorKind::Absence
-            | OperatorKind::WindowAggregate => false,
+            | OperatorKind::WindowAggregate => true,
+            OperatorKind::Connect | OperatorKind::WindowJoin | OperatorKind::TemporalJoin | OperatorKind::Absence => {
+                false
+            }
         }
     }
 
@@ -355,13 +358,14 @@ impl OperatorSpec {
     pub fn ttl_floor(&self) -> Option<(i64, &'static str)> {
         match self {
             OperatorSpec::IntervalJoin(spec) => Some((spec.upper - spec.lower, "the join span")),
+            OperatorSpec::CoGroup(spec) | OperatorSpec::WindowAggregate(spec) => {
+                Some((spec.window.ttl_floor(), "the window's span (size or gap, plus allowed_lateness)"))
+            }
             OperatorSpec::Union(_)
             | OperatorSpec::Connect(_)
             | OperatorSpec::WindowJoin(_)
-            | OperatorSpec::CoGroup(_)
             | OperatorSpec::TemporalJoin(_)
-            | OperatorSpec::Absence(_)
-            | OperatorSpec::WindowAggregate(_) => None,
+            | OperatorSpec::Absence(_) => None,
         }
     }
 
@@ -532,11 +536,10 @@ impl Operator {
     pub fn expire(&mut self, due: crate::state::ttl::Due, out: &mut Output) {
         match self {
             Operator::IntervalJoin(op) => op.expire(due, out),
+            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.expire(due, out),
             Operator::Union(_)
             | Operator::Connect(_)
             | Operator::WindowJoin(_)
-            | Operator::CoGroup(_)
-            | Operator::WindowAggregate(_)
             | Operator::TemporalJoin(_)
             | Operator::Absence(_) => {}
         }

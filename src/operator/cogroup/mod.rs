@@ -599,6 +599,14 @@ impl CoGroup {
         self.windows.on_watermark(watermark, &mut self.results, out);
     }
 
+    /// `ttl` passed since a row last went into a window of the key: its open windows go
+    /// ([`Windows::expire_key`]).
+    pub fn expire(&mut self, due: crate::state::ttl::Due, out: &mut Output) {
+        if let crate::state::ttl::Due::Key { key_hash, .. } = due {
+            self.windows.expire_key(key_hash, super::ExpiryReason::Ttl, &mut self.results, out);
+        }
+    }
+
     pub fn output_watermark(&self) -> Time {
         self.windows.output_watermark()
     }
