@@ -618,34 +618,38 @@ impl Operator {
     }
 
     /// Visits every row this instance can give up to `evict_oldest` (state/budget.rs): its
-    /// input, (ts, id), key hash and handle. Only the interval join's stored rows so far: the
-    /// other kinds' state is counted but not evicted (their rows are referenced from structures
+    /// input, (ts, id), key hash and handle. The interval join's stored rows and cogroup's and
+    /// window_aggregate's windows (by end − 1) so far: the other kinds' state is counted but not
+    /// evicted (their rows are referenced from structures
     /// a lone removal would leave dangling; README "Bounded state").
     pub fn visit_evictable(&self, visit: &mut dyn FnMut(usize, i64, u64, u64, u64)) {
         match self {
             Operator::IntervalJoin(op) => op.visit_evictable(visit),
+            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.visit_evictable(visit),
             Operator::Union(_)
             | Operator::Connect(_)
             | Operator::WindowJoin(_)
-            | Operator::CoGroup(_)
-            | Operator::WindowAggregate(_)
             | Operator::TemporalJoin(_)
             | Operator::Absence(_) => {}
         }
     }
 
-    /// Takes a row [`visit_evictable`](Self::visit_evictable) named out of the state: the row,
-    /// unless it left meanwhile.
-    pub fn evict(&mut self, input: usize, key_hash: u64, handle: u64) -> Option<Row> {
+    /// Takes what [`visit_evictable`](Self::visit_evictable) named out of the state, into
+    /// `out.expired` (reason budget): a stored row, or an open window's would-be result (none
+    /// when its result is out already). False when it left meanwhile.
+    pub fn evict(&mut self, input: usize, key_hash: u64, handle: u64, out: &mut Output) -> bool {
+        let reason = ExpiryReason::Budget;
         match self {
-            Operator::IntervalJoin(op) => op.evict(input, key_hash, handle),
+            Operator::IntervalJoin(op) => op
+                .evict(input, key_hash, handle)
+                .map(|row| out.expired.push(Expired { reason, input: Some(input), row }))
+                .is_some(),
+            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.evict(handle, out),
             Operator::Union(_)
             | Operator::Connect(_)
             | Operator::WindowJoin(_)
-            | Operator::CoGroup(_)
-            | Operator::WindowAggregate(_)
             | Operator::TemporalJoin(_)
-            | Operator::Absence(_) => None,
+            | Operator::Absence(_) => false,
         }
     }
 

@@ -227,3 +227,24 @@ fn ttl_drops_a_keys_windows_and_puts_only_results_not_yet_out_in_expired() {
     g.on_watermark(Time::POS_INF, &mut out);
     assert_eq!(values(&mut out)[0][1], Value::Int(1), "a fresh session of one row");
 }
+
+#[test]
+fn evict_oldest_takes_windows_by_their_ts_and_puts_the_would_be_result_in_expired() {
+    let tumbling = WindowKind::Fixed { size: 10, slide: 10, offset: 0 };
+    let mut g = cogroup(JoinType::Full, tumbling, 0);
+    let mut out = Output::default();
+    g.on_row(LEFT, row(25, Value::Int(1)), &mut out);
+    g.on_row(LEFT, row(5, Value::Int(2)), &mut out);
+    let mut seen = Vec::new();
+    g.visit_evictable(&mut |input, ts, id, key_hash, handle| seen.push((ts, id, input, key_hash, handle)));
+    seen.sort_unstable();
+    assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), [9, 29], "by _ts = end − 1");
+    let (_, _, _, _, oldest) = seen[0];
+    assert!(g.evict(oldest, &mut out));
+    assert!(!g.evict(oldest, &mut out), "gone already");
+    assert_eq!(out.expired.len(), 1);
+    assert_eq!(out.expired[0].reason, crate::operator::ExpiryReason::Budget);
+    assert_eq!((out.expired[0].input, out.expired[0].row.ts), (None, 9));
+    g.on_watermark(Time::POS_INF, &mut out);
+    assert_eq!(out.results.iter().map(|(_, r)| r.ts).collect::<Vec<_>>(), [29], "the evicted window never fires");
+}

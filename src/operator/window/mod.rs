@@ -337,6 +337,21 @@ impl<C: Contents> Windows<C> {
         }
     }
 
+    /// Every window, for `evict_oldest`: input 0, (`_ts` = end − 1, handle), key hash, handle.
+    pub fn visit_evictable(&self, visit: &mut dyn FnMut(usize, i64, u64, u64, u64)) {
+        for (&handle, w) in &self.windows {
+            visit(0, w.end.saturating_sub(1), handle, w.key_hash, handle);
+        }
+    }
+
+    /// `evict_oldest` takes window `handle` (as [`Self::expire_key`] does a key's): false when
+    /// it is gone already.
+    pub fn evict(&mut self, handle: Handle, fire: &mut impl Fire<C>, out: &mut Output) -> bool {
+        let gone = !self.windows.contains_key(&handle);
+        self.drop_window(handle, ExpiryReason::Budget, fire, out);
+        !gone
+    }
+
     /// Takes window `handle` out early (`ttl`, byte budget): its would-be result, if it has one
     /// still to emit, goes to `out.expired` ([`Self::expire_key`]).
     fn drop_window(&mut self, handle: Handle, reason: ExpiryReason, fire: &mut impl Fire<C>, out: &mut Output) {
