@@ -168,6 +168,28 @@ fn ttl_is_checked_and_warned_about_when_shorter_than_the_join_span() {
 }
 
 #[test]
+fn ttl_on_a_window_kind_is_warned_about_when_shorter_than_the_window_and_its_lateness() {
+    // A window_aggregate's floor is size + allowed_lateness (a session's: gap + allowed_lateness).
+    let aggregate = |window: &str, ttl: &str| {
+        format!(
+            "{VALID}[operators.agg]\nkind = \"window_aggregate\"\ninput = \"status\"\nwindow = {window}\n\
+             allowed_lateness = \"1s\"\naggregate = [\"count(*) AS n\"]\nttl = \"{ttl}\"\n"
+        )
+    };
+    let tumbling = "{ kind = \"tumbling\", size = \"5s\" }";
+    let plan = parse("t.toml", &aggregate(tumbling, "6s")).unwrap();
+    assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
+    assert_eq!(plan.operators[1].ttl, Some(6_000));
+    let plan = parse("t.toml", &aggregate(tumbling, "5999ms")).unwrap();
+    assert_eq!(plan.warnings.len(), 1, "{:?}", plan.warnings);
+    assert!(plan.warnings[0].contains("operators.agg.ttl: ttl of 5999 ms is shorter than the window's span"));
+    assert!(plan.warnings[0].contains("(6000 ms)"), "{:?}", plan.warnings);
+    let session = "{ kind = \"session\", gap = \"2s\" }";
+    assert!(parse("t.toml", &aggregate(session, "3s")).unwrap().warnings.is_empty());
+    assert_eq!(parse("t.toml", &aggregate(session, "2999ms")).unwrap().warnings.len(), 1);
+}
+
+#[test]
 fn state_budget_and_on_state_full() {
     let plan =
         parse("t.toml", &format!("[runtime]\nstate_budget = \"64MiB\"\non_state_full = \"evict_oldest\"\n{VALID}"))

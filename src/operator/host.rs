@@ -476,11 +476,9 @@ impl OperatorHost {
     /// Evicts one row `offer_evictable` named into `out.expired` (`_reason` `budget`), counted;
     /// false when the row had left meanwhile.
     pub fn evict(&mut self, candidate: &crate::state::budget::Candidate, out: &mut Output) -> bool {
-        let Some(row) = self.operator.evict(candidate.input, candidate.key_hash, candidate.handle) else {
+        if !self.operator.evict(candidate.input, candidate.key_hash, candidate.handle, out) {
             return false;
-        };
-        let reason = super::ExpiryReason::Budget;
-        out.expired.push(super::Expired { reason, input: Some(candidate.input), row });
+        }
         self.settle_expired(out);
         self.counters.count(out);
         true

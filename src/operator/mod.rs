@@ -288,12 +288,12 @@ impl OperatorKind {
     pub const fn has_ttl(self) -> bool {
         match self {
             // A union keeps no state: nothing ever expires.
-            OperatorKind::IntervalJoin | OperatorKind::TemporalJoin | OperatorKind::Union => true,
-            OperatorKind::Connect
-            | OperatorKind::WindowJoin
+            OperatorKind::IntervalJoin
+            | OperatorKind::TemporalJoin
+            | OperatorKind::Union
             | OperatorKind::CoGroup
-            | OperatorKind::Absence
-            | OperatorKind::WindowAggregate => false,
+            | OperatorKind::WindowAggregate => true,
+            OperatorKind::Connect | OperatorKind::WindowJoin | OperatorKind::Absence => false,
         }
     }
 
@@ -357,13 +357,14 @@ impl OperatorSpec {
     pub fn ttl_floor(&self) -> Option<(i64, &'static str)> {
         match self {
             OperatorSpec::IntervalJoin(spec) => Some((spec.upper - spec.lower, "the join span")),
+            OperatorSpec::CoGroup(spec) | OperatorSpec::WindowAggregate(spec) => {
+                Some((spec.window.ttl_floor(), "the window's span (size or gap, plus allowed_lateness)"))
+            }
             OperatorSpec::Union(_)
             | OperatorSpec::Connect(_)
             | OperatorSpec::WindowJoin(_)
-            | OperatorSpec::CoGroup(_)
             | OperatorSpec::TemporalJoin(_)
-            | OperatorSpec::Absence(_)
-            | OperatorSpec::WindowAggregate(_) => None,
+            | OperatorSpec::Absence(_) => None,
         }
     }
 
@@ -535,12 +536,8 @@ impl Operator {
         match self {
             Operator::IntervalJoin(op) => op.expire(due, out),
             Operator::TemporalJoin(op) => op.expire(due, out),
-            Operator::Union(_)
-            | Operator::Connect(_)
-            | Operator::WindowJoin(_)
-            | Operator::CoGroup(_)
-            | Operator::WindowAggregate(_)
-            | Operator::Absence(_) => {}
+            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.expire(due, out),
+            Operator::Union(_) | Operator::Connect(_) | Operator::WindowJoin(_) | Operator::Absence(_) => {}
         }
     }
 
@@ -617,34 +614,35 @@ impl Operator {
     }
 
     /// Visits every row this instance can give up to `evict_oldest` (state/budget.rs): its
-    /// input, (ts, id), key hash and handle. Only the interval and temporal joins' stored rows so far: the
-    /// other kinds' state is counted but not evicted (their rows are referenced from structures
+    /// input, (ts, id), key hash and handle. The interval and temporal joins' stored rows and
+    /// cogroup's and window_aggregate's windows (by end − 1) so far: the other kinds' state is
+    /// counted but not evicted (their rows are referenced from structures
     /// a lone removal would leave dangling; README "Bounded state").
     pub fn visit_evictable(&self, visit: &mut dyn FnMut(usize, i64, u64, u64, u64)) {
         match self {
             Operator::IntervalJoin(op) => op.visit_evictable(visit),
             Operator::TemporalJoin(op) => op.visit_evictable(visit),
-            Operator::Union(_)
-            | Operator::Connect(_)
-            | Operator::WindowJoin(_)
-            | Operator::CoGroup(_)
-            | Operator::WindowAggregate(_)
-            | Operator::Absence(_) => {}
+            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.visit_evictable(visit),
+            Operator::Union(_) | Operator::Connect(_) | Operator::WindowJoin(_) | Operator::Absence(_) => {}
         }
     }
 
-    /// Takes a row [`visit_evictable`](Self::visit_evictable) named out of the state: the row,
-    /// unless it left meanwhile.
-    pub fn evict(&mut self, input: usize, key_hash: u64, handle: u64) -> Option<Row> {
+    /// Takes what [`visit_evictable`](Self::visit_evictable) named out of the state, into
+    /// `out.expired` (reason budget): a stored row, or an open window's would-be result (none
+    /// when its result is out already). False when it left meanwhile.
+    pub fn evict(&mut self, input: usize, key_hash: u64, handle: u64, out: &mut Output) -> bool {
+        let reason = ExpiryReason::Budget;
         match self {
-            Operator::IntervalJoin(op) => op.evict(input, key_hash, handle),
-            Operator::TemporalJoin(op) => op.evict(input, key_hash, handle),
-            Operator::Union(_)
-            | Operator::Connect(_)
-            | Operator::WindowJoin(_)
-            | Operator::CoGroup(_)
-            | Operator::WindowAggregate(_)
-            | Operator::Absence(_) => None,
+            Operator::IntervalJoin(op) => op
+                .evict(input, key_hash, handle)
+                .map(|row| out.expired.push(Expired { reason, input: Some(input), row }))
+                .is_some(),
+            Operator::TemporalJoin(op) => op
+                .evict(input, key_hash, handle)
+                .map(|row| out.expired.push(Expired { reason, input: Some(input), row }))
+                .is_some(),
+            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.evict(handle, out),
+            Operator::Union(_) | Operator::Connect(_) | Operator::WindowJoin(_) | Operator::Absence(_) => false,
         }
     }
 

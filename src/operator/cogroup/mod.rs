@@ -599,6 +599,25 @@ impl CoGroup {
         self.windows.on_watermark(watermark, &mut self.results, out);
     }
 
+    /// Every open window, for `evict_oldest` (state/budget.rs), by its `_ts` (end − 1).
+    pub fn visit_evictable(&self, visit: &mut dyn FnMut(usize, i64, u64, u64, u64)) {
+        self.windows.visit_evictable(visit);
+    }
+
+    /// `evict_oldest` takes window `handle`: its would-be result, if not out yet, to
+    /// `out.expired` (reason budget). False when it is gone already.
+    pub fn evict(&mut self, handle: u64, out: &mut Output) -> bool {
+        self.windows.evict(handle, &mut self.results, out)
+    }
+
+    /// `ttl` passed since a row last went into a window of the key: its open windows go
+    /// ([`Windows::expire_key`]).
+    pub fn expire(&mut self, due: crate::state::ttl::Due, out: &mut Output) {
+        if let crate::state::ttl::Due::Key { key_hash, .. } = due {
+            self.windows.expire_key(key_hash, super::ExpiryReason::Ttl, &mut self.results, out);
+        }
+    }
+
     pub fn output_watermark(&self) -> Time {
         self.windows.output_watermark()
     }

@@ -193,3 +193,58 @@ fn avg_absorbs_exactly() {
         assert_eq!(x.value(), Value::Float(1.25 / 6.0), "split at {split}");
     }
 }
+
+#[test]
+fn ttl_drops_a_keys_windows_and_puts_only_results_not_yet_out_in_expired() {
+    use crate::state::ttl::Due;
+    let due = Due::Key { input: 0, key_hash: 3 };
+    let tumbling = WindowKind::Fixed { size: 10, slide: 10, offset: 0 };
+    // Window [0, 10) fired at watermark 9 and kept for lateness; [10, 20) still open.
+    let mut g = cogroup(JoinType::Full, tumbling, 100);
+    let mut out = Output::default();
+    g.on_row(LEFT, row(1, Value::Int(1)), &mut out);
+    g.on_watermark(Time::ms(9), &mut out);
+    g.on_row(LEFT, row(12, Value::Int(2)), &mut out);
+    assert_eq!(out.touched, [(0, 3)], "one entry per run of rows of a key");
+    assert_eq!(values(&mut out).len(), 1, "[0, 10) fired");
+    g.expire(due, &mut out);
+    assert_eq!(out.expired.len(), 1, "the fired window's result is out already: only [10, 20) expires");
+    let e = &out.expired[0];
+    assert_eq!((e.reason, e.input), (crate::operator::ExpiryReason::Ttl, None));
+    assert_eq!(e.row.ts, 19);
+    assert_eq!(g.state_rows(), 0, "both windows are gone");
+    g.on_watermark(Time::POS_INF, &mut out);
+    assert!(out.results.is_empty(), "an expired window never fires");
+    // Sessions: found by key too; a later row starts fresh.
+    let mut g = cogroup(JoinType::Full, WindowKind::Session { gap: 5 }, 0);
+    let mut out = Output::default();
+    g.on_row(LEFT, row(1, Value::Int(1)), &mut out);
+    g.on_row(LEFT, row(3, Value::Int(2)), &mut out);
+    g.expire(due, &mut out);
+    assert_eq!(out.expired.len(), 1);
+    assert_eq!(out.expired[0].row.values[1], Value::Int(2), "count(left) of the would-be result");
+    g.on_row(LEFT, row(4, Value::Int(3)), &mut out);
+    g.on_watermark(Time::POS_INF, &mut out);
+    assert_eq!(values(&mut out)[0][1], Value::Int(1), "a fresh session of one row");
+}
+
+#[test]
+fn evict_oldest_takes_windows_by_their_ts_and_puts_the_would_be_result_in_expired() {
+    let tumbling = WindowKind::Fixed { size: 10, slide: 10, offset: 0 };
+    let mut g = cogroup(JoinType::Full, tumbling, 0);
+    let mut out = Output::default();
+    g.on_row(LEFT, row(25, Value::Int(1)), &mut out);
+    g.on_row(LEFT, row(5, Value::Int(2)), &mut out);
+    let mut seen = Vec::new();
+    g.visit_evictable(&mut |input, ts, id, key_hash, handle| seen.push((ts, id, input, key_hash, handle)));
+    seen.sort_unstable();
+    assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), [9, 29], "by _ts = end − 1");
+    let (_, _, _, _, oldest) = seen[0];
+    assert!(g.evict(oldest, &mut out));
+    assert!(!g.evict(oldest, &mut out), "gone already");
+    assert_eq!(out.expired.len(), 1);
+    assert_eq!(out.expired[0].reason, crate::operator::ExpiryReason::Budget);
+    assert_eq!((out.expired[0].input, out.expired[0].row.ts), (None, 9));
+    g.on_watermark(Time::POS_INF, &mut out);
+    assert_eq!(out.results.iter().map(|(_, r)| r.ts).collect::<Vec<_>>(), [29], "the evicted window never fires");
+}

@@ -39,7 +39,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use crate::config::walk::{Errors, Table};
-use crate::operator::{Output, Quality};
+use crate::operator::{Expired, ExpiryReason, Output, Quality};
 use crate::record::{Key, Value};
 use crate::state::snapshot::{self, SnapshotError};
 use crate::time::Time;
@@ -144,6 +144,16 @@ impl WindowSpec {
                 window
             })
         })
+    }
+
+    /// What a `ttl` shorter than this may cut short (`braid validate` warns): a window's span
+    /// in event time — its size (a session's gap, the least it lasts) — plus allowed_lateness.
+    pub fn ttl_floor(&self) -> i64 {
+        let span = match self.kind {
+            WindowKind::Fixed { size, .. } => size,
+            WindowKind::Session { gap } => gap,
+        };
+        span.saturating_add(self.allowed_lateness)
     }
 
     /// A window with this end takes no more rows: `end − 1 + allowed_lateness ≤ watermark`.
@@ -256,6 +266,8 @@ pub struct Windows<C> {
     fixed: HashMap<(u64, i64), Vec<Handle>>,
     /// Sessions by key hash; keys are compared by value.
     sessions: crate::state::ByKeyHash<Vec<Handle>>,
+    /// Fixed windows by key hash alone, for `ttl` ([`Self::expire_key`]); sessions have `sessions`.
+    fixed_by_key: crate::state::ByKeyHash<Vec<Handle>>,
     /// Windows not fired at their current contents and bounds, in firing order.
     pending: BTreeSet<(i64, i64, u64, Handle)>,
     /// Every window by end, for eviction.
@@ -279,6 +291,7 @@ impl<C: Contents> Windows<C> {
             windows: HashMap::new(),
             fixed: HashMap::new(),
             sessions: Default::default(),
+            fixed_by_key: Default::default(),
             pending: BTreeSet::new(),
             expiry: BTreeSet::new(),
             next_handle: 0,
@@ -295,9 +308,64 @@ impl<C: Contents> Windows<C> {
     /// caller sends it to the late output).
     pub fn on_row(&mut self, row: RowRef<'_>, item: &C::Item, fire: &mut impl Fire<C>, out: &mut Output) -> bool {
         self.seq += 1;
-        match self.spec.kind {
+        let taken = match self.spec.kind {
             WindowKind::Fixed { .. } => self.fixed_row(row, item, fire, out),
             WindowKind::Session { gap } => self.session_row(row, gap, item, fire, out),
+        };
+        // The key's windows were written: their `ttl` starts again (the host's clock).
+        if taken && out.touched.last() != Some(&(0, row.key_hash)) {
+            out.touched.push((0, row.key_hash));
+        }
+        taken
+    }
+
+    /// `ttl`: no row went into a window of key hash `key_hash` for `ttl` (its host's clock says).
+    /// Every open window of the key is dropped; one whose result is not out at its current
+    /// contents (not fired yet, or changed since) puts the result it would have emitted in
+    /// `out.expired` (`input` None), as the next firing would have made it (`_version` + 1). A
+    /// window that fired and kept only for allowed lateness is dropped without one: its result
+    /// is out already. Rows of the key that come later open fresh windows, as for a key never
+    /// seen (Flink's StateTtlConfig: expired state reads as absent).
+    pub fn expire_key(&mut self, key_hash: u64, reason: ExpiryReason, fire: &mut impl Fire<C>, out: &mut Output) {
+        let index = match self.spec.kind {
+            WindowKind::Fixed { .. } => &self.fixed_by_key,
+            WindowKind::Session { .. } => &self.sessions,
+        };
+        let Some(handles) = index.get(&key_hash).cloned() else { return };
+        for handle in handles {
+            self.drop_window(handle, reason, fire, out);
+        }
+    }
+
+    /// Every window, for `evict_oldest`: input 0, (`_ts` = end − 1, handle), key hash, handle.
+    pub fn visit_evictable(&self, visit: &mut dyn FnMut(usize, i64, u64, u64, u64)) {
+        for (&handle, w) in &self.windows {
+            visit(0, w.end.saturating_sub(1), handle, w.key_hash, handle);
+        }
+    }
+
+    /// `evict_oldest` takes window `handle` (as [`Self::expire_key`] does a key's): false when
+    /// it is gone already.
+    pub fn evict(&mut self, handle: Handle, fire: &mut impl Fire<C>, out: &mut Output) -> bool {
+        let gone = !self.windows.contains_key(&handle);
+        self.drop_window(handle, ExpiryReason::Budget, fire, out);
+        !gone
+    }
+
+    /// Takes window `handle` out early (`ttl`, byte budget): its would-be result, if it has one
+    /// still to emit, goes to `out.expired` ([`Self::expire_key`]).
+    fn drop_window(&mut self, handle: Handle, reason: ExpiryReason, fire: &mut impl Fire<C>, out: &mut Output) {
+        let pending =
+            self.windows.get(&handle).is_some_and(|w| self.pending.contains(&(w.end, w.start, w.created, handle)));
+        let Some(mut w) = self.remove(handle) else { return };
+        if !pending {
+            return;
+        }
+        w.version += 1;
+        let results_before = out.results.len();
+        fire.fire(&w, out);
+        for (_, row) in out.results.drain(results_before..) {
+            out.expired.push(Expired { reason, input: None, row });
         }
     }
 
@@ -321,6 +389,7 @@ impl<C: Contents> Windows<C> {
                 None => {
                     let h = self.next_handle;
                     self.fixed.entry((key_hash, start)).or_default().push(h);
+                    self.fixed_by_key.entry(key_hash).or_default().push(h);
                     self.create(h, key, key_hash, start, end, None);
                     h
                 }
@@ -502,7 +571,10 @@ impl<C: Contents> Windows<C> {
         self.pending.remove(&(w.end, w.start, w.created, handle));
         self.expiry.remove(&(w.end, handle));
         match self.spec.kind {
-            WindowKind::Fixed { .. } => unlink(&mut self.fixed, (w.key_hash, w.start), handle),
+            WindowKind::Fixed { .. } => {
+                unlink(&mut self.fixed, (w.key_hash, w.start), handle);
+                unlink(&mut self.fixed_by_key, w.key_hash, handle);
+            }
             WindowKind::Session { .. } => unlink(&mut self.sessions, w.key_hash, handle),
         }
         self.rows -= w.contents.rows();
@@ -618,7 +690,10 @@ impl<C: Contents> Windows<C> {
         for (w, contents) in saved.windows.into_iter().zip(contents) {
             let handle = w.handle;
             match self.spec.kind {
-                WindowKind::Fixed { .. } => self.fixed.entry((w.key_hash, w.start)).or_default().push(handle),
+                WindowKind::Fixed { .. } => {
+                    self.fixed.entry((w.key_hash, w.start)).or_default().push(handle);
+                    self.fixed_by_key.entry(w.key_hash).or_default().push(handle);
+                }
                 WindowKind::Session { .. } => self.sessions.entry(w.key_hash).or_default().push(handle),
             }
             if w.pending {
