@@ -247,7 +247,7 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
                 t.error(
                     "ttl",
                     errors,
-                    format!("not supported for {} yet (interval_join and union have it)", kind.name()),
+                    format!("not supported for {} yet (interval_join, connect and union have it)", kind.name()),
                 );
             }
             usable

@@ -285,9 +285,8 @@ impl OperatorKind {
     pub const fn has_ttl(self) -> bool {
         match self {
             // A union keeps no state: nothing ever expires.
-            OperatorKind::IntervalJoin | OperatorKind::Union => true,
-            OperatorKind::Connect
-            | OperatorKind::WindowJoin
+            OperatorKind::IntervalJoin | OperatorKind::Union | OperatorKind::Connect => true,
+            OperatorKind::WindowJoin
             | OperatorKind::CoGroup
             | OperatorKind::TemporalJoin
             | OperatorKind::Absence
@@ -355,6 +354,9 @@ impl OperatorSpec {
     pub fn ttl_floor(&self) -> Option<(i64, &'static str)> {
         match self {
             OperatorSpec::IntervalJoin(spec) => Some((spec.upper - spec.lower, "the join span")),
+            OperatorSpec::Connect(ConnectSpec { function: connect::FunctionSpec::Reconcile(r), .. }) => {
+                Some((r.timeout, "the reconcile timeout"))
+            }
             OperatorSpec::Union(_)
             | OperatorSpec::Connect(_)
             | OperatorSpec::WindowJoin(_)
@@ -532,8 +534,8 @@ impl Operator {
     pub fn expire(&mut self, due: crate::state::ttl::Due, out: &mut Output) {
         match self {
             Operator::IntervalJoin(op) => op.expire(due, out),
+            Operator::Connect(op) => op.expire(due, out),
             Operator::Union(_)
-            | Operator::Connect(_)
             | Operator::WindowJoin(_)
             | Operator::CoGroup(_)
             | Operator::WindowAggregate(_)
@@ -615,14 +617,14 @@ impl Operator {
     }
 
     /// Visits every row this instance can give up to `evict_oldest` (state/budget.rs): its
-    /// input, (ts, id), key hash and handle. Only the interval join's stored rows so far: the
-    /// other kinds' state is counted but not evicted (their rows are referenced from structures
+    /// input, (ts, id), key hash and handle. The interval join's stored rows and connect's
+    /// (threshold limits, reconcile's waiting rows) so far: the other kinds' state is counted but not evicted (their rows are referenced from structures
     /// a lone removal would leave dangling; README "Bounded state").
     pub fn visit_evictable(&self, visit: &mut dyn FnMut(usize, i64, u64, u64, u64)) {
         match self {
             Operator::IntervalJoin(op) => op.visit_evictable(visit),
+            Operator::Connect(op) => op.visit_evictable(visit),
             Operator::Union(_)
-            | Operator::Connect(_)
             | Operator::WindowJoin(_)
             | Operator::CoGroup(_)
             | Operator::WindowAggregate(_)
@@ -636,8 +638,8 @@ impl Operator {
     pub fn evict(&mut self, input: usize, key_hash: u64, handle: u64) -> Option<Row> {
         match self {
             Operator::IntervalJoin(op) => op.evict(input, key_hash, handle),
+            Operator::Connect(op) => op.evict(input, key_hash, handle),
             Operator::Union(_)
-            | Operator::Connect(_)
             | Operator::WindowJoin(_)
             | Operator::CoGroup(_)
             | Operator::WindowAggregate(_)
