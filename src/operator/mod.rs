@@ -292,8 +292,9 @@ impl OperatorKind {
             | OperatorKind::TemporalJoin
             | OperatorKind::Union
             | OperatorKind::CoGroup
-            | OperatorKind::WindowAggregate => true,
-            OperatorKind::Connect | OperatorKind::WindowJoin | OperatorKind::Absence => false,
+            | OperatorKind::WindowAggregate
+            | OperatorKind::Connect => true,
+            OperatorKind::WindowJoin | OperatorKind::Absence => false,
         }
     }
 
@@ -359,6 +360,9 @@ impl OperatorSpec {
             OperatorSpec::IntervalJoin(spec) => Some((spec.upper - spec.lower, "the join span")),
             OperatorSpec::CoGroup(spec) | OperatorSpec::WindowAggregate(spec) => {
                 Some((spec.window.ttl_floor(), "the window's span (size or gap, plus allowed_lateness)"))
+            }
+            OperatorSpec::Connect(ConnectSpec { function: connect::FunctionSpec::Reconcile(r), .. }) => {
+                Some((r.timeout, "the reconcile timeout"))
             }
             OperatorSpec::Union(_)
             | OperatorSpec::Connect(_)
@@ -537,7 +541,8 @@ impl Operator {
             Operator::IntervalJoin(op) => op.expire(due, out),
             Operator::TemporalJoin(op) => op.expire(due, out),
             Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.expire(due, out),
-            Operator::Union(_) | Operator::Connect(_) | Operator::WindowJoin(_) | Operator::Absence(_) => {}
+            Operator::Connect(op) => op.expire(due, out),
+            Operator::Union(_) | Operator::WindowJoin(_) | Operator::Absence(_) => {}
         }
     }
 
@@ -614,8 +619,9 @@ impl Operator {
     }
 
     /// Visits every row this instance can give up to `evict_oldest` (state/budget.rs): its
-    /// input, (ts, id), key hash and handle. The interval and temporal joins' stored rows and
-    /// cogroup's and window_aggregate's windows (by end − 1) so far: the other kinds' state is
+    /// input, (ts, id), key hash and handle. The interval and temporal joins' stored rows,
+    /// connect's (threshold limits, reconcile's waiting rows), and cogroup's and
+    /// window_aggregate's windows (by end − 1) so far: the other kinds' state is
     /// counted but not evicted (their rows are referenced from structures
     /// a lone removal would leave dangling; README "Bounded state").
     pub fn visit_evictable(&self, visit: &mut dyn FnMut(usize, i64, u64, u64, u64)) {
@@ -623,7 +629,8 @@ impl Operator {
             Operator::IntervalJoin(op) => op.visit_evictable(visit),
             Operator::TemporalJoin(op) => op.visit_evictable(visit),
             Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.visit_evictable(visit),
-            Operator::Union(_) | Operator::Connect(_) | Operator::WindowJoin(_) | Operator::Absence(_) => {}
+            Operator::Connect(op) => op.visit_evictable(visit),
+            Operator::Union(_) | Operator::WindowJoin(_) | Operator::Absence(_) => {}
         }
     }
 
@@ -641,8 +648,12 @@ impl Operator {
                 .evict(input, key_hash, handle)
                 .map(|row| out.expired.push(Expired { reason, input: Some(input), row }))
                 .is_some(),
+            Operator::Connect(op) => op
+                .evict(input, key_hash, handle)
+                .map(|row| out.expired.push(Expired { reason, input: Some(input), row }))
+                .is_some(),
             Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.evict(handle, out),
-            Operator::Union(_) | Operator::Connect(_) | Operator::WindowJoin(_) | Operator::Absence(_) => false,
+            Operator::Union(_) | Operator::WindowJoin(_) | Operator::Absence(_) => false,
         }
     }
 

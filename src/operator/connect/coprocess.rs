@@ -215,6 +215,13 @@ impl KeyedState {
         self.slots.iter().map(|s| s.rows()).sum()
     }
 
+    /// Visits every row of `slot`: its (ts, id), key hash and handle (state/budget.rs).
+    pub(crate) fn visit_ages(&self, slot: usize, visit: &mut dyn FnMut(i64, u64, u64, RowHandle)) {
+        if let Some(store) = self.slots.get(slot) {
+            store.visit_ages(visit);
+        }
+    }
+
     /// Every slot's rows with their handles, for a snapshot (state/snapshot.rs).
     pub(crate) fn save(&self) -> Result<Vec<SavedStore>, SnapshotError> {
         self.slots.iter().map(|store| snapshot::save_store(store.as_ref())).collect()
@@ -547,6 +554,12 @@ impl<'a> Emitter<'a> {
     /// Sends `row` to the late side output as a row of input `input`.
     pub fn late(&mut self, input: usize, row: Row) {
         self.out.late.push((input, row));
+    }
+
+    /// A built-in stored a row of input `input` under `handle`: the host's `ttl` clock starts
+    /// (operator/host.rs). Custom functions do not call it: their state does not expire.
+    pub(crate) fn stored(&mut self, input: usize, key_hash: u64, handle: RowHandle) {
+        self.out.stored.push(crate::state::ttl::StoredRow { input: input as u32, key_hash, handle });
     }
 }
 

@@ -10,7 +10,12 @@
 //!   and processing time (processing timers due fire; at the end of input every pending one);
 //! - output watermark (rule 5): `min(watermark, smallest hold of a pending timer)` — "the
 //!   smallest `_ts` still waiting to be emitted";
-//! - results: projected by `select` (rule 9), ids H(operator, kind, ids of the rows) (rule 10).
+//! - results: projected by `select` (rule 9), ids H(operator, kind, ids of the rows) (rule 10);
+//! - leaving early (`ttl`, `evict_oldest`): the built-ins report the rows they store (a
+//!   threshold limit, a reconcile row waiting) to the host's `ttl` clock and name them to the
+//!   state budget; such a row leaves to `NAME.expired` as itself, with what of the function
+//!   names it (reconcile's timer). A custom [`CoProcess`]'s state neither expires nor is evicted:
+//!   the operator cannot know what its rows mean.
 //!
 //! Files: `coprocess.rs` (the trait, keyed state, timers, emitter), `threshold.rs`,
 //! `reconcile.rs`.
@@ -26,7 +31,9 @@ use crate::config::operators::{Builder, Built, output_schema, select};
 use crate::config::walk::{Errors, Table};
 use crate::record::Row;
 use crate::record::id::IdHasher;
+use crate::state::RowHandle;
 use crate::state::snapshot::{self, SavedStore, SnapshotError};
+use crate::state::ttl::{Due, StoredRow};
 use crate::time::Time;
 
 use coprocess::TimersState;
@@ -35,7 +42,7 @@ pub use reconcile::{Reconcile, ReconcileSpec};
 pub use threshold::{Threshold, ThresholdSpec};
 
 use super::interval_join::{LEFT, RIGHT};
-use super::{OperatorSpec, Output, Projection};
+use super::{Expired, ExpiryReason, OperatorSpec, Output, Projection};
 
 /// Checks `[operators.NAME]` of this kind.
 pub(crate) fn check(b: &mut Builder<'_, '_, '_>, name: &str, t: Table<'_, '_>, errors: &mut Errors) -> Option<Built> {
@@ -268,6 +275,50 @@ impl Connect {
     pub fn budget_bytes(&self) -> usize {
         self.state.footprint()
     }
+
+    /// `ttl` passed for a row a built-in function stored (the host's clock says): it leaves to
+    /// `OPERATOR.expired` as itself — a threshold limit, a reconcile row still waiting, which
+    /// then is never emitted alone. A row gone meanwhile (replaced, matched, timed out) is not.
+    pub fn expire(&mut self, due: Due, out: &mut Output) {
+        let Due::Row(StoredRow { input, key_hash, handle }) = due else { return };
+        let input = input as usize;
+        let Some(row) = self.give_up(input, key_hash, handle) else { return };
+        out.expired.push(Expired { reason: ExpiryReason::Ttl, input: Some(input), row });
+    }
+
+    /// Every row a built-in function stored: its input, (ts, id), key hash and handle
+    /// (state/budget.rs, eviction). Broadcast limits are left out (every shard holds them, and
+    /// shards evict on their own budgets); a custom function's state is not evictable.
+    pub fn visit_evictable(&self, visit: &mut dyn FnMut(usize, i64, u64, u64, u64)) {
+        let slots: &[(usize, usize)] = match self.function {
+            Function::Threshold(_) => &[(threshold::LIMITS, RIGHT)],
+            Function::Reconcile(_) => &[(LEFT, LEFT), (RIGHT, RIGHT)],
+            Function::Custom(_) => &[],
+        };
+        let broadcast = crate::record::id::key_hash(&crate::record::Key::Broadcast);
+        for &(slot, input) in slots {
+            self.state.visit_ages(slot, &mut |ts, id, key_hash, handle| {
+                if key_hash != broadcast {
+                    visit(input, ts, id, key_hash, handle);
+                }
+            });
+        }
+    }
+
+    /// Takes a row [`visit_evictable`](Self::visit_evictable) named out of the state
+    /// (`evict_oldest`); the caller sends it to `OPERATOR.expired`.
+    pub fn evict(&mut self, input: usize, key_hash: u64, handle: RowHandle) -> Option<Row> {
+        self.give_up(input, key_hash, handle)
+    }
+
+    /// A stored row leaving early (`ttl`, the budget), with whatever of the function names it.
+    fn give_up(&mut self, input: usize, key_hash: u64, handle: RowHandle) -> Option<Row> {
+        match &self.function {
+            Function::Threshold(_) => Threshold::give_up(input, key_hash, handle, &mut self.state),
+            Function::Reconcile(f) => f.give_up(input, key_hash, handle, &mut self.state, &mut self.timers),
+            Function::Custom(_) => None,
+        }
+    }
 }
 
 /// What a checkpoint keeps of a connect (state/snapshot.rs).
@@ -396,6 +447,33 @@ fields = { device = "string", amount = "int" }
         assert!(message.contains("operators.o.timeout: must not be negative"), "{message}");
     }
 
+    #[test]
+    fn a_ttl_shorter_than_the_reconcile_timeout_is_warned_about() {
+        let reconcile = |ttl: &str| {
+            format!(
+                "{STREAMS}[operators.o]\nkind = \"connect\"\nfunction = \"reconcile\"\nleft = \"telemetry\"\n\
+                 right = \"psp\"\ntimeout = \"1500ms\"\nttl = \"{ttl}\"\nselect = [\"right.amount\"]\n"
+            )
+        };
+        let plan = crate::config::parse("c.toml", &reconcile("1500ms")).unwrap();
+        assert_eq!(plan.operators[0].ttl, Some(1500));
+        assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
+        let plan = crate::config::parse("c.toml", &reconcile("1s")).unwrap();
+        assert_eq!(plan.warnings.len(), 1, "{:?}", plan.warnings);
+        assert!(
+            plan.warnings[0]
+                .contains("operators.o.ttl: ttl of 1000 ms is shorter than the reconcile timeout (1500 ms)"),
+            "{:?}",
+            plan.warnings
+        );
+        let threshold = format!(
+            "{STREAMS}[operators.o]\nkind = \"connect\"\nfunction = \"threshold\"\nleft = \"telemetry\"\n\
+             right = \"limits\"\nvalue = \"temp\"\nlimit = \"max_temp\"\nttl = \"1ms\"\nselect = [\"right.site\"]\n"
+        );
+        let plan = crate::config::parse("c.toml", &threshold).unwrap();
+        assert!(plan.warnings.is_empty(), "a threshold waits for nothing: {:?}", plan.warnings);
+    }
+
     fn spec(function: FunctionSpec) -> ConnectSpec {
         ConnectSpec { name: "c".into(), projection: Projection::key_and_first_values(), function }
     }
@@ -501,6 +579,66 @@ fields = { device = "string", amount = "int" }
         assert_eq!((op.state_rows(), op.state_bytes()), (0, 0));
         assert!(op.is_quiescent());
         assert_eq!(op.output_watermark(), Time::ms(1101));
+    }
+
+    /// Every stored row the built-ins report, by input.
+    fn evictable(op: &Connect) -> Vec<(usize, i64, u64)> {
+        let mut rows = Vec::new();
+        op.visit_evictable(&mut |input, ts, _, _, handle| rows.push((input, ts, handle)));
+        rows.sort();
+        rows
+    }
+
+    #[test]
+    fn a_reconcile_row_leaving_early_takes_its_timer_and_is_never_emitted_alone() {
+        let mut op = reconcile(100);
+        let mut out = Output::default();
+        op.on_row(LEFT, row("a", 1000, Value::Int(1)), &mut out);
+        op.on_row(RIGHT, row("b", 1010, Value::Int(2)), &mut out);
+        let [a, b] = [out.stored[0], out.stored[1]];
+        assert_eq!((a.input, b.input), (LEFT as u32, RIGHT as u32), "each waiting row is reported stored");
+        assert_eq!(evictable(&op), [(LEFT, 1000, a.handle), (RIGHT, 1010, b.handle)]);
+        op.expire(Due::Row(a), &mut out);
+        assert_eq!(
+            out.expired,
+            [Expired { reason: ExpiryReason::Ttl, input: Some(LEFT), row: row("a", 1000, Value::Int(1)) }]
+        );
+        op.expire(Due::Row(a), &mut out);
+        assert_eq!(out.expired.len(), 1, "gone once");
+        assert_eq!(op.evict(RIGHT, b.key_hash, b.handle), Some(row("b", 1010, Value::Int(2))));
+        assert!(op.is_quiescent(), "both timers left with their rows");
+        op.on_watermark(Time::ms(1000), &mut out);
+        assert_eq!(op.output_watermark(), Time::ms(1000), "no hold left at the rows' ts");
+        op.on_row(RIGHT, row("a", 1050, Value::Int(3)), &mut out);
+        op.on_watermark(Time::POS_INF, &mut out);
+        assert_eq!(results(&out), [(ResultKind::RightOnly, 1050, Value::Null, Value::Int(3))], "a's left row is gone");
+    }
+
+    #[test]
+    fn a_threshold_limit_leaving_early_leaves_its_key_without_a_limit_unless_replaced() {
+        let mut op = threshold(false);
+        let mut out = Output::default();
+        op.on_row(RIGHT, row("a", 100, Value::Float(30.0)), &mut out);
+        op.on_row(RIGHT, row("b", 100, Value::Float(30.0)), &mut out);
+        let [a, b] = [out.stored[0], out.stored[1]];
+        op.on_row(RIGHT, row("b", 200, Value::Float(40.0)), &mut out);
+        op.expire(Due::Row(a), &mut out);
+        op.expire(Due::Row(b), &mut out);
+        assert_eq!(
+            out.expired,
+            [Expired { reason: ExpiryReason::Ttl, input: Some(RIGHT), row: row("a", 100, Value::Float(30.0)) }],
+            "b's first limit was replaced before its ttl: nothing of b expires"
+        );
+        op.on_row(LEFT, row("a", 300, Value::Float(50.0)), &mut out);
+        op.on_row(LEFT, row("b", 300, Value::Float(35.0)), &mut out);
+        assert!(out.results.is_empty(), "a has no limit; b's is 40");
+        assert_eq!(evictable(&op).len(), 1);
+        assert!(op.evict(LEFT, b.key_hash, out.stored[2].handle).is_none(), "limits are right rows");
+        assert!(op.evict(RIGHT, b.key_hash, out.stored[2].handle).is_some());
+        assert_eq!(op.state_rows(), 0);
+        let mut broadcast_limit = threshold(true);
+        broadcast_limit.on_row(RIGHT, broadcast(100, 1.0), &mut out);
+        assert!(evictable(&broadcast_limit).is_empty(), "every shard holds a broadcast limit: not evicted");
     }
 
     /// Counts each key's left rows and reports the count 1 s of processing time after the key's

@@ -13,6 +13,11 @@
 //!   order of (ts + timeout, arrival), as timers fire.
 //! - Output watermark: min(watermark, smallest ts still waiting) — the holds of the pending
 //!   timers; a match's `_ts` is at least the ts of the row that completes it, which is on time.
+//! - `ttl` (CONTRACT.md "Extensions under way"): a waiting row is a stored row of the host's
+//!   `ttl` clock; when it expires before its partner came or its last chance passed, it leaves
+//!   with its timer to `OPERATOR.expired` as itself (`_reason` `ttl`), and is never emitted as
+//!   `left_only` / `right_only`. `evict_oldest` takes waiting rows by (ts, id) the same way. A
+//!   `ttl` shorter than `timeout` cuts waits short: `braid validate` warns.
 //! - A timer is tagged with its row's side and store handle, so a match deletes exactly its
 //!   partner's timer. One copy of the key per waiting row (the timer's) is the only allocation
 //!   beyond the row itself and the result.
@@ -23,7 +28,7 @@ use crate::record::Row;
 use crate::state::RowHandle;
 use crate::time::Time;
 
-use super::coprocess::{CoProcess, Context, Fired, Timer};
+use super::coprocess::{CoProcess, Context, Fired, KeyedState, Timer, TimerService};
 
 #[derive(Clone, Copy, Debug)]
 pub struct ReconcileSpec {
@@ -67,7 +72,23 @@ impl Reconcile {
         }
         let (key, key_hash, ts) = (row.key.clone(), row.key_hash, row.ts);
         let handle = ctx.state.insert(side, row);
+        ctx.out.stored(side, key_hash, handle);
         ctx.timers.set_owned(key, key_hash, self.timer(side, ts, handle));
+    }
+
+    /// The waiting row `handle` of side `side` leaves before its last chance (`ttl`, the state
+    /// budget), its timer with it: it is never emitted alone, and its hold is released.
+    pub(crate) fn give_up(
+        &self,
+        side: usize,
+        key_hash: u64,
+        handle: RowHandle,
+        state: &mut KeyedState,
+        timers: &mut TimerService,
+    ) -> Option<Row> {
+        let row = state.remove(side, key_hash, handle)?;
+        timers.delete(&row.key, key_hash, self.timer(side, row.ts, handle));
+        Some(row)
     }
 }
 

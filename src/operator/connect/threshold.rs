@@ -6,6 +6,13 @@
 //!   [`Key::Broadcast`], and the runtime hands a broadcast row to every shard, so every shard holds
 //!   the same latest limit. "Most recently processed" is processing order, not event time: a
 //!   limit with an older ts that arrives later still replaces the stored one.
+//! - `ttl` (CONTRACT.md "Extensions under way"): a limit is the key's only state and each new
+//!   one replaces it, so "`ttl` after the key's last write" is "`ttl` after the limit was
+//!   written": the limit is a stored row of the host's `ttl` clock, and when it expires it goes
+//!   to `OPERATOR.expired` as itself (a row of the right input, `_reason` `ttl`). Later left rows
+//!   of the key find no limit (as before the first). A limit replaced before its `ttl` is no
+//!   longer there when its time comes: nothing expires. `evict_oldest` takes limits by (ts, id)
+//!   the same way (broadcast limits excepted: every shard holds them).
 //! - A left row before any limit of its key produces nothing; nothing waits, so the output
 //!   watermark is the watermark and no timer is set.
 //! - `_kind` "match", `_ts` the left row's ts, `_id` H(operator, "match", left id, limit id).
@@ -15,10 +22,12 @@
 use std::cmp::Ordering;
 
 use crate::operator::ResultKind;
+use crate::operator::interval_join::RIGHT;
 use crate::record::id::key_hash;
 use crate::record::{Key, Row, Value, cmp_int_float};
+use crate::state::RowHandle;
 
-use super::coprocess::{CoProcess, Context};
+use super::coprocess::{CoProcess, Context, KeyedState};
 
 /// The keyed-state slot of the limits.
 pub const LIMITS: usize = 0;
@@ -65,10 +74,22 @@ impl CoProcess for Threshold {
         });
         let key_hash = row.key_hash;
         // Insert first, then drop the old limit: the key's entry is never emptied and refilled.
-        ctx.state.insert(LIMITS, row);
+        let handle = ctx.state.insert(LIMITS, row);
+        ctx.out.stored(RIGHT, key_hash, handle);
         if let Some(handle) = previous {
             ctx.state.remove(LIMITS, key_hash, handle);
         }
+    }
+}
+
+impl Threshold {
+    /// The limit `handle` of input `input` leaves before a newer one replaced it (`ttl`, the
+    /// state budget): later rows of its key find no limit. A handle already replaced is gone.
+    pub(crate) fn give_up(input: usize, key_hash: u64, handle: RowHandle, state: &mut KeyedState) -> Option<Row> {
+        if input != RIGHT {
+            return None;
+        }
+        state.remove(LIMITS, key_hash, handle)
     }
 }
 
