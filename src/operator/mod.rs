@@ -638,23 +638,15 @@ impl Operator {
     /// `out.expired` (reason budget): a stored row, or an open window's would-be result (none
     /// when its result is out already). False when it left meanwhile.
     pub fn evict(&mut self, input: usize, key_hash: u64, handle: u64, out: &mut Output) -> bool {
-        let reason = ExpiryReason::Budget;
-        match self {
-            Operator::IntervalJoin(op) => op
-                .evict(input, key_hash, handle)
-                .map(|row| out.expired.push(Expired { reason, input: Some(input), row }))
-                .is_some(),
-            Operator::TemporalJoin(op) => op
-                .evict(input, key_hash, handle)
-                .map(|row| out.expired.push(Expired { reason, input: Some(input), row }))
-                .is_some(),
-            Operator::Connect(op) => op
-                .evict(input, key_hash, handle)
-                .map(|row| out.expired.push(Expired { reason, input: Some(input), row }))
-                .is_some(),
-            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.evict(handle, out),
-            Operator::Union(_) | Operator::WindowJoin(_) | Operator::Absence(_) => false,
-        }
+        let row = match self {
+            Operator::IntervalJoin(op) => op.evict(input, key_hash, handle),
+            Operator::TemporalJoin(op) => op.evict(input, key_hash, handle),
+            Operator::Connect(op) => op.evict(input, key_hash, handle),
+            // A window leaves as the result it would have emitted, which it puts out itself.
+            Operator::CoGroup(op) | Operator::WindowAggregate(op) => return op.evict(handle, out),
+            Operator::Union(_) | Operator::WindowJoin(_) | Operator::Absence(_) => None,
+        };
+        row.map(|row| out.expired.push(Expired { reason: ExpiryReason::Budget, input: Some(input), row })).is_some()
     }
 
     /// What this instance costs its shard's state budget (state/budget.rs): stored rows as the

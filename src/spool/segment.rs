@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::storage::log::{self, Format, Walk};
-use crate::storage::{MappedFileError, Storage};
+use crate::storage::{MappedFileError, Storage, write_faults};
 
 /// The spool's record format: today's (and every earlier braid's) journal and sink-buffer files.
 pub(super) static FORMAT: Format = Format {
@@ -59,7 +59,7 @@ impl Segment {
         data_len: usize,
     ) -> Result<Segment, MappedFileError> {
         let log = log::Segment::create(storage, path, &FORMAT, base, data_len)?;
-        Ok(Segment { log, base, count: 0, index: Vec::new(), skipped: Vec::new(), started: file_clock() })
+        Ok(Segment { log, base, count: 0, index: Vec::new(), skipped: Vec::new(), started: write_faults::now() })
     }
 
     /// Opens an existing segment file and walks its records (nothing written yet: the caller
@@ -68,7 +68,7 @@ impl Segment {
     pub(super) fn open(storage: &dyn Storage, path: &Path) -> Result<(Segment, Option<u64>, Walk), MappedFileError> {
         let (log, base) = log::Segment::open(storage, path, &FORMAT)?;
         let mut segment =
-            Segment { log, base: 0, count: 0, index: Vec::new(), skipped: Vec::new(), started: file_clock() };
+            Segment { log, base: 0, count: 0, index: Vec::new(), skipped: Vec::new(), started: write_faults::now() };
         let Some(base) = base else { return Ok((segment, None, Walk::default())) };
         segment.base = base;
         let mut index = Vec::new();
@@ -120,7 +120,7 @@ impl Segment {
         self.count = 0;
         self.index.clear();
         self.skipped.clear();
-        self.started = file_clock();
+        self.started = write_faults::now();
         Ok(())
     }
 
@@ -216,12 +216,4 @@ struct Mark {
     position: u64,
     off: u32,
     damaged: bool,
-}
-
-/// When a segment file was started, against the kernel's writeback of its dirty pages (the
-/// parent's doc, "Flash"): the file's real age, never processing time, which the operators and a
-/// replay see (clippy.toml bans the clock there).
-#[allow(clippy::disallowed_methods)]
-fn file_clock() -> Instant {
-    Instant::now()
 }

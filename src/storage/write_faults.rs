@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -72,13 +73,18 @@ struct Registry {
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry { failing: BTreeMap::new(), failures: BTreeMap::new() });
 
+/// How many sites are failing (kept with the registry, under its lock): lets [`recovered`], which
+/// every successful batch calls, skip the lock while nothing fails.
+static FAILING: AtomicUsize = AtomicUsize::new(0);
+
 fn registry() -> MutexGuard<'static, Registry> {
     // Plain data: a panic while it was held leaves nothing half-done that matters.
     REGISTRY.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The retry timers' clock: wall time of the write sites, never processing time.
-#[allow(clippy::disallowed_methods)] // a retry timer and a warning's rate, not engine time
+/// The storage layer's clock: retry timers, warning rates, a spool segment's age against the
+/// kernel's writeback — wall time of the files, never processing time.
+#[allow(clippy::disallowed_methods)] // file timing, not engine time
 pub fn now() -> Instant {
     Instant::now()
 }
@@ -123,17 +129,19 @@ pub fn failed_with(site: &str, path: &Path, error: &str, disk_full: bool, meanwh
                 attempts: 1,
             };
             registry.failing.insert(site.to_owned(), Site { failing, warned: now, warned_attempts: 1 });
+            FAILING.store(registry.failing.len(), Ordering::Release);
         }
     }
 }
 
 /// `site` wrote again: no longer shown (logged once if it was failing).
 pub fn recovered(site: &str) {
-    let mut registry = registry();
-    if registry.failing.is_empty() {
+    if FAILING.load(Ordering::Acquire) == 0 {
         return;
     }
+    let mut registry = registry();
     if let Some(gone) = registry.failing.remove(site) {
+        FAILING.store(registry.failing.len(), Ordering::Release);
         let failing = gone.failing;
         let secs = failing.since.elapsed().as_secs();
         tracing::warn!(site, path = %failing.path.display(), secs, attempts = failing.attempts, "Writes again; resumed");
