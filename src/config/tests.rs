@@ -187,6 +187,17 @@ fn ttl_on_a_window_kind_is_warned_about_when_shorter_than_the_window_and_its_lat
     let session = "{ kind = \"session\", gap = \"2s\" }";
     assert!(parse("t.toml", &aggregate(session, "3s")).unwrap().warnings.is_empty());
     assert_eq!(parse("t.toml", &aggregate(session, "2999ms")).unwrap().warnings.len(), 1);
+    // A window_join's floor is the same: its windows are per-key state too.
+    let join = |ttl: &str| {
+        format!(
+            "{VALID}[operators.wj]\nkind = \"window_join\"\nleft = \"status\"\nright = \"status\"\n\
+             select = [\"left.seq\"]\nwindow = {tumbling}\nallowed_lateness = \"1s\"\nttl = \"{ttl}\"\n"
+        )
+    };
+    assert!(parse("t.toml", &join("6s")).unwrap().warnings.is_empty());
+    let plan = parse("t.toml", &join("5s")).unwrap();
+    assert_eq!(plan.warnings.len(), 1, "{:?}", plan.warnings);
+    assert!(plan.warnings[0].contains("operators.wj.ttl: ttl of 5000 ms is shorter than the window's span"));
 }
 
 #[test]

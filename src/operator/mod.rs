@@ -293,8 +293,9 @@ impl OperatorKind {
             | OperatorKind::Union
             | OperatorKind::CoGroup
             | OperatorKind::WindowAggregate
-            | OperatorKind::Connect => true,
-            OperatorKind::WindowJoin | OperatorKind::Absence => false,
+            | OperatorKind::Connect
+            | OperatorKind::WindowJoin => true,
+            OperatorKind::Absence => false,
         }
     }
 
@@ -358,15 +359,16 @@ impl OperatorSpec {
     pub fn ttl_floor(&self) -> Option<(i64, &'static str)> {
         match self {
             OperatorSpec::IntervalJoin(spec) => Some((spec.upper - spec.lower, "the join span")),
-            OperatorSpec::CoGroup(spec) | OperatorSpec::WindowAggregate(spec) => {
-                Some((spec.window.ttl_floor(), "the window's span (size or gap, plus allowed_lateness)"))
+            OperatorSpec::CoGroup(CoGroupSpec { window, .. })
+            | OperatorSpec::WindowAggregate(CoGroupSpec { window, .. })
+            | OperatorSpec::WindowJoin(WindowJoinSpec { window, .. }) => {
+                Some((window.ttl_floor(), "the window's span (size or gap, plus allowed_lateness)"))
             }
             OperatorSpec::Connect(ConnectSpec { function: connect::FunctionSpec::Reconcile(r), .. }) => {
                 Some((r.timeout, "the reconcile timeout"))
             }
             OperatorSpec::Union(_)
             | OperatorSpec::Connect(_)
-            | OperatorSpec::WindowJoin(_)
             | OperatorSpec::TemporalJoin(_)
             | OperatorSpec::Absence(_) => None,
         }
@@ -542,7 +544,8 @@ impl Operator {
             Operator::TemporalJoin(op) => op.expire(due, out),
             Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.expire(due, out),
             Operator::Connect(op) => op.expire(due, out),
-            Operator::Union(_) | Operator::WindowJoin(_) | Operator::Absence(_) => {}
+            Operator::WindowJoin(op) => op.expire(due, out),
+            Operator::Union(_) | Operator::Absence(_) => {}
         }
     }
 
@@ -620,8 +623,8 @@ impl Operator {
 
     /// Visits every row this instance can give up to `evict_oldest` (state/budget.rs): its
     /// input, (ts, id), key hash and handle. The interval and temporal joins' stored rows,
-    /// connect's (threshold limits, reconcile's waiting rows), and cogroup's and
-    /// window_aggregate's windows (by end − 1) so far: the other kinds' state is
+    /// connect's (threshold limits, reconcile's waiting rows), and the window kinds' windows
+    /// (by end − 1) so far: the other kinds' state is
     /// counted but not evicted (their rows are referenced from structures
     /// a lone removal would leave dangling; README "Bounded state").
     pub fn visit_evictable(&self, visit: &mut dyn FnMut(usize, i64, u64, u64, u64)) {
@@ -630,7 +633,8 @@ impl Operator {
             Operator::TemporalJoin(op) => op.visit_evictable(visit),
             Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.visit_evictable(visit),
             Operator::Connect(op) => op.visit_evictable(visit),
-            Operator::Union(_) | Operator::WindowJoin(_) | Operator::Absence(_) => {}
+            Operator::WindowJoin(op) => op.visit_evictable(visit),
+            Operator::Union(_) | Operator::Absence(_) => {}
         }
     }
 
@@ -644,7 +648,8 @@ impl Operator {
             Operator::Connect(op) => op.evict(input, key_hash, handle),
             // A window leaves as the result it would have emitted, which it puts out itself.
             Operator::CoGroup(op) | Operator::WindowAggregate(op) => return op.evict(handle, out),
-            Operator::Union(_) | Operator::WindowJoin(_) | Operator::Absence(_) => None,
+            Operator::WindowJoin(op) => return op.evict(handle, out),
+            Operator::Union(_) | Operator::Absence(_) => None,
         };
         row.map(|row| out.expired.push(Expired { reason: ExpiryReason::Budget, input: Some(input), row })).is_some()
     }

@@ -16,6 +16,11 @@
 //! - Join quality ([`Quality`]): a row is **matched** when its window (a sliding row's last
 //!   window) holds at least one row of the other input when it is freed, whether or not a pair
 //!   passes `where`; unmatched otherwise; counted once, then ([`super::window`] "Join quality").
+//! - `ttl` and `evict_oldest`: a key's open windows are per-key state; they expire `ttl` after a
+//!   row last went into one of them. A dropped window whose results are not out yet puts them
+//!   in `OPERATOR.expired` (`input` None) as its next firing would have made them — its pairs and,
+//!   for an outer join, its rows alone, which then are never emitted as `left_only` /
+//!   `right_only`; its rows count as expired, not matched or unmatched ([`super::window`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -203,6 +208,25 @@ impl WindowJoin {
 
     pub fn on_watermark(&mut self, watermark: Time, out: &mut Output) {
         self.windows.on_watermark(watermark, &mut self.pairs, out);
+    }
+
+    /// Every open window, for `evict_oldest` (state/budget.rs), by its `_ts` (end − 1).
+    pub fn visit_evictable(&self, visit: &mut dyn FnMut(usize, i64, u64, u64, u64)) {
+        self.windows.visit_evictable(visit);
+    }
+
+    /// `evict_oldest` takes window `handle`: its would-be results, if not out yet, to
+    /// `out.expired` (reason budget). False when it is gone already.
+    pub fn evict(&mut self, handle: u64, out: &mut Output) -> bool {
+        self.windows.evict(handle, &mut self.pairs, out)
+    }
+
+    /// `ttl` passed since a row last went into a window of the key: its open windows go
+    /// ([`Windows::expire_key`]), each with the pairs (and rows alone) it would have emitted.
+    pub fn expire(&mut self, due: crate::state::ttl::Due, out: &mut Output) {
+        if let crate::state::ttl::Due::Key { key_hash, .. } = due {
+            self.windows.expire_key(key_hash, super::ExpiryReason::Ttl, &mut self.pairs, out);
+        }
     }
 
     pub fn output_watermark(&self) -> Time {
@@ -414,5 +438,37 @@ mod tests {
         assert_eq!(second[0].6, first[0].6, "the pair keeps its id");
         assert_eq!(j.output_watermark(), Time::ms(-79));
         assert!(j.is_quiescent());
+    }
+
+    /// `ttl` drops a key's open window: its pairs and (outer join) rows alone go to `expired`
+    /// with input None, never to the results; `evict_oldest` does the same by window.
+    #[test]
+    fn an_expired_or_evicted_window_puts_its_would_be_results_in_expired() {
+        use crate::operator::ExpiryReason;
+        use crate::state::ttl::Due;
+        let mut j = join(WindowKind::Fixed { size: 10, slide: 10, offset: 0 }, 0);
+        j.pairs.spec.join = JoinType::Full;
+        let mut out = Output::default();
+        j.on_row(LEFT, row(1, 1), &mut out);
+        j.on_row(RIGHT, row(2, 2), &mut out);
+        j.on_row(LEFT, row(12, 3), &mut out);
+        assert_eq!(out.touched, [(0, 1)], "one key, touched once per run of its rows");
+        let mut candidates = Vec::new();
+        j.visit_evictable(&mut |input, ts, _, key_hash, handle| candidates.push((ts, input, key_hash, handle)));
+        candidates.sort_unstable();
+        assert_eq!(candidates.iter().map(|c| c.0).collect::<Vec<_>>(), [9, 19]);
+        assert!(j.evict(candidates[1].3, &mut out));
+        assert!(!j.evict(candidates[1].3, &mut out), "gone already");
+        let kinds = |out: &Output| {
+            out.expired.iter().map(|e| (e.reason, e.input, e.row.ts, e.row.values[3].clone())).collect::<Vec<_>>()
+        };
+        let left_only = Value::Str("left_only".into());
+        assert_eq!(kinds(&out), [(ExpiryReason::Budget, None, 19, left_only)]);
+        out.expired.clear();
+        j.expire(Due::Key { input: 0, key_hash: 1 }, &mut out);
+        assert_eq!(kinds(&out), [(ExpiryReason::Ttl, None, 9, Value::Str("match".into()))]);
+        j.on_watermark(Time::POS_INF, &mut out);
+        assert!(out.results.is_empty(), "expired windows never fire");
+        assert_eq!((j.state_rows(), j.state_bytes()), (0, 0));
     }
 }
