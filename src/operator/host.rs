@@ -130,10 +130,14 @@ pub struct OperatorCounters {
     /// that left the state matched / unmatched ([`Quality`]); zero for the other kinds.
     pub matched: Vec<u64>,
     pub unmatched: Vec<u64>,
+    /// Per input: rows that left the state by `ttl` or the state budget, as themselves (counted
+    /// here) or inside an expired window's would-be result (the operator's [`Quality`]). Join
+    /// kinds complete the identity matched + unmatched + late + expired = rows with it.
+    pub expired_rows: Vec<u64>,
     /// By [`ResultKind`] in `ResultKind::ALL` order.
     pub results: [u64; ResultKind::ALL.len()],
-    /// Rows and would-be results sent to `OPERATOR.expired`, by [`ExpiryReason`] in
-    /// `ExpiryReason::ALL` order.
+    /// Lines sent to `OPERATOR.expired` — rows, and would-be results of open windows and absence
+    /// keys — by [`ExpiryReason`] in `ExpiryReason::ALL` order.
     pub expired: [u64; ExpiryReason::ALL.len()],
 }
 
@@ -144,6 +148,7 @@ impl OperatorCounters {
             late: vec![0; inputs],
             matched: vec![0; inputs],
             unmatched: vec![0; inputs],
+            expired_rows: vec![0; inputs],
             results: [0; ResultKind::ALL.len()],
             expired: [0; ExpiryReason::ALL.len()],
         }
@@ -160,6 +165,9 @@ impl OperatorCounters {
             *a += b;
         }
         for (a, b) in self.unmatched.iter_mut().zip(&other.unmatched) {
+            *a += b;
+        }
+        for (a, b) in self.expired_rows.iter_mut().zip(&other.expired_rows) {
             *a += b;
         }
         for (a, b) in self.results.iter_mut().zip(&other.results) {
@@ -180,6 +188,9 @@ impl OperatorCounters {
         }
         for expired in &out.expired {
             self.expired[expired.reason as usize] += 1;
+            if let Some(rows) = expired.input.and_then(|input| self.expired_rows.get_mut(input)) {
+                *rows += 1;
+            }
         }
     }
 }
@@ -414,13 +425,16 @@ impl OperatorHost {
     /// a broadcast input's matched and unmatched rows are counted by shard 0's instance alone.
     pub fn counters(&self) -> OperatorCounters {
         let mut counters = self.counters.clone();
-        if let Some(Quality { matched, unmatched }) = self.operator.quality() {
+        if let Some(Quality { matched, unmatched, expired }) = self.operator.quality() {
             for input in 0..counters.matched.len().min(2) {
                 if self.broadcast_inputs & (1 << input) != 0 && !self.speaks_for_broadcast {
                     continue;
                 }
                 counters.matched[input] = matched[input];
                 counters.unmatched[input] = unmatched[input];
+                // Rows that left inside a window's would-be result; those that left as
+                // themselves are counted already.
+                counters.expired_rows[input] += expired[input];
             }
         }
         counters

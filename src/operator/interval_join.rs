@@ -459,7 +459,7 @@ mod tests {
         out.expired.clear();
         j.on_watermark(Time::POS_INF, &mut out);
         assert!(out.results.is_empty(), "row 2 matched; rows 1 and 3 expired: no outer row");
-        assert_eq!(j.quality(), Quality { matched: [1, 0], unmatched: [0, 0] });
+        assert_eq!(j.quality(), Quality { matched: [1, 0], unmatched: [0, 0], ..Quality::default() });
         assert!(j.timers.is_empty());
     }
 
@@ -657,10 +657,10 @@ mod tests {
         assert_eq!(out.results.len(), 4);
         j.on_watermark(Time::ms(1101), &mut out);
         // Left 1000 (last chance 1100) left matched; the right rows' last chance is their ts.
-        assert_eq!(j.quality(), Quality { matched: [1, 2], unmatched: [0, 1] });
+        assert_eq!(j.quality(), Quality { matched: [1, 2], unmatched: [0, 1], ..Quality::default() });
         j.on_row(RIGHT, row(1000, 7), &mut out); // late: counted late, not here
         j.on_watermark(Time::POS_INF, &mut out);
-        assert_eq!(j.quality(), Quality { matched: [2, 2], unmatched: [1, 1] });
+        assert_eq!(j.quality(), Quality { matched: [2, 2], unmatched: [1, 1], ..Quality::default() });
         assert_eq!(out.late.len(), 1);
     }
 
@@ -676,7 +676,11 @@ mod tests {
         // A left row at 1000 meets right rows in [700, 900], all behind the watermark: decided now.
         j.on_row(LEFT, row(1000, 2), &mut out);
         assert_eq!(j.state_rows(), 1);
-        assert_eq!(j.quality(), Quality { matched: [0, 0], unmatched: [1, 0] }, "counted as it is decided");
+        assert_eq!(
+            j.quality(),
+            Quality { matched: [0, 0], unmatched: [1, 0], ..Quality::default() },
+            "counted as it is decided"
+        );
         assert_eq!(j.output_watermark(), Time::ms(700));
     }
 }

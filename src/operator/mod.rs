@@ -192,12 +192,16 @@ impl Output {
 /// `braid_operator_unmatched_total`): per input, the rows that left the operator's state having
 /// found a partner, and those that found none by their last chance. A join kind counts each of its
 /// on-time rows once, when the row leaves its state (evicted by the watermark, or at the end of
-/// input when the watermark goes to +∞), so once an input is done `matched + unmatched + late`
-/// is every row of that input. What "a partner" is depends on the kind: its module doc says.
+/// input when the watermark goes to +∞), so once an input is done `matched + unmatched + late +
+/// expired` is every row of that input. What "a partner" is depends on the kind: its module doc
+/// says. A row that leaves early (`ttl`, the state budget) is expired, neither matched nor
+/// unmatched: the host counts the rows that go to `OPERATOR.expired` as themselves; `expired`
+/// here counts those that leave inside a would-be result (the rows a dropped window held).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct Quality {
     pub matched: [u64; 2],
     pub unmatched: [u64; 2],
+    pub expired: [u64; 2],
 }
 
 /// Whether join kinds count their [`Quality`]: always, except while a benchmark measures what
@@ -220,6 +224,13 @@ impl Quality {
             self.matched[input] += rows;
         } else {
             self.unmatched[input] += rows;
+        }
+    }
+
+    /// `rows` rows of `input` left the state inside a would-be result sent to `OPERATOR.expired`.
+    pub fn count_expired(&mut self, input: usize, rows: u64) {
+        if COUNT_QUALITY.load(std::sync::atomic::Ordering::Relaxed) {
+            self.expired[input] += rows;
         }
     }
 }

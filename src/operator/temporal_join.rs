@@ -527,7 +527,7 @@ mod tests {
         j.on_watermark(Time::POS_INF, &mut out);
         let left_only = (ResultKind::LeftOnly, 250, Value::Int(10), Value::Null);
         assert_eq!(results(&out), [m(150, 12, 1), left_only, m(260, 11, 2)]);
-        assert_eq!(j.quality(), Quality { matched: [2, 2], unmatched: [1, 0] });
+        assert_eq!(j.quality(), Quality { matched: [2, 2], unmatched: [1, 0], ..Quality::default() });
     }
 
     #[test]
@@ -567,10 +567,14 @@ mod tests {
         j.on_row(LEFT, row(260, 12), &mut out);
         j.on_row(RIGHT, row(900, 3), &mut out); // never used: unmatched, at +∞
         j.on_watermark(Time::ms(300), &mut out);
-        assert_eq!(j.quality(), Quality { matched: [2, 0], unmatched: [1, 1] }, "100 died when 200 fell below");
+        assert_eq!(
+            j.quality(),
+            Quality { matched: [2, 0], unmatched: [1, 1], ..Quality::default() },
+            "100 died when 200 fell below"
+        );
         j.on_row(LEFT, row(200, 13), &mut out); // late
         j.on_watermark(Time::POS_INF, &mut out);
-        assert_eq!(j.quality(), Quality { matched: [2, 1], unmatched: [1, 2] });
+        assert_eq!(j.quality(), Quality { matched: [2, 1], unmatched: [1, 2], ..Quality::default() });
         assert_eq!((out.results.len(), out.late.len()), (2, 1));
     }
 
@@ -654,7 +658,11 @@ mod tests {
         j.on_watermark(Time::POS_INF, &mut out);
         let left_only = (ResultKind::LeftOnly, 500, Value::Int(12), Value::Null);
         assert_eq!(results(&out), [left_only], "11 expired (not left_only); 12 finds no version");
-        assert_eq!(j.quality(), Quality { matched: [1, 0], unmatched: [1, 2] }, "expired rows count in neither");
+        assert_eq!(
+            j.quality(),
+            Quality { matched: [1, 0], unmatched: [1, 2], ..Quality::default() },
+            "expired rows count in neither"
+        );
         assert_eq!(j.state_rows(), 0);
         assert!(j.versions.is_empty());
     }
@@ -683,7 +691,7 @@ mod tests {
             j.on_watermark(Time::POS_INF, &mut out);
             let only = |ts, tag| (ResultKind::LeftOnly, ts, Value::Int(tag), Value::Null);
             assert_eq!(results(&out), [only(150, 10), only(160, 11)]);
-            assert_eq!(j.quality(), Quality { matched: [0, 0], unmatched: [2, 0] });
+            assert_eq!(j.quality(), Quality { matched: [0, 0], unmatched: [2, 0], ..Quality::default() });
         }
     }
 

@@ -349,10 +349,14 @@ mod tests {
         j.on_row(RIGHT, row(3, 2), &mut out);
         j.on_row(LEFT, row(12, 3), &mut out); // [10, 20) has no right row
         j.on_watermark(Time::ms(9), &mut out);
-        assert_eq!(j.quality(), Quality { matched: [1, 1], unmatched: [0, 0] }, "[0, 10) freed at 9");
+        assert_eq!(
+            j.quality(),
+            Quality { matched: [1, 1], unmatched: [0, 0], ..Quality::default() },
+            "[0, 10) freed at 9"
+        );
         j.on_row(LEFT, row(5, 4), &mut out); // late: not counted here
         j.on_watermark(Time::POS_INF, &mut out);
-        assert_eq!(j.quality(), Quality { matched: [1, 1], unmatched: [1, 0] });
+        assert_eq!(j.quality(), Quality { matched: [1, 1], unmatched: [1, 0], ..Quality::default() });
         assert_eq!((pairs(&mut out).len(), out.late.len()), (1, 1));
 
         let mut j = join(WindowKind::Fixed { size: 10, slide: 5, offset: 0 }, 0);
@@ -362,7 +366,7 @@ mod tests {
         assert_eq!(pairs(&mut out).len(), 1, "they pair in [0, 10)");
         assert_eq!(
             j.quality(),
-            Quality { matched: [0, 1], unmatched: [1, 0] },
+            Quality { matched: [0, 1], unmatched: [1, 0], ..Quality::default() },
             "left 7's last window has no right row"
         );
     }
@@ -469,6 +473,7 @@ mod tests {
         assert_eq!(kinds(&out), [(ExpiryReason::Ttl, None, 9, Value::Str("match".into()))]);
         j.on_watermark(Time::POS_INF, &mut out);
         assert!(out.results.is_empty(), "expired windows never fire");
+        assert_eq!(j.quality(), Quality { expired: [2, 1], ..Quality::default() }, "rows count as expired");
         assert_eq!((j.state_rows(), j.state_bytes()), (0, 0));
     }
 }

@@ -147,7 +147,7 @@ pub fn render(plan: &Plan, figures: &Figures) -> String {
     family(
         "braid_operator_expired_total",
         "counter",
-        "Rows (and would-be results of open windows) routed to the expired side output, by reason.",
+        "Lines routed to the expired side output (rows, and would-be results of open windows and absence keys), by reason.",
         per_label("reason", &ExpiryReason::ALL.map(ExpiryReason::as_str), |c| &c.expired),
     );
     family(
@@ -161,6 +161,12 @@ pub fn render(plan: &Plan, figures: &Figures) -> String {
         "counter",
         "Rows of a join input that left the join having found no partner by their last chance.",
         per_input(|c| &c.unmatched, true),
+    );
+    family(
+        "braid_operator_expired_rows_total",
+        "counter",
+        "Rows of a join input that left the join's state by ttl or the state budget (as themselves, or held by an expired window), neither matched nor unmatched.",
+        per_input(|c| &c.expired_rows, true),
     );
     family(
         "braid_operator_state_rows",

@@ -3,8 +3,10 @@
 //! the reference tests, with 1 and 3 shards.
 //!
 //! - For every join kind (interval join, window join, cogroup, temporal join) and every input,
-//!   once the replay is done: matched + unmatched + late = the rows of that input in the workload
-//!   (each row counted once, whatever shard it fell on; a broadcast input's rows once).
+//!   once the replay is done: matched + unmatched + late + expired = the rows of that input in
+//!   the workload (each row counted once, whatever shard it fell on; a broadcast input's rows
+//!   once; expired: `braid_operator_expired_rows_total`). With `ttl` or `evict_oldest` windows
+//!   leave early: the rows they held count as expired, and the identity still holds.
 //! - For the interval join, matched and unmatched per input also equal a brute-force count: an
 //!   on-time row (lateness decided by the reference's own simulation of CONTRACT.md rules 1–8)
 //!   is matched when some on-time row of the other input has its key and pairs with it.
@@ -58,18 +60,20 @@ fn get(s: &Samples, metric: &str, op: &str, input: &str) -> Option<u64> {
     s.get(&(format!("braid_operator_{metric}_total"), op.to_owned(), input.to_owned())).copied()
 }
 
-/// matched + unmatched + late = rows, for `op`'s input `input` with `rows` rows in the workload
-/// (they must all have reached the operator, too). Returns (matched, unmatched, late).
-fn check_identity(s: &Samples, op: &str, input: &str, rows: usize) -> Result<(u64, u64, u64), String> {
+/// matched + unmatched + late + expired = rows, for `op`'s input `input` with `rows` rows in the
+/// workload (they must all have reached the operator, too). Returns (matched, unmatched, late,
+/// expired).
+fn check_identity(s: &Samples, op: &str, input: &str, rows: usize) -> Result<(u64, u64, u64, u64), String> {
     let need = |metric| get(s, metric, op, input).ok_or(format!("no braid_operator_{metric}_total for {op}/{input}"));
     let (matched, unmatched, late, rows_in) = (need("matched")?, need("unmatched")?, need("late")?, need("rows")?);
-    if rows_in != rows as u64 || matched + unmatched + late != rows as u64 {
+    let expired = need("expired_rows")?;
+    if rows_in != rows as u64 || matched + unmatched + late + expired != rows as u64 {
         return Err(format!(
-            "{op}/{input}: matched {matched} + unmatched {unmatched} + late {late} should be its {rows} rows \
-             (rows_total says {rows_in})"
+            "{op}/{input}: matched {matched} + unmatched {unmatched} + late {late} + expired {expired} should be \
+             its {rows} rows (rows_total says {rows_in})"
         ));
     }
-    Ok((matched, unmatched, late))
+    Ok((matched, unmatched, late, expired))
 }
 
 /// Runs `check` on `cases` seeds with 1 and 3 shards; panics listing every failure.
@@ -155,6 +159,61 @@ fn temporal_join_counts_add_up() {
     });
 }
 
+/// The reference workloads of the window kinds with `ttl = "150ms"` on `j` and `g` (even seeds)
+/// or a 4 KiB state budget with `evict_oldest` (odd seeds): windows leave early, the rows they
+/// held count as expired, and the identity holds per input. Over all runs rows must have expired.
+#[test]
+fn window_kinds_count_the_rows_of_dropped_windows_as_expired() {
+    let expired = std::cell::Cell::new(0u64);
+    for_cases("window join and cogroup under ttl and evict_oldest", |seed, shards| {
+        let dir = tempfile::tempdir().unwrap();
+        let (config, inputs, rows) = crate::reference_windows::write_workload(seed, dir.path());
+        let text = std::fs::read_to_string(&config).unwrap();
+        let bounded = if seed % 2 == 0 {
+            let ttl = |op: &str| format!("[operators.{op}]\nttl = \"150ms\"\n");
+            text.replace("[operators.j]\n", &ttl("j")).replace("[operators.g]\n", &ttl("g"))
+        } else {
+            text.replacen("[runtime]\n", "[runtime]\nstate_budget = \"4KiB\"\non_state_full = \"evict_oldest\"\n", 1)
+        };
+        assert_ne!(bounded, text);
+        std::fs::write(&config, bounded).unwrap();
+        let s = replay_metrics(dir.path(), &config, &inputs, shards)?;
+        for op in ["j", "g"] {
+            for (input, rows) in ["l", "r"].into_iter().zip(rows) {
+                expired.set(expired.get() + check_identity(&s, op, input, rows)?.3);
+            }
+        }
+        Ok(())
+    });
+    assert!(expired.get() > 0, "no window expired or was evicted in any run");
+}
+
+/// The golden ttl cases, counted by hand (their READMEs): the interval join's rows leave as
+/// themselves, the window join's inside its windows' would-be results; both add up.
+#[test]
+fn golden_ttl_cases_count_expired_rows_per_input() {
+    let cases = [
+        ("ttl_interval_join", "effect", [("command", (0, 1, 0, 5)), ("status", (0, 1, 0, 2))]),
+        ("ttl_window_join", "w", [("l", (1, 1, 0, 2)), ("r", (1, 1, 0, 2))]),
+    ];
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    for (case, op, want) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let inputs: Files = want
+            .iter()
+            .map(|(stream, _)| (stream.to_string(), root.join(case).join(format!("in/{stream}.jsonl"))))
+            .collect();
+        for shards in [1, 3] {
+            let s = replay_metrics(dir.path(), &root.join(case).join("config.toml"), &inputs, shards).unwrap();
+            for (stream, counts) in want {
+                let lines = std::fs::read_to_string(&inputs.iter().find(|i| i.0 == stream).unwrap().1).unwrap();
+                let got = check_identity(&s, op, stream, lines.lines().count()).unwrap();
+                assert_eq!(got, counts, "{case} {op}/{stream}, {shards} shards: (matched, unmatched, late, expired)");
+            }
+        }
+    }
+}
+
 /// Only join kinds have the counters: a union has none.
 #[test]
 fn only_join_kinds_have_quality_counters() {
@@ -167,4 +226,5 @@ fn only_join_kinds_have_quality_counters() {
     let s = replay_metrics(dir.path(), &config, &inputs, 1).unwrap();
     assert_eq!(get(&s, "rows", "u", "a"), Some(1));
     assert_eq!((get(&s, "matched", "u", "a"), get(&s, "unmatched", "u", "a")), (None, None));
+    assert_eq!(get(&s, "expired_rows", "u", "a"), None);
 }

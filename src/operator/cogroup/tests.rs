@@ -163,10 +163,14 @@ fn quality_counts_rows_by_whether_the_other_group_is_empty() {
     g.on_row(RIGHT, row(50, Value::Int(1)), &mut out);
     g.on_row(LEFT, row(55, Value::Int(1)), &mut out); // [50, 65): both groups
     g.on_watermark(Time::ms(45), &mut out);
-    assert_eq!(g.quality(), Quality { matched: [1, 1], unmatched: [2, 0] }, "[0, 11) and [20, 40) freed");
+    assert_eq!(
+        g.quality(),
+        Quality { matched: [1, 1], unmatched: [2, 0], ..Quality::default() },
+        "[0, 11) and [20, 40) freed"
+    );
     g.on_row(RIGHT, row(25, Value::Int(1)), &mut out); // late
     g.on_watermark(Time::POS_INF, &mut out);
-    assert_eq!(g.quality(), Quality { matched: [2, 2], unmatched: [2, 0] });
+    assert_eq!(g.quality(), Quality { matched: [2, 2], unmatched: [2, 0], ..Quality::default() });
     assert_eq!((out.results.len(), out.late.len()), (2, 1), "inner: the two groups with both sides");
 }
 
@@ -215,6 +219,8 @@ fn ttl_drops_a_keys_windows_and_puts_only_results_not_yet_out_in_expired() {
     assert_eq!(g.state_rows(), 0, "both windows are gone");
     g.on_watermark(Time::POS_INF, &mut out);
     assert!(out.results.is_empty(), "an expired window never fires");
+    let expired = Quality { expired: [2, 0], ..Quality::default() };
+    assert_eq!(g.quality(), expired, "both rows left with a dropped window, the fired one's too");
     // Sessions: found by key too; a later row starts fresh.
     let mut g = cogroup(JoinType::Full, WindowKind::Session { gap: 5 }, 0);
     let mut out = Output::default();

@@ -31,7 +31,9 @@
 //!   counted once, then. For a sliding row this judges its last window only: a partner that
 //!   shared only an earlier window of it does not count (a row's membership of several windows
 //!   is not kept — cogroup keeps no rows at all). Each window counts the rows it owns that way,
-//!   two integers, so the row path allocates nothing for it.
+//!   two integers, so the row path allocates nothing for it. The rows a window owns when `ttl`
+//!   or the state budget drops it count as **expired** (with or without a would-be result),
+//!   neither matched nor unmatched: `matched + unmatched + late + expired` stays every row.
 //!
 //! One [`Windows`] instance runs per shard and holds the windows of that shard's keys; all shards
 //! get the same watermark, so what fires, and when, does not depend on the shard count.
@@ -358,6 +360,9 @@ impl<C: Contents> Windows<C> {
         let pending =
             self.windows.get(&handle).is_some_and(|w| self.pending.contains(&(w.end, w.start, w.created, handle)));
         let Some(mut w) = self.remove(handle) else { return };
+        for input in 0..2 {
+            self.quality.count_expired(input, w.owned[input]);
+        }
         if !pending {
             return;
         }
@@ -613,7 +618,7 @@ impl<C: Contents> Windows<C> {
         self.pending.is_empty()
     }
 
-    /// Rows that left with their last window, matched or not (module doc).
+    /// Rows that left with their last window, matched, unmatched or expired (module doc).
     pub fn quality(&self) -> Quality {
         self.quality
     }
