@@ -47,7 +47,8 @@ use crate::storage::quarantine::{Action, Lost, quarantine};
 
 /// Bumped whenever any snapshot layout changes: a checkpoint of another version is not read.
 /// 3: operator counters count expired rows; operator hosts keep the written-at times `ttl` needs.
-/// 4: join quality and operator counters count expired rows per input.
+/// 4: join quality and operator counters count expired rows per input; absence keys can expire
+///    (free slots, each key's waiting rows).
 pub const FORMAT_VERSION: u32 = 4;
 /// Magic, version, crc, payload length, zeros: 32 bytes, so the archive after it is 16-aligned.
 const HEADER: usize = 32;

@@ -69,11 +69,6 @@ fn kind_names() -> String {
     OperatorKind::ALL.map(OperatorKind::name).join(", ")
 }
 
-/// The kinds that take a `ttl`, for the error naming them.
-fn ttl_kind_names() -> String {
-    OperatorKind::ALL.into_iter().filter(|k| k.has_ttl()).map(OperatorKind::name).collect::<Vec<_>>().join(", ")
-}
-
 /// An input as an operator sees it.
 #[derive(Clone)]
 pub struct Input {
@@ -244,14 +239,12 @@ impl<'a, 'i> Builder<'_, 'a, 'i> {
         let mut keys = allowed_keys(kind).to_vec();
         keys.extend_from_slice(COMMON_KEYS);
         t.check_keys(&keys, errors);
+        // Every kind takes a ttl (a union, which keeps no state, ignores it).
         let ttl = t.duration("ttl", errors).filter(|&ms| {
-            let usable = ms > 0 && kind.has_ttl();
             if ms <= 0 {
                 t.error("ttl", errors, "must be positive (leave it out for no ttl)");
-            } else if !usable {
-                t.error("ttl", errors, format!("not supported for {} yet ({} have it)", kind.name(), ttl_kind_names()));
             }
-            usable
+            ms > 0
         });
         let built = match kind {
             OperatorKind::IntervalJoin => operator::interval_join::check(self, name, t, errors),

@@ -162,9 +162,18 @@ fn ttl_is_checked_and_warned_about_when_shorter_than_the_join_span() {
     assert!(got.iter().any(|e| e.starts_with("t.toml:20:1: operators.effect.ttl:")), "{got:?}");
     let union = "[operators.u]\nkind = \"union\"\ninputs = [\"status\"]\nttl = \"1h\"\n";
     assert!(parse("t.toml", &format!("{VALID}{union}")).is_ok(), "a union keeps no state: any ttl will do");
-    let absence = "[operators.quiet]\nkind = \"absence\"\ninput = \"status\"\ntimeout = \"1s\"\nttl = \"1h\"\n";
-    let got = errors(&format!("{VALID}{absence}"));
-    assert!(got.iter().any(|e| e.contains("operators.quiet.ttl: not supported for absence yet")), "{got:?}");
+    // An absence's floor is its timeout: a key expiring sooner is never reported absent.
+    let absence = |ttl: &str| {
+        format!("{VALID}[operators.quiet]\nkind = \"absence\"\ninput = \"status\"\ntimeout = \"1s\"\nttl = \"{ttl}\"\n")
+    };
+    assert!(parse("t.toml", &absence("1s")).unwrap().warnings.is_empty());
+    let plan = parse("t.toml", &absence("999ms")).unwrap();
+    assert_eq!(plan.warnings.len(), 1, "{:?}", plan.warnings);
+    assert!(
+        plan.warnings[0].contains("operators.quiet.ttl: ttl of 999 ms is shorter than the absence timeout (1000 ms)")
+    );
+    let got = errors(&absence("-1s"));
+    assert!(got.iter().any(|e| e.contains("operators.quiet.ttl: must be positive")), "{got:?}");
 }
 
 #[test]

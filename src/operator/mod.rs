@@ -294,22 +294,6 @@ impl OperatorKind {
         }
     }
 
-    /// `ttl` is implemented for this kind: its stored rows expire (one by one, [`Operator::expire`]).
-    /// The other kinds refuse a `ttl` key until their per-key state expires too.
-    pub const fn has_ttl(self) -> bool {
-        match self {
-            // A union keeps no state: nothing ever expires.
-            OperatorKind::IntervalJoin
-            | OperatorKind::TemporalJoin
-            | OperatorKind::Union
-            | OperatorKind::CoGroup
-            | OperatorKind::WindowAggregate
-            | OperatorKind::Connect
-            | OperatorKind::WindowJoin => true,
-            OperatorKind::Absence => false,
-        }
-    }
-
     /// Instances may hold processing-time timers (only connect's functions set them): the runtime
     /// sends them processing time and runs every tick while they exist.
     pub const fn is_clocked(self) -> bool {
@@ -378,10 +362,10 @@ impl OperatorSpec {
             OperatorSpec::Connect(ConnectSpec { function: connect::FunctionSpec::Reconcile(r), .. }) => {
                 Some((r.timeout, "the reconcile timeout"))
             }
-            OperatorSpec::Union(_)
-            | OperatorSpec::Connect(_)
-            | OperatorSpec::TemporalJoin(_)
-            | OperatorSpec::Absence(_) => None,
+            OperatorSpec::Absence(spec) => {
+                Some((i64::try_from(spec.timeout).unwrap_or(i64::MAX), "the absence timeout"))
+            }
+            OperatorSpec::Union(_) | OperatorSpec::Connect(_) | OperatorSpec::TemporalJoin(_) => None,
         }
     }
 
@@ -556,7 +540,9 @@ impl Operator {
             Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.expire(due, out),
             Operator::Connect(op) => op.expire(due, out),
             Operator::WindowJoin(op) => op.expire(due, out),
-            Operator::Union(_) | Operator::Absence(_) => {}
+            Operator::Absence(op) => op.expire(due, out),
+            // A union keeps no state: nothing ever expires.
+            Operator::Union(_) => {}
         }
     }
 
@@ -634,10 +620,9 @@ impl Operator {
 
     /// Visits every row this instance can give up to `evict_oldest` (state/budget.rs): its
     /// input, (ts, id), key hash and handle. The interval and temporal joins' stored rows,
-    /// connect's (threshold limits, reconcile's waiting rows), and the window kinds' windows
-    /// (by end − 1) so far: the other kinds' state is
-    /// counted but not evicted (their rows are referenced from structures
-    /// a lone removal would leave dangling; README "Bounded state").
+    /// connect's (threshold limits, reconcile's waiting rows), the window kinds' windows (by
+    /// end − 1) and absence's keys (by the newest ts each saw). A union holds nothing; a
+    /// connect's own `CoProcess` state is counted but not evicted (README "Bounded state").
     pub fn visit_evictable(&self, visit: &mut dyn FnMut(usize, i64, u64, u64, u64)) {
         match self {
             Operator::IntervalJoin(op) => op.visit_evictable(visit),
@@ -645,7 +630,8 @@ impl Operator {
             Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.visit_evictable(visit),
             Operator::Connect(op) => op.visit_evictable(visit),
             Operator::WindowJoin(op) => op.visit_evictable(visit),
-            Operator::Union(_) | Operator::Absence(_) => {}
+            Operator::Absence(op) => op.visit_evictable(visit),
+            Operator::Union(_) => {}
         }
     }
 
@@ -660,7 +646,9 @@ impl Operator {
             // A window leaves as the result it would have emitted, which it puts out itself.
             Operator::CoGroup(op) | Operator::WindowAggregate(op) => return op.evict(handle, out),
             Operator::WindowJoin(op) => return op.evict(handle, out),
-            Operator::Union(_) | Operator::Absence(_) => None,
+            // A key leaves as the results it would emit silent, which it puts out itself.
+            Operator::Absence(op) => return op.evict(key_hash, handle, out),
+            Operator::Union(_) => None,
         };
         row.map(|row| out.expired.push(Expired { reason: ExpiryReason::Budget, input: Some(input), row })).is_some()
     }

@@ -45,9 +45,10 @@
 //!   `braid_operator_expired_total{operator,reason="budget"}`; an evicted row of an outer join is
 //!   not emitted as `left_only`/`right_only`. Which rows go depends on how keys fall on shards:
 //!   the one documented exception to shard independence (`--shards` changes the output only
-//!   here). Kinds whose state is not rows in a store (windows, absence keys) are counted but not
-//!   evicted: when they alone hold the budget, the shard applies backpressure instead (reported
-//!   the same way).
+//!   here). Windows and absence keys are evicted whole, by their own (ts, id) (the operator's
+//!   `visit_evictable`), their would-be results to `OPERATOR.expired`; state braid cannot read (a
+//!   connect's own `CoProcess`) is counted but not evicted: when it alone holds the budget, the
+//!   shard applies backpressure instead (reported the same way).
 //!
 //! # Eviction order
 //!
