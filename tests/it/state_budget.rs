@@ -11,6 +11,10 @@
 //!   `budget`, oldest first (every evicted row is older by (ts, id) than every row left), and
 //!   evicted + left at the end = every row (nothing lost silently). Without a budget the same flood
 //!   grows past it (the test's control).
+//! - The same flood into a left window join (tumbling 1 s, one window per new device) under
+//!   `evict_oldest`: its windows are evicted whole, oldest `_ts` first, each one's would-be
+//!   `left_only` to `OPERATOR.expired` (`_reason` `budget`, no input); state plateaus under the
+//!   budget and evicted + emitted at the end = every row.
 //! - `backpressure`, streams idle after 1 s: the driver stops feeding while a shard says full and
 //!   only moves processing time (as the service's intake does, 5 s a step here); the state
 //!   plateaus, idleness frees it (rows stay 10 minutes: the join's upper bound), and at the end
@@ -29,6 +33,12 @@ const BUDGET: u64 = 6 << 20;
 const ROWS: usize = 40_000;
 
 fn config(budget: Option<&str>, status_idle: &str) -> Plan {
+    let join = "kind = \"interval_join\"\nlower = \"-1s\"\nupper = \"10m\"";
+    plan(budget, status_idle, join)
+}
+
+/// The flood's plan with operator `effect` of `kind` (its kind and kind-specific keys).
+fn plan(budget: Option<&str>, status_idle: &str, kind: &str) -> Plan {
     let runtime =
         budget.map_or(String::new(), |b| format!("[runtime]\nstate_budget = \"6MiB\"\non_state_full = \"{b}\"\n"));
     let text = format!(
@@ -46,11 +56,9 @@ idle_timeout = "{status_idle}"
 fields = {{ device = "string", ts = "int" }}
 
 [operators.effect]
-kind = "interval_join"
+{kind}
 left = "command"
 right = "status"
-lower = "-1s"
-upper = "10m"
 join = "left"
 select = ["left.pad"]
 "#
@@ -79,6 +87,8 @@ struct Out {
     left_only: Vec<(i64, u64)>,
     late: usize,
     expired: Vec<(i64, u64)>,
+    /// The inputs expired rows came on (None: a would-be result).
+    expired_inputs: std::collections::BTreeSet<Option<usize>>,
 }
 
 impl Emit for Out {
@@ -98,7 +108,8 @@ impl Emit for Out {
         row: &Row,
         _after_barrier: bool,
     ) {
-        assert_eq!((reason, input), (ExpiryReason::Budget, Some(0)), "a command row evicted for the budget");
+        assert_eq!(reason, ExpiryReason::Budget, "evicted for the budget");
+        self.expired_inputs.insert(input);
         self.expired.push((row.ts, row.id));
     }
 }
@@ -193,8 +204,9 @@ fn evict_oldest_keeps_state_under_the_budget_and_evicts_oldest_first() {
     assert!(flood.max_bytes <= bound, "state bytes {} over the budget {BUDGET}", flood.max_bytes);
     assert!(flood.max_bytes > BUDGET / 2, "the flood must reach the budget: {}", flood.max_bytes);
     assert!(flood.max_segments <= (BUDGET >> 20) as usize + 2, "{} segment files", flood.max_segments);
-    let Out { left_only, expired, late } = flood.out;
+    let Out { left_only, expired, late, expired_inputs } = flood.out;
     assert_eq!(late, 0);
+    assert_eq!(expired_inputs, [Some(0)].into(), "command rows evicted as themselves");
     assert!(!expired.is_empty(), "nothing evicted");
     assert_eq!(left_only.len() + expired.len(), ROWS, "every row evicted or left at the end");
     let newest_evicted = expired.iter().max().unwrap();
@@ -203,12 +215,30 @@ fn evict_oldest_keeps_state_under_the_budget_and_evicts_oldest_first() {
 }
 
 #[test]
+fn evict_oldest_takes_window_join_windows_oldest_first_as_their_would_be_results() {
+    let window = "kind = \"window_join\"\nwindow = { kind = \"tumbling\", size = \"1s\" }";
+    let flood = flood(&plan(Some("evict_oldest"), "0ms", window), false);
+    // At most a tick's rows (200 windows of ~600 B) past the budget; no segments here.
+    assert!(flood.max_bytes <= BUDGET + (256 << 10), "state bytes {} over the budget {BUDGET}", flood.max_bytes);
+    assert!(flood.max_bytes > BUDGET / 2, "the flood must reach the budget: {}", flood.max_bytes);
+    let Out { left_only, expired, late, expired_inputs } = flood.out;
+    assert_eq!(late, 0);
+    assert_eq!(expired_inputs, [None].into(), "windows leave as would-be results");
+    assert!(!expired.is_empty(), "nothing evicted");
+    assert_eq!(left_only.len() + expired.len(), ROWS, "every window evicted or fired at the end, once");
+    // Windows are taken by `_ts` (end − 1), then creation: none evicted is later than one kept.
+    let newest_evicted = expired.iter().map(|e| e.0).max().unwrap();
+    let oldest_left = left_only.iter().map(|l| l.0).min().unwrap();
+    assert!(newest_evicted <= oldest_left, "evicted _ts {newest_evicted} is later than kept {oldest_left}");
+}
+
+#[test]
 fn backpressure_holds_the_flood_at_the_budget_and_loses_nothing() {
     let flood = flood(&config(Some("backpressure"), "1s"), true);
     assert!(flood.pauses > 0, "the budget never held the intake (max {} bytes)", flood.max_bytes);
     // Checked every 500 rows: at most that many rows (~170 KiB) plus a segment past the budget.
     assert!(flood.max_bytes <= BUDGET + (2 << 20), "state bytes {} over the budget {BUDGET}", flood.max_bytes);
-    let Out { left_only, expired, late } = flood.out;
+    let Out { left_only, expired, late, .. } = flood.out;
     assert!(expired.is_empty(), "backpressure evicts nothing: {} expired", expired.len());
     assert_eq!(left_only.len() + late, ROWS, "every row left the join counted");
 }
