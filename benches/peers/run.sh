@@ -64,17 +64,17 @@ timed() {
   local load; load=$(cut -d' ' -f1 /proc/loadavg)
   /usr/bin/time -f 'TIME %e %M' timeout --kill-after=10 "$limit" "$@" > "$log" 2>&1
   local rc=$?
-  local wall rss net results
+  local wall rss net found
   read -r wall rss < <(grep '^TIME ' "$log" | tail -1 | cut -d' ' -f2-)
   net=$(grep -o 'net_s=[0-9.]*' "$log" | tail -1 | cut -d= -f2)
-  results=$(eval "$count" 2>/dev/null || echo 0)
+  found=$(eval "$count" 2>/dev/null || echo 0)
   if [ $rc -ne 0 ]; then
     echo "peers: $name run $run failed (exit $rc$([ $rc = 124 ] && echo ", timed out after $limit s")); last lines of $log:" >&2
     tail -5 "$log" | sed 's/^/  /' >&2
-    results=-1
+    found=-1
   fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$run" "$wall" "${net:--}" "$rss" "$results" "$load" "$version" >> "$results"
-  printf 'peers:   %-16s run %s: %6s s wall, net %6s s, peak RSS %7s KiB, %s results (load %s)\n' "$name" "$run" "$wall" "${net:--}" "$rss" "$results" "$load"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$run" "$wall" "${net:--}" "$rss" "$found" "$load" "$version" >> "$results"
+  printf 'peers:   %-16s run %s: %6s s wall, net %6s s, peak RSS %7s KiB, %s results (load %s)\n' "$name" "$run" "$wall" "${net:--}" "$rss" "$found" "$load"
 }
 
 braid_version=$("$braid" --version 2>/dev/null | head -1)
