@@ -2,7 +2,7 @@
 # The replay figures of BENCHMARKS.md's summary: peak RSS at about 1 M and 10 M input lines, and
 # events/s with 1 and 2 shards, in one run. Run by hand, not by CI:
 #   sh benches/replay_rss/run.sh [BINARY]     # default $CARGO_TARGET_DIR/release/braid; ≈ 5 min
-# Generates the two inputs (gen.py 3000 s = 985 113 lines, 30 000 s = 9 850 113 lines, ≈ 430 MB)
+# Generates the two inputs (gen.py 3000 s = 985 113 lines, 30 000 s = 9 850 024 lines, ≈ 430 MB)
 # in a temporary directory under /dev/shm (tmpfs pages read with read() are not in the replay's
 # RSS), runs measure.sh with 1 and 2 shards on each (1 shard, 2 shards, then again, so the load
 # of the machine falls on both alike), checks every run wrote the same sorted effect rows, and
