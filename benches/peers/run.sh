@@ -14,8 +14,9 @@
 #    - Pathway (benches/peers/pathway_join.py under `pathway spawn --threads $PATHWAY_THREADS`,
 #      default 2) if $PATHWAY_VENV (default /work/pathway-venv) has it: `pip install pathway`;
 #    - Flink SQL through PyFlink (the script `braid export flink-sql` writes for the same config,
-#      run by benches/peers/flink_job.py at parallelism $FLINK_PARALLELISM, default 2) if
-#      $FLINK_VENV (default /work/flink-venv) has apache-flink and `java` is on the PATH.
+#      run by tests/flink/run_script.py at parallelism $FLINK_PARALLELISM, default 2, a
+#      checkpoint every 5 s) if $FLINK_VENV (default /work/flink-venv) has apache-flink and
+#      `java` is on the PATH.
 #    A peer that is not installed is skipped with a message saying how to install it.
 # 3. Checks that every run found the same number of results, and prints each one's events/s
 #    (input lines / wall time of the whole process; "net" = without interpreter, JVM start and
@@ -121,7 +122,7 @@ for run in $(seq 1 "$runs"); do
     rm -rf "$work/flink-out"
     timed "flink-p${flink_parallelism}" "$run" "$flink_version" \
       "find $work/flink-out -type f ! -name '.*' -exec cat {} + | wc -l" -- \
-      "$flink_venv/bin/python" "$here/flink_job.py" "$work/flink.sql" "$flink_parallelism"
+      "$flink_venv/bin/python" "$repo/tests/flink/run_script.py" "$work/flink.sql" "$flink_parallelism" "5 s"
   fi
 done
 
