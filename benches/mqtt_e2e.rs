@@ -3,7 +3,9 @@
 //! subscriber.) Not criterion: one measurement is a few processes talking over TCP for seconds.
 //!
 //! `cargo bench --bench mqtt_e2e` (about 1.5 minutes). Flags after `--`: `--messages N` (the
-//! saturation load, default [`MESSAGES`]), `--runs K` (default 3), `--sniff PREFIX` (diagnosis
+//! saturation load, default [`MESSAGES`]: N/2 devices), `--publishers P` (the saturation load's
+//! publisher clients, default [`PUBLISHERS`]; the devices are dealt round-robin among them),
+//! `--runs K` (default 3), `--saturation-only` (skips part 2), `--sniff PREFIX` (diagnosis
 //! only: a `mosquitto_sub -t '#'` records every message of the fixed-load runs with its receipt
 //! time in `PREFIX-RUN-nodelay|default`, to split latency into hops; it adds a subscriber to the
 //! broker). The bench runs only when Cargo passes `--bench`, so `cargo test --benches` builds it
@@ -20,7 +22,7 @@
 //! `[ops] listen` on a free port; and this bench's rumqttc clients.
 //!
 //! 1. **Saturation**, (a), (b), (c) in turn, `runs` times, each on a fresh mosquitto:
-//!    - (a) baseline: the load generator (2 clients, QoS 1, ≤ 1000 un-acked each, as fast as the
+//!    - (a) baseline: the load generator (P clients, QoS 1, ≤ 1000 un-acked each, as fast as the
 //!      broker acks) publishes N prepared messages on `devices/ID/status|command` and a plain
 //!      rumqttc subscriber (QoS 1, `devices/#`) counts them: rate = N / (first → last receipt);
 //!    - (b) the same load with braid subscribed instead, and a subscriber on `up/#` counting its
@@ -67,8 +69,8 @@ use procs::{ALL_THREADS, Braid, Egress, Mosquitto, SystemTimes, ThreadTimes, loa
 /// Messages per saturation phase (a few seconds of mosquitto's rate here).
 const MESSAGES: usize = 100_000;
 const RUNS: usize = 3;
-/// Load generator clients.
-const CLIENTS: usize = 2;
+/// Load generator clients (`--publishers`).
+const PUBLISHERS: usize = 2;
 /// How often braid's `/metrics` is read while it ingests.
 const POLL: Duration = Duration::from_millis(10);
 /// The bound on waiting for braid to take or emit what it was given.
@@ -89,6 +91,7 @@ fn main() {
     let value = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let number = |name: &str, default: usize| value(name).map_or(default, |v| v.parse().unwrap());
     let (messages, runs) = (number("--messages", MESSAGES) / 2 * 2, number("--runs", RUNS).max(1));
+    let load = Load { messages, publishers: number("--publishers", PUBLISHERS).max(1) };
     let sniff = value("--sniff");
     assert!(Path::new(procs::MOSQUITTO).exists(), "{} is missing: apt-get install -y mosquitto", procs::MOSQUITTO);
     let bin = procs::braid_binary();
@@ -96,16 +99,17 @@ fn main() {
     println!("mqtt_e2e: {}", procs::machine());
     println!("mqtt_e2e: braid = {}", bin.display());
     println!(
-        "mqtt_e2e: saturation: {messages} messages ({} devices × status + command), {CLIENTS} publishers, {runs} runs",
-        messages / 2
+        "mqtt_e2e: saturation: {messages} messages ({} devices × status + command), {} publishers, {runs} runs",
+        messages / 2,
+        load.publishers
     );
     let mut saturation = Vec::new();
     for run in 1..=runs {
-        let a = baseline(messages);
+        let a = baseline(load);
         println!("  run {run} (a) mosquitto alone      {}", a.line());
-        let b = through_braid(&bin, messages, Egress::Mqtt);
+        let b = through_braid(&bin, load, Egress::Mqtt);
         println!("  run {run} (b) braid, results MQTT  {}", b.line());
-        let c = through_braid(&bin, messages, Egress::File);
+        let c = through_braid(&bin, load, Egress::File);
         println!("  run {run} (c) braid, results file  {}", c.line());
         saturation.push(Saturation { a, b, c });
     }
@@ -114,7 +118,8 @@ fn main() {
     let rate = (baselines[baselines.len() / 2] / 2.0).min(FIXED_RATE_CAP).floor();
     println!("mqtt_e2e: fixed load: {rate} msg/s for {FIXED_SECONDS} s from {FIXED_DEVICES} devices, {runs} runs each");
     let mut fixed = Vec::new();
-    for run in 1..=runs {
+    let fixed_runs = if args.iter().any(|a| a == "--saturation-only") { 0 } else { runs };
+    for run in 1..=fixed_runs {
         for nodelay in [false, true] {
             let sniff = sniff.as_ref().map(|p| format!("{p}-{run}-{}", if nodelay { "nodelay" } else { "default" }));
             let f = fixed_load(&bin, rate, run as u64, nodelay, sniff.as_deref());
@@ -122,7 +127,7 @@ fn main() {
             fixed.push(f);
         }
     }
-    print_tables(messages, &saturation, rate, &fixed);
+    print_tables(load, &saturation, rate, &fixed);
     println!("\nmqtt_e2e: {:.0} s in all", started.elapsed().as_secs_f64());
 }
 
@@ -202,6 +207,13 @@ impl CpuWatch {
     }
 }
 
+/// The saturation load: `messages` messages (`messages / 2` devices) from `publishers` clients.
+#[derive(Clone, Copy)]
+struct Load {
+    messages: usize,
+    publishers: usize,
+}
+
 /// One saturation run.
 struct Saturation {
     a: Baseline,
@@ -229,10 +241,10 @@ impl Baseline {
     }
 }
 
-fn baseline(messages: usize) -> Baseline {
+fn baseline(Load { messages, publishers }: Load) -> Baseline {
     let broker = Mosquitto::start(false);
     let subscriber = Subscriber::start(broker.port, "devices/#", "/none", false);
-    let lists = saturation_messages(messages / 2, CLIENTS, wall_us() / 1000);
+    let lists = saturation_messages(messages / 2, publishers, wall_us() / 1000);
     let watch = CpuWatch::start(vec![("mosquitto", broker.pid()), ("bench", std::process::id())]);
     let published = publish_all(broker.port, lists, "a");
     let all = subscriber.wait_for(messages as u64, DRAIN);
@@ -343,12 +355,12 @@ fn watch_ingest(braid: &Braid, from: u64, target: u64, watch: &CpuWatch) -> (Ins
     }
 }
 
-fn through_braid(bin: &Path, messages: usize, egress: Egress) -> ThroughBraid {
+fn through_braid(bin: &Path, Load { messages, publishers }: Load, egress: Egress) -> ThroughBraid {
     let broker = Mosquitto::start(false);
     let mut braid = Braid::start(bin, broker.port, egress);
     let results = (egress == Egress::Mqtt).then(|| Subscriber::start(broker.port, "up/#", WARMUP, false));
     let (from, matched_before) = warm_up(&broker, &braid, results.as_ref());
-    let lists = saturation_messages(messages / 2, CLIENTS, wall_us() / 1000);
+    let lists = saturation_messages(messages / 2, publishers, wall_us() / 1000);
     let watch =
         CpuWatch::start(vec![("braid", braid.pid()), ("mosquitto", broker.pid()), ("bench", std::process::id())]);
     let (published, (first, last, cpu)) = std::thread::scope(|s| {
@@ -490,20 +502,21 @@ fn fixed_load(bin: &Path, rate: f64, seed: u64, nodelay: bool, sniff: Option<&st
     }
 }
 
-fn print_tables(messages: usize, saturation: &[Saturation], rate: f64, fixed: &[Fixed]) {
+fn print_tables(Load { messages, publishers }: Load, saturation: &[Saturation], rate: f64, fixed: &[Fixed]) {
     let n = messages as u64;
     println!();
     println!(
-        "Saturation: {messages} messages, QoS 1, {CLIENTS} publishers. Rates in messages/s; CPU in µs per input message."
+        "Saturation: {messages} messages ({} devices), QoS 1, {publishers} publishers. Rates in messages/s; CPU in µs per input message.",
+        messages / 2
     );
     println!();
     println!(
-        "| run | load (1 min) | (a) mosquitto → subscriber | (b) braid ingest | **(b)/(a)** | (b) results out | (c) braid ingest, results to a file | (c)/(a) | CPU (a) mosquitto | CPU (b) mosquitto | CPU (b) braid | CPU (c) braid | braid switches / msg (b) / (c) |"
+        "| run | load (1 min) | (a) mosquitto → subscriber | (b) braid ingest | **(b)/(a)** | (b) results out | (c) braid ingest, results to a file | (c)/(a) | CPU (a) mosquitto | CPU (b) mosquitto | CPU (b) braid | **braid / mosquitto (b)** | CPU (c) mosquitto | CPU (c) braid | **braid / mosquitto (c)** | braid switches / msg (b) / (c) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (i, Saturation { a, b, c }) in saturation.iter().enumerate() {
         println!(
-            "| {} | {:.2} / {:.2} / {:.2} | {:.0} | {:.0} | **{:.2}** | {:.0} | {:.0} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} / {:.2} |",
+            "| {} | {:.2} / {:.2} / {:.2} | {:.0} | {:.0} | **{:.2}** | {:.0} | {:.0} | {:.2} | {:.1} | {:.1} | {:.1} | **{:.2}** | {:.1} | {:.1} | **{:.2}** | {:.2} / {:.2} |",
             i + 1,
             a.cpu.load1,
             b.cpu.load1,
@@ -517,7 +530,10 @@ fn print_tables(messages: usize, saturation: &[Saturation], rate: f64, fixed: &[
             a.cpu.us_per("mosquitto", n),
             b.cpu.us_per("mosquitto", n),
             b.cpu.us_per("braid", n),
+            b.cpu.us_per("braid", n) / b.cpu.us_per("mosquitto", n),
+            c.cpu.us_per("mosquitto", n),
             c.cpu.us_per("braid", n),
+            c.cpu.us_per("braid", n) / c.cpu.us_per("mosquitto", n),
             b.cpu.braid_switches as f64 / n as f64,
             c.cpu.braid_switches as f64 / n as f64,
         );
