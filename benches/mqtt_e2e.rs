@@ -116,9 +116,13 @@ fn main() {
     let mut baselines: Vec<f64> = saturation.iter().map(|s| s.a.delivered).collect();
     baselines.sort_by(f64::total_cmp);
     let rate = (baselines[baselines.len() / 2] / 2.0).min(FIXED_RATE_CAP).floor();
-    println!("mqtt_e2e: fixed load: {rate} msg/s for {FIXED_SECONDS} s from {FIXED_DEVICES} devices, {runs} runs each");
-    let mut fixed = Vec::new();
     let fixed_runs = if args.iter().any(|a| a == "--saturation-only") { 0 } else { runs };
+    if fixed_runs > 0 {
+        println!(
+            "mqtt_e2e: fixed load: {rate} msg/s for {FIXED_SECONDS} s from {FIXED_DEVICES} devices, {runs} runs each"
+        );
+    }
+    let mut fixed = Vec::new();
     for run in 1..=fixed_runs {
         for nodelay in [false, true] {
             let sniff = sniff.as_ref().map(|p| format!("{p}-{run}-{}", if nodelay { "nodelay" } else { "default" }));
@@ -537,6 +541,9 @@ fn print_tables(Load { messages, publishers }: Load, saturation: &[Saturation], 
             b.cpu.braid_switches as f64 / n as f64,
             c.cpu.braid_switches as f64 / n as f64,
         );
+    }
+    if fixed.is_empty() {
+        return;
     }
     println!();
     println!(
