@@ -389,6 +389,12 @@ impl OperatorHost {
     /// Every instance holds every broadcast row, so every instance expires it: shard 0's alone
     /// reports it (as with late broadcast rows). A trace notes the expiries of its keys.
     fn settle_expired(&mut self, out: &mut Output) {
+        if let Some(tracing) = &self.tracing {
+            for &(reason, key_hash, id) in out.left_early.iter().filter(|r| tracing.trace.follows(r.1)) {
+                tracing.trace.note(TraceNote::Expired { op: tracing.op, key_hash, id, reason });
+            }
+        }
+        out.left_early.clear();
         if out.expired.is_empty() {
             return;
         }

@@ -177,6 +177,10 @@ pub struct Output {
     /// Per-key state written in this activation, as (input, key hash): its host's `ttl` clock
     /// restarts the key's `ttl` (and clears this), nothing else reads it.
     pub touched: Vec<(u32, u64)>,
+    /// Rows that left the state inside a would-be result in `expired` (a window join's dropped
+    /// window), as (reason, key hash, row id): its host's trace notes them for `braid explain`
+    /// (and the host clears this), nothing else reads it.
+    pub left_early: Vec<(ExpiryReason, u64, u64)>,
     /// Rows a window aggregate's `where` dropped: a running count, never drained (explain's
     /// trace compares it before and after a row; nothing else is done with such a row).
     pub filtered: usize,

@@ -110,6 +110,10 @@ impl Contents for Rows {
     fn has(&self, input: usize) -> bool {
         !self.sides[input].is_empty()
     }
+
+    fn visit_rows(&self, visit: &mut dyn FnMut(i64, u64)) {
+        self.sides.iter().flatten().for_each(|(_, row)| visit(row.ts, row.id));
+    }
 }
 
 /// Emits the pairs of a firing window.
@@ -471,6 +475,8 @@ mod tests {
         out.expired.clear();
         j.expire(Due::Key { input: 0, key_hash: 1 }, &mut out);
         assert_eq!(kinds(&out), [(ExpiryReason::Ttl, None, 9, Value::Str("match".into()))]);
+        let left = [(ExpiryReason::Budget, 1, 3), (ExpiryReason::Ttl, 1, 1), (ExpiryReason::Ttl, 1, 2)];
+        assert_eq!(out.left_early, left, "the rows that left with them, for explain");
         j.on_watermark(Time::POS_INF, &mut out);
         assert!(out.results.is_empty(), "expired windows never fire");
         assert_eq!(j.quality(), Quality { expired: [2, 1], ..Quality::default() }, "rows count as expired");

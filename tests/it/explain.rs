@@ -288,12 +288,28 @@ fn window_aggregate_rows_are_aggregated_filtered_or_late() {
 /// two commands expired; its status row found no partner), whatever the shard count.
 #[test]
 fn a_row_removed_by_ttl_is_expired() {
-    let case = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/ttl_interval_join");
+    fates_of_d1(
+        "ttl_interval_join",
+        ["command", "status"],
+        [(1_000, "expired"), (2_000, "expired"), (100, "unmatched")],
+    );
+}
+
+/// A row that left with a window join's expired window is `expired` too (the golden case
+/// `ttl_window_join`: d1's a and x were in the window that expired at 2400; z came after, alone).
+#[test]
+fn a_row_of_an_expired_window_is_expired() {
+    fates_of_d1("ttl_window_join", ["l", "r"], [(100, "expired"), (150, "expired"), (600, "unmatched")]);
+}
+
+/// `braid explain --key d1 --json` on a golden case with 1 and 3 shards: (ts, fate) per row.
+fn fates_of_d1<const N: usize>(case: &str, streams: [&str; 2], expected: [(i64, &str); N]) {
+    let case = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(case);
     for shards in ["1", "3"] {
         let mut cmd = braid();
         cmd.arg("explain").arg("--config").arg(case.join("config.toml")).args(["--key", "d1", "--json"]);
         cmd.args(["--shards", shards]);
-        for stream in ["command", "status"] {
+        for stream in streams {
             cmd.arg("--input").arg(format!("{stream}={}", case.join("in").join(format!("{stream}.jsonl")).display()));
         }
         let out = cmd.output().unwrap();
@@ -304,7 +320,6 @@ fn a_row_removed_by_ttl_is_expired() {
             .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
             .map(|v| (v["ts"].as_i64().unwrap(), v["fate"].as_str().unwrap_or_default().to_owned()))
             .collect();
-        let expected = [(1_000, "expired"), (2_000, "expired"), (100, "unmatched")];
         assert_eq!(fates, expected.map(|(ts, f)| (ts, f.to_owned())), "{shards} shards");
     }
 }

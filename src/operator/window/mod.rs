@@ -200,6 +200,8 @@ pub trait Contents: Clone {
     fn bytes(&self) -> usize;
     /// The window holds at least one row of `input`.
     fn has(&self, input: usize) -> bool;
+    /// Visits the (ts, id) of every row it keeps (window_join; cogroup keeps none).
+    fn visit_rows(&self, _visit: &mut dyn FnMut(i64, u64)) {}
 }
 
 /// Turns a firing window into results.
@@ -363,6 +365,13 @@ impl<C: Contents> Windows<C> {
         for input in 0..2 {
             self.quality.count_expired(input, w.owned[input]);
         }
+        // The rows whose last window this is leave with it (`braid explain` tells them expired).
+        let spec = self.spec;
+        w.contents.visit_rows(&mut |ts, id| {
+            if spec.is_session() || spec.assign(ts).next().is_some_and(|(start, _)| start == w.start) {
+                out.left_early.push((reason, w.key_hash, id));
+            }
+        });
         if !pending {
             return;
         }
