@@ -33,12 +33,15 @@
 //! [`PushError::Full`] and the caller waits — nothing is dropped.
 //!
 //! Asking for room: a producer that finds the ring full and is about to sleep raises "room
-//! wanted" ([`Producer::want_room`]: store, then a SeqCst fence, then it tries once more); a
-//! consumer that released frames looks at the flag after a SeqCst fence
-//! ([`Consumer::room_wanted`]) and, only when it is up, clears it and wakes the producer. The two
-//! fences make a Dekker pair — either the producer's retry sees the released space or the
-//! consumer sees the flag — so a consumer wakes its producer only when it waits for room, never
-//! after every batch (`loom_tests.rs` checks that no wake-up is lost).
+//! wanted" ([`Producer::want_room`], a swap to 1), then tries once more; a consumer that released
+//! frames swaps the flag back to 0 ([`Consumer::room_wanted`]) and wakes the producer only when
+//! it was up. Both are AcqRel read-modify-writes of one word, so one of them comes first in its
+//! modification order: either the consumer's swap reads the 1 (and wakes the producer), or the
+//! producer's swap reads the consumer's 0 and acquires its release of `head`, so the retry sees
+//! the space. No wake-up is lost, and a consumer wakes its producer only when it waits for room,
+//! never after every batch. (Read-modify-writes rather than a Dekker pair of SeqCst fences: loom
+//! models SeqCst as AcqRel, so only this form can be model-checked; `loom_tests.rs` does. On
+//! x86 a swap costs what the fence did.)
 //!
 //! Recovery ([`Ring::open`]): frames between `head` and `tail` are checked against their crc; a
 //! torn frame (a crash in the middle of a batch cannot leave one, as `tail` moves after the
@@ -63,7 +66,7 @@ use std::path::Path;
 use thiserror::Error;
 
 use crate::storage::mapped_file::{MappedFile, MappedFileError};
-use sync::{Arc, AtomicU64, Ordering, Region, fence};
+use sync::{Arc, AtomicU64, Ordering, Region};
 
 mod sync;
 
@@ -408,8 +411,7 @@ impl Producer {
     /// once more after this and before sleeping: space released before the flag was seen is
     /// found then (module doc "Asking for room").
     pub fn want_room(&self) {
-        self.ring.counter(ROOM_WANTED_AT).store(1, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
+        self.ring.counter(ROOM_WANTED_AT).swap(1, Ordering::AcqRel);
     }
 
     /// Bytes committed and not yet released by the consumer.
@@ -469,9 +471,7 @@ impl Consumer {
     /// After a [`read_batch`](Self::read_batch) that released frames: whether the producer waits
     /// for room ([`Producer::want_room`]) and must be woken. Clears the request.
     pub fn room_wanted(&self) -> bool {
-        fence(Ordering::SeqCst);
-        let wanted = self.ring.counter(ROOM_WANTED_AT);
-        wanted.load(Ordering::Relaxed) != 0 && wanted.swap(0, Ordering::Relaxed) != 0
+        self.ring.counter(ROOM_WANTED_AT).swap(0, Ordering::AcqRel) != 0
     }
 
     /// Whether committed frames are waiting.

@@ -29,12 +29,12 @@ pub(super) use mapped::Region;
 #[cfg(not(all(test, braid_loom)))]
 pub(super) use std::sync::Arc;
 #[cfg(not(all(test, braid_loom)))]
-pub(super) use std::sync::atomic::{AtomicU64, Ordering, fence};
+pub(super) use std::sync::atomic::{AtomicU64, Ordering};
 
 #[cfg(all(test, braid_loom))]
 pub(super) use loom::sync::Arc;
 #[cfg(all(test, braid_loom))]
-pub(super) use loom::sync::atomic::{AtomicU64, Ordering, fence};
+pub(super) use loom::sync::atomic::{AtomicU64, Ordering};
 #[cfg(all(test, braid_loom))]
 pub(super) use modelled::Region;
 
