@@ -8,7 +8,9 @@
 //! `--runs K` (default 3), `--saturation-only` (skips part 2), `--sniff PREFIX` (diagnosis
 //! only: a `mosquitto_sub -t '#'` records every message of the fixed-load runs with its receipt
 //! time in `PREFIX-RUN-nodelay|default`, to split latency into hops; it adds a subscriber to the
-//! broker). The bench runs only when Cargo passes `--bench`, so `cargo test --benches` builds it
+//! broker), `--braid PATH` (another braid binary, e.g. one built from an older commit, to compare
+//! two builds in one session), `--saturation-only` (skip the fixed load). The bench runs only
+//! when Cargo passes `--bench`, so `cargo test --benches` builds it
 //! and returns at once: never a timed test.
 //!
 //! Processes: a private mosquitto for every measurement (127.0.0.1, a free port, never 1883; no
@@ -94,7 +96,8 @@ fn main() {
     let load = Load { messages, publishers: number("--publishers", PUBLISHERS).max(1) };
     let sniff = value("--sniff");
     assert!(Path::new(procs::MOSQUITTO).exists(), "{} is missing: apt-get install -y mosquitto", procs::MOSQUITTO);
-    let bin = procs::braid_binary();
+    let bin = value("--braid").map_or_else(procs::braid_binary, std::path::PathBuf::from);
+    let saturation_only = args.iter().any(|a| a == "--saturation-only");
     let started = Instant::now();
     println!("mqtt_e2e: {}", procs::machine());
     println!("mqtt_e2e: braid = {}", bin.display());
@@ -112,6 +115,11 @@ fn main() {
         let c = through_braid(&bin, load, Egress::File);
         println!("  run {run} (c) braid, results file  {}", c.line());
         saturation.push(Saturation { a, b, c });
+    }
+    if saturation_only {
+        print_tables(messages, &saturation, 0.0, &[]);
+        println!("\nmqtt_e2e: {:.0} s in all", started.elapsed().as_secs_f64());
+        return;
     }
     let mut baselines: Vec<f64> = saturation.iter().map(|s| s.a.delivered).collect();
     baselines.sort_by(f64::total_cmp);

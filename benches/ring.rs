@@ -17,7 +17,9 @@
 //! many messages as the ring holds frames (64 KiB of frames); the single-thread ones hold a batch.
 //!
 //! `single_thread/crc32c_only` is the frame checksum alone (`crc32c` of each payload, which
-//! [`Producer::push`] computes for every frame): the part of `push_commit` that is not copying.
+//! [`Producer::push`] computes for every frame of a checksummed ring): the part of `push_commit`
+//! that is not copying. `…/ring_no_crc/…` is the same ring made with [`Checksums::Off`], as the
+//! shard runtime makes its rings (nothing recovers them).
 //!
 //! Throughput is declared as frames (elements) and payload bytes.
 
@@ -29,7 +31,7 @@ use std::sync::mpsc::{self, TrySendError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use braid::ring::{Consumer, FRAME_HEADER, FrameKind, Producer, PushError, Ring};
+use braid::ring::{Checksums, Consumer, FRAME_HEADER, FrameKind, Producer, PushError, Ring};
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main, measurement::WallTime};
 
 const PAYLOADS: [usize; 2] = [64, 256];
@@ -141,6 +143,10 @@ fn ring(dir: &Path, name: &str, capacity: usize) -> (Producer, Consumer) {
     Ring::create(&dir.join(name), capacity).unwrap()
 }
 
+fn ring_no_crc(dir: &Path, name: &str, capacity: usize) -> (Producer, Consumer) {
+    Ring::create_with(&dir.join(name), capacity, Checksums::Off).unwrap()
+}
+
 /// How many frames of `payload` bytes fill a ring of `capacity` bytes.
 fn frames_in(capacity: usize, payload: usize) -> usize {
     capacity / (FRAME_HEADER + payload.next_multiple_of(FRAME_HEADER))
@@ -250,6 +256,8 @@ fn bench(c: &mut Criterion) {
         group.throughput(throughput.clone());
         let (mut p, mut r) = ring(dir.path(), "single", SINGLE_RING);
         single_thread(&mut group, "ring", &payload, &mut p, &mut r);
+        let (mut p, mut r) = ring_no_crc(dir.path(), "single_no_crc", SINGLE_RING);
+        single_thread(&mut group, "ring_no_crc", &payload, &mut p, &mut r);
         let (mut s, mut r) = crossbeam_channel::bounded(BATCH);
         single_thread(&mut group, "crossbeam", &payload, &mut s, &mut r);
         let (mut s, mut r) = mpsc::sync_channel(BATCH);
@@ -263,6 +271,7 @@ fn bench(c: &mut Criterion) {
         group.throughput(throughput);
         let messages = frames_in(TWO_THREAD_RING, size);
         two_threads(&mut group, "ring", &payload, || ring(dir.path(), "two", TWO_THREAD_RING));
+        two_threads(&mut group, "ring_no_crc", &payload, || ring_no_crc(dir.path(), "two_no_crc", TWO_THREAD_RING));
         two_threads(&mut group, "crossbeam", &payload, || crossbeam_channel::bounded(messages));
         two_threads(&mut group, "std_mpsc", &payload, || mpsc::sync_channel(messages));
         group.finish();

@@ -225,7 +225,7 @@ impl Emit for Meter {
     fn expired(&mut self, _: usize, _: ExpiryReason, _: Option<usize>, _: &Row, _: bool) {}
 }
 
-pub(super) use braid::time::cpu::process as process_cpu_time;
+pub(super) use braid::time::cpu::{context_switches, process as process_cpu_time};
 
 /// /proc/self/status, read into a buffer kept across reads: sampling after every batch must not
 /// allocate (a growing read buffer made glibc consolidate its whole heap each time).

@@ -80,10 +80,11 @@ use thiserror::Error;
 use braid::checkpoint::CheckpointDir;
 use braid::operator::{OperatorSpec, ResultKind};
 use braid::plan::Plan;
+use braid::shard::wake::BellCounts;
 use braid::shard::{Figures, Runtime, RuntimeError, RuntimeOptions};
 
 use load::{Generator, Input};
-use meter::{Meter, ProcStatus, process_cpu_time};
+use meter::{Meter, ProcStatus, context_switches, process_cpu_time};
 
 /// The default config of `braid bench`: the gateway join.
 pub const GATEWAY_CONFIG: &str = include_str!("../../configs/gateway.toml");
@@ -257,6 +258,11 @@ pub struct Report {
     pub state_backend: &'static str,
     /// With `--checkpoint-interval-ms`: what the checkpoints cost.
     pub checkpoints: Option<CheckpointFigures>,
+    /// What the doorbells counted over the run: the feeding thread's, and the shards' summed.
+    pub feeder_bell: BellCounts,
+    pub shard_bells: BellCounts,
+    /// The process's context switches over the measured stretches: (voluntary, involuntary).
+    pub context_switches: (u64, u64),
 }
 
 /// What checkpoints cost in a bench run.
@@ -332,6 +338,7 @@ pub fn run(plan: &Plan, args: &BenchArgs) -> Result<Report, BenchError> {
     // Declared after `dir`, so dropped (threads joined, rings unmapped) before it on every path.
     let mut runtime: Option<Runtime> = None;
     let (mut rows, mut busy, mut cpu) = (0u64, Duration::ZERO, Duration::ZERO);
+    let mut switches = (0, 0);
     let (mut first_arrival, mut last_arrival) = (None, 0i64);
     let (mut state_peak, mut anon_rss_peak_kib, mut anon_rss_at_peak_state_kib) = ((0, 0), None, None);
     loop {
@@ -353,7 +360,7 @@ pub fn run(plan: &Plan, args: &BenchArgs) -> Result<Report, BenchError> {
         rows += batch.len() as u64;
         last_arrival = batch.last().map_or(last_arrival, |i| i.arrival);
         meter.new_batch();
-        let (started, cpu_started) = (wall_clock(), process_cpu_time());
+        let (started, cpu_started, switches_started) = (wall_clock(), process_cpu_time(), context_switches());
         for Input { arrival, stream, row } in batch.drain(..) {
             runtime.advance_to(i128::from(arrival), &mut meter)?;
             if let Some(dir) = &checkpoints
@@ -369,6 +376,7 @@ pub fn run(plan: &Plan, args: &BenchArgs) -> Result<Report, BenchError> {
         let drained = drain(runtime, &mut meter)?;
         busy += drained.saturating_duration_since(started);
         cpu += process_cpu_time().saturating_sub(cpu_started);
+        add_switches(&mut switches, switches_started);
         // Untimed: state and memory.
         let state = state(&runtime.live_figures());
         let anon = status.read().kib("RssAnon");
@@ -384,11 +392,12 @@ pub fn run(plan: &Plan, args: &BenchArgs) -> Result<Report, BenchError> {
         None => None,
     };
     let (anon_rss_end_kib, rss_end_kib) = (status.read().kib("RssAnon"), status.kib("VmRSS"));
-    let (started, cpu_started) = (wall_clock(), process_cpu_time());
+    let (started, cpu_started, switches_started) = (wall_clock(), process_cpu_time(), context_switches());
     meter.finishing = true;
     let figures = runtime.map(|r| r.finish(&mut meter)).transpose()?;
     let finish = wall_clock().saturating_duration_since(started);
     cpu += process_cpu_time().saturating_sub(cpu_started);
+    add_switches(&mut switches, switches_started);
     let latency = &meter.latency;
     let latency_ns =
         (!latency.is_empty()).then(|| (latency.value_at_quantile(0.5), latency.value_at_quantile(0.99), latency.max()));
@@ -426,7 +435,22 @@ pub fn run(plan: &Plan, args: &BenchArgs) -> Result<Report, BenchError> {
             shard_stall: figures.as_ref().map_or(Duration::ZERO, |f| f.checkpoint_stall),
             ..meter.checkpoint_figures(restore)
         }),
+        feeder_bell: figures.as_ref().map_or_else(BellCounts::default, |f| f.feeder_bell),
+        shard_bells: figures.as_ref().map_or_else(BellCounts::default, |f| {
+            f.shard_bells.iter().fold(BellCounts::default(), |mut sum, &b| {
+                sum += b;
+                sum
+            })
+        }),
+        context_switches: switches,
     })
+}
+
+/// Adds the context switches since `started` to `sum`.
+fn add_switches(sum: &mut (u64, u64), started: (u64, u64)) {
+    let now = context_switches();
+    sum.0 += now.0.saturating_sub(started.0);
+    sum.1 += now.1.saturating_sub(started.1);
 }
 
 /// Restores the last committed checkpoint into a second runtime (its own rings and arenas) and
@@ -465,9 +489,7 @@ fn time_restore(
 /// wait, which finds none, is not work).
 fn drain(runtime: &mut Runtime, meter: &mut Meter) -> Result<Instant, RuntimeError> {
     runtime.flush(meter)?;
-    while runtime.live_figures().shard_ring_used_bytes.iter().any(|&bytes| bytes > 0) {
-        runtime.wait(meter, DRAIN_WAIT, || false)?;
-    }
+    runtime.wait_taken(meter, DRAIN_WAIT)?;
     let mut ended = wall_clock();
     // A shard commits the results of the frames it took at the end of its round, after it
     // released them: they are collected here, in this batch, not after its hand-overs are gone.

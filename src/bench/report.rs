@@ -16,6 +16,9 @@ impl Report {
         let cpu = self.cpu.as_secs_f64();
         let per_cpu_s = |n: u64| if cpu > 0.0 { format!("{:.0}", n as f64 / cpu) } else { "na".to_owned() };
         let results = self.results();
+        let per_row =
+            |n: u64| if self.rows > 0 { format!("{:.4}", n as f64 / self.rows as f64) } else { "na".to_owned() };
+        let (feeder, shards, (voluntary, involuntary)) = (&self.feeder_bell, &self.shard_bells, self.context_switches);
         let a = &self.args;
         let figures = [
             ("config", a.config_name.clone()),
@@ -52,6 +55,15 @@ impl Report {
             ("state_bytes_peak", self.state_peak.1.to_string()),
             ("state_rows_end", self.state_end.0.to_string()),
             ("state_bytes_end", self.state_end.1.to_string()),
+            ("wakeups_per_row", per_row(feeder.rung + shards.rung)),
+            ("feeder_wakeups_per_row", per_row(feeder.rung)),
+            ("shard_wakeups_per_row", per_row(shards.rung)),
+            ("feeder_sleeps_per_row", per_row(feeder.parked)),
+            ("shard_sleeps_per_row", per_row(shards.parked)),
+            ("feeder_spins_won_per_row", per_row(feeder.spun)),
+            ("shard_spins_won_per_row", per_row(shards.spun)),
+            ("context_switches_per_row", per_row(voluntary + involuntary)),
+            ("voluntary_context_switches_per_row", per_row(voluntary)),
         ];
         for (key, value) in figures {
             writeln!(out, "{key}={value}")?;
@@ -89,6 +101,7 @@ impl Report {
     pub fn write_table(&self, out: &mut impl Write) -> io::Result<()> {
         let a = &self.args;
         let secs = self.wall.as_secs_f64().max(f64::MIN_POSITIVE);
+        let per_row = (self.rows as f64).max(1.0);
         let mib = |v: Option<u64>| v.map_or("n/a".to_owned(), |v| format!("{:.1} MiB", v as f64 / 1024.0));
         let latency = match self.latency_ns {
             Some((p50, p99, max)) => format!(
@@ -148,6 +161,21 @@ impl Report {
                     mib(self.anon_rss_at_peak_state_kib),
                     mib(self.anon_rss_peak_kib),
                     mib(self.anon_rss_start_kib)
+                ),
+            ),
+            (
+                "wake-ups",
+                format!(
+                    "{:.4} per input row (feeder {:.4}, shards {:.4}); sleeps {:.4} / {:.4}, spins that found work {:.4} / {:.4}; context switches {:.4} per row ({:.4} voluntary)",
+                    (self.feeder_bell.rung + self.shard_bells.rung) as f64 / per_row,
+                    self.feeder_bell.rung as f64 / per_row,
+                    self.shard_bells.rung as f64 / per_row,
+                    self.feeder_bell.parked as f64 / per_row,
+                    self.shard_bells.parked as f64 / per_row,
+                    self.feeder_bell.spun as f64 / per_row,
+                    self.shard_bells.spun as f64 / per_row,
+                    (self.context_switches.0 + self.context_switches.1) as f64 / per_row,
+                    self.context_switches.0 as f64 / per_row,
                 ),
             ),
         ];

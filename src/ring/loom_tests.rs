@@ -115,3 +115,49 @@ fn a_frame_exactly_filling_the_end_is_read_after_the_wrap() {
         assert_eq!(p.used_bytes(), 0);
     });
 }
+
+/// "Asking for room" (module doc): a producer that finds the ring full raises the flag, tries
+/// once more, and only then sleeps until the consumer wakes it; the consumer wakes it only when
+/// the flag is up after a read that released frames. A lost wake-up leaves the producer asleep
+/// with the ring full and the consumer waiting for frames that never come: loom reports the spin
+/// that never ends. Weakening either swap (in `want_room` or `room_wanted`) to a Relaxed one, or
+/// the producer's to a plain store, lets that happen.
+#[test]
+fn a_producer_waiting_for_room_is_always_woken() {
+    model(|| {
+        // 64 bytes: two 32-byte frames fill it; the third must wait for a release.
+        let (mut p, mut c) = Ring::in_memory(64);
+        let bell = std::sync::Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let rung = bell.clone();
+        let producer = thread::spawn(move || {
+            for i in 0..3 {
+                let bytes = payload(i, 16);
+                while p.push(FrameKind::Row, &bytes).is_err() {
+                    p.commit();
+                    p.want_room();
+                    if p.push(FrameKind::Row, &bytes).is_ok() {
+                        break;
+                    }
+                    // Asleep until rung (the doorbell's own Dekker pair is not modelled here).
+                    while !rung.load(Ordering::Acquire) {
+                        thread::yield_now();
+                    }
+                    rung.store(false, Ordering::Relaxed);
+                }
+            }
+            p.commit();
+        });
+        let mut got = 0;
+        while got < 3 {
+            let frames = c.read_batch(|_| {});
+            got += frames;
+            if frames > 0 && c.room_wanted() {
+                bell.store(true, Ordering::Release);
+            }
+            if got < 3 {
+                thread::yield_now();
+            }
+        }
+        producer.join().unwrap();
+    });
+}

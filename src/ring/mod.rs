@@ -10,6 +10,8 @@
 //! 0    tail: u64  bytes ever committed by the producer (written only by the producer)
 //! 64   head: u64  bytes ever released by the consumer (written only by the consumer)
 //! 128  capacity: u64
+//! 136  flags: u64  bit 0: frames carry no crc ([`Checksums::Off`]); zero in files made before it
+//! 144  room wanted: u64  1 while the producer waits for the consumer to release space
 //! 192  frames, `capacity` bytes
 //! ```
 //!
@@ -18,7 +20,7 @@
 //! `capacity`. Invariant: `head ≤ tail ≤ head + capacity`.
 //!
 //! A frame is a 16-byte header — payload length u32, kind u32, crc32c u32 (of kind, length and
-//! payload), reserved u32 — then the payload, padded to 16 bytes, so every frame and payload
+//! payload; 0 in a ring made with [`Checksums::Off`]), reserved u32 — then the payload, padded to 16 bytes, so every frame and payload
 //! starts 16-byte aligned (what rkyv's archived rows need). A frame never wraps: when it does not
 //! fit before the end of the area, the producer writes a `WRAP` header there (the rest of the
 //! area is skipped) and puts the frame at the start. A frame that exactly fills the end needs no
@@ -30,9 +32,27 @@
 //! bytes (it loads `head` with Acquire). A full ring is backpressure: [`Producer::push`] returns
 //! [`PushError::Full`] and the caller waits — nothing is dropped.
 //!
+//! Asking for room: a producer that finds the ring full and is about to sleep raises "room
+//! wanted" ([`Producer::want_room`], a swap to 1), then tries once more; a consumer that released
+//! frames swaps the flag back to 0 ([`Consumer::room_wanted`]) and wakes the producer only when
+//! it was up. Both are AcqRel read-modify-writes of one word, so one of them comes first in its
+//! modification order: either the consumer's swap reads the 1 (and wakes the producer), or the
+//! producer's swap reads the consumer's 0 and acquires its release of `head`, so the retry sees
+//! the space. No wake-up is lost, and a consumer wakes its producer only when it waits for room,
+//! never after every batch. (Read-modify-writes rather than a Dekker pair of SeqCst fences: loom
+//! models SeqCst as AcqRel, so only this form can be model-checked; `loom_tests.rs` does. On
+//! x86 a swap costs what the fence did.)
+//!
 //! Recovery ([`Ring::open`]): frames between `head` and `tail` are checked against their crc; a
 //! torn frame (a crash in the middle of a batch cannot leave one, as `tail` moves after the
 //! bytes, but a damaged disk can) ends the ring there: `tail` is cut back to the last good frame.
+//!
+//! Checksums are chosen when a ring is created ([`Checksums`]): a ring that is opened again after
+//! a restart keeps them; a ring that only hands frames between threads of one run (the shard
+//! runtime's rings, created afresh by every run and never opened again) skips the crc32c on push,
+//! where it was 22–52 % of a push (BENCHMARKS.md "The ring alone"). Reads never check it: frames
+//! this process committed are trusted (STYLE.md 8), and `open` of such a ring checks only the
+//! frames' layout.
 //!
 //! Model checking: every counter and frame byte is reached through [`sync`]'s `Region`, which is
 //! the mapping in real builds and loom atomics plus tracked heap bytes in a loom test build;
@@ -55,7 +75,11 @@ const VERSION: u32 = 1;
 const TAIL_AT: usize = 0;
 const HEAD_AT: usize = 64;
 const CAPACITY_AT: usize = 128;
+const FLAGS_AT: usize = 136;
+const ROOM_WANTED_AT: usize = 144;
 const FRAMES_AT: usize = 192;
+/// [`FLAGS_AT`] bit: the frames carry no crc.
+const FLAG_NO_CRC: u64 = 1;
 /// Frame header bytes; also the alignment of frames and payloads.
 pub const FRAME_HEADER: usize = 16;
 const WRAP: u32 = u32::MAX;
@@ -127,10 +151,21 @@ pub enum PushError {
     TooLarge,
 }
 
+/// Whether a ring's frames carry a crc32c, chosen at [`Ring::create_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checksums {
+    /// Every frame's crc is written on push and checked when the ring is opened again: for a
+    /// ring that outlives its process and is recovered.
+    Crc32c,
+    /// No crc: for a ring that lives only as long as one run (memory, not durability).
+    Off,
+}
+
 /// The shared mapping; the producer and the consumer each hold one.
 pub struct Ring {
     region: Region,
     capacity: u64,
+    checksums: Checksums,
 }
 
 // SAFETY: `Ring` is a mapping (heap bytes in a loom build, sync.rs) plus a length. The only bytes written through it from two threads
@@ -146,19 +181,27 @@ impl Ring {
     #[cfg(all(test, braid_loom))]
     fn in_memory(capacity: usize) -> (Producer, Consumer) {
         assert!(capacity > 0 && capacity.is_multiple_of(FRAME_HEADER));
-        let ring = Ring { region: Region::heap(capacity), capacity: capacity as u64 };
+        let ring = Ring { region: Region::heap(capacity), capacity: capacity as u64, checksums: Checksums::Crc32c };
         ring.counter(CAPACITY_AT).store(capacity as u64, Ordering::Relaxed);
         ring.split()
     }
 
-    /// Creates a new ring file with room for `capacity` bytes of frames.
+    /// Creates a new ring file with room for `capacity` bytes of frames, every frame with its
+    /// crc ([`Checksums::Crc32c`]).
     pub fn create(path: &Path, capacity: usize) -> Result<(Producer, Consumer), RingError> {
+        Ring::create_with(path, capacity, Checksums::Crc32c)
+    }
+
+    /// Creates a new ring file with room for `capacity` bytes of frames.
+    pub fn create_with(path: &Path, capacity: usize, checksums: Checksums) -> Result<(Producer, Consumer), RingError> {
         if capacity == 0 || !capacity.is_multiple_of(FRAME_HEADER) {
             return Err(RingError::BadCapacity(capacity));
         }
         let file = MappedFile::create(path, MAGIC, VERSION, FRAMES_AT + capacity)?;
-        let ring = Ring { region: Region::new(file), capacity: capacity as u64 };
+        let ring = Ring { region: Region::new(file), capacity: capacity as u64, checksums };
         ring.counter(CAPACITY_AT).store(capacity as u64, Ordering::Relaxed);
+        let flags = if checksums == Checksums::Off { FLAG_NO_CRC } else { 0 };
+        ring.counter(FLAGS_AT).store(flags, Ordering::Relaxed);
         ring.region.file().flush_data(0, FRAMES_AT)?;
         Ok(ring.split())
     }
@@ -170,8 +213,15 @@ impl Ring {
         if file.data_len() < FRAMES_AT {
             return Err(damaged("shorter than its header".into()));
         }
-        let mut ring = Ring { region: Region::new(file), capacity: 0 };
+        let mut ring = Ring { region: Region::new(file), capacity: 0, checksums: Checksums::Crc32c };
         let capacity = ring.counter(CAPACITY_AT).load(Ordering::Relaxed);
+        let flags = ring.counter(FLAGS_AT).load(Ordering::Relaxed);
+        if flags & !FLAG_NO_CRC != 0 {
+            return Err(damaged(format!("unknown flags {flags:#x}")));
+        }
+        if flags & FLAG_NO_CRC != 0 {
+            ring.checksums = Checksums::Off;
+        }
         if capacity == 0
             || capacity as usize != ring.region.file().data_len() - FRAMES_AT
             || !capacity.is_multiple_of(FRAME_HEADER as u64)
@@ -228,7 +278,8 @@ impl Ring {
         [word(0), word(4), word(8), word(12)]
     }
 
-    /// Walks the frames in [head, tail) checking crcs; the end of the last good one.
+    /// Walks the frames in [head, tail) checking crcs (only their layout without checksums); the
+    /// end of the last good one.
     fn last_good_frame_end(&self, head: u64, tail: u64) -> u64 {
         let mut pos = head;
         while pos < tail {
@@ -240,6 +291,10 @@ impl Ring {
             let size = frame_size(len as usize) as u64;
             if FrameKind::from_u32(kind).is_none() || size > self.room_to_end(pos) || pos + size > tail {
                 return pos;
+            }
+            if self.checksums == Checksums::Off {
+                pos += size;
+                continue;
             }
             // SAFETY: the payload lies within [pos + 16, pos + size), inside the area (checked
             // against room_to_end), and nothing else runs during recovery.
@@ -312,7 +367,10 @@ impl Producer {
             self.tail += wrap;
         }
         let len = payload.len() as u32;
-        let crc = frame_crc(kind as u32, len, payload);
+        let crc = match self.ring.checksums {
+            Checksums::Crc32c => frame_crc(kind as u32, len, payload),
+            Checksums::Off => 0,
+        };
         self.write_header(kind as u32, len, crc);
         // SAFETY: [tail + 16, tail + size) is inside the area (size ≤ room to the end, ensured
         // by the wrap above) and free: tail + size ≤ head + capacity, checked above, so the
@@ -346,6 +404,14 @@ impl Producer {
     /// it still while frames wait is not making progress.
     pub fn released(&self) -> u64 {
         self.ring.counter(HEAD_AT).load(Ordering::Acquire)
+    }
+
+    /// The caller is about to wait for room (a push found the ring full): asks the consumer to
+    /// wake it when it releases space. Try the push (or look at [`used_bytes`](Self::used_bytes))
+    /// once more after this and before sleeping: space released before the flag was seen is
+    /// found then (module doc "Asking for room").
+    pub fn want_room(&self) {
+        self.ring.counter(ROOM_WANTED_AT).swap(1, Ordering::AcqRel);
     }
 
     /// Bytes committed and not yet released by the consumer.
@@ -400,6 +466,12 @@ impl Consumer {
             self.ring.counter(HEAD_AT).store(self.head, Ordering::Release);
         }
         frames
+    }
+
+    /// After a [`read_batch`](Self::read_batch) that released frames: whether the producer waits
+    /// for room ([`Producer::want_room`]) and must be woken. Clears the request.
+    pub fn room_wanted(&self) -> bool {
+        self.ring.counter(ROOM_WANTED_AT).swap(0, Ordering::AcqRel) != 0
     }
 
     /// Whether committed frames are waiting.

@@ -1,4 +1,4 @@
-//! The ring's shared memory — its three counters and its frame bytes — behind one small type,
+//! The ring's shared memory — its counters and its frame bytes — behind one small type,
 //! [`Region`], so the publication protocol can be model-checked with loom.
 //!
 //! - **Normal builds** (and every build but a loom test build): `counter` is a std [`AtomicU64`]
@@ -58,11 +58,11 @@ mod mapped {
             &self.file
         }
 
-        /// The counter at byte `at` of the data region (TAIL_AT, HEAD_AT or CAPACITY_AT).
+        /// The counter at byte `at` of the data region (TAIL_AT, HEAD_AT, CAPACITY_AT, FLAGS_AT or ROOM_WANTED_AT).
         #[inline]
         pub(in crate::ring) fn counter(&self, at: usize) -> &AtomicU64 {
             debug_assert!(at + 8 <= FRAMES_AT && at.is_multiple_of(8));
-            // SAFETY: `at` is one of TAIL_AT, HEAD_AT, CAPACITY_AT: 8-byte slots inside the first
+            // SAFETY: `at` is one of TAIL_AT, HEAD_AT, CAPACITY_AT, FLAGS_AT, ROOM_WANTED_AT: 8-byte slots inside the first
             // FRAMES_AT bytes of the data region, which is 16-byte aligned (storage::mapped_file::MappedFile::data_ptr)
             // and lives as long as `self`. Every access to these bytes goes through this atomic.
             unsafe { AtomicU64::from_ptr(self.file.data_ptr().add(at).cast::<u64>()) }
@@ -120,7 +120,7 @@ mod modelled {
     use loom::cell::UnsafeCell;
 
     use super::AtomicU64;
-    use crate::ring::{CAPACITY_AT, FRAME_HEADER, FRAMES_AT, HEAD_AT, TAIL_AT};
+    use crate::ring::{CAPACITY_AT, FLAGS_AT, FRAME_HEADER, FRAMES_AT, HEAD_AT, ROOM_WANTED_AT, TAIL_AT};
     use crate::storage::mapped_file::MappedFile;
 
     /// The ring's memory under loom: modelled counters and a tracked heap buffer.
@@ -128,6 +128,8 @@ mod modelled {
         tail: AtomicU64,
         head: AtomicU64,
         capacity: AtomicU64,
+        flags: AtomicU64,
+        room_wanted: AtomicU64,
         /// `len` bytes from `Box::into_raw`, freed in `Drop`.
         bytes: *mut u8,
         len: usize,
@@ -143,7 +145,17 @@ mod modelled {
             let bytes = Box::into_raw(vec![0u8; len].into_boxed_slice()).cast::<u8>();
             let blocks = (0..len / FRAME_HEADER).map(|_| UnsafeCell::new(())).collect();
             let zero = || AtomicU64::new(0);
-            Region { tail: zero(), head: zero(), capacity: zero(), bytes, len, blocks, file: None }
+            Region {
+                tail: zero(),
+                head: zero(),
+                capacity: zero(),
+                flags: zero(),
+                room_wanted: zero(),
+                bytes,
+                len,
+                blocks,
+                file: None,
+            }
         }
 
         /// Compiles, never runs (module doc): loom's atomics panic outside `loom::model`.
@@ -163,6 +175,8 @@ mod modelled {
                 TAIL_AT => &self.tail,
                 HEAD_AT => &self.head,
                 CAPACITY_AT => &self.capacity,
+                FLAGS_AT => &self.flags,
+                ROOM_WANTED_AT => &self.room_wanted,
                 _ => panic!("no counter at {at}"),
             }
         }

@@ -108,6 +108,47 @@ fn a_torn_frame_ends_the_ring_on_reopen() {
     assert_eq!(drain(&mut c), [(FrameKind::Row, b"new".to_vec())], "the producer resumes at the cut");
 }
 
+/// The crc word of the frame at byte `at` of the frame area, as stored in the file.
+fn stored_crc(path: &std::path::Path, at: usize) -> u32 {
+    let bytes = std::fs::read(path).unwrap();
+    let header = crate::storage::mapped_file::HEADER_LEN + FRAMES_AT + at;
+    u32::from_le_bytes(bytes[header + 8..header + 12].try_into().unwrap())
+}
+
+#[test]
+fn a_ring_without_checksums_skips_the_crc_and_reopens_by_layout_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (checked, unchecked) = (dir.path().join("checked"), dir.path().join("unchecked"));
+    for (path, checksums) in [(&checked, Checksums::Crc32c), (&unchecked, Checksums::Off)] {
+        let (mut p, mut c) = Ring::create_with(path, 256, checksums).unwrap();
+        p.push(FrameKind::Row, b"good").unwrap();
+        p.push(FrameKind::Row, b"flipped").unwrap();
+        p.push(FrameKind::Row, b"after").unwrap();
+        p.commit();
+        assert_eq!(drain(&mut c).len(), 3, "both kinds read the same");
+        p.push(FrameKind::Row, b"unread").unwrap();
+        p.push(FrameKind::Row, b"bad kind").unwrap();
+        p.commit();
+    }
+    assert_eq!(stored_crc(&checked, 0), frame_crc(FrameKind::Row as u32, 4, b"good"));
+    assert_eq!(stored_crc(&unchecked, 0), 0, "no crc computed");
+    // Damage the unread frames of the ring without checksums: a flipped payload byte goes
+    // unnoticed (nothing to check it against), a kind that is no kind still ends the ring.
+    let mut bytes = std::fs::read(&unchecked).unwrap();
+    let area = crate::storage::mapped_file::HEADER_LEN + FRAMES_AT;
+    let (unread, bad_kind) = (area + 96, area + 128);
+    assert_eq!(&bytes[unread + FRAME_HEADER..unread + FRAME_HEADER + 6], b"unread");
+    bytes[unread + FRAME_HEADER] ^= 0xff;
+    bytes[bad_kind + 4] = 0x7f;
+    std::fs::write(&unchecked, &bytes).unwrap();
+    let (mut p, mut c) = Ring::open(&unchecked).unwrap();
+    assert_eq!(drain(&mut c), [(FrameKind::Row, b"\x8anread".to_vec())]);
+    p.push(FrameKind::Row, b"new").unwrap();
+    p.commit();
+    assert_eq!(drain(&mut c), [(FrameKind::Row, b"new".to_vec())]);
+    assert_eq!(stored_crc(&unchecked, 128), 0, "reopened without checksums, it stays so");
+}
+
 #[test]
 fn bad_capacities_and_foreign_files_are_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -12,6 +12,7 @@ use crate::ring::FrameKind;
 use crate::time::Time;
 
 use super::driver::Driver;
+use super::wake::{BellCounts, Inbox};
 use super::wire::Frame;
 use super::{Runtime, RuntimeError};
 use crate::checkpoint::Completed;
@@ -71,6 +72,10 @@ pub struct Figures {
     /// Per shard: its state bytes as the budget counts them, and whether it is full
     /// (state/budget.rs; all zero without `state_budget`).
     pub shard_state: Vec<(u64, bool)>,
+    /// What the doorbells counted ([`BellCounts`]): the feeder's (the calling thread), then
+    /// each shard's.
+    pub feeder_bell: BellCounts,
+    pub shard_bells: Vec<BellCounts>,
 }
 
 /// Counters of one input stream.
@@ -107,6 +112,8 @@ impl Runtime {
         self.release();
         let mut reports: Vec<Option<ShardReport>> = (0..self.shards).map(|_| None).collect();
         while reports.iter().any(Option::is_none) {
+            let (results, ended) = (&self.results, &self.ended);
+            self.bell.spin(|| results_waiting(results) || ended.iter().any(|e| e.load(Ordering::Relaxed)));
             self.bell.prepare_sleep();
             let drained = self.collect(emit);
             // Any shard that ended is joined at once: one that failed may leave the others
@@ -135,6 +142,14 @@ impl Runtime {
         timeout: std::time::Duration,
         has_input: impl Fn() -> bool,
     ) -> Result<(), RuntimeError> {
+        if self.collect(emit) {
+            return Ok(());
+        }
+        let results = &self.results;
+        if self.bell.spin(|| results_waiting(results) || has_input()) {
+            self.collect(emit);
+            return Ok(());
+        }
         self.bell.prepare_sleep();
         if self.collect(emit) || has_input() {
             self.bell.awake();
@@ -143,6 +158,12 @@ impl Runtime {
         if let Some(lost) = self.lost_shard() {
             return Err(lost);
         }
+        self.sleep(timeout);
+        Ok(())
+    }
+
+    /// After `prepare_sleep` found nothing: sleeps until rung or `timeout` passes.
+    fn sleep(&mut self, timeout: std::time::Duration) {
         // A zero timeout would mean "block forever" to the socket.
         let timeout = timeout.max(std::time::Duration::from_millis(1));
         if self.sleeper.set_read_timeout(Some(timeout)).is_ok() {
@@ -150,7 +171,37 @@ impl Runtime {
         } else {
             self.bell.awake();
         }
-        Ok(())
+    }
+
+    /// Waits until every shard has taken every frame of its feed ring (a released ring wakes the
+    /// feeder only when it asks for room: `ring/mod.rs` "Asking for room"), draining results
+    /// meanwhile; each sleep lasts at most `timeout`.
+    pub fn wait_taken(&mut self, emit: &mut impl Emit, timeout: std::time::Duration) -> Result<(), RuntimeError> {
+        loop {
+            self.collect(emit);
+            let feeds = &self.feeds;
+            if self.bell.spin(|| feeds.iter().all(|f| f.ring.used_bytes() == 0)) {
+                return Ok(());
+            }
+            for feed in self.feeds.iter().filter(|f| f.ring.used_bytes() > 0) {
+                feed.ring.want_room();
+            }
+            // Looked at again after raising the flags: space released before a shard saw them
+            // is found here (the ring's Dekker pair), so the sleep below misses nothing.
+            self.bell.prepare_sleep();
+            if self.feeds.iter().all(|f| f.ring.used_bytes() == 0) {
+                self.bell.awake();
+                return Ok(());
+            }
+            if self.collect(emit) {
+                self.bell.awake();
+                continue;
+            }
+            if let Some(lost) = self.lost_shard() {
+                return Err(lost);
+            }
+            self.sleep(timeout);
+        }
     }
 
     /// The figures so far: the feeder's stream counters and clocks, and each shard's operator
@@ -182,6 +233,8 @@ impl Runtime {
             checkpoint_snapshot: reports.iter().map(|r| r.checkpoint_snapshot).sum(),
             checkpoint_stall: reports.iter().map(|r| r.checkpoint_stall).sum(),
             shard_state: self.shard_state(),
+            feeder_bell: self.bell.counts(),
+            shard_bells: self.shard_bells.iter().map(|b| b.counts()).collect(),
         };
         for report in &reports {
             for op in 0..ops {
@@ -217,4 +270,9 @@ impl Runtime {
         self.results = results;
         any
     }
+}
+
+/// Whether a shard has committed results not collected yet.
+fn results_waiting(results: &[Inbox]) -> bool {
+    results.iter().any(|r| r.ring.has_frames())
 }

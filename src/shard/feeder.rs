@@ -140,6 +140,16 @@ impl Runtime {
             }
             self.publish_rings();
             self.release();
+            if self.collect(emit) {
+                continue;
+            }
+            let released = self.feeds[shard].ring.released();
+            let (feed, results) = (&self.feeds[shard].ring, &self.results);
+            if self.bell.spin(|| feed.released() != released || results.iter().any(|r| r.ring.has_frames())) {
+                continue;
+            }
+            // The shard rings back when it releases space (the ring's "room wanted").
+            self.feeds[shard].ring.want_room();
             self.bell.prepare_sleep();
             if self.collect(emit) {
                 self.bell.awake();

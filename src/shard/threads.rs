@@ -8,7 +8,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread::JoinHandle;
 
 use crate::plan::{MAX_CHAIN_DEPTH, MAX_SHARDS, Plan};
-use crate::ring::{FrameKind, Ring};
+use crate::ring::{Checksums, FrameKind, Ring};
 use crate::time::TickPlanner;
 
 use super::driver::{Driver, MonoioRuntime};
@@ -227,7 +227,8 @@ fn wire(options: &RuntimeOptions<'_>, shards: usize) -> Result<Wiring, RuntimeEr
         shard_bells.push(b);
         shard_sleepers.push(s);
     }
-    let ring = |name: String, bytes: usize| Ring::create(&options.dir.join(name), bytes);
+    // Created afresh by every run and never opened again: memory between threads, no crc.
+    let ring = |name: String, bytes: usize| Ring::create_with(&options.dir.join(name), bytes, Checksums::Off);
     let mut feeds = Vec::new();
     let mut results = Vec::new();
     let mut links = Vec::new();
@@ -373,6 +374,9 @@ impl Shard {
                 if worker.finished() {
                     break;
                 }
+                if bell.spin(|| worker.has_work() || files.completed()) {
+                    continue;
+                }
                 bell.prepare_sleep();
                 // SeqCst against the dropping runtime's store then ring (the doorbell's Dekker pair).
                 if worker.has_work() || files.completed() || cancel.load(Ordering::SeqCst) {
@@ -380,6 +384,7 @@ impl Shard {
                     continue;
                 }
                 use monoio::io::AsyncReadRent;
+                bell.parking();
                 let (read, returned) = sleeper.read(buf).await;
                 buf = returned;
                 bell.awake();

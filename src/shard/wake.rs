@@ -9,18 +9,60 @@
 //! only costs one spurious round. Shards wait with monoio (the socket works under io_uring and
 //! under the legacy epoll driver alike, DESIGN.md "Hard facts"); the feeder waits on a plain
 //! blocking read.
+//!
+//! Fewer wake-ups (BENCHMARKS.md "Fewer wake-ups"):
+//! - **One ring per batch.** Producers commit a batch of frames and ring once ([`Outbox::flush`],
+//!   the feeder's publication); the bell writes a byte only when its owner sleeps.
+//! - **Released space wakes only a producer that waits for it.** A consumer rings its producer
+//!   after a read only when the producer asked for room (the ring's "room wanted" flag,
+//!   `ring/mod.rs`), not after every batch it takes: before, a shard taking the feeder's frames
+//!   woke a feeder that slept waiting for input, and the collector taking results woke the shard.
+//! - **A short spin before sleeping** ([`Doorbell::spin`]): an owner out of work looks at its
+//!   rings for a few µs before it raises its flag; work that arrives meanwhile costs no sleep,
+//!   no wake-up byte and no context switch.
+//! - Each bell counts the wake-up bytes written to it, its owner's sleeps and the spins that found
+//!   work ([`BellCounts`]; `braid bench` prints them per input row).
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 
 use crate::ring::{Consumer, FrameKind, Producer, PushError};
+
+/// Rounds of [`Doorbell::spin`]: each looks for work, then pauses [`SPIN_PAUSES`] times. About
+/// 3–10 µs in all (a pause is 10–50 ns, by CPU), a small part of what a sleep and a wake-up cost
+/// (a context switch each way, and the waker's system call).
+const SPIN_ROUNDS: u32 = 64;
+const SPIN_PAUSES: u32 = 4;
 
 pub struct Doorbell {
     sleeping: AtomicBool,
     /// Non-blocking: a full socket means a wake-up is pending anyway.
     waker: UnixStream,
+    /// Wake-up bytes written, sleeps, spins that found work (relaxed: figures only).
+    rung: AtomicU64,
+    parked: AtomicU64,
+    spun: AtomicU64,
+}
+
+/// What a bell counted since it was made (its owner is one thread: the feeder or a shard).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BellCounts {
+    /// Wake-up bytes written to the owner (it slept, or was about to).
+    pub rung: u64,
+    /// Times the owner went to sleep on the bell.
+    pub parked: u64,
+    /// Times the owner's spin found work and it did not sleep.
+    pub spun: u64,
+}
+
+impl std::ops::AddAssign for BellCounts {
+    fn add_assign(&mut self, other: BellCounts) {
+        self.rung += other.rung;
+        self.parked += other.parked;
+        self.spun += other.spun;
+    }
 }
 
 impl Doorbell {
@@ -28,15 +70,47 @@ impl Doorbell {
     pub fn new() -> std::io::Result<(Arc<Doorbell>, UnixStream)> {
         let (waker, sleeper) = UnixStream::pair()?;
         waker.set_nonblocking(true)?;
-        Ok((Arc::new(Doorbell { sleeping: AtomicBool::new(false), waker }), sleeper))
+        let zero = || AtomicU64::new(0);
+        let bell = Doorbell { sleeping: AtomicBool::new(false), waker, rung: zero(), parked: zero(), spun: zero() };
+        Ok((Arc::new(bell), sleeper))
     }
 
-    /// Wakes the owner if it sleeps. Call after committing frames or releasing space.
+    /// Wakes the owner if it sleeps. Call after committing frames (once per batch), or after
+    /// releasing space that the owner asked for.
     pub fn ring(&self) {
         fence(Ordering::SeqCst);
         if self.sleeping.load(Ordering::Relaxed) && self.sleeping.swap(false, Ordering::AcqRel) {
+            self.rung.fetch_add(1, Ordering::Relaxed);
             // A full socket already holds a wake-up; any other error leaves nothing to do.
             let _ = (&self.waker).write(&[1]);
+        }
+    }
+
+    /// The owner found no work: looks again for up to [`SPIN_ROUNDS`] rounds, pausing in
+    /// between, before it prepares to sleep. Returns whether `ready` said there is work.
+    pub fn spin(&self, mut ready: impl FnMut() -> bool) -> bool {
+        for _ in 0..SPIN_ROUNDS {
+            for _ in 0..SPIN_PAUSES {
+                std::hint::spin_loop();
+            }
+            if ready() {
+                self.spun.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The owner goes to sleep now (counted; call right before the wait).
+    pub fn parking(&self) {
+        self.parked.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn counts(&self) -> BellCounts {
+        BellCounts {
+            rung: self.rung.load(Ordering::Relaxed),
+            parked: self.parked.load(Ordering::Relaxed),
+            spun: self.spun.load(Ordering::Relaxed),
         }
     }
 
@@ -61,6 +135,7 @@ impl Doorbell {
     /// Blocks the calling thread until rung (the feeder's wait).
     pub fn wait_blocking(&self, sleeper: &mut UnixStream) {
         let mut buf = [0u8; 64];
+        self.parking();
         // An error (the socket closed) ends the wait too; the caller looks at its rings again.
         let _ = sleeper.read(&mut buf);
         self.awake();
@@ -108,6 +183,7 @@ impl Outbox {
 
     /// Moves waiting frames into the ring while they fit, publishes, and rings the consumer if
     /// anything was published (only then: two idle shards ringing each other would never sleep).
+    /// Frames still waiting ask the consumer for room (it rings back when it releases some).
     /// Returns whether any waiting frame moved.
     pub fn flush(&mut self) -> bool {
         let mut moved = false;
@@ -121,6 +197,9 @@ impl Outbox {
         if self.ring.commit() {
             self.bell.ring();
         }
+        if !self.waiting.is_empty() {
+            self.ring.want_room();
+        }
         moved
     }
 
@@ -133,7 +212,8 @@ impl Outbox {
     }
 }
 
-/// The consuming end of a ring with the producer's doorbell (rung when space is released).
+/// The consuming end of a ring with the producer's doorbell (rung when space is released and
+/// the producer asked for room).
 ///
 /// Built only inside `shard/` (its fields are private to it), from a ring `Runtime::start`
 /// created, which only the runtime's [`Writer`](super::wire::Writer) payloads fill: that is what
@@ -144,10 +224,10 @@ pub struct Inbox {
 }
 
 impl Inbox {
-    /// Reads up to the committed frames, then tells the producer there is room again.
+    /// Reads up to the committed frames, then wakes the producer if it waits for room.
     fn read(&mut self, visit: impl FnMut(crate::ring::Frame<'_>)) -> usize {
         let frames = self.ring.read_batch(visit);
-        if frames > 0 {
+        if frames > 0 && self.ring.room_wanted() {
             self.bell.ring();
         }
         frames

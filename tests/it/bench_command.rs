@@ -24,7 +24,7 @@ fn bench(args: &[&str]) -> (BTreeMap<String, String>, String) {
     (figures, stderr)
 }
 
-const FIGURES: [&str; 34] = [
+const FIGURES: [&str; 43] = [
     "config",
     "devices",
     "shards",
@@ -59,6 +59,15 @@ const FIGURES: [&str; 34] = [
     "state_bytes_peak",
     "state_rows_end",
     "state_bytes_end",
+    "wakeups_per_row",
+    "feeder_wakeups_per_row",
+    "shard_wakeups_per_row",
+    "feeder_sleeps_per_row",
+    "shard_sleeps_per_row",
+    "feeder_spins_won_per_row",
+    "shard_spins_won_per_row",
+    "context_switches_per_row",
+    "voluntary_context_switches_per_row",
 ];
 
 fn number(figures: &BTreeMap<String, String>, key: &str) -> f64 {
@@ -88,7 +97,12 @@ fn bench_prints_every_figure_for_the_bundled_gateway_config() {
     assert!(number(&figures, "results_at_ingest") > 0.0);
     assert!(number(&figures, "latency_p50_us") <= number(&figures, "latency_p99_us"));
     assert!(number(&figures, "state_bytes_peak") > 0.0);
-    for name in ["load", "input", "results", "latency", "state", "memory", "operator"] {
+    // The shards sleep while the next batch is generated, and the feeder's next publication wakes
+    // them.
+    assert!(number(&figures, "shard_sleeps_per_row") > 0.0);
+    assert!(number(&figures, "shard_wakeups_per_row") > 0.0);
+    assert!(number(&figures, "context_switches_per_row") >= number(&figures, "voluntary_context_switches_per_row"));
+    for name in ["load", "input", "results", "latency", "state", "memory", "operator", "wake-ups"] {
         assert!(stderr.lines().any(|l| l.starts_with(name)), "no {name:?} row in the table:\n{stderr}");
     }
 }
