@@ -202,6 +202,12 @@ impl Output {
         results
     }
 
+    /// Every result as a heap row, in order of emission, left in place (for tests).
+    pub fn result_rows(&self) -> Vec<(ResultKind, Row)> {
+        let heap = self.results.iter().cloned();
+        heap.chain(self.archived.iter().map(|(kind, row)| (kind, to_row(row)))).collect()
+    }
+
     /// How many results there are, heap and archived.
     pub fn result_count(&self) -> usize {
         self.results.len() + self.archived.len()
