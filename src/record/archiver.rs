@@ -107,10 +107,14 @@ impl RowArchives {
     pub fn end(&mut self, ts: i64, key_hash: u64, id: u64) -> usize {
         self.pad_to(8);
         let values_at = self.buf.len() - self.start;
-        for i in 0..self.slots.len() {
-            let at = self.buf.len() - self.start;
-            let mut value = [0u8; VALUE_BYTES];
-            match self.slots[i] {
+        let root = values_at + self.slots.len() * VALUE_BYTES;
+        // Both written in place into zeros (one resize, fixed-size stores).
+        let tail = self.buf.len();
+        self.buf.resize(tail + (root - values_at) + std::mem::size_of::<ArchivedRow>(), 0);
+        let bytes = &mut self.buf[tail..];
+        for (i, slot) in self.slots.iter().enumerate() {
+            let value = &mut bytes[i * VALUE_BYTES..(i + 1) * VALUE_BYTES];
+            match *slot {
                 Slot::Null => {}
                 Slot::Bool(b) => value[..2].copy_from_slice(&[1, u8::from(b)]),
                 Slot::Word(tag, word) => {
@@ -119,13 +123,11 @@ impl RowArchives {
                 }
                 Slot::OutOfLine(tag, target, len) => {
                     value[0] = tag;
-                    relative_pointer(&mut value[4..12], at + 4, target, len);
+                    relative_pointer(&mut value[4..12], values_at + i * VALUE_BYTES + 4, target, len);
                 }
             }
-            self.buf.extend_from_slice(&value);
         }
-        let root = self.buf.len() - self.start;
-        let mut archived = [0u8; std::mem::size_of::<ArchivedRow>()];
+        let archived = &mut bytes[root - values_at..];
         archived[..8].copy_from_slice(&ts.to_le_bytes());
         let (tag, key_at, key_len, int) = self.key;
         archived[8] = tag;
@@ -137,7 +139,6 @@ impl RowArchives {
         archived[24..32].copy_from_slice(&key_hash.to_le_bytes());
         archived[32..40].copy_from_slice(&id.to_le_bytes());
         relative_pointer(&mut archived[40..48], root + 40, values_at, self.slots.len() as u32);
-        self.buf.extend_from_slice(&archived);
         self.spans.push(self.start..self.buf.len());
         self.spans.len() - 1
     }
@@ -182,8 +183,8 @@ impl RowArchives {
     /// row's start).
     fn pad_to(&mut self, align: usize) {
         let padded = self.buf.len().next_multiple_of(align);
-        for _ in self.buf.len()..padded {
-            self.buf.push(0);
+        if padded > self.buf.len() {
+            self.buf.resize(padded, 0);
         }
     }
 }

@@ -126,9 +126,22 @@ fn write_int(out: &mut Vec<u8>, i: i64) {
     write_json(out, &i);
 }
 
+/// Bytes JSON escapes (serde_json's rule: control characters, `"` and `\`).
+const ESCAPED: [bool; 256] = {
+    let mut escaped = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        escaped[b] = true;
+        b += 1;
+    }
+    escaped[b'"' as usize] = true;
+    escaped[b'\\' as usize] = true;
+    escaped
+};
+
 fn write_str(out: &mut Vec<u8>, s: &str) {
     // Most strings (field names, device ids, kinds) need no escape: copied as they are.
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b != 0x7f) {
+    if !s.bytes().any(|b| ESCAPED[usize::from(b)]) {
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
