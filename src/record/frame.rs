@@ -141,7 +141,7 @@ pub fn to_value(archived: &ArchivedValue) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::record::id::key_hash;
     use crate::ring::{FrameKind, Ring};
@@ -150,9 +150,9 @@ mod tests {
         Row { ts: 1_700_000_000_123, key_hash: key_hash(&key), key, id: 0xdead_beef_0bad_f00d, values: values.into() }
     }
 
-    /// Every value kind under every key kind, plus edge values.
-    fn samples() -> Vec<Row> {
-        let values = vec![
+    /// Every value kind, with edge values.
+    pub(crate) fn sample_values() -> Vec<Value> {
+        vec![
             Value::Null,
             Value::Bool(true),
             Value::Bool(false),
@@ -165,7 +165,12 @@ mod tests {
             Value::Str("x".repeat(300).into()),
             Value::IdList(Box::new([])),
             Value::IdList(Box::new([1, u64::MAX, 0x0123_4567_89ab_cdef])),
-        ];
+        ]
+    }
+
+    /// Every value kind under every key kind, plus edge values.
+    fn samples() -> Vec<Row> {
+        let values = sample_values();
         let mut rows = Vec::new();
         for key in
             [Key::Broadcast, Key::Int(-7), Key::Int(i64::MAX), Key::Str("".into()), Key::Str("dev-000042".into())]
