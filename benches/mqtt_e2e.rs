@@ -97,7 +97,6 @@ fn main() {
     let sniff = value("--sniff");
     assert!(Path::new(procs::MOSQUITTO).exists(), "{} is missing: apt-get install -y mosquitto", procs::MOSQUITTO);
     let bin = value("--braid").map_or_else(procs::braid_binary, std::path::PathBuf::from);
-    let saturation_only = args.iter().any(|a| a == "--saturation-only");
     let started = Instant::now();
     println!("mqtt_e2e: {}", procs::machine());
     println!("mqtt_e2e: braid = {}", bin.display());
@@ -115,11 +114,6 @@ fn main() {
         let c = through_braid(&bin, load, Egress::File);
         println!("  run {run} (c) braid, results file  {}", c.line());
         saturation.push(Saturation { a, b, c });
-    }
-    if saturation_only {
-        print_tables(messages, &saturation, 0.0, &[]);
-        println!("\nmqtt_e2e: {:.0} s in all", started.elapsed().as_secs_f64());
-        return;
     }
     let mut baselines: Vec<f64> = saturation.iter().map(|s| s.a.delivered).collect();
     baselines.sort_by(f64::total_cmp);

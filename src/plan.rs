@@ -296,7 +296,7 @@ impl Plan {
         let def = &self.operators[op];
         let schema = self.side_schema(op, side);
         match side {
-            Side::Result => json::write_result(out, schema, row),
+            Side::Result => json::write_result(out, schema, crate::record::view::RowView::Heap(row)),
             Side::Late(input) => {
                 let node = def.inputs[input];
                 json::write_late(out, schema, matches!(node, NodeRef::Operator(_)), self.node_name(node), row);

@@ -80,7 +80,7 @@ pub struct Counts {
 
 impl Sink for Counts {
     fn take(&mut self, out: &mut Output) {
-        for (kind, _) in &out.results {
+        for kind in out.results.iter().map(|(kind, _)| kind).chain(out.archived.kinds()) {
             match kind {
                 ResultKind::Match => self.matches += 1,
                 ResultKind::LeftOnly => self.left_only += 1,
@@ -90,6 +90,7 @@ impl Sink for Counts {
         }
         self.late += out.late.len() as u64;
         out.results.clear();
+        out.archived.clear();
         out.late.clear();
     }
 }
@@ -100,8 +101,9 @@ pub struct Total(pub u64);
 
 impl Sink for Total {
     fn take(&mut self, out: &mut Output) {
-        self.0 += out.results.len() as u64 + out.late.len() as u64;
+        self.0 += out.result_count() as u64 + out.late.len() as u64;
         out.results.clear();
+        out.archived.clear();
         out.late.clear();
     }
 }
@@ -113,6 +115,7 @@ pub struct PeakState(pub (usize, usize));
 impl Sink for PeakState {
     fn take(&mut self, out: &mut Output) {
         out.results.clear();
+        out.archived.clear();
         out.late.clear();
     }
 

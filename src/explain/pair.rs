@@ -15,6 +15,7 @@ use thiserror::Error;
 use crate::operator::host::{Arrival, TraceNote};
 use crate::plan::{NodeRef, Plan};
 use crate::record::id::hex;
+use crate::record::view::RowView;
 use crate::record::{Key, Row, Value};
 use crate::replay::{Observer, ReplayError};
 use crate::shard::Runtime;
@@ -155,10 +156,10 @@ impl Observer for Finder<'_> {
         }
     }
 
-    fn result(&mut self, op: usize, row: &Row) {
+    fn result(&mut self, op: usize, row: RowView<'_>) {
         for (i, pick) in self.picks.iter().enumerate() {
-            if *pick == Pick::Id(row.id) && self.results[i].is_none() {
-                self.results[i] = Some((op, row.key.clone()));
+            if *pick == Pick::Id(row.id()) && self.results[i].is_none() {
+                self.results[i] = Some((op, row.key().to_key()));
             }
         }
     }

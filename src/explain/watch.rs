@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::operator::host::Trace;
 use crate::plan::Plan;
+use crate::record::view::RowView;
 use crate::record::{Key, Row, TimeSpec, TimeUnit, json};
 use crate::replay::Observer;
 use crate::shard::{Runtime, RuntimeOptions};
@@ -117,8 +118,8 @@ impl Observer for Watch<'_> {
         }
     }
 
-    fn result(&mut self, op: usize, row: &Row) {
-        if !self.hashes.contains(&row.key_hash) {
+    fn result(&mut self, op: usize, row: RowView<'_>) {
+        if !self.hashes.contains(&row.key_hash()) {
             return;
         }
         self.buf.clear();
@@ -127,6 +128,6 @@ impl Observer for Watch<'_> {
             .ok()
             .and_then(|v| v.get("_kind").and_then(|k| k.as_str().map(str::to_owned)))
             .unwrap_or_default();
-        self.emitted.push(Emitted { op, id: row.id, ts: row.ts, kind });
+        self.emitted.push(Emitted { op, id: row.id(), ts: row.ts(), kind });
     }
 }

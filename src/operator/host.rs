@@ -186,6 +186,9 @@ impl OperatorCounters {
         for (kind, _) in &out.results {
             self.results[*kind as usize] += 1;
         }
+        for kind in out.archived.kinds() {
+            self.results[*kind as usize] += 1;
+        }
         for expired in &out.expired {
             self.expired[expired.reason as usize] += 1;
             if let Some(rows) = expired.input.and_then(|input| self.expired_rows.get_mut(input)) {

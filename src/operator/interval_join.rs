@@ -159,6 +159,26 @@ fn warn_about_disorder(b: &Builder<'_, '_, '_>, t: Table<'_, '_>, inputs: &[Inpu
     }
 }
 
+/// Row `row` of `input` leaves the join, counted: an outer join reports it if it never matched.
+fn finish(
+    spec: &IntervalJoinSpec,
+    ids: &mut IdHasher,
+    quality: &mut Quality,
+    input: usize,
+    row: RowView<'_>,
+    matched: bool,
+    out: &mut Output,
+) {
+    quality.count(input, matched, 1);
+    if matched || !spec.join.keeps_unmatched(input) {
+        return;
+    }
+    let kind = if input == LEFT { ResultKind::LeftOnly } else { ResultKind::RightOnly };
+    let id = ids.begin().str(&spec.name).str(kind.as_str()).u64(row.id()).finish();
+    let rows = if input == LEFT { [Some(row), None] } else { [None, Some(row)] };
+    spec.projection.archive(&mut out.archived, row.ts(), id, row.key(), row.key_hash(), rows, kind);
+}
+
 /// A stored row's eviction time.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 struct Timer {
@@ -211,7 +231,7 @@ impl IntervalJoin {
         let last_chance = self.spec.last_chance(input, row.ts);
         if last_chance < self.watermark {
             // Negative bounds: nothing on time can still meet it.
-            self.finish(input, row, matched, out);
+            self.finish(input, RowView::Heap(&row), matched, out);
             return;
         }
         let key_hash = row.key_hash;
@@ -231,7 +251,7 @@ impl IntervalJoin {
         let matched = self.match_stored(input, RowView::Archived(row), out);
         let last_chance = self.spec.last_chance(input, ts);
         if last_chance < self.watermark {
-            self.finish(input, to_row(row), matched, out);
+            self.finish(input, RowView::Archived(row), matched, out);
             return;
         }
         let key_hash = row.key_hash.to_native();
@@ -268,10 +288,10 @@ impl IntervalJoin {
             }
             matched = true;
             let id = ids.pair(&spec.name, left.id(), right.id()).finish();
-            let (key, key_hash, values) =
-                spec.projection.project_views(key, key_hash, [Some(left), Some(right)], ResultKind::Match);
             let ts = ts.max(stored.ts());
-            out.results.push((ResultKind::Match, Row { ts, key, key_hash, id, values }));
+            // Projected from the two rows as they lie straight into the result's archive.
+            let rows = [Some(left), Some(right)];
+            spec.projection.archive(&mut out.archived, ts, id, key, key_hash, rows, ResultKind::Match);
             true
         });
         matched
@@ -286,23 +306,19 @@ impl IntervalJoin {
                 if let Some(matched) = self.state[timer.input].discard(timer.key_hash, timer.handle) {
                     self.quality.count(timer.input, matched, 1);
                 }
-            } else if let Some(removed) = self.state[timer.input].remove(timer.key_hash, timer.handle) {
-                self.finish(timer.input, removed.row, removed.matched, out);
+            } else {
+                // Read where it lies (an unmatched one is projected from there), then dropped.
+                let IntervalJoin { spec, state, ids, quality, .. } = self;
+                state[timer.input].take(timer.key_hash, timer.handle, &mut |row, matched| {
+                    finish(spec, ids, quality, timer.input, row, matched, out);
+                });
             }
         }
     }
 
     /// A row leaves the join, counted: an outer join reports it if it never matched.
-    fn finish(&mut self, input: usize, row: Row, matched: bool, out: &mut Output) {
-        self.quality.count(input, matched, 1);
-        if matched || !self.spec.join.keeps_unmatched(input) {
-            return;
-        }
-        let kind = if input == LEFT { ResultKind::LeftOnly } else { ResultKind::RightOnly };
-        let id = self.ids.begin().str(&self.spec.name).str(kind.as_str()).u64(row.id).finish();
-        let rows = if input == LEFT { [Some(&row), None] } else { [None, Some(&row)] };
-        let (key, key_hash, values) = self.spec.projection.project(&row.key, row.key_hash, rows, kind);
-        out.results.push((kind, Row { ts: row.ts, key, key_hash, id, values }));
+    fn finish(&mut self, input: usize, row: RowView<'_>, matched: bool, out: &mut Output) {
+        finish(&self.spec, &mut self.ids, &mut self.quality, input, row, matched, out);
     }
 
     pub fn spec(&self) -> &IntervalJoinSpec {
@@ -433,7 +449,7 @@ mod tests {
     }
 
     fn kinds(out: &Output) -> Vec<(ResultKind, i64)> {
-        out.results.iter().map(|(k, r)| (*k, r.ts)).collect()
+        out.archived.iter().map(|(k, r)| (k, r.ts.to_native())).collect()
     }
 
     #[test]
@@ -446,7 +462,7 @@ mod tests {
         assert_eq!(kinds(&out), [(ResultKind::Match, 205)]);
         let stored: Vec<StoredRow> = out.stored.drain(..).collect();
         assert_eq!(stored.len(), 3, "every stored row is announced to the host");
-        out.results.clear();
+        out.archived.clear();
         // The unmatched left row 1 and the matched right row 3 expire; row 2 stays.
         for s in [stored[0], stored[2]] {
             j.expire(Due::Row(s), &mut out);
@@ -458,7 +474,7 @@ mod tests {
         assert_eq!(j.state_rows(), 1);
         out.expired.clear();
         j.on_watermark(Time::POS_INF, &mut out);
-        assert!(out.results.is_empty(), "row 2 matched; rows 1 and 3 expired: no outer row");
+        assert!(out.archived.is_empty(), "row 2 matched; rows 1 and 3 expired: no outer row");
         assert_eq!(j.quality(), Quality { matched: [1, 0], unmatched: [0, 0], ..Quality::default() });
         assert!(j.timers.is_empty());
     }
@@ -519,7 +535,7 @@ mod tests {
         j.on_row(RIGHT, row(1500, 3, 1.5), &mut out);
         j.on_row(LEFT, row(9000, 4, 0.0), &mut out);
         j.on_watermark(Time::POS_INF, &mut out);
-        let values: Vec<Vec<Value>> = out.results.iter().map(|(_, r)| r.values[1..5].to_vec()).collect();
+        let values: Vec<Vec<Value>> = out.take_results().iter().map(|(_, r)| r.values[1..5].to_vec()).collect();
         let s = |t: &str| Value::Str(t.into());
         assert_eq!(
             values,
@@ -554,7 +570,7 @@ mod tests {
         j.on_row(RIGHT, row(102, 6), &mut out); // joins 5
         j.on_watermark(Time::POS_INF, &mut out);
         let got: Vec<(ResultKind, Value, Value)> =
-            out.results.iter().map(|(k, r)| (*k, r.values[1].clone(), r.values[2].clone())).collect();
+            out.take_results().iter().map(|(k, r)| (*k, r.values[1].clone(), r.values[2].clone())).collect();
         assert_eq!(
             got,
             [(ResultKind::Match, Value::Int(5), Value::Int(6)), (ResultKind::RightOnly, Value::Null, Value::Int(4))]
@@ -597,7 +613,7 @@ mod tests {
         j.on_row(RIGHT, row(1200, 2), &mut out);
         assert_eq!(kinds(&out), [(ResultKind::Match, 1200)]);
         j.on_watermark(Time::ms(1201), &mut out);
-        assert_eq!(out.results.len(), 1, "matched rows are not reported as unmatched");
+        assert_eq!(out.archived.len(), 1, "matched rows are not reported as unmatched");
         assert_eq!(j.state_rows(), 0, "both rows are past their last chance");
     }
 
@@ -654,7 +670,7 @@ mod tests {
         j.on_row(RIGHT, row(1050, 4), &mut out);
         j.on_row(RIGHT, row(1100, 5), &mut out);
         j.on_row(RIGHT, row(900, 6), &mut out); // before every left row: unmatched
-        assert_eq!(out.results.len(), 4);
+        assert_eq!(out.archived.len(), 4);
         j.on_watermark(Time::ms(1101), &mut out);
         // Left 1000 (last chance 1100) left matched; the right rows' last chance is their ts.
         assert_eq!(j.quality(), Quality { matched: [1, 2], unmatched: [0, 1], ..Quality::default() });

@@ -30,7 +30,9 @@ pub mod window;
 pub mod window_aggregate;
 pub mod window_join;
 
-use crate::record::Row;
+use crate::record::archiver::RowArchives;
+use crate::record::frame::to_row;
+use crate::record::{ArchivedRow, Row};
 use crate::state::snapshot::{self, SnapshotError};
 use crate::time::Time;
 
@@ -167,6 +169,10 @@ const _: () = assert!(crate::plan::MAX_INPUTS < Side::NO_INPUT as usize);
 #[derive(Default, Debug)]
 pub struct Output {
     pub results: Vec<(ResultKind, Row)>,
+    /// Results written straight into their archives, never built as heap rows (the interval
+    /// join's: projected from the rows it joins, read in place). An operator writes its results
+    /// either here or to `results`, never both, so their order is the order of emission.
+    pub archived: ArchivedResults,
     /// Late rows with the index of the input they came on.
     pub late: Vec<(usize, Row)>,
     /// Rows and would-be results removed by `ttl` or the byte budget (`OPERATOR.expired`).
@@ -188,7 +194,72 @@ pub struct Output {
 
 impl Output {
     pub fn is_empty(&self) -> bool {
-        self.results.is_empty() && self.late.is_empty() && self.expired.is_empty()
+        self.results.is_empty() && self.archived.is_empty() && self.late.is_empty() && self.expired.is_empty()
+    }
+
+    /// Every result, heap or archived, as heap rows, in order of emission; both emptied. For
+    /// tests and reference runs: the runtime reads archived results in place.
+    pub fn take_results(&mut self) -> Vec<(ResultKind, Row)> {
+        let mut results: Vec<(ResultKind, Row)> = self.results.drain(..).collect();
+        results.extend(self.archived.iter().map(|(kind, row)| (kind, to_row(row))));
+        self.archived.clear();
+        results
+    }
+
+    /// Every result as a heap row, in order of emission, left in place (for tests).
+    pub fn result_rows(&self) -> Vec<(ResultKind, Row)> {
+        let heap = self.results.iter().cloned();
+        heap.chain(self.archived.iter().map(|(kind, row)| (kind, to_row(row)))).collect()
+    }
+
+    /// How many results there are, heap and archived.
+    pub fn result_count(&self) -> usize {
+        self.results.len() + self.archived.len()
+    }
+}
+
+/// Results written as row archives ([`RowArchives`]), with their kinds.
+#[derive(Default, Debug)]
+pub struct ArchivedResults {
+    pub rows: RowArchives,
+    kinds: Vec<ResultKind>,
+}
+
+impl ArchivedResults {
+    /// The row just ended in `rows` is a result of this kind.
+    pub fn ended(&mut self, kind: ResultKind) {
+        self.kinds.push(kind);
+        debug_assert_eq!(self.kinds.len(), self.rows.len(), "one kind per archived row");
+    }
+
+    pub fn len(&self) -> usize {
+        self.kinds.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kinds.is_empty()
+    }
+
+    pub fn kind(&self, i: usize) -> ResultKind {
+        self.kinds[i]
+    }
+
+    pub fn kinds(&self) -> &[ResultKind] {
+        &self.kinds
+    }
+
+    /// Result `i`'s archive (a frame payload).
+    pub fn bytes(&self, i: usize) -> &[u8] {
+        self.rows.bytes(i)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (ResultKind, &ArchivedRow)> {
+        self.kinds.iter().enumerate().map(|(i, &kind)| (kind, self.rows.row(i)))
+    }
+
+    pub fn clear(&mut self) {
+        self.rows.clear();
+        self.kinds.clear();
     }
 }
 

@@ -8,11 +8,11 @@
 
 use std::sync::Arc;
 
-use crate::record::view::{KeyRef, RowView};
+use crate::record::view::{KeyRef, RowView, ValueRef};
 use crate::record::{FieldType, Key, Row, Value, id};
 
-use super::ResultKind;
 use super::expr::Expr;
+use super::{ArchivedResults, ResultKind};
 
 /// Where one output value comes from.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,6 +74,53 @@ impl Projection {
         let values: Box<[Value]> = self.columns.iter().map(|column| column.value(key, rows, kind)).collect();
         let (key, key_hash) = result_key(key, key_hash, &values, self.rekey.as_deref());
         (key, key_hash, values)
+    }
+
+    /// [`project_views`](Self::project_views) written straight into a result's archive, with
+    /// its event time and id: selected values are copied from the rows as they lie (a frame's,
+    /// an arena's), no heap row is built. The bytes are those of the projected row encoded.
+    #[allow(clippy::too_many_arguments)]
+    pub fn archive(
+        &self,
+        out: &mut ArchivedResults,
+        ts: i64,
+        id: u64,
+        key: KeyRef<'_>,
+        key_hash: u64,
+        rows: [Option<RowView<'_>>; 2],
+        kind: ResultKind,
+    ) {
+        if self.rekey.is_some() {
+            // Re-keyed by its own values: they are built first (not the hot path).
+            let (key, key_hash, values) = self.project_views(key, key_hash, rows, kind);
+            out.rows.begin(key.key_ref());
+            values.iter().for_each(|v| out.rows.value(ValueRef::of(v)));
+            out.rows.end(ts, key_hash, id);
+            out.ended(kind);
+            return;
+        }
+        out.rows.begin(key);
+        for column in &self.columns {
+            match column {
+                Column::Key(part) => out.rows.value(key_part(key, *part)),
+                Column::Field { input, pos } => {
+                    out.rows.value(rows[*input].map_or(ValueRef::Null, |row| row.value_ref(*pos)))
+                }
+                Column::Computed { expr, ty } => out.rows.value(ValueRef::of(&expr.compute(*ty, rows[0], rows[1]))),
+                Column::Kind => out.rows.value(ValueRef::Str(kind.as_str())),
+            }
+        }
+        out.rows.end(ts, key_hash, id);
+        out.ended(kind);
+    }
+}
+
+/// The value of the key's field number `part`, borrowed ([`KeyRef::part`]).
+fn key_part(key: KeyRef<'_>, part: usize) -> ValueRef<'_> {
+    match key {
+        KeyRef::Composite(_) => key.parts().nth(part).map_or(ValueRef::Null, ValueRef::of_key),
+        one if part == 0 => ValueRef::of_key(one),
+        _ => ValueRef::Null,
     }
 }
 

@@ -339,11 +339,11 @@ impl TemporalJoin {
                 let picked = at == best && spec.condition.as_ref().is_none_or(|c| c.eval_views(RowView::Heap(l), r));
                 if picked {
                     joined = true;
-                    let r = &*r.to_row();
-                    let id = ids.pair(&spec.name, l.id, r.id).finish();
-                    let (key, key_hash, values) =
-                        spec.projection.project(&l.key, l.key_hash, [Some(l), Some(r)], ResultKind::Match);
-                    out.results.push((ResultKind::Match, Row { ts: l.ts, key, key_hash, id, values }));
+                    let id = ids.pair(&spec.name, l.id, r.id()).finish();
+                    // Projected from the version where it lies, straight into the archive.
+                    let rows = [Some(RowView::Heap(l)), Some(r)];
+                    let (key, kind) = (l.key.key_ref(), ResultKind::Match);
+                    spec.projection.archive(&mut out.archived, l.ts, id, key, l.key_hash, rows, kind);
                 }
                 at += 1;
                 // Marks the version matched: it served a left row.
@@ -352,9 +352,8 @@ impl TemporalJoin {
         }
         if !joined && spec.left_join {
             let id = ids.begin().str(&spec.name).str("left_only").u64(l.id).finish();
-            let (key, key_hash, values) =
-                spec.projection.project(&l.key, l.key_hash, [Some(l), None], ResultKind::LeftOnly);
-            out.results.push((ResultKind::LeftOnly, Row { ts: l.ts, key, key_hash, id, values }));
+            let (rows, kind) = ([Some(RowView::Heap(l)), None], ResultKind::LeftOnly);
+            spec.projection.archive(&mut out.archived, l.ts, id, l.key.key_ref(), l.key_hash, rows, kind);
         }
         joined
     }
@@ -482,7 +481,7 @@ mod tests {
 
     /// (kind, _ts, left tag, right tag or null)
     fn results(out: &Output) -> Vec<(ResultKind, i64, Value, Value)> {
-        out.results.iter().map(|(k, r)| (*k, r.ts, r.values[1].clone(), r.values[2].clone())).collect()
+        out.result_rows().into_iter().map(|(k, r)| (k, r.ts, r.values[1].clone(), r.values[2].clone())).collect()
     }
 
     fn m(ts: i64, l: i64, r: i64) -> (ResultKind, i64, Value, Value) {
@@ -551,7 +550,7 @@ mod tests {
         j.on_row(LEFT, row(700, 11), &mut out);
         j.on_watermark(Time::ms(2000), &mut out);
         assert_eq!(results(&out), [(ResultKind::LeftOnly, 700, Value::Int(11), Value::Null), m(1000, 10, 1)]);
-        assert_eq!(out.results[0].1.values[0], Value::Str("d".into()), "the key is on outer rows too");
+        assert_eq!(out.result_rows()[0].1.values[0], Value::Str("d".into()), "the key is on outer rows too");
     }
 
     /// Golden-style: left rows count by whether they found a version, versions by whether they
@@ -575,7 +574,7 @@ mod tests {
         j.on_row(LEFT, row(200, 13), &mut out); // late
         j.on_watermark(Time::POS_INF, &mut out);
         assert_eq!(j.quality(), Quality { matched: [2, 1], unmatched: [1, 2], ..Quality::default() });
-        assert_eq!((out.results.len(), out.late.len()), (2, 1));
+        assert_eq!((out.result_count(), out.late.len()), (2, 1));
     }
 
     #[test]
@@ -626,7 +625,7 @@ mod tests {
         j.on_row(RIGHT, version(200, 2), &mut out);
         j.on_watermark(Time::POS_INF, &mut out);
         assert_eq!(results(&out), [m(150, 10, 1), m(250, 11, 2)]);
-        assert_eq!(out.results[1].1.key, Key::Str("bb".into()), "a result keeps its left row's key");
+        assert_eq!(out.result_rows()[1].1.key, Key::Str("bb".into()), "a result keeps its left row's key");
     }
 
     /// `ttl`: a key's versions leave together to `.expired` (lookups do not keep them); a left
@@ -646,7 +645,7 @@ mod tests {
         assert_eq!(stored.len(), 2, "waiting left rows are announced to the host");
         j.on_watermark(Time::ms(301), &mut out);
         assert_eq!(results(&out), [m(300, 10, 2)]);
-        out.results.clear();
+        out.take_results();
         j.expire(Due::Key { input: RIGHT as u32, key_hash: 1 }, &mut out);
         j.expire(Due::Key { input: RIGHT as u32, key_hash: 1 }, &mut out); // due twice: nothing
         let expired: Vec<(Option<usize>, u64)> = out.expired.iter().map(|e| (e.input, e.row.id)).collect();
@@ -704,7 +703,7 @@ mod tests {
         j.on_row(LEFT, row(30, 3), &mut out);
         j.on_watermark(Time::POS_INF, &mut out);
         let mut ids = IdHasher::default();
-        assert_eq!(out.results[0].1.id, ids.begin().str("t").str("left_only").u64(1).finish());
-        assert_eq!(out.results[1].1.id, ids.begin().str("t").str("match").u64(3).u64(2).finish());
+        assert_eq!(out.result_rows()[0].1.id, ids.begin().str("t").str("left_only").u64(1).finish());
+        assert_eq!(out.result_rows()[1].1.id, ids.begin().str("t").str("match").u64(3).u64(2).finish());
     }
 }

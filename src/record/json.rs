@@ -4,14 +4,15 @@
 //! per output file, none per row. Strings and floats go through serde_json's own formatters, so
 //! escaping and number formatting are serde_json's.
 
-use super::{Row, Schema, Value};
+use super::view::{RowView, ValueRef};
+use super::{Row, Schema};
 
 /// Appends `{"f1":v1,...` (no closing brace) with the schema's field names. An empty id list
 /// (`_supersedes`) is left out: it is present only when not empty.
-fn open_object(out: &mut Vec<u8>, schema: &Schema, row: &Row) {
+fn open_object(out: &mut Vec<u8>, schema: &Schema, row: RowView<'_>) {
     out.push(b'{');
-    for (field, value) in schema.fields.iter().zip(row.values.iter()) {
-        if matches!(value, Value::IdList(ids) if ids.is_empty()) {
+    for (field, value) in schema.fields.iter().zip(row.values()) {
+        if matches!(value, ValueRef::IdList(ids) if ids.is_empty()) {
             continue;
         }
         member(out, &field.name);
@@ -29,7 +30,7 @@ fn member(out: &mut Vec<u8>, name: &str) {
 
 /// A row of an input stream: its declared fields plus `_stream` and `_ts`.
 pub fn write_input_row(out: &mut Vec<u8>, schema: &Schema, stream: &str, row: &Row) {
-    open_object(out, schema, row);
+    open_object(out, schema, RowView::Heap(row));
     member(out, "_stream");
     write_str(out, stream);
     member(out, "_ts");
@@ -38,12 +39,13 @@ pub fn write_input_row(out: &mut Vec<u8>, schema: &Schema, stream: &str, row: &R
 }
 
 /// An operator's result: its output fields (key, selected fields, `_kind`, …), `_ts` and `_id`.
-pub fn write_result(out: &mut Vec<u8>, schema: &Schema, row: &Row) {
+/// Read where it lies: on the heap, or archived in a result frame.
+pub fn write_result(out: &mut Vec<u8>, schema: &Schema, row: RowView<'_>) {
     open_object(out, schema, row);
     member(out, "_ts");
-    write_int(out, row.ts);
+    write_int(out, row.ts());
     member(out, "_id");
-    write_id(out, row.id);
+    write_id(out, row.id());
     out.extend_from_slice(b"}\n");
 }
 
@@ -60,7 +62,7 @@ pub fn write_expired(out: &mut Vec<u8>, schema: &Schema, with_id: bool, stream: 
 }
 
 fn write_side_row(out: &mut Vec<u8>, schema: &Schema, with_id: bool, stream: &str, row: &Row, reason: Option<&str>) {
-    open_object(out, schema, row);
+    open_object(out, schema, RowView::Heap(row));
     if with_id {
         member(out, "_id");
         write_id(out, row.id);
@@ -88,17 +90,17 @@ pub fn write_dead_letter(out: &mut Vec<u8>, stream: &str, raw: &str, reason: &st
     out.extend_from_slice(b"}\n");
 }
 
-fn write_value(out: &mut Vec<u8>, value: &Value) {
+fn write_value(out: &mut Vec<u8>, value: ValueRef<'_>) {
     match value {
-        Value::Null => out.extend_from_slice(b"null"),
-        Value::Bool(true) => out.extend_from_slice(b"true"),
-        Value::Bool(false) => out.extend_from_slice(b"false"),
-        Value::Int(i) => write_int(out, *i),
-        Value::Float(f) => write_json(out, f),
-        Value::Str(s) => write_str(out, s),
-        Value::IdList(ids) => {
+        ValueRef::Null => out.extend_from_slice(b"null"),
+        ValueRef::Bool(true) => out.extend_from_slice(b"true"),
+        ValueRef::Bool(false) => out.extend_from_slice(b"false"),
+        ValueRef::Int(i) => write_int(out, i),
+        ValueRef::Float(f) => write_json(out, &f),
+        ValueRef::Str(s) => write_str(out, s),
+        ValueRef::IdList(ids) => {
             out.push(b'[');
-            for (i, &id) in ids.iter().enumerate() {
+            for (i, id) in ids.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
@@ -109,19 +111,43 @@ fn write_value(out: &mut Vec<u8>, value: &Value) {
     }
 }
 
-/// An id as a JSON string of 16 lowercase hex digits, written in place.
+/// An id as a JSON string of 16 lowercase hex digits, written in place (no formatter: this
+/// is on every result line).
 fn write_id(out: &mut Vec<u8>, id: u64) {
-    use std::io::Write;
-    // Writing into a Vec cannot fail.
-    let _ = write!(out, "\"{id:016x}\"");
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = [b'"'; 18];
+    for (i, digit) in text[1..17].iter_mut().enumerate() {
+        *digit = HEX[((id >> (60 - 4 * i)) & 0xf) as usize];
+    }
+    out.extend_from_slice(&text);
 }
 
 fn write_int(out: &mut Vec<u8>, i: i64) {
     write_json(out, &i);
 }
 
+/// Bytes JSON escapes (serde_json's rule: control characters, `"` and `\`).
+const ESCAPED: [bool; 256] = {
+    let mut escaped = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        escaped[b] = true;
+        b += 1;
+    }
+    escaped[b'"' as usize] = true;
+    escaped[b'\\' as usize] = true;
+    escaped
+};
+
 fn write_str(out: &mut Vec<u8>, s: &str) {
-    write_json(out, s);
+    // Most strings (field names, device ids, kinds) need no escape: copied as they are.
+    if !s.bytes().any(|b| ESCAPED[usize::from(b)]) {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        write_json(out, s);
+    }
 }
 
 fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
@@ -133,8 +159,21 @@ fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::Key;
+    use crate::record::frame::RowEncoder;
     use crate::record::schema::{Field, FieldType, TimeSpec};
+    use crate::record::{Key, Value};
+
+    /// A result line, written from the heap row and from its archive: the same bytes.
+    fn result_line(schema: &Schema, row: &Row) -> Vec<u8> {
+        let mut heap = Vec::new();
+        write_result(&mut heap, schema, RowView::Heap(row));
+        let mut encoder = RowEncoder::new();
+        let archived = crate::record::frame::access(encoder.encode(row).unwrap()).unwrap();
+        let mut in_place = Vec::new();
+        write_result(&mut in_place, schema, RowView::Archived(archived));
+        assert_eq!(String::from_utf8_lossy(&in_place), String::from_utf8_lossy(&heap));
+        heap
+    }
 
     #[test]
     fn input_row_and_result_shapes() {
@@ -153,7 +192,7 @@ mod tests {
         };
         let mut out = Vec::new();
         write_input_row(&mut out, &schema, "status", &row);
-        write_result(&mut out, &schema, &row);
+        out.extend(result_line(&schema, &row));
         write_dead_letter(&mut out, "status", "x\u{fffd}", "invalid_utf8");
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -178,11 +217,28 @@ mod tests {
             values: vec![Value::Int(1), Value::IdList(ids.into()), Value::Int(2)].into(),
         };
         let mut out = Vec::new();
-        write_result(&mut out, &schema, &row(&[]));
-        write_result(&mut out, &schema, &row(&[0xab, 0x1_0000_0000]));
+        out.extend(result_line(&schema, &row(&[])));
+        out.extend(result_line(&schema, &row(&[0xab, 0x1_0000_0000])));
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(lines[0], serde_json::json!({"n": 1, "m": 2, "_ts": 5, "_id": "0000000000000001"}));
         assert_eq!(lines[1]["_supersedes"], serde_json::json!(["00000000000000ab", "0000000100000000"]));
+    }
+
+    /// The shortcuts write what serde_json writes.
+    #[test]
+    fn strings_and_ids_as_serde_json_writes_them() {
+        let mut texts: Vec<String> = (0u8..0x80).map(|b| format!("a{}z", b as char)).collect();
+        texts.extend(["", "dev-000042", "ünïcødé ✓", "\u{2028}", "q\"uote\\"].map(String::from));
+        for text in texts {
+            let mut ours = Vec::new();
+            write_str(&mut ours, &text);
+            assert_eq!(ours, serde_json::to_vec(&text).unwrap(), "{text:?}");
+        }
+        for id in [0, 1, 0xab, u64::MAX, 0x0123_4567_89ab_cdef] {
+            let mut ours = Vec::new();
+            write_id(&mut ours, id);
+            assert_eq!(ours, format!("\"{id:016x}\"").into_bytes());
+        }
     }
 }

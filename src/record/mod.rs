@@ -5,6 +5,7 @@
 //! key (one of its values, or nothing for a broadcast stream), the key's stable hash (routing) and
 //! a stable id (CONTRACT.md rule 10). Operators compare key values, never only hashes.
 
+pub mod archiver;
 pub mod decode;
 pub mod frame;
 pub mod id;

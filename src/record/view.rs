@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 
 use super::frame::{to_row, to_value};
-use super::{ArchivedKey, ArchivedRow, Key, Row, Value};
+use super::{ArchivedKey, ArchivedRow, ArchivedValue, Key, Row, Value};
 
 /// A key, borrowed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,11 +147,110 @@ impl<'a> RowView<'a> {
         }
     }
 
+    /// The value at `pos`, borrowed (what a result frame or a JSON line is written from).
+    pub fn value_ref(self, pos: usize) -> ValueRef<'a> {
+        match self {
+            RowView::Heap(row) => ValueRef::of(&row.values[pos]),
+            RowView::Archived(row) => ValueRef::archived(&row.values[pos]),
+        }
+    }
+
+    /// How many values the row has.
+    pub fn len(self) -> usize {
+        match self {
+            RowView::Heap(row) => row.values.len(),
+            RowView::Archived(row) => row.values.len(),
+        }
+    }
+
+    /// Whether the row has no values.
+    pub fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+
+    /// The row's values, borrowed, in order.
+    pub fn values(self) -> impl Iterator<Item = ValueRef<'a>> {
+        (0..self.len()).map(move |pos| self.value_ref(pos))
+    }
+
     /// The row itself: borrowed from the heap, copied out of an archive.
     pub fn to_row(self) -> Cow<'a, Row> {
         match self {
             RowView::Heap(row) => Cow::Borrowed(row),
             RowView::Archived(row) => Cow::Owned(to_row(row)),
+        }
+    }
+}
+
+/// A value, borrowed: from a heap [`Value`] or read in place from an archive.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ValueRef<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(&'a str),
+    IdList(IdsRef<'a>),
+}
+
+/// An id list, borrowed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum IdsRef<'a> {
+    Heap(&'a [u64]),
+    Archived(&'a [rkyv::Archived<u64>]),
+}
+
+impl<'a> IdsRef<'a> {
+    pub fn len(self) -> usize {
+        match self {
+            IdsRef::Heap(ids) => ids.len(),
+            IdsRef::Archived(ids) => ids.len(),
+        }
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = u64> + 'a {
+        let (heap, archived) = match self {
+            IdsRef::Heap(ids) => (ids, &[][..]),
+            IdsRef::Archived(ids) => (&[][..], ids),
+        };
+        heap.iter().copied().chain(archived.iter().map(|id| id.to_native()))
+    }
+}
+
+impl<'a> ValueRef<'a> {
+    pub fn of(value: &'a Value) -> ValueRef<'a> {
+        match value {
+            Value::Null => ValueRef::Null,
+            Value::Bool(b) => ValueRef::Bool(*b),
+            Value::Int(i) => ValueRef::Int(*i),
+            Value::Float(f) => ValueRef::Float(*f),
+            Value::Str(s) => ValueRef::Str(s),
+            Value::IdList(ids) => ValueRef::IdList(IdsRef::Heap(ids)),
+        }
+    }
+
+    pub fn archived(value: &'a ArchivedValue) -> ValueRef<'a> {
+        match value {
+            ArchivedValue::Null => ValueRef::Null,
+            ArchivedValue::Bool(b) => ValueRef::Bool(*b),
+            ArchivedValue::Int(i) => ValueRef::Int(i.to_native()),
+            ArchivedValue::Float(f) => ValueRef::Float(f.to_native()),
+            ArchivedValue::Str(s) => ValueRef::Str(s),
+            ArchivedValue::IdList(ids) => ValueRef::IdList(IdsRef::Archived(ids)),
+        }
+    }
+
+    /// A one-field key's value as a value (null for broadcast and composite keys, as
+    /// [`KeyRef::to_value`]).
+    pub fn of_key(key: KeyRef<'a>) -> ValueRef<'a> {
+        match key {
+            KeyRef::Broadcast | KeyRef::Composite(_) => ValueRef::Null,
+            KeyRef::Int(i) => ValueRef::Int(i),
+            KeyRef::Str(s) => ValueRef::Str(s),
         }
     }
 }

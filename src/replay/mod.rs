@@ -30,9 +30,10 @@ use crate::checkpoint::{CheckpointDir, Loaded};
 use crate::config::Durability;
 use crate::operator::ExpiryReason;
 use crate::plan::{Plan, Target};
-use crate::record::Row;
 use crate::record::decode::{Reason, check_time_window, dead_letter_raw};
 use crate::record::id::IdHasher;
+use crate::record::view::RowView;
+use crate::record::{ArchivedRow, Row};
 use crate::shard::{Emit, Figures, Runtime, RuntimeError, RuntimeOptions};
 use crate::state::snapshot;
 use input::{Content, InputError, Inputs, Line};
@@ -89,7 +90,7 @@ pub trait Observer {
     /// A line of stream `stream` arrived at `arrival` and went to `dead_letter`.
     fn dead_letter(&mut self, _stream: usize, _arrival: i64, _raw: &[u8], _reason: &str) {}
     /// Operator `operator` emitted `row`.
-    fn result(&mut self, _operator: usize, _row: &Row) {}
+    fn result(&mut self, _operator: usize, _row: RowView<'_>) {}
 }
 
 /// Watches nothing: a plain `braid replay`.
@@ -104,8 +105,13 @@ struct Observed<'o, 'p> {
 
 impl Emit for Observed<'_, '_> {
     fn result(&mut self, operator: usize, row: &Row, after_barrier: bool) {
-        self.observer.result(operator, row);
+        self.observer.result(operator, RowView::Heap(row));
         self.outputs.result(operator, row, after_barrier);
+    }
+
+    fn result_archived(&mut self, operator: usize, row: &ArchivedRow, after_barrier: bool) {
+        self.observer.result(operator, RowView::Archived(row));
+        self.outputs.result_archived(operator, row, after_barrier);
     }
 
     fn late(&mut self, operator: usize, input: usize, row: &Row, after_barrier: bool) {

@@ -17,7 +17,8 @@ use crate::checkpoint::{CheckpointDir, Completed, Manifest};
 use crate::operator::{ExpiryReason, Side};
 use crate::plan::{Plan, Target};
 use crate::record::decode::TOO_LARGE;
-use crate::record::{Row, json};
+use crate::record::view::RowView;
+use crate::record::{ArchivedRow, Row, json};
 use crate::shard::Emit;
 use crate::state::snapshot;
 
@@ -249,12 +250,23 @@ impl OutFile {
     }
 }
 
-impl Emit for Outputs<'_> {
-    fn result(&mut self, operator: usize, row: &Row, early: bool) {
+impl Outputs<'_> {
+    /// A result's line, written from the row where it lies.
+    fn result_line(&mut self, operator: usize, row: RowView<'_>, early: bool) {
         if self.wants(Target::Operator(operator)) {
             json::write_result(&mut self.buf, &self.plan.operators[operator].output, row);
             self.write(Target::Operator(operator), early);
         }
+    }
+}
+
+impl Emit for Outputs<'_> {
+    fn result(&mut self, operator: usize, row: &Row, early: bool) {
+        self.result_line(operator, RowView::Heap(row), early);
+    }
+
+    fn result_archived(&mut self, operator: usize, row: &ArchivedRow, early: bool) {
+        self.result_line(operator, RowView::Archived(row), early);
     }
 
     fn late(&mut self, operator: usize, input: usize, row: &Row, early: bool) {

@@ -21,7 +21,9 @@ use crate::config::{SinkDef, SinkKind};
 use crate::operator::{ExpiryReason, Side};
 use crate::plan::{EXPIRED_SUFFIX, LATE_SUFFIX, Plan, Target};
 use crate::record::decode::TOO_LARGE;
-use crate::record::{Row, Schema, json};
+use crate::record::frame::to_row;
+use crate::record::view::RowView;
+use crate::record::{ArchivedRow, Row, Schema, json};
 use crate::shard::Emit;
 use crate::sink::mqtt::Uplink;
 use crate::sink::topic::TopicTemplate;
@@ -322,8 +324,24 @@ impl Emit for Outputs {
     fn result(&mut self, operator: usize, row: &Row, early: bool) {
         self.counters.results[operator].fetch_add(1, Ordering::Relaxed);
         if self.wants(Target::Operator(operator)) {
-            json::write_result(&mut self.line, &self.plan.operators[operator].output, row);
+            json::write_result(&mut self.line, &self.plan.operators[operator].output, RowView::Heap(row));
             self.deliver(Target::Operator(operator), 0, Some(&row.values), early);
+        }
+    }
+
+    /// Written from the frame as it lies, unless an MQTT sink's topic needs the row's values.
+    fn result_archived(&mut self, operator: usize, row: &ArchivedRow, early: bool) {
+        let target = Target::Operator(operator);
+        let to_topics =
+            self.sinks.iter().any(|s| s.targets.contains(&target) && matches!(s.writer, Writer::Mqtt { .. }));
+        if to_topics {
+            self.result(operator, &to_row(row), early);
+            return;
+        }
+        self.counters.results[operator].fetch_add(1, Ordering::Relaxed);
+        if self.wants(target) {
+            json::write_result(&mut self.line, &self.plan.operators[operator].output, RowView::Archived(row));
+            self.deliver(target, 0, None, early);
         }
     }
 

@@ -4,7 +4,8 @@
 //! completed checkpoint once every shard has written its snapshots.
 
 use crate::checkpoint::{Completed, Early};
-use crate::record::Row;
+use crate::record::ArchivedRow;
+use crate::record::frame::to_row;
 use crate::ring::FrameKind;
 use crate::state::snapshot::{self, SnapshotError};
 use crate::time::ticks::PlannerState;
@@ -141,16 +142,18 @@ impl Runtime {
 
     /// Hands a result, late or expired row of `op` from `shard` to `emit`, noting it when it
     /// left after its instance passed the barrier of the checkpoint under way.
-    pub(super) fn emit_output(&mut self, shard: usize, op: usize, side: Side, row: &Row, emit: &mut impl Emit) {
+    /// A row read in place from an `Output` frame: a result is handed over as it lies (written
+    /// out from there), a side row copied out.
+    pub(super) fn emit_output(&mut self, shard: usize, op: usize, side: Side, row: &ArchivedRow, emit: &mut impl Emit) {
         let flight = self.in_flight.as_mut().filter(|f| f.passed[shard].get(op).copied().unwrap_or(false));
         let after_barrier = flight.is_some();
         if let Some(flight) = flight {
-            flight.early.push(Early { op: op as u32, input: side.code(), id: row.id });
+            flight.early.push(Early { op: op as u32, input: side.code(), id: row.id.to_native() });
         }
         match side {
-            Side::Result => emit.result(op, row, after_barrier),
-            Side::Late(input) => emit.late(op, input, row, after_barrier),
-            Side::Expired { reason, input } => emit.expired(op, reason, input, row, after_barrier),
+            Side::Result => emit.result_archived(op, row, after_barrier),
+            Side::Late(input) => emit.late(op, input, &to_row(row), after_barrier),
+            Side::Expired { reason, input } => emit.expired(op, reason, input, &to_row(row), after_barrier),
             // The collector hands stand-ins to `Emit::too_large` before this.
             Side::TooLarge => {}
         }

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use crate::operator::host::OperatorCounters;
 use crate::record::frame::to_row;
-use crate::record::{Row, Value};
+use crate::record::{ArchivedRow, Row, Value};
 use crate::ring::FrameKind;
 use crate::time::Time;
 
@@ -28,6 +28,11 @@ pub trait Emit {
     /// it again (its `_id` is in [`Completed::early`]); only a driver that commits checkpoints
     /// cares.
     fn result(&mut self, operator: usize, row: &Row, after_barrier: bool);
+    /// [`result`](Self::result) of a result read in place from its frame. Writers that can read
+    /// it there (replay's files, the sinks' JSON) override it; the default copies it out.
+    fn result_archived(&mut self, operator: usize, row: &ArchivedRow, after_barrier: bool) {
+        self.result(operator, &to_row(row), after_barrier);
+    }
     /// `row` reached operator `operator` on input `input` late (`after_barrier` as for
     /// [`result`](Self::result)).
     fn late(&mut self, operator: usize, input: usize, row: &Row, after_barrier: bool);
@@ -262,7 +267,7 @@ impl Runtime {
                     };
                     emit.too_large(op, raw);
                 }
-                Frame::Output { op, side, row } => self.emit_output(shard, op, side, &to_row(row), emit),
+                Frame::Output { op, side, row } => self.emit_output(shard, op, side, row, emit),
                 Frame::Passed { op, epoch } => self.on_passed(shard, op, epoch, emit),
                 _ => {}
             }) > 0;

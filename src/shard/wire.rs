@@ -156,6 +156,18 @@ impl Writer {
         self.row(row)?;
         Ok(&self.buf)
     }
+
+    /// [`output`](Self::output) of a row already archived (`archive`: what [`RowEncoder`] or
+    /// [`RowArchives`](crate::record::archiver::RowArchives) wrote).
+    pub fn output_archive(&mut self, op: usize, side: Side, archive: &[u8]) -> &[u8] {
+        let b = self.start();
+        b.extend_from_slice(&(op as u32).to_le_bytes());
+        b.extend_from_slice(&side.code().to_le_bytes());
+        self.pad16();
+        self.row_len = archive.len();
+        self.buf.extend_from_slice(archive);
+        &self.buf
+    }
 }
 
 /// A watermark tick as every shard sees it: what the tick planner decided, with the feeder's

@@ -762,20 +762,44 @@ impl Core {
             self.send_output(op, Side::Expired { reason: expired.reason, input: expired.input }, &expired.row);
         }
         let readers = self.plan.readers(NodeRef::Operator(op)).len();
+        let heap = out.results.len();
         for (index, (_, row)) in out.results.drain(..).enumerate() {
             // A result too large for the rings is a dead letter, and reaches no reader either.
-            if !self.send_output(op, Side::Result, &row) || readers == 0 {
-                continue;
+            if self.send_output(op, Side::Result, &row) && readers > 0 {
+                self.hand_to_readers(op, input, tag, ranked, index, &row);
             }
-            let rank = ranked.then(|| self.hosts[op].rank(&row));
-            let Some(child) = tag.child(op, input, self.id, index, rank) else {
-                self.fail(ShardError::TooDeep);
-                continue;
-            };
-            for i in 0..readers {
-                let (reader, reader_input) = self.plan.readers(NodeRef::Operator(op))[i];
-                self.deliver(reader, reader_input, child, &row);
+        }
+        // Results already archived go out as they are; only a reader downstream (on the
+        // exchange) or a too-large stand-in needs the row itself.
+        for i in 0..out.archived.len() {
+            let archive = out.archived.bytes(i);
+            let sent = archive.len() <= self.max_row;
+            if sent {
+                self.writer.output_archive(op, Side::Result, archive);
+                self.push_output(FrameKind::Output);
             }
+            if !sent || readers > 0 {
+                let row = to_row(out.archived.rows.row(i));
+                if !sent {
+                    self.send_output(op, Side::Result, &row);
+                } else {
+                    self.hand_to_readers(op, input, tag, ranked, heap + i, &row);
+                }
+            }
+        }
+        out.archived.clear();
+    }
+
+    /// Hands result number `index` of an activation to every operator reading `op`'s output.
+    fn hand_to_readers(&mut self, op: usize, input: usize, tag: &Tag, ranked: bool, index: usize, row: &Row) {
+        let rank = ranked.then(|| self.hosts[op].rank(row));
+        let Some(child) = tag.child(op, input, self.id, index, rank) else {
+            self.fail(ShardError::TooDeep);
+            return;
+        };
+        for i in 0..self.plan.readers(NodeRef::Operator(op)).len() {
+            let (reader, reader_input) = self.plan.readers(NodeRef::Operator(op))[i];
+            self.deliver(reader, reader_input, child, row);
         }
     }
 

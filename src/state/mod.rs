@@ -81,6 +81,13 @@ pub trait KeyedStore: Send {
     fn discard(&mut self, key_hash: u64, handle: RowHandle) -> Option<bool> {
         self.remove(key_hash, handle).map(|removed| removed.matched)
     }
+    /// Removes a row, shown first to `visit` with its matched flag where it lies (an arena does
+    /// not copy it out); false when it was not there.
+    fn take(&mut self, key_hash: u64, handle: RowHandle, visit: &mut dyn FnMut(RowView<'_>, bool)) -> bool {
+        let Some(removed) = self.remove(key_hash, handle) else { return false };
+        visit(RowView::Heap(&removed.row), removed.matched);
+        true
+    }
     /// Visits the rows stored under `key` in insertion order with their handles, until `visit`
     /// returns false; for callers that pick one row to remove (connect's keyed state).
     fn scan_handles(&self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(RowHandle, &Row) -> bool);

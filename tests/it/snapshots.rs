@@ -416,7 +416,7 @@ fn finish(host: &mut OperatorHost, out: &mut Vec<Emitted>) {
 }
 
 fn drain(output: &mut Output, out: &mut Vec<Emitted>) {
-    out.extend(output.results.drain(..).map(|(kind, row)| Emitted::Result(kind, row)));
+    out.extend(output.take_results().into_iter().map(|(kind, row)| Emitted::Result(kind, row)));
     out.extend(output.late.drain(..).map(|(input, row)| Emitted::Late(input, row)));
 }
 
@@ -708,7 +708,7 @@ fn snapshot_bytes_per_stored_row_of_the_gateway_join() {
             let bytes = encoder.encode(&row).unwrap();
             host.on_frame(input, access(bytes).unwrap(), bytes, false, &mut output);
         }
-        output.results.clear();
+        output.take_results();
     }
     let (rows, arena_bytes) = host.state();
     assert_eq!(rows, 2 * devices as usize);

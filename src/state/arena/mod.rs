@@ -670,6 +670,23 @@ impl KeyedStore for ArenaStore {
         Some(Removed { row, matched })
     }
 
+    fn take(&mut self, key_hash: u64, handle: RowHandle, visit: &mut dyn FnMut(RowView<'_>, bool)) -> bool {
+        let Some(Entry { matched, place, .. }) = self.unindex(key_hash, handle) else { return false };
+        match place {
+            Place::Memory(row) => {
+                self.forget_memory_row(&row);
+                visit(RowView::Heap(&row), matched);
+            }
+            Place::Arena { slot, off } => {
+                if let Some(row) = self.segments.row(slot, off) {
+                    visit(RowView::Archived(row), matched);
+                }
+                self.release(slot, off);
+            }
+        }
+        true
+    }
+
     fn discard(&mut self, key_hash: u64, handle: RowHandle) -> Option<bool> {
         let Entry { matched, place, .. } = self.unindex(key_hash, handle)?;
         match place {

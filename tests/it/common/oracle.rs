@@ -298,11 +298,11 @@ impl Oracle {
             }
         };
         let mut results: Vec<Row> = Vec::new();
-        for answer in answers {
-            for (input, row) in answer.late {
+        for mut answer in answers {
+            for (input, row) in answer.late.drain(..) {
                 emit.late(op, input, &row, false);
             }
-            results.extend(answer.results.into_iter().map(|(_, row)| row));
+            results.extend(answer.take_results().into_iter().map(|(_, row)| row));
         }
         if everyone {
             let origin = &node.origin;
