@@ -4,8 +4,8 @@
 use std::cmp::Ordering;
 
 use super::{Arith, Cmp, Expr, Node, Side};
-use crate::record::view::RowView;
-use crate::record::{ArchivedValue, FieldType, Value, cmp_int_float};
+use crate::record::view::{RowView, ValueRef};
+use crate::record::{FieldType, Value, cmp_int_float};
 
 impl Expr {
     /// The value of node `at` on the pair; its strings borrow from the rows or the arena.
@@ -36,14 +36,7 @@ impl Expr {
 
 /// Field `pos` of a row, borrowed; null past the end of the row.
 fn field(row: Option<RowView<'_>>, pos: usize) -> Val<'_> {
-    match row {
-        None => Val::Null,
-        Some(RowView::Heap(row)) => row.values.get(pos).map_or(Val::Null, Val::of),
-        Some(RowView::Archived(row)) => {
-            let values: &[ArchivedValue] = &row.values;
-            values.get(pos).map_or(Val::Null, Val::of_archived)
-        }
-    }
+    row.filter(|row| pos < row.len()).map_or(Val::Null, |row| Val::from(row.value_ref(pos)))
 }
 
 /// A value in flight: strings borrow from a row or from a literal.
@@ -56,28 +49,23 @@ pub(super) enum Val<'a> {
     Str(&'a str),
 }
 
-impl<'a> Val<'a> {
-    fn of(v: &'a Value) -> Val<'a> {
+impl<'a> From<ValueRef<'a>> for Val<'a> {
+    fn from(v: ValueRef<'a>) -> Val<'a> {
         match v {
-            Value::Null => Val::Null,
-            Value::Bool(b) => Val::Bool(*b),
-            Value::Int(i) => Val::Int(*i),
-            Value::Float(f) => Val::Float(*f),
-            Value::Str(s) => Val::Str(s),
+            ValueRef::Null => Val::Null,
+            ValueRef::Bool(b) => Val::Bool(b),
+            ValueRef::Int(i) => Val::Int(i),
+            ValueRef::Float(f) => Val::Float(f),
+            ValueRef::Str(s) => Val::Str(s),
             // Not a field a condition can name (refused at parse time).
-            Value::IdList(_) => Val::Null,
+            ValueRef::IdList(_) => Val::Null,
         }
     }
+}
 
-    fn of_archived(v: &'a ArchivedValue) -> Val<'a> {
-        match v {
-            ArchivedValue::Null => Val::Null,
-            ArchivedValue::Bool(b) => Val::Bool(*b),
-            ArchivedValue::Int(i) => Val::Int(i.to_native()),
-            ArchivedValue::Float(f) => Val::Float(f.to_native()),
-            ArchivedValue::Str(s) => Val::Str(s),
-            ArchivedValue::IdList(_) => Val::Null,
-        }
+impl<'a> Val<'a> {
+    fn of(v: &'a Value) -> Val<'a> {
+        Val::from(ValueRef::of(v))
     }
 
     /// The value as a result holds it, in a column of type `ty` (an int in a float column is
