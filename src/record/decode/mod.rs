@@ -126,7 +126,7 @@ fn fill_captures(schema: &Schema, object: &mut Scanned, captures: &[(usize, Valu
         }
         object.fields[pos] = Some(match captured {
             Value::Int(i) => Scalar::Int(*i),
-            Value::Str(s) => Scalar::Str(s.clone()),
+            Value::Str(s) => Scalar::Str(s.to_string().into()),
             // Captures are strings or ints (config validation).
             _ => return Err(Reason::WrongType(pos)),
         });

@@ -8,6 +8,9 @@
 //! beyond a double, a lone surrogate escape, bad syntax anywhere, trailing text) still makes the
 //! line `invalid_json`. Duplicate keys: the last one wins, as with `serde_json::Value`.
 
+mod flat;
+
+use std::borrow::Cow;
 use std::fmt;
 
 use base64::Engine as _;
@@ -19,24 +22,25 @@ use crate::record::{FieldType, Schema, Value};
 
 /// A declared field's JSON value, before it is checked against the field's type.
 #[derive(Debug, PartialEq)]
-pub enum Scalar {
+pub enum Scalar<'a> {
     Null,
     Bool(bool),
     Int(i64),
     /// An integer above `i64::MAX` that fits a u64.
     BigUint(u64),
     Float(f64),
-    Str(Box<str>),
+    /// Borrowed from the line unless it held escapes.
+    Str(Cow<'a, str>),
     /// An array or an object: never of a declared type.
     Compound,
 }
 
-impl Scalar {
+impl Scalar<'_> {
     /// As a field of type `ty`, or `None` when it is of another type.
     pub fn into_typed(self, ty: FieldType) -> Option<Value> {
         Some(match (ty, self) {
-            (FieldType::String, Scalar::Str(s)) => Value::Str(s),
-            (FieldType::Bytes, Scalar::Str(s)) if is_canonical_base64(&s) => Value::Str(s),
+            (FieldType::String, Scalar::Str(s)) => Value::Str(s.into()),
+            (FieldType::Bytes, Scalar::Str(s)) if is_canonical_base64(&s) => Value::Str(s.into()),
             (FieldType::Int, scalar) => Value::Int(scalar.as_int()?),
             (FieldType::Float, scalar) => Value::Float(scalar.as_float()?),
             (FieldType::Bool, Scalar::Bool(b)) => Value::Bool(b),
@@ -79,10 +83,29 @@ fn is_canonical_base64(s: &str) -> bool {
 }
 
 /// The declared fields of one object (by schema position; `None`: absent) and its `arrival`.
-#[derive(Debug)]
-pub struct Scanned {
-    pub fields: Vec<Option<Scalar>>,
-    pub arrival: Option<Scalar>,
+#[derive(Debug, PartialEq)]
+pub struct Scanned<'a> {
+    pub fields: Vec<Option<Scalar<'a>>>,
+    pub arrival: Option<Scalar<'a>>,
+}
+
+impl<'a> Scanned<'a> {
+    fn new(schema: &Schema) -> Scanned<'a> {
+        Scanned { fields: (0..schema.fields.len()).map(|_| None).collect(), arrival: None }
+    }
+
+    /// Keeps the value of a declared key; a later duplicate replaces it, as in `serde_json::Value`.
+    fn put(&mut self, key: Key, scalar: Scalar<'a>) {
+        match key {
+            Key::Other => {}
+            Key::Field(pos) => self.fields[pos] = Some(scalar),
+            Key::Arrival => self.arrival = Some(scalar),
+            Key::FieldAndArrival(pos) => {
+                self.arrival = Some(copy_scalar(&scalar));
+                self.fields[pos] = Some(scalar);
+            }
+        }
+    }
 }
 
 /// Why a line holds no object to decode.
@@ -93,8 +116,16 @@ pub enum NotAnObject {
     OtherValue,
 }
 
-/// Scans `text`, which must be one JSON value and nothing else.
-pub fn scan_object(schema: &Schema, text: &str) -> Result<Scanned, NotAnObject> {
+/// Scans `text`, which must be one JSON value and nothing else: through [`flat`] when the line
+/// is a flat object it reads to the end, else through serde_json, which also names the error.
+pub fn scan_object<'a>(schema: &Schema, text: &'a str) -> Result<Scanned<'a>, NotAnObject> {
+    match flat::scan(schema, text) {
+        Some(scanned) => Ok(scanned),
+        None => scan_with_serde(schema, text),
+    }
+}
+
+fn scan_with_serde<'a>(schema: &Schema, text: &'a str) -> Result<Scanned<'a>, NotAnObject> {
     let mut de = serde_json::Deserializer::from_str(text);
     let scanned = de.deserialize_any(TopLevel { schema }).map_err(|_| NotAnObject::InvalidJson)?;
     de.end().map_err(|_| NotAnObject::InvalidJson)?;
@@ -107,26 +138,18 @@ struct TopLevel<'s> {
 }
 
 impl<'de> Visitor<'de> for TopLevel<'_> {
-    type Value = Option<Scanned>;
+    type Value = Option<Scanned<'de>>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON value")
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut scanned = Scanned { fields: (0..self.schema.fields.len()).map(|_| None).collect(), arrival: None };
+        let mut scanned = Scanned::new(self.schema);
         while let Some(key) = map.next_key_seed(KeySeed { schema: self.schema })? {
             match key {
-                Key::Other => {
-                    map.next_value_seed(Validated)?;
-                }
-                Key::Field(pos) => scanned.fields[pos] = Some(map.next_value_seed(ScalarSeed)?),
-                Key::Arrival => scanned.arrival = Some(map.next_value_seed(ScalarSeed)?),
-                Key::FieldAndArrival(pos) => {
-                    let scalar = map.next_value_seed(ScalarSeed)?;
-                    scanned.arrival = Some(copy_scalar(&scalar));
-                    scanned.fields[pos] = Some(scalar);
-                }
+                Key::Other => map.next_value_seed(Validated)?,
+                key => scanned.put(key, map.next_value_seed(ScalarSeed)?),
             }
         }
         Ok(Some(scanned))
@@ -163,7 +186,7 @@ impl<'de> Visitor<'de> for TopLevel<'_> {
 }
 
 /// A field both declared and named `arrival` feeds both; only scalars matter to `arrival`.
-fn copy_scalar(scalar: &Scalar) -> Scalar {
+fn copy_scalar<'a>(scalar: &Scalar<'a>) -> Scalar<'a> {
     match scalar {
         Scalar::Null => Scalar::Null,
         Scalar::Bool(b) => Scalar::Bool(*b),
@@ -176,6 +199,7 @@ fn copy_scalar(scalar: &Scalar) -> Scalar {
 }
 
 /// What an object key names.
+#[derive(Clone, Copy)]
 enum Key {
     Field(usize),
     Arrival,
@@ -203,13 +227,19 @@ impl<'de> Visitor<'de> for KeySeed<'_> {
     }
 
     fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Key, E> {
-        let field = self.schema.fields.iter().position(|f| f.name == key);
-        Ok(match (field, key == "arrival") {
+        Ok(Key::named(self.schema, key))
+    }
+}
+
+impl Key {
+    fn named(schema: &Schema, key: &str) -> Key {
+        let field = schema.fields.iter().position(|f| f.name == key);
+        match (field, key == "arrival") {
             (Some(pos), false) => Key::Field(pos),
             (Some(pos), true) => Key::FieldAndArrival(pos),
             (None, true) => Key::Arrival,
             (None, false) => Key::Other,
-        })
+        }
     }
 }
 
@@ -217,50 +247,54 @@ impl<'de> Visitor<'de> for KeySeed<'_> {
 struct ScalarSeed;
 
 impl<'de> DeserializeSeed<'de> for ScalarSeed {
-    type Value = Scalar;
+    type Value = Scalar<'de>;
 
-    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<Scalar, D::Error> {
+    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<Scalar<'de>, D::Error> {
         de.deserialize_any(self)
     }
 }
 
 impl<'de> Visitor<'de> for ScalarSeed {
-    type Value = Scalar;
+    type Value = Scalar<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON value")
     }
 
-    fn visit_unit<E: serde::de::Error>(self) -> Result<Scalar, E> {
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Scalar<'de>, E> {
         Ok(Scalar::Null)
     }
 
-    fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Scalar, E> {
+    fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Scalar<'de>, E> {
         Ok(Scalar::Bool(b))
     }
 
-    fn visit_i64<E: serde::de::Error>(self, i: i64) -> Result<Scalar, E> {
+    fn visit_i64<E: serde::de::Error>(self, i: i64) -> Result<Scalar<'de>, E> {
         Ok(Scalar::Int(i))
     }
 
-    fn visit_u64<E: serde::de::Error>(self, u: u64) -> Result<Scalar, E> {
+    fn visit_u64<E: serde::de::Error>(self, u: u64) -> Result<Scalar<'de>, E> {
         Ok(i64::try_from(u).map_or(Scalar::BigUint(u), Scalar::Int))
     }
 
-    fn visit_f64<E: serde::de::Error>(self, f: f64) -> Result<Scalar, E> {
+    fn visit_f64<E: serde::de::Error>(self, f: f64) -> Result<Scalar<'de>, E> {
         if f.is_finite() { Ok(Scalar::Float(f)) } else { Err(E::custom("number out of range")) }
     }
 
-    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Scalar, E> {
-        Ok(Scalar::Str(s.into()))
+    fn visit_borrowed_str<E: serde::de::Error>(self, s: &'de str) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Str(Cow::Borrowed(s)))
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar, A::Error> {
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Scalar<'de>, E> {
+        Ok(Scalar::Str(Cow::Owned(s.into())))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar<'de>, A::Error> {
         while seq.next_element_seed(Validated)?.is_some() {}
         Ok(Scalar::Compound)
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scalar, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scalar<'de>, A::Error> {
         while map.next_entry_seed(Validated, Validated)?.is_some() {}
         Ok(Scalar::Compound)
     }

@@ -1,0 +1,257 @@
+//! The common line — one flat object of strings without escapes, plain numbers, booleans and
+//! nulls — scanned byte by byte, with nothing allocated.
+//!
+//! It reads a line only when it is sure to read it as serde_json does; on anything else (an
+//! escape, an exponent, a nested value, a number serde_json would read as a double through its
+//! slow path, bad syntax) it gives up and the line goes to serde_json, which also names the
+//! error. So what it accepts, it reads to the same [`Scanned`] (a test holds it to that:
+//! decode/tests.rs), and it never rejects a line.
+//!
+//! Numbers: an integer of at most [`MAX_DIGITS`] digits is exact in an `i64`; a decimal of at most
+//! as many digits is `significand / 10^k` with both exact doubles, which is what serde_json's
+//! default parser computes for it (one correctly rounded division).
+
+use std::borrow::Cow;
+
+use super::{Key, Scalar, Scanned};
+use crate::record::Schema;
+
+/// Digits of a number read here: below 2^53, so exact as a double, and 10^15 is exact too.
+const MAX_DIGITS: usize = 15;
+
+/// Powers of ten up to 10^[`MAX_DIGITS`], all exact doubles.
+const POW10: [f64; MAX_DIGITS + 1] =
+    [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
+
+/// The declared fields of `text` when it is a flat object this scanner reads; `None` otherwise.
+pub fn scan<'a>(schema: &Schema, text: &'a str) -> Option<Scanned<'a>> {
+    let mut cursor = Cursor { text, at: 0 };
+    let mut scanned = Scanned::new(schema);
+    cursor.skip_space();
+    cursor.eat(b'{')?;
+    cursor.skip_space();
+    if cursor.eat(b'}').is_none() {
+        loop {
+            let key = Key::named(schema, cursor.string()?);
+            cursor.skip_space();
+            cursor.eat(b':')?;
+            cursor.skip_space();
+            scanned.put(key, cursor.scalar()?);
+            cursor.skip_space();
+            match cursor.next()? {
+                b',' => cursor.skip_space(),
+                b'}' => break,
+                _ => return None,
+            }
+        }
+    }
+    cursor.skip_space();
+    (cursor.at == text.len()).then_some(scanned)
+}
+
+struct Cursor<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.at).copied()
+    }
+
+    fn next(&mut self) -> Option<u8> {
+        let byte = self.peek()?;
+        self.at += 1;
+        Some(byte)
+    }
+
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    /// JSON's whitespace, as serde_json reads it.
+    fn skip_space(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\n' | b'\t' | b'\r')) {
+            self.at += 1;
+        }
+    }
+
+    /// A string without escapes or control characters, borrowed from the line.
+    fn string(&mut self) -> Option<&'a str> {
+        self.eat(b'"')?;
+        let start = self.at;
+        let bytes = self.text.as_bytes();
+        let len = bytes[start..].iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+        self.at = start + len;
+        self.eat(b'"')?;
+        // Both ends are ASCII quotes, so the slice lies on character boundaries of valid UTF-8.
+        self.text.get(start..start + len)
+    }
+
+    fn scalar(&mut self) -> Option<Scalar<'a>> {
+        match self.peek()? {
+            b'"' => self.string().map(|s| Scalar::Str(Cow::Borrowed(s))),
+            b't' => self.word("true", Scalar::Bool(true)),
+            b'f' => self.word("false", Scalar::Bool(false)),
+            b'n' => self.word("null", Scalar::Null),
+            _ => self.number(),
+        }
+    }
+
+    fn word(&mut self, word: &str, scalar: Scalar<'a>) -> Option<Scalar<'a>> {
+        self.text[self.at..].starts_with(word).then(|| {
+            self.at += word.len();
+            scalar
+        })
+    }
+
+    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?` of at most [`MAX_DIGITS`] digits, and not `-0`.
+    fn number(&mut self) -> Option<Scalar<'a>> {
+        let negative = self.eat(b'-').is_some();
+        let (whole, whole_digits) = self.digits()?;
+        if whole_digits > 1 && self.text.as_bytes()[self.at - whole_digits] == b'0' {
+            return None; // a leading zero: serde_json's error
+        }
+        let (fraction, fraction_digits) = if self.eat(b'.').is_some() { self.digits()? } else { (0, 0) };
+        if whole_digits + fraction_digits > MAX_DIGITS || matches!(self.peek(), Some(b'e' | b'E')) {
+            return None;
+        }
+        let significand = whole * 10u64.pow(fraction_digits as u32) + fraction;
+        let value = significand as i64;
+        Some(match (fraction_digits, negative) {
+            (0, false) => Scalar::Int(value),
+            // serde_json reads the integer `-0` as the double −0.0.
+            (0, true) if value == 0 => return None,
+            (0, true) => Scalar::Int(-value),
+            (k, negative) => {
+                let f = significand as f64 / POW10[k];
+                Scalar::Float(if negative { -f } else { f })
+            }
+        })
+    }
+
+    /// One or more digits (at most [`MAX_DIGITS`] + 1 are read into the value): value and count.
+    fn digits(&mut self) -> Option<(u64, usize)> {
+        let start = self.at;
+        let mut value = 0u64;
+        while let Some(digit @ b'0'..=b'9') = self.peek() {
+            if self.at - start > MAX_DIGITS {
+                return None;
+            }
+            value = value * 10 + u64::from(digit - b'0');
+            self.at += 1;
+        }
+        let count = self.at - start;
+        (count > 0).then_some((value, count))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::record::schema::Field;
+    use crate::record::{FieldType, TimeSpec};
+
+    fn schema() -> Schema {
+        let field = |name: &str, ty| Field { name: name.into(), ty, nullable: false };
+        let fields = ["device", "ts", "x", "arrival"].map(|name| field(name, FieldType::String));
+        Schema::new(fields.into(), Some(0), TimeSpec::Ingest)
+    }
+
+    /// Numbers near every limit of the fast path: digit counts, signs, zeros, fractions.
+    fn number() -> impl Strategy<Value = String> {
+        let digits =
+            |n| proptest::collection::vec(0u8..10, n).prop_map(|d| d.iter().map(|d| char::from(b'0' + d)).collect());
+        let mantissa: BoxedStrategy<String> = digits(1..20).boxed();
+        let fraction = proptest::option::of(digits(0..20));
+        let exponent = proptest::option::of("[eE][+-]?[0-9]{1,3}");
+        (any::<bool>(), mantissa, fraction, exponent).prop_map(|(negative, whole, fraction, exponent)| {
+            let sign = if negative { "-" } else { "" };
+            let fraction = fraction.map(|f: String| format!(".{f}")).unwrap_or_default();
+            format!("{sign}{whole}{fraction}{}", exponent.unwrap_or_default())
+        })
+    }
+
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            number(),
+            "\"[a-z0-9é ]{0,6}\"",
+            "\"[a-z\\\\\"\\t]{0,4}\"",
+            Just("true".to_owned()),
+            Just("false".to_owned()),
+            Just("null".to_owned()),
+            Just("tru".to_owned()),
+            Just("[1]".to_owned()),
+        ]
+    }
+
+    fn line() -> impl Strategy<Value = String> {
+        let key = prop::sample::select(vec!["device", "ts", "x", "arrival", "other", "d\\u0065vice", "dev\tice"]);
+        let space = prop::sample::select(vec!["", " ", "\n", "\t\r", "\u{a0}"]);
+        let member = (key, space.clone(), value()).prop_map(|(k, s, v)| format!("\"{k}\"{s}:{s}{v}{s}"));
+        let tail = prop::sample::select(vec!["", " ", ",", "}", "x"]);
+        (prop::collection::vec(member, 0..6), space, tail)
+            .prop_map(|(members, space, tail)| format!("{space}{{{space}{}}}{space}{tail}", members.join(",")))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2048, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// What the byte scanner reads, serde_json reads alike.
+        #[test]
+        fn reads_what_it_accepts_as_serde_json_does(line in line()) {
+            if let Some(fast) = scan(&schema(), &line) {
+                prop_assert_eq!(Ok(fast), super::super::scan_with_serde(&schema(), &line), "line {}", line);
+            }
+        }
+
+        #[test]
+        fn every_decimal_it_accepts_is_serde_jsons_double(number in number()) {
+            let line = format!("{{\"x\":{number}}}");
+            if let Some(fast) = scan(&schema(), &line) {
+                prop_assert_eq!(Ok(fast), super::super::scan_with_serde(&schema(), &line), "line {}", line);
+            }
+        }
+    }
+
+    #[test]
+    fn takes_the_common_lines() {
+        let schema = schema();
+        for line in [
+            r#"{"device":"dev-00958","ts":1700000000002,"cmd":"update_fw","arg":"v=43"}"#,
+            r#"{"device":"dev-00004","ts":1700000000030,"x":86.85,"state":"idle","seq":1}"#,
+            r#" { "x" : -0.5 , "ts" : -12, "arrival": null, "ok": true, "no": false, "s": "é" } "#,
+            "{}",
+            r#"{"x":123456789012345,"ts":0.12345678901234}"#,
+        ] {
+            assert!(scan(&schema, line).is_some(), "{line}");
+        }
+        let scanned = scan(&schema, r#"{"x":-21.50,"ts":7,"device":"a","device":"b"}"#).unwrap();
+        assert_eq!(scanned.fields[2], Some(Scalar::Float(-21.5)));
+        assert_eq!(scanned.fields[1], Some(Scalar::Int(7)));
+        assert_eq!(scanned.fields[0], Some(Scalar::Str(Cow::Borrowed("b"))));
+    }
+
+    #[test]
+    fn leaves_the_rest_to_serde_json() {
+        let schema = schema();
+        for line in [
+            r#"{"x":-0}"#,
+            r#"{"x":01}"#,
+            r#"{"x":1e3}"#,
+            r#"{"x":1234567890123456}"#,
+            r#"{"x":0.1234567890123456}"#,
+            r#"{"x":1.}"#,
+            r#"{"x":"a\"b"}"#,
+            r#"{"x":[1]}"#,
+            r#"{"x":1,}"#,
+            r#"{"x":1} x"#,
+            "[]",
+            "{\"x\":\"\t\"}",
+        ] {
+            assert!(scan(&schema, line).is_none(), "{line}");
+        }
+    }
+}
