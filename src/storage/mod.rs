@@ -115,11 +115,10 @@ impl StoredFile for MappedFile {
     }
 
     fn write(&mut self, at: usize, bytes: &[u8]) -> Result<(), MappedFileError> {
-        let path = self.path().to_owned();
         let target = at.checked_add(bytes.len()).and_then(|end| self.data_mut().get_mut(at..end));
         let Some(target) = target else {
             let source = std::io::Error::other(format!("write of {} bytes at {at} outside the file", bytes.len()));
-            return Err(MappedFileError::Io { path, source });
+            return Err(MappedFileError::Io { path: self.path().to_owned(), source });
         };
         target.copy_from_slice(bytes);
         Ok(())

@@ -270,10 +270,18 @@ struct Segments {
     next_number: u32,
 }
 
+/// Emptied index deques an [`ArenaStore`] keeps, and the largest capacity it keeps (a hot key's
+/// deque is let go): at most 1 024 entries of heap (under 100 KiB).
+const SPARE_DEQUES: usize = 64;
+const SPARE_DEQUE_CAPACITY: usize = 16;
+
 /// A keyed store in mmap segment files (module doc).
 pub struct ArenaStore {
     segments: Segments,
     index: super::ByKeyHash<VecDeque<Entry>>,
+    /// Emptied index deques kept for the next new key: a key whose rows come and go (one row in
+    /// the window at a time) would otherwise allocate, grow and free a deque per row.
+    spare_deques: Vec<VecDeque<Entry>>,
     encoder: RowEncoder,
     rows: usize,
     bytes: usize,
@@ -357,6 +365,7 @@ impl ArenaStore {
                 next_number: numbers.last().map_or(1, |n| n.saturating_add(1)),
             },
             index: Default::default(),
+            spare_deques: Vec::new(),
             encoder: RowEncoder::new(),
             rows: 0,
             bytes: 0,
@@ -441,7 +450,12 @@ impl ArenaStore {
         handle: RowHandle,
     ) -> RowHandle {
         let place = Place::Arena { slot, off: off as u32 };
-        self.index.entry(key_hash).or_default().push_back(Entry { handle, matched, place });
+        let spare = &mut self.spare_deques;
+        self.index.entry(key_hash).or_insert_with(|| spare.pop().unwrap_or_default()).push_back(Entry {
+            handle,
+            matched,
+            place,
+        });
         self.rows += 1;
         self.bytes += size;
         if let Some(left) = self.segments.left_active.take()
@@ -460,8 +474,12 @@ impl ArenaStore {
         // Rows usually leave in arrival order (time-ordered expiry): the first of the key, which
         // a deque removes in O(1), so evicting a hot key's n rows is O(n), not O(n²).
         let entry = entries.remove(at)?;
-        if entries.is_empty() {
-            self.index.remove(&key_hash);
+        if entries.is_empty()
+            && let Some(emptied) = self.index.remove(&key_hash)
+            && self.spare_deques.len() < SPARE_DEQUES
+            && emptied.capacity() <= SPARE_DEQUE_CAPACITY
+        {
+            self.spare_deques.push(emptied);
         }
         self.rows -= 1;
         Some(entry)
