@@ -16,7 +16,7 @@ use crate::operator::host::{Arrival, TraceNote};
 use crate::plan::{NodeRef, Plan};
 use crate::record::id::hex;
 use crate::record::view::RowView;
-use crate::record::{Key, Row, Value};
+use crate::record::{Key, Value};
 use crate::replay::{Observer, ReplayError};
 use crate::shard::Runtime;
 
@@ -135,7 +135,8 @@ impl Finder<'_> {
 }
 
 impl Observer for Finder<'_> {
-    fn row(&mut self, stream: usize, arrival: i64, row: &Row, _runtime: &Runtime) {
+    fn row(&mut self, stream: usize, arrival: i64, row: RowView<'_>, _runtime: &Runtime) {
+        let row = &*row.to_row();
         let text = keys::text(&row.key);
         let schema = &self.plan.streams[stream].schema;
         for (i, pick) in self.picks.iter().enumerate() {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::operator::host::Trace;
 use crate::plan::Plan;
 use crate::record::view::RowView;
-use crate::record::{Key, Row, TimeSpec, TimeUnit, json};
+use crate::record::{Key, TimeSpec, TimeUnit, json};
 use crate::replay::Observer;
 use crate::shard::{Runtime, RuntimeOptions};
 use crate::time::Time;
@@ -83,7 +83,8 @@ impl Observer for Watch<'_> {
         options.every_tick = true;
     }
 
-    fn row(&mut self, stream: usize, arrival: i64, row: &Row, runtime: &Runtime) {
+    fn row(&mut self, stream: usize, arrival: i64, row: RowView<'_>, runtime: &Runtime) {
+        let row = &*row.to_row();
         if row.key == Key::Broadcast {
             return;
         }

@@ -38,7 +38,7 @@ use rkyv::util::AlignedVec;
 use thiserror::Error;
 
 use super::archiver::RowArchives;
-use super::view::ValueRef;
+use super::view::{RowView, ValueRef};
 
 pub use super::{ArchivedKey, ArchivedRow, ArchivedValue};
 use super::{Key, Row, Value};
@@ -70,11 +70,12 @@ impl RowEncoder {
     }
 
     /// Archives `row`; the bytes (a frame payload, 16-byte aligned) are valid until the next call.
-    pub fn encode(&mut self, row: &Row) -> Result<&[u8], FrameError> {
+    pub fn encode<'r>(&mut self, row: impl Into<RowView<'r>>) -> Result<&[u8], FrameError> {
+        let row = row.into();
         self.archives.clear();
-        self.archives.begin(row.key.key_ref());
-        row.values.iter().for_each(|value| self.archives.value(ValueRef::of(value)));
-        let i = self.archives.end(row.ts, row.key_hash, row.id);
+        self.archives.begin(row.key());
+        row.values().for_each(|value| self.archives.value(value));
+        let i = self.archives.end(row.ts(), row.key_hash(), row.id());
         Ok(self.archives.bytes(i))
     }
 }
@@ -130,14 +131,7 @@ pub fn to_key(archived: &ArchivedKey) -> Key {
 }
 
 pub fn to_value(archived: &ArchivedValue) -> Value {
-    match archived {
-        ArchivedValue::Null => Value::Null,
-        ArchivedValue::Bool(b) => Value::Bool(*b),
-        ArchivedValue::Int(i) => Value::Int(i.to_native()),
-        ArchivedValue::Float(f) => Value::Float(f.to_native()),
-        ArchivedValue::Str(s) => Value::Str(Box::from(&**s)),
-        ArchivedValue::IdList(ids) => Value::IdList(ids.iter().map(|id| id.to_native()).collect()),
-    }
+    ValueRef::archived(archived).to_value()
 }
 
 #[cfg(test)]

@@ -33,26 +33,31 @@ impl IdHasher {
     }
 
     pub fn value(&mut self, v: &Value) -> &mut Self {
+        self.value_ref(super::view::ValueRef::of(v))
+    }
+
+    pub fn value_ref(&mut self, v: super::view::ValueRef<'_>) -> &mut Self {
+        use super::view::ValueRef;
         match v {
-            Value::Null => self.buf.push(b'n'),
-            Value::Bool(b) => self.buf.extend_from_slice(&[b'b', *b as u8]),
-            Value::Int(i) => {
+            ValueRef::Null => self.buf.push(b'n'),
+            ValueRef::Bool(b) => self.buf.extend_from_slice(&[b'b', b as u8]),
+            ValueRef::Int(i) => {
                 self.buf.push(b'i');
                 self.buf.extend_from_slice(&i.to_le_bytes());
             }
-            Value::Float(f) => {
+            ValueRef::Float(f) => {
                 self.buf.push(b'f');
                 // -0.0 and 0.0 are the same number in JSON: one id.
-                let f = if *f == 0.0 { 0.0 } else { *f };
+                let f = if f == 0.0 { 0.0 } else { f };
                 self.buf.extend_from_slice(&f.to_bits().to_le_bytes());
             }
-            Value::Str(s) => {
+            ValueRef::Str(s) => {
                 self.str(s);
             }
-            Value::IdList(ids) => {
+            ValueRef::IdList(ids) => {
                 self.buf.push(b'l');
                 self.buf.extend_from_slice(&(ids.len() as u64).to_le_bytes());
-                for id in ids {
+                for id in ids.iter() {
                     self.buf.extend_from_slice(&id.to_le_bytes());
                 }
             }

@@ -29,12 +29,12 @@ fn member(out: &mut Vec<u8>, name: &str) {
 }
 
 /// A row of an input stream: its declared fields plus `_stream` and `_ts`.
-pub fn write_input_row(out: &mut Vec<u8>, schema: &Schema, stream: &str, row: &Row) {
-    open_object(out, schema, RowView::Heap(row));
+pub fn write_input_row(out: &mut Vec<u8>, schema: &Schema, stream: &str, row: RowView<'_>) {
+    open_object(out, schema, row);
     member(out, "_stream");
     write_str(out, stream);
     member(out, "_ts");
-    write_int(out, row.ts);
+    write_int(out, row.ts());
     out.extend_from_slice(b"}\n");
 }
 
@@ -191,7 +191,7 @@ mod tests {
             values: vec![Value::Str("d\"1".into()), Value::Float(20.0)].into(),
         };
         let mut out = Vec::new();
-        write_input_row(&mut out, &schema, "status", &row);
+        write_input_row(&mut out, &schema, "status", RowView::Heap(&row));
         out.extend(result_line(&schema, &row));
         write_dead_letter(&mut out, "status", "x\u{fffd}", "invalid_utf8");
         let text = String::from_utf8(out).unwrap();

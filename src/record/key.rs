@@ -12,7 +12,7 @@
 //! [`Key::Str`]: super::Key::Str
 //! [`IdHasher::key`]: super::id::IdHasher::key
 
-use super::view::KeyRef;
+use super::view::{KeyRef, ValueRef};
 
 const INT: u8 = b'i';
 const STR: u8 = b's';
@@ -31,6 +31,27 @@ pub fn push_part(bytes: &mut Vec<u8>, part: KeyRef<'_>) {
             bytes.extend_from_slice(s.as_bytes());
         }
         KeyRef::Broadcast | KeyRef::Composite(_) => {}
+    }
+}
+
+/// The key of a row whose field `pos` holds `value(pos)`, for a stream keyed by `fields`: a
+/// one-field key is that field's value; a composite key its parts, encoded into `bytes`. `None`
+/// when a key field holds neither a string nor an int, or when there is no key field.
+pub fn key_of<'a>(
+    fields: &[usize],
+    value: impl Fn(usize) -> ValueRef<'a>,
+    bytes: &'a mut Vec<u8>,
+) -> Option<KeyRef<'a>> {
+    match fields {
+        [] => None,
+        [pos] => KeyRef::from_value_ref(value(*pos)),
+        _ => {
+            bytes.clear();
+            for &pos in fields {
+                push_part(bytes, KeyRef::from_value_ref(value(pos))?);
+            }
+            Some(KeyRef::Composite(bytes))
+        }
     }
 }
 

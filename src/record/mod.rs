@@ -9,6 +9,7 @@ pub mod archiver;
 pub mod decode;
 pub mod frame;
 pub mod id;
+pub mod input;
 pub mod json;
 pub mod key;
 pub mod schema;
@@ -87,17 +88,8 @@ impl Key {
     /// value, or for several a composite of them; `None` when there are no key fields (broadcast)
     /// or one of them holds no string or int.
     pub fn from_values(values: &[Value], fields: &[usize]) -> Option<Key> {
-        match fields {
-            [] => None,
-            [pos] => Key::from_value(values.get(*pos)?),
-            _ => {
-                let mut bytes = Vec::new();
-                for pos in fields {
-                    key::push_part(&mut bytes, view::KeyRef::from_value(values.get(*pos)?)?);
-                }
-                Some(Key::Composite(bytes.into()))
-            }
-        }
+        let value = |pos: usize| values.get(pos).map_or(view::ValueRef::Null, view::ValueRef::of);
+        key::key_of(fields, value, &mut Vec::new()).map(view::KeyRef::to_key)
     }
 
     /// The value of a one-field key (null for broadcast; a composite key's values are its

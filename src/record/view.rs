@@ -7,6 +7,7 @@
 use std::borrow::Cow;
 
 use super::frame::{to_row, to_value};
+use super::input::InputRow;
 use super::{ArchivedKey, ArchivedRow, ArchivedValue, Key, Row, Value};
 
 /// A key, borrowed.
@@ -31,9 +32,14 @@ impl<'a> KeyRef<'a> {
 
     /// The key held by `value`, if it is a string or an int ([`Key::from_value`], borrowed).
     pub fn from_value(value: &'a Value) -> Option<KeyRef<'a>> {
+        KeyRef::from_value_ref(ValueRef::of(value))
+    }
+
+    /// [`from_value`](Self::from_value) of a borrowed value.
+    pub fn from_value_ref(value: ValueRef<'a>) -> Option<KeyRef<'a>> {
         match value {
-            Value::Int(i) => Some(KeyRef::Int(*i)),
-            Value::Str(s) => Some(KeyRef::Str(s)),
+            ValueRef::Int(i) => Some(KeyRef::Int(i)),
+            ValueRef::Str(s) => Some(KeyRef::Str(s)),
             _ => None,
         }
     }
@@ -103,11 +109,24 @@ impl Key {
     }
 }
 
-/// A row, borrowed: on the heap or archived.
+/// A row, borrowed: on the heap, archived, or an input row still in its line.
 #[derive(Clone, Copy)]
 pub enum RowView<'a> {
     Heap(&'a Row),
     Archived(&'a ArchivedRow),
+    Input(&'a InputRow<'a>),
+}
+
+impl<'a> From<&'a Row> for RowView<'a> {
+    fn from(row: &'a Row) -> RowView<'a> {
+        RowView::Heap(row)
+    }
+}
+
+impl<'a> From<&'a InputRow<'a>> for RowView<'a> {
+    fn from(row: &'a InputRow<'a>) -> RowView<'a> {
+        RowView::Input(row)
+    }
 }
 
 impl<'a> RowView<'a> {
@@ -115,6 +134,7 @@ impl<'a> RowView<'a> {
         match self {
             RowView::Heap(row) => row.ts,
             RowView::Archived(row) => row.ts.to_native(),
+            RowView::Input(row) => row.ts,
         }
     }
 
@@ -122,6 +142,7 @@ impl<'a> RowView<'a> {
         match self {
             RowView::Heap(row) => row.id,
             RowView::Archived(row) => row.id.to_native(),
+            RowView::Input(row) => row.id,
         }
     }
 
@@ -129,6 +150,7 @@ impl<'a> RowView<'a> {
         match self {
             RowView::Heap(row) => row.key.key_ref(),
             RowView::Archived(row) => KeyRef::archived(&row.key),
+            RowView::Input(row) => row.key,
         }
     }
 
@@ -136,6 +158,7 @@ impl<'a> RowView<'a> {
         match self {
             RowView::Heap(row) => row.key_hash,
             RowView::Archived(row) => row.key_hash.to_native(),
+            RowView::Input(row) => row.key_hash,
         }
     }
 
@@ -144,6 +167,7 @@ impl<'a> RowView<'a> {
         match self {
             RowView::Heap(row) => row.values[pos].clone(),
             RowView::Archived(row) => to_value(&row.values[pos]),
+            RowView::Input(row) => row.value_ref(pos).to_value(),
         }
     }
 
@@ -152,6 +176,7 @@ impl<'a> RowView<'a> {
         match self {
             RowView::Heap(row) => ValueRef::of(&row.values[pos]),
             RowView::Archived(row) => ValueRef::archived(&row.values[pos]),
+            RowView::Input(row) => row.value_ref(pos),
         }
     }
 
@@ -160,6 +185,7 @@ impl<'a> RowView<'a> {
         match self {
             RowView::Heap(row) => row.values.len(),
             RowView::Archived(row) => row.values.len(),
+            RowView::Input(row) => row.len(),
         }
     }
 
@@ -178,6 +204,13 @@ impl<'a> RowView<'a> {
         match self {
             RowView::Heap(row) => Cow::Borrowed(row),
             RowView::Archived(row) => Cow::Owned(to_row(row)),
+            RowView::Input(_) => Cow::Owned(Row {
+                ts: self.ts(),
+                key: self.key().to_key(),
+                key_hash: self.key_hash(),
+                id: self.id(),
+                values: self.values().map(ValueRef::to_value).collect(),
+            }),
         }
     }
 }
@@ -241,6 +274,18 @@ impl<'a> ValueRef<'a> {
             ArchivedValue::Float(f) => ValueRef::Float(f.to_native()),
             ArchivedValue::Str(s) => ValueRef::Str(s),
             ArchivedValue::IdList(ids) => ValueRef::IdList(IdsRef::Archived(ids)),
+        }
+    }
+
+    /// The value copied out to the heap.
+    pub fn to_value(self) -> Value {
+        match self {
+            ValueRef::Null => Value::Null,
+            ValueRef::Bool(b) => Value::Bool(b),
+            ValueRef::Int(i) => Value::Int(i),
+            ValueRef::Float(f) => Value::Float(f),
+            ValueRef::Str(s) => Value::Str(s.into()),
+            ValueRef::IdList(ids) => Value::IdList(ids.iter().collect()),
         }
     }
 

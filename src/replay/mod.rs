@@ -30,11 +30,12 @@ use crate::checkpoint::{CheckpointDir, Loaded};
 use crate::config::Durability;
 use crate::operator::ExpiryReason;
 use crate::plan::{Plan, Target};
-use crate::record::decode::{Reason, check_time_window, dead_letter_raw};
-use crate::record::id::IdHasher;
+use crate::record::decode::dead_letter_raw;
+use crate::record::input::InputRows;
 use crate::record::view::RowView;
 use crate::record::{ArchivedRow, Row};
 use crate::shard::{Emit, Figures, Runtime, RuntimeError, RuntimeOptions};
+use crate::source::Arrived;
 use crate::state::snapshot;
 use input::{Content, InputError, Inputs, Line};
 use output::{Committer, Outputs, ReplayCheckpoint};
@@ -84,9 +85,9 @@ pub struct ReplayArgs<'a> {
 pub trait Observer {
     /// Options for the runtime (the trace to attach).
     fn runtime_options(&self, _options: &mut RuntimeOptions<'_>) {}
-    /// A line of stream `stream` arrived at `arrival` and was decoded into `row`; it is ingested
-    /// next (`runtime` has run the ticks up to `arrival`).
-    fn row(&mut self, _stream: usize, _arrival: i64, _row: &Row, _runtime: &Runtime) {}
+    /// A line of stream `stream` arrived at `arrival` and its row `row` was ingested (`runtime`
+    /// has run the ticks up to `arrival`).
+    fn row(&mut self, _stream: usize, _arrival: i64, _row: RowView<'_>, _runtime: &Runtime) {}
     /// A line of stream `stream` arrived at `arrival` and went to `dead_letter`.
     fn dead_letter(&mut self, _stream: usize, _arrival: i64, _raw: &[u8], _reason: &str) {}
     /// Operator `operator` emitted `row`.
@@ -194,7 +195,7 @@ pub fn run_observed(plan: &Plan, args: &ReplayArgs<'_>, observer: &mut dyn Obser
     observer.runtime_options(&mut options);
     let mut runtime = Runtime::start(plan, &options, start)?;
     let mut sinks = Observed { outputs, observer };
-    let mut ids = IdHasher::default();
+    let mut rows = InputRows::default();
     let taken = resume.as_ref().map_or(0, |r| r.position.lines);
     let mut epoch = resume.as_ref().map_or(0, |r| r.loaded.manifest.epoch);
     let interval = i128::from(plan.runtime.checkpoint_interval);
@@ -221,7 +222,7 @@ pub fn run_observed(plan: &Plan, args: &ReplayArgs<'_>, observer: &mut dyn Obser
                 next_checkpoint = Some(arrival + interval);
             }
         }
-        feed(plan, &mut runtime, &mut sinks, &mut ids, line)?;
+        feed(plan, &mut runtime, &mut sinks, &mut rows, line)?;
     }
     let figures = runtime.finish(&mut sinks)?;
     sinks.outputs.finish().map_err(ReplayError::Write)?;
@@ -283,40 +284,26 @@ fn feed(
     plan: &Plan,
     runtime: &mut Runtime,
     sinks: &mut Observed<'_, '_>,
-    ids: &mut IdHasher,
+    rows: &mut InputRows,
     line: Line<'_>,
 ) -> Result<(), RuntimeError> {
     let arrival = line.arrival;
     runtime.advance_to(i128::from(arrival), sinks)?;
     let def = &plan.streams[line.stream];
-    let checked = match line.content {
-        Content::Row { values, ts } => {
-            let ts = ts.unwrap_or(arrival);
-            check_time_window(ts, arrival, def.max_age, def.max_skew).map(|()| (values, ts))
-        }
-        Content::DeadLetter(reason) => Err(reason),
+    let decoded = match &line.content {
+        Content::Row(fields) => Ok(fields),
+        Content::DeadLetter(reason) => Err(*reason),
     };
-    let row = checked.map(|(values, ts)| crate::source::row_of(def, values, ts, ids));
-    // A row too large for the rings is refused before anything happened: a dead letter too.
-    let ingested = match row {
-        Ok(row) => match runtime.ingest(line.stream, &row, i128::from(arrival), sinks) {
-            Ok(()) => Ok(row),
-            Err(RuntimeError::RowTooLarge { .. }) => Err(Reason::TooLarge),
-            Err(error) => return Err(error),
-        },
-        Err(reason) => Err(reason),
-    };
-    match ingested {
-        Ok(row) => {
-            sinks.observer.row(line.stream, arrival, &row, runtime);
-            sinks.outputs.input_row(line.stream, &row);
-        }
-        Err(reason) => {
-            let label = reason.label(&def.schema);
-            runtime.count_dead_letter(line.stream, &label);
-            sinks.observer.dead_letter(line.stream, arrival, line.bytes, &label);
-            sinks.outputs.dead_letter(line.stream, &dead_letter_raw(line.bytes, reason), &label);
-        }
+    let input = Arrived { stream: line.stream, line: line.bytes, decoded, arrival };
+    let ingested = crate::source::ingest(runtime, def, input, rows, sinks, |sinks, row, runtime| {
+        sinks.observer.row(line.stream, arrival, row, runtime);
+        sinks.outputs.input_row(line.stream, row);
+    })?;
+    if let Err(reason) = ingested {
+        let label = reason.label(&def.schema);
+        runtime.count_dead_letter(line.stream, &label);
+        sinks.observer.dead_letter(line.stream, arrival, line.bytes, &label);
+        sinks.outputs.dead_letter(line.stream, &dead_letter_raw(line.bytes, reason), &label);
     }
     Ok(())
 }

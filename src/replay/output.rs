@@ -143,7 +143,7 @@ impl<'p> Outputs<'p> {
         self.buf.clear();
     }
 
-    pub fn input_row(&mut self, stream: usize, row: &Row) {
+    pub fn input_row(&mut self, stream: usize, row: RowView<'_>) {
         if self.wants(Target::Stream(stream)) {
             let def = &self.plan.streams[stream];
             json::write_input_row(&mut self.buf, &def.schema, &def.name, row);

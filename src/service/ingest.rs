@@ -6,11 +6,11 @@
 
 use crate::plan::Plan;
 use crate::record::Value;
-use crate::record::decode::{Reason, check_time_window, dead_letter_raw, decode_payload};
-use crate::record::id::IdHasher;
+use crate::record::decode::{dead_letter_raw, decode_payload};
+use crate::record::input::InputRows;
 use crate::shard::{Runtime, RuntimeError};
 use crate::source::route::{Router, TopicFilter};
-use crate::source::row_of;
+use crate::source::{Arrived, ingest};
 
 use super::outputs::Outputs;
 
@@ -27,7 +27,7 @@ pub struct Message<'m> {
 pub struct Ingest {
     /// Per source (by index in `Plan::sources`): its streams' topic filters.
     routers: Vec<Router>,
-    ids: IdHasher,
+    rows: InputRows,
     captured: Vec<(usize, Value)>,
 }
 
@@ -45,7 +45,7 @@ impl Ingest {
                 }
             }
         }
-        Ingest { routers, ids: IdHasher::default(), captured: Vec::new() }
+        Ingest { routers, rows: InputRows::default(), captured: Vec::new() }
     }
 
     /// Feeds one message to every stream its topic matches; whether any did (a topic braid did
@@ -75,28 +75,19 @@ impl Ingest {
             self.captured.clear();
             self.captured.extend(captures.iter().map(|&(pos, c)| (pos, c.to_value())));
             let decoded = decode_payload(&def.schema, payload, def.max_payload, &self.captured);
-            let checked = decoded.outcome.and_then(|fields| {
-                let ts = fields.ts.unwrap_or(now as i64);
-                check_time_window(ts, now as i64, def.max_age, def.max_skew).map(|()| (fields.values, ts))
-            });
-            let row = checked.map(|(values, ts)| row_of(def, values, ts, &mut self.ids));
-            // A row too large for the rings is refused before anything happened: a dead letter
-            // too, so the journaled message does the same at every restart instead of failing it.
-            let ingested = match row {
-                Ok(row) => match runtime.ingest(stream, &row, now, outputs) {
-                    Ok(()) => Ok(row),
-                    Err(RuntimeError::RowTooLarge { .. }) => Err(Reason::TooLarge),
-                    Err(error) => return Err(error),
-                },
-                Err(reason) => Err(reason),
+            let input = Arrived {
+                stream,
+                line: payload,
+                decoded: decoded.outcome.as_ref().map_err(|r| *r),
+                arrival: now as i64,
             };
-            match ingested {
-                Ok(row) => outputs.input_row(stream, &row),
-                Err(reason) => {
-                    let label = reason.label(&def.schema);
-                    runtime.count_dead_letter(stream, &label);
-                    outputs.dead_letter(&def.name, &dead_letter_raw(payload, reason), &label);
-                }
+            let ingested = ingest(runtime, def, input, &mut self.rows, outputs, |outputs, row, _| {
+                outputs.input_row(stream, row);
+            })?;
+            if let Err(reason) = ingested {
+                let label = reason.label(&def.schema);
+                runtime.count_dead_letter(stream, &label);
+                outputs.dead_letter(&def.name, &dead_letter_raw(payload, reason), &label);
             }
         }
         Ok(matched)

@@ -145,11 +145,11 @@ impl Outputs {
     }
 
     /// A decoded row of an input stream (for sinks that list the stream itself).
-    pub fn input_row(&mut self, stream: usize, row: &Row) {
+    pub fn input_row(&mut self, stream: usize, row: RowView<'_>) {
         if self.wants(Target::Stream(stream)) {
             let def = &self.plan.streams[stream];
             json::write_input_row(&mut self.line, &def.schema, &def.name, row);
-            self.deliver(Target::Stream(stream), 0, Some(&row.values), false);
+            self.deliver(Target::Stream(stream), 0, Some(&row.to_row().values), false);
         }
     }
 

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::record::{Key, Row};
+use crate::record::view::{KeyRef, RowView};
 use crate::ring::{FrameKind, PushError};
 
 use super::wake::Doorbell;
@@ -46,13 +46,14 @@ impl Runtime {
     /// Ingests one decoded row of stream `stream` that arrived at `arrival`. A row larger than
     /// the rings carry is [`RuntimeError::RowTooLarge`], returned before anything happened (not
     /// counted, no watermark moved): the caller dead-letters it and goes on.
-    pub fn ingest(
+    pub fn ingest<'r>(
         &mut self,
         stream: usize,
-        row: &Row,
+        row: impl Into<RowView<'r>>,
         arrival: i128,
         emit: &mut impl Emit,
     ) -> Result<(), RuntimeError> {
+        let row = row.into();
         let seq = self.seq + 1;
         self.writer.row_event(seq, stream, row).map_err(|e| RuntimeError::Frame(e.to_string()))?;
         if self.writer.row_len > self.max_row {
@@ -60,8 +61,8 @@ impl Runtime {
         }
         self.seq = seq;
         self.stream_counters[stream].rows += 1;
-        self.planner.on_row(stream, row.ts, arrival);
-        let shard = (row.key != Key::Broadcast).then(|| (row.key_hash % self.shards as u64) as usize);
+        self.planner.on_row(stream, row.ts(), arrival);
+        let shard = (row.key() != KeyRef::Broadcast).then(|| (row.key_hash() % self.shards as u64) as usize);
         if let Some(shard) = shard {
             self.hot_keys[shard].count(row);
         }

@@ -5,7 +5,8 @@
 //! hot key (over 1/2 of the rows, the warning's threshold) is tight. Per row: a scan of eight
 //! hashes, no allocation (a key's name is copied once, when its count first reaches [`NAMED_AT`]).
 
-use crate::record::{Key, Row};
+use crate::record::Key;
+use crate::record::view::RowView;
 
 const SLOTS: usize = 8;
 /// Rows per window; the last full window is kept for reports while the next one fills.
@@ -42,9 +43,9 @@ pub struct HotKey {
 }
 
 impl HotKeys {
-    pub fn count(&mut self, row: &Row) {
+    pub fn count(&mut self, row: RowView<'_>) {
         self.rows += 1;
-        let hash = row.key_hash;
+        let hash = row.key_hash();
         let slot = match self.slots.iter().position(|s| s.hash == hash && s.count > 0) {
             Some(i) => &mut self.slots[i],
             None if self.slots.len() < SLOTS => {
@@ -59,7 +60,7 @@ impl HotKeys {
         };
         slot.count += 1;
         if slot.key.is_none() && slot.count >= NAMED_AT {
-            slot.key = Some(row.key.clone());
+            slot.key = Some(row.key().to_key());
         }
         if self.rows >= WINDOW_ROWS {
             self.last = self.current();
@@ -91,6 +92,7 @@ impl HotKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::Row;
     use crate::record::id::key_hash;
 
     fn row(key: &str) -> Row {
@@ -102,8 +104,8 @@ mod tests {
     fn a_key_with_most_rows_is_named_with_its_share() {
         let mut hot = HotKeys::default();
         for i in 0..1000 {
-            hot.count(&row(if i % 4 == 0 { "other" } else { "hot" }));
-            hot.count(&row(&format!("k{i}")));
+            hot.count(RowView::Heap(&row(if i % 4 == 0 { "other" } else { "hot" })));
+            hot.count(RowView::Heap(&row(&format!("k{i}"))));
         }
         let top = hot.report(100).unwrap();
         assert_eq!(top.key, "hot");
@@ -116,10 +118,10 @@ mod tests {
     fn windows_roll_and_the_last_full_one_is_kept() {
         let mut hot = HotKeys::default();
         for _ in 0..WINDOW_ROWS {
-            hot.count(&row("a"));
+            hot.count(RowView::Heap(&row("a")));
         }
         assert_eq!(hot.report(100).map(|h| (h.key, h.many_keys)), Some(("a".into(), false)));
-        hot.count(&row("b"));
+        hot.count(RowView::Heap(&row("b")));
         assert_eq!(hot.report(100).map(|h| h.key), Some("a".into()), "one row is too few: the last window");
     }
 }

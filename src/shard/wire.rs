@@ -22,6 +22,7 @@
 
 use crate::operator::Side;
 use crate::record::frame::{FrameError, RowEncoder, access_unchecked};
+use crate::record::view::RowView;
 use crate::record::{ArchivedRow, Row};
 use crate::ring::FrameKind;
 use crate::time::clock::InputTime;
@@ -58,7 +59,7 @@ impl Writer {
         self.buf.resize(padded, 0);
     }
 
-    fn row(&mut self, row: &Row) -> Result<(), FrameError> {
+    fn row(&mut self, row: RowView<'_>) -> Result<(), FrameError> {
         self.pad16();
         let archived = self.rows.encode(row)?;
         self.row_len = archived.len();
@@ -66,11 +67,11 @@ impl Writer {
         Ok(())
     }
 
-    pub fn row_event(&mut self, seq: u64, stream: usize, row: &Row) -> Result<&[u8], FrameError> {
+    pub fn row_event<'r>(&mut self, seq: u64, stream: usize, row: impl Into<RowView<'r>>) -> Result<&[u8], FrameError> {
         let b = self.start();
         b.extend_from_slice(&seq.to_le_bytes());
         b.extend_from_slice(&(stream as u32).to_le_bytes());
-        self.row(row)?;
+        self.row(row.into())?;
         Ok(&self.buf)
     }
 
@@ -129,7 +130,7 @@ impl Writer {
         b.extend_from_slice(&(op as u32).to_le_bytes());
         b.extend_from_slice(&(input as u32).to_le_bytes());
         tag.encode(b);
-        self.row(row)?;
+        self.row(row.into())?;
         Ok(&self.buf)
     }
 
@@ -153,7 +154,7 @@ impl Writer {
         let b = self.start();
         b.extend_from_slice(&(op as u32).to_le_bytes());
         b.extend_from_slice(&side.code().to_le_bytes());
-        self.row(row)?;
+        self.row(row.into())?;
         Ok(&self.buf)
     }
 

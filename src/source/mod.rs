@@ -66,6 +66,53 @@ impl Confirmations {
     }
 }
 
+/// A line or payload of an input stream as decoded, at the processing time it arrived.
+pub struct Arrived<'a> {
+    pub stream: usize,
+    /// The text it was decoded from.
+    pub line: &'a [u8],
+    pub decoded: Result<&'a crate::record::decode::Fields, crate::record::decode::Reason>,
+    pub arrival: i64,
+}
+
+/// Ingests `input`, of stream `def`: the one path of an input into the runtime, for `braid
+/// replay` and `braid run`. Its event time must lie in the stream's window around its arrival (an
+/// ingest-time stream takes the arrival), and its row must fit the rings; then the runtime takes
+/// it, read straight from the line ([`InputRow`]), and `ingested` sees it. `Ok(Err)`: the reason
+/// it goes to `dead_letter` instead.
+///
+/// [`InputRow`]: crate::record::input::InputRow
+pub fn ingest<E: crate::shard::Emit>(
+    runtime: &mut crate::shard::Runtime,
+    def: &crate::config::StreamDef,
+    input: Arrived<'_>,
+    rows: &mut crate::record::input::InputRows,
+    emit: &mut E,
+    ingested: impl FnOnce(&mut E, crate::record::view::RowView<'_>, &crate::shard::Runtime),
+) -> Result<Result<(), crate::record::decode::Reason>, crate::shard::RuntimeError> {
+    use crate::record::decode::{Reason, check_time_window};
+    use crate::shard::RuntimeError;
+    let Arrived { stream, line, decoded, arrival } = input;
+    let fields = match decoded {
+        Ok(fields) => fields,
+        Err(reason) => return Ok(Err(reason)),
+    };
+    let ts = fields.ts.unwrap_or(arrival);
+    if let Err(reason) = check_time_window(ts, arrival, def.max_age, def.max_skew) {
+        return Ok(Err(reason));
+    }
+    let row = rows.row(def, &fields.values, ts, line);
+    // A row too large for the rings is refused before anything happened: a dead letter too.
+    match runtime.ingest(stream, &row, i128::from(arrival), emit) {
+        Ok(()) => {
+            ingested(emit, crate::record::view::RowView::Input(&row), runtime);
+            Ok(Ok(()))
+        }
+        Err(RuntimeError::RowTooLarge { .. }) => Ok(Err(Reason::TooLarge)),
+        Err(error) => Err(error),
+    }
+}
+
 /// The row of a decoded line or payload of stream `def`: its key (broadcast when the stream has
 /// none or the value is no key), its stable id (CONTRACT.md rule 10: stream name and declared
 /// values in field-name order) and its event time `ts`.
@@ -73,15 +120,12 @@ pub fn row_of(
     def: &crate::config::StreamDef,
     values: Vec<crate::record::Value>,
     ts: i64,
-    ids: &mut crate::record::id::IdHasher,
+    rows: &mut crate::record::input::InputRows,
 ) -> crate::record::Row {
-    use crate::record::{Key, Row};
-    let key = def.schema.key_of(&values).unwrap_or(Key::Broadcast);
-    ids.begin().str(&def.name);
-    for &pos in &def.schema.id_order {
-        ids.value(&values[pos]);
-    }
-    Row { ts, key_hash: crate::record::id::key_hash(&key), key, id: ids.finish(), values: values.into() }
+    use crate::record::view::ValueRef;
+    let (key, key_hash, id) = rows.identify(def, |pos| values.get(pos).map_or(ValueRef::Null, ValueRef::of));
+    let key = key.to_key();
+    crate::record::Row { ts, key_hash, key, id, values: values.into() }
 }
 
 /// The sending end of the intake channel: hands a delivery to the feeder and rings its doorbell,

@@ -50,7 +50,8 @@ use serde_json::Value;
 
 use braid::operator::ExpiryReason;
 use braid::plan::Plan;
-use braid::record::id::{IdHasher, key_hash};
+use braid::record::id::key_hash;
+use braid::record::input::InputRows;
 use braid::record::{Key, Row};
 use braid::replay::ReplayArgs;
 use braid::shard::Emit;
@@ -592,12 +593,13 @@ fn decoded_rows(plan: &Plan, inputs: &Files) -> (Vec<(usize, Row, i128)>, i128) 
     let spill = tempfile::tempdir().unwrap();
     let mut read = Inputs::open(&files, &plan.streams, spill.path(), SORT_RUN_BYTES).unwrap();
     let start = read.peek_arrival().unwrap().map_or(0, i128::from);
-    let mut ids = IdHasher::default();
+    let mut ids = InputRows::default();
     let mut rows = Vec::new();
     while let Some(line) = read.next().unwrap() {
         let def = &plan.streams[line.stream];
-        let Content::Row { values, ts } = line.content else { panic!("a bad line: {line:?}") };
-        let ts = ts.unwrap_or(line.arrival);
+        let Content::Row(fields) = &line.content else { panic!("a bad line: {line:?}") };
+        let ts = fields.ts.unwrap_or(line.arrival);
+        let values = fields.to_values(std::str::from_utf8(line.bytes).unwrap());
         braid::record::decode::check_time_window(ts, line.arrival, def.max_age, def.max_skew).unwrap();
         let row = braid::source::row_of(def, values, ts, &mut ids);
         rows.push((line.stream, row, i128::from(line.arrival)));

@@ -25,7 +25,7 @@ use std::path::Path;
 
 use braid::operator::ExpiryReason;
 use braid::plan::Plan;
-use braid::record::id::IdHasher;
+use braid::record::input::InputRows;
 use braid::record::{Row, Value};
 use braid::shard::{Emit, Runtime, RuntimeOptions};
 
@@ -67,7 +67,7 @@ select = ["left.pad"]
 }
 
 /// Command row `n`: device `dev-n`, ts = arrival = `at`, 100 bytes of padding.
-fn command(plan: &Plan, n: usize, at: i64, ids: &mut IdHasher) -> Row {
+fn command(plan: &Plan, n: usize, at: i64, ids: &mut InputRows) -> Row {
     let def = &plan.streams[plan.stream("command").unwrap()];
     let values = def
         .schema
@@ -150,7 +150,7 @@ fn flood(plan: &Plan, hold: bool) -> Flood {
     let options = RuntimeOptions::new(1, dir.path());
     let start = 1_000_000;
     let mut runtime = Runtime::start(plan, &options, i128::from(start)).unwrap();
-    let (mut out, mut ids) = (Out::default(), IdHasher::default());
+    let (mut out, mut ids) = (Out::default(), InputRows::default());
     let (mut max_bytes, mut max_segments, mut pauses) = (0, 0, 0);
     let mut now = start;
     let stream = plan.stream("command").unwrap();

@@ -10,6 +10,9 @@
 
 mod scan;
 
+use std::borrow::Cow;
+
+use super::view::ValueRef;
 use super::{FieldType, Schema, TimeSpec, TimeUnit, Value};
 use scan::{Scalar, Scanned};
 
@@ -77,9 +80,62 @@ pub struct Decoded {
 
 #[derive(Debug)]
 pub struct Fields {
-    pub values: Vec<Value>,
+    /// Every declared field, in declaration order, of its declared type.
+    pub values: Vec<FieldValue>,
     /// The event time; `None` for an ingest-time stream (its arrival is its event time).
     pub ts: Option<i64>,
+}
+
+impl Fields {
+    /// The values as heap values (`line`: the text they were decoded from).
+    pub fn to_values(&self, line: &str) -> Vec<Value> {
+        self.values.iter().map(|v| v.get(line).to_value()).collect()
+    }
+}
+
+/// A declared field's value, detached from the line it was decoded from so that it can wait
+/// beside the line (replay's merge) without borrowing it: a string without escapes is only where
+/// it lies in the line, not a copy.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FieldValue {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    /// The string at these bytes of the line.
+    InLine(std::ops::Range<usize>),
+    /// A string that held escapes, or came from the topic.
+    Owned(Box<str>),
+}
+
+impl FieldValue {
+    /// The value, reading a string in `line`, which must be the text it was decoded from.
+    pub fn get<'a>(&'a self, line: &'a str) -> ValueRef<'a> {
+        match self {
+            FieldValue::Bool(b) => ValueRef::Bool(*b),
+            FieldValue::Int(i) => ValueRef::Int(*i),
+            FieldValue::Float(f) => ValueRef::Float(*f),
+            // Only ever out of the line when handed another line: read as null then.
+            FieldValue::InLine(range) => line.get(range.clone()).map_or(ValueRef::Null, ValueRef::Str),
+            FieldValue::Owned(s) => ValueRef::Str(s),
+        }
+    }
+
+    /// A string of `text` as a field value: by its place when it is a slice of `text`.
+    fn string(s: Cow<'_, str>, text: &str) -> FieldValue {
+        match s {
+            Cow::Borrowed(part) => {
+                place_in(text, part).map_or_else(|| FieldValue::Owned(part.into()), FieldValue::InLine)
+            }
+            Cow::Owned(owned) => FieldValue::Owned(owned.into()),
+        }
+    }
+}
+
+/// Where `part` lies in `text`, when it is a slice of it.
+fn place_in(text: &str, part: &str) -> Option<std::ops::Range<usize>> {
+    let start = (part.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+    let range = start..start + part.len();
+    text.get(range.clone()).is_some_and(|s| std::ptr::eq(s, part)).then_some(range)
 }
 
 /// Decodes one line (a trailing CR already removed) of a stream with `schema`.
@@ -105,7 +161,7 @@ pub fn decode_payload(schema: &Schema, line: &[u8], max_payload: u64, captures: 
         Err(scan::NotAnObject::InvalidJson) => unusable(Reason::InvalidJson),
         Err(scan::NotAnObject::OtherValue) => unusable(Reason::NotAnObject),
         Ok(mut object) => match fill_captures(schema, &mut object, captures) {
-            Ok(()) => decode_object(schema, object),
+            Ok(()) => decode_object(schema, object, text),
             Err(reason) => unusable(reason),
         },
     }
@@ -118,8 +174,8 @@ fn fill_captures(schema: &Schema, object: &mut Scanned, captures: &[(usize, Valu
         match object.fields[pos].take() {
             None | Some(Scalar::Null) => {}
             Some(scalar) => {
-                let value = scalar.into_typed(schema.fields[pos].ty).ok_or(Reason::WrongType(pos))?;
-                if value != *captured {
+                let value = scalar.into_typed(schema.fields[pos].ty, "").ok_or(Reason::WrongType(pos))?;
+                if value.get("") != ValueRef::of(captured) {
                     return Err(Reason::TopicPayloadMismatch(pos));
                 }
             }
@@ -154,24 +210,24 @@ fn arrival(object: &Scanned, readable_ts: Option<i64>) -> Result<Option<i64>, ()
     }
 }
 
-fn decode_object(schema: &Schema, object: Scanned) -> Decoded {
+fn decode_object(schema: &Schema, object: Scanned, text: &str) -> Decoded {
     let time = event_time(schema, &object);
     let readable_ts = time.ok().flatten();
     let Ok(arrival) = arrival(&object, readable_ts) else {
         return Decoded { arrival: readable_ts, outcome: Err(Reason::BadArrival) };
     };
-    let outcome = decode_fields(schema, object).and_then(|values| Ok(Fields { values, ts: time? }));
+    let outcome = decode_fields(schema, object, text).and_then(|values| Ok(Fields { values, ts: time? }));
     Decoded { arrival, outcome }
 }
 
-fn decode_fields(schema: &Schema, object: Scanned) -> Result<Vec<Value>, Reason> {
+fn decode_fields(schema: &Schema, object: Scanned, text: &str) -> Result<Vec<FieldValue>, Reason> {
     let mut values = Vec::with_capacity(schema.fields.len());
     for (pos, (field, scalar)) in schema.fields.iter().zip(object.fields).enumerate() {
         let scalar = match scalar {
             None | Some(Scalar::Null) => return Err(Reason::MissingField(pos)),
             Some(v) => v,
         };
-        values.push(scalar.into_typed(field.ty).ok_or(Reason::WrongType(pos))?);
+        values.push(scalar.into_typed(field.ty, text).ok_or(Reason::WrongType(pos))?);
     }
     Ok(values)
 }

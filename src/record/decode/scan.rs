@@ -17,8 +17,9 @@ use base64::Engine as _;
 use serde::Deserializer as _;
 use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 
+use super::FieldValue;
 use super::I64_AS_F64_RANGE;
-use crate::record::{FieldType, Schema, Value};
+use crate::record::{FieldType, Schema};
 
 /// A declared field's JSON value, before it is checked against the field's type.
 #[derive(Debug, PartialEq)]
@@ -36,14 +37,15 @@ pub enum Scalar<'a> {
 }
 
 impl Scalar<'_> {
-    /// As a field of type `ty`, or `None` when it is of another type.
-    pub fn into_typed(self, ty: FieldType) -> Option<Value> {
+    /// As a field of type `ty` (a string kept by its place in `text` when it lies there), or
+    /// `None` when it is of another type.
+    pub fn into_typed(self, ty: FieldType, text: &str) -> Option<FieldValue> {
         Some(match (ty, self) {
-            (FieldType::String, Scalar::Str(s)) => Value::Str(s.into()),
-            (FieldType::Bytes, Scalar::Str(s)) if is_canonical_base64(&s) => Value::Str(s.into()),
-            (FieldType::Int, scalar) => Value::Int(scalar.as_int()?),
-            (FieldType::Float, scalar) => Value::Float(scalar.as_float()?),
-            (FieldType::Bool, Scalar::Bool(b)) => Value::Bool(b),
+            (FieldType::String, Scalar::Str(s)) => FieldValue::string(s, text),
+            (FieldType::Bytes, Scalar::Str(s)) if is_canonical_base64(&s) => FieldValue::string(s, text),
+            (FieldType::Int, scalar) => FieldValue::Int(scalar.as_int()?),
+            (FieldType::Float, scalar) => FieldValue::Float(scalar.as_float()?),
+            (FieldType::Bool, Scalar::Bool(b)) => FieldValue::Bool(b),
             _ => return None,
         })
     }
@@ -233,7 +235,14 @@ impl<'de> Visitor<'de> for KeySeed<'_> {
 
 impl Key {
     fn named(schema: &Schema, key: &str) -> Key {
-        let field = schema.fields.iter().position(|f| f.name == key);
+        Key::named_after(schema, key, 0)
+    }
+
+    /// As [`named`](Self::named), trying field `guess` first: lines usually hold the declared
+    /// fields in declaration order, so the field after the previous key is a good guess.
+    fn named_after(schema: &Schema, key: &str, guess: usize) -> Key {
+        let guessed = schema.fields.get(guess).is_some_and(|f| f.name == key);
+        let field = if guessed { Some(guess) } else { schema.fields.iter().position(|f| f.name == key) };
         match (field, key == "arrival") {
             (Some(pos), false) => Key::Field(pos),
             (Some(pos), true) => Key::FieldAndArrival(pos),

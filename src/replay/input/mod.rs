@@ -49,8 +49,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use crate::config::StreamDef;
-use crate::record::Value;
-use crate::record::decode::{Reason, arrival_of_line, dead_letter_raw, decode_line};
+use crate::record::decode::{Fields, Reason, arrival_of_line, dead_letter_raw, decode_line};
 
 /// Bytes of a file read at a time.
 pub const READ_BUFFER: usize = 64 << 10;
@@ -67,7 +66,8 @@ const RECORD_HEADER: usize = 8 + 8 + 4 + 1;
 /// What a line holds once decoded.
 #[derive(Debug)]
 pub enum Content {
-    Row { values: Vec<Value>, ts: Option<i64> },
+    /// Its values, strings read in the line's bytes.
+    Row(Fields),
     DeadLetter(Reason),
 }
 
@@ -179,7 +179,7 @@ fn decode(def: &StreamDef, bytes: &[u8], cut: bool) -> (Option<i64>, Content) {
     }
     let decoded = decode_line(&def.schema, bytes, def.max_payload);
     let content = match decoded.outcome {
-        Ok(fields) => Content::Row { values: fields.values, ts: fields.ts },
+        Ok(fields) => Content::Row(fields),
         Err(reason) => Content::DeadLetter(reason),
     };
     (decoded.arrival, content)

@@ -48,7 +48,7 @@ fn reference(files: &[(usize, &[u8])], plan: &crate::plan::Plan) -> Vec<String> 
             }
             let decoded = decode_line(&def.schema, line, def.max_payload);
             let content = match decoded.outcome {
-                Ok(fields) => Content::Row { values: fields.values, ts: fields.ts },
+                Ok(fields) => Content::Row(fields),
                 Err(reason) => Content::DeadLetter(reason),
             };
             lines.push((decoded.arrival, line_no, line, content));
@@ -66,7 +66,7 @@ fn reference(files: &[(usize, &[u8])], plan: &crate::plan::Plan) -> Vec<String> 
         for (arrival, line_no, line, content) in lines {
             let raw = match content {
                 Content::DeadLetter(reason) => dead_letter_raw(line, reason).into_owned(),
-                Content::Row { .. } => String::new(),
+                Content::Row(_) => String::new(),
             };
             all.push(((arrival.unwrap_or(0), flag, line_no), format!("{stream} {content:?} {raw}")));
         }
@@ -83,7 +83,7 @@ fn merged(paths: &[(usize, &Path)], plan: &crate::plan::Plan, run_bytes: usize) 
     while let Some(line) = inputs.next().unwrap() {
         let raw = match line.content {
             Content::DeadLetter(reason) => line.raw(reason).into_owned(),
-            Content::Row { .. } => String::new(),
+            Content::Row(_) => String::new(),
         };
         let key = (line.arrival, line.flag, line.line_no);
         out.push(format!("{key:?} {} {:?} {raw}", line.stream, line.content));

@@ -735,7 +735,7 @@ impl KeyedStore for ArenaStore {
         for entries in self.index.values() {
             for entry in entries {
                 match &entry.place {
-                    Place::Memory(row) => visit(entry.handle, entry.matched, encoder.encode(row)?),
+                    Place::Memory(row) => visit(entry.handle, entry.matched, encoder.encode(&**row)?),
                     &Place::Arena { slot, off } => {
                         if let Some(archive) = self.segments.payload(slot, off) {
                             visit(entry.handle, entry.matched, archive);

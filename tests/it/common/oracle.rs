@@ -355,22 +355,23 @@ pub fn replay(plan: &Plan, shards: usize, inputs: &[(String, PathBuf)], outputs:
     let mut sinks = Outputs::create(plan, &targets).unwrap();
     let start = read.peek_arrival().unwrap().map_or(0, i128::from);
     let mut oracle = Oracle::new(plan, shards, start);
-    let mut ids = braid::record::id::IdHasher::default();
+    let mut ids = braid::record::input::InputRows::default();
     while let Some(line) = read.next().unwrap() {
         let arrival = i128::from(line.arrival);
         oracle.advance_to(arrival, &mut sinks);
         let def = &plan.streams[line.stream];
         let decoded = match line.content {
             Content::DeadLetter(reason) => Err(reason),
-            Content::Row { values, ts } => {
-                let ts = ts.unwrap_or(line.arrival);
+            Content::Row(fields) => {
+                let ts = fields.ts.unwrap_or(line.arrival);
+                let values = fields.to_values(std::str::from_utf8(line.bytes).unwrap());
                 check_time_window(ts, line.arrival, def.max_age, def.max_skew).map(|()| (values, ts))
             }
         };
         match decoded {
             Ok((values, ts)) => {
                 let row = braid::source::row_of(def, values, ts, &mut ids);
-                sinks.input_row(line.stream, &row);
+                sinks.input_row(line.stream, braid::record::view::RowView::Heap(&row));
                 oracle.ingest(line.stream, row, arrival, &mut sinks);
             }
             Err(reason) => {

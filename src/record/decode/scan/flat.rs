@@ -31,8 +31,12 @@ pub fn scan<'a>(schema: &Schema, text: &'a str) -> Option<Scanned<'a>> {
     cursor.eat(b'{')?;
     cursor.skip_space();
     if cursor.eat(b'}').is_none() {
+        let mut guess = 0;
         loop {
-            let key = Key::named(schema, cursor.string()?);
+            let key = Key::named_after(schema, cursor.string()?, guess);
+            if let Key::Field(pos) | Key::FieldAndArrival(pos) = key {
+                guess = pos + 1;
+            }
             cursor.skip_space();
             cursor.eat(b':')?;
             cursor.skip_space();
