@@ -108,6 +108,17 @@ impl Schema {
         self.key_fields().map(|f| f.name.as_str()).collect::<Vec<_>>().join(", ")
     }
 
+    /// The schema of the event-time field alone (no field for ingest time), unkeyed: what a line
+    /// needs to be read for its arrival ([`arrival_of_line`](super::decode::arrival_of_line)).
+    pub fn time_only(&self) -> Schema {
+        match self.time {
+            TimeSpec::Ingest => Schema::new(Vec::new(), None, TimeSpec::Ingest),
+            TimeSpec::Field { pos, unit } => {
+                Schema::new(vec![self.fields[pos].clone()], None, TimeSpec::Field { pos: 0, unit })
+            }
+        }
+    }
+
     /// The key of a row of this schema ([`Key::from_values`](super::Key::from_values)).
     pub fn key_of(&self, values: &[super::Value]) -> Option<super::Key> {
         super::Key::from_values(values, &self.key)

@@ -192,12 +192,14 @@ fn fill_captures(schema: &Schema, object: &mut Scanned, captures: &[(usize, Valu
 
 /// The arrival [`decode_line`] gives the line, without building its values: replay's first pass
 /// over a file (`replay::input`), which only needs to know whether arrivals ever decrease.
-pub fn arrival_of_line(schema: &Schema, line: &[u8], max_payload: u64) -> Option<i64> {
+/// `timing`: the stream schema's [`time_only`](Schema::time_only) (the other declared fields
+/// change nothing here: every value is parsed and checked alike, declared or not).
+pub fn arrival_of_line(timing: &Schema, line: &[u8], max_payload: u64) -> Option<i64> {
     if line.len() as u64 > max_payload {
         return None;
     }
-    let object = scan::scan_object(schema, std::str::from_utf8(line).ok()?).ok()?;
-    let readable_ts = event_time(schema, &object).ok().flatten();
+    let object = scan::scan_object(timing, std::str::from_utf8(line).ok()?).ok()?;
+    let readable_ts = event_time(timing, &object).ok().flatten();
     arrival(&object, readable_ts).unwrap_or(readable_ts)
 }
 

@@ -243,11 +243,12 @@ fn scan_chunk(path: &Path, def: &StreamDef, from: u64, to: u64) -> std::io::Resu
         lines.skip_past_newline()?;
     }
     let mut scan = Scan { first: None, last: None, ordered: true };
+    let timing = def.schema.time_only();
     while let Some((_, cut)) = lines.next()? {
         if start + lines.line_start >= to {
             break;
         }
-        let arrival = if cut { None } else { arrival_of_line(&def.schema, &lines.line, def.max_payload) };
+        let arrival = if cut { None } else { arrival_of_line(&timing, &lines.line, def.max_payload) };
         if let Some(a) = arrival {
             scan = scan.then(Scan { first: Some(a), last: Some(a), ordered: true });
         }
