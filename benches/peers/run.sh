@@ -17,7 +17,8 @@
 #      run by tests/flink/run_script.py at parallelism $FLINK_PARALLELISM, default 2, a
 #      checkpoint every 5 s) if $FLINK_VENV (default /work/flink-venv) has apache-flink and
 #      `java` is on the PATH.
-#    A peer that is not installed is skipped with a message saying how to install it.
+#    A peer that is not installed is skipped with a message saying how to install it. With
+#    BRAID_BASE=PATH, that braid binary runs too, in the same rounds, as the baseline.
 # 3. Checks that every run found the same number of results, and prints each one's events/s
 #    (input lines / wall time of the whole process; "net" = without interpreter, JVM start and
 #    planning, as the peers time themselves), peak RSS, versions, and braid's ratio to the best
@@ -99,17 +100,25 @@ else
     --output "effect=$work/flink-out" > "$work/flink.sql"
 fi
 
+# BRAID_BASE=PATH: a baseline braid binary run alongside, in the same rounds ("braid@base-N-shard").
+braids="braid=$braid"
+if [ -n "${BRAID_BASE:-}" ]; then braids="$braids braid@base=$BRAID_BASE"; fi
 for run in $(seq 1 "$runs"); do
+  for entry in $braids; do
+  label=${entry%%=*} bin=${entry#*=}
+  version=$braid_version
+  [ "$label" = braid ] || version="$("$bin" --version 2>/dev/null | head -1) (baseline)"
   for shards in 1 2; do
     out=$work/braid-$shards
     rm -rf "$out" && mkdir -p "$out"
-    timed "braid-${shards}-shard" "$run" "$braid_version" "wc -l < $out/effect.jsonl" -- \
-      "$braid" replay --config "$config" --shards "$shards" \
+    timed "${label}-${shards}-shard" "$run" "$version" "wc -l < $out/effect.jsonl" -- \
+      "$bin" replay --config "$config" --shards "$shards" \
       --input "command=$data/command.jsonl" --input "status=$data/status.jsonl" \
       --output "effect=$out/effect.jsonl" --output "effect.late=$out/late.jsonl" --output "dead_letter=$out/dead.jsonl"
     for side in late dead; do
       if [ -s "$out/$side.jsonl" ]; then echo "peers: braid wrote $(wc -l < "$out/$side.jsonl") $side rows: the workload should have none" >&2; fi
     done
+  done
   done
   if [ $have_pathway = 1 ]; then
     out=$work/pathway-out.jsonl
