@@ -11,13 +11,16 @@ use crate::record::view::RowView;
 const SLOTS: usize = 8;
 /// Rows per window; the last full window is kept for reports while the next one fills.
 pub const WINDOW_ROWS: u64 = 10_000;
-/// A slot's count at which its key's name is copied (the key's own row then).
+/// Rows of its own at which a slot's key's name is copied (the key's own row then).
 const NAMED_AT: u64 = 16;
 
 #[derive(Clone, Default)]
 struct Slot {
     hash: u64,
+    /// Rows counted for the slot's key: its own and those it inherited with the slot.
     count: u64,
+    /// Rows of the key itself since it took the slot.
+    own: u64,
     key: Option<Key>,
 }
 
@@ -49,17 +52,18 @@ impl HotKeys {
         let slot = match self.slots.iter().position(|s| s.hash == hash && s.count > 0) {
             Some(i) => &mut self.slots[i],
             None if self.slots.len() < SLOTS => {
-                self.slots.push(Slot { hash, count: 0, key: None });
+                self.slots.push(Slot { hash, count: 0, own: 0, key: None });
                 self.slots.last_mut().expect("a slot was just pushed")
             }
             None => {
                 let min = self.slots.iter_mut().min_by_key(|s| s.count).expect("SLOTS > 0");
-                *min = Slot { hash, count: min.count, key: None };
+                *min = Slot { hash, count: min.count, own: 0, key: None };
                 min
             }
         };
         slot.count += 1;
-        if slot.key.is_none() && slot.count >= NAMED_AT {
+        slot.own += 1;
+        if slot.key.is_none() && slot.own >= NAMED_AT {
             slot.key = Some(row.key().to_key());
         }
         if self.rows >= WINDOW_ROWS {
