@@ -11,21 +11,36 @@ use super::{Row, Schema};
 /// (`_supersedes`) is left out: it is present only when not empty.
 fn open_object(out: &mut Vec<u8>, schema: &Schema, row: RowView<'_>) {
     out.push(b'{');
-    for (field, value) in schema.fields.iter().zip(row.values()) {
+    for (member, value) in schema.json_members.iter().zip(row.values()) {
         if matches!(value, ValueRef::IdList(ids) if ids.is_empty()) {
             continue;
         }
-        member(out, &field.name);
+        comma(out);
+        out.extend_from_slice(member);
         write_value(out, value);
     }
 }
 
+/// `"name":`, the start of an object member: a schema keeps one per field
+/// ([`Schema::json_members`](super::Schema::json_members)).
+pub fn member_text(name: &str) -> Box<[u8]> {
+    let mut text = Vec::with_capacity(name.len() + 3);
+    write_str(&mut text, name);
+    text.push(b':');
+    text.into()
+}
+
 fn member(out: &mut Vec<u8>, name: &str) {
+    comma(out);
+    write_str(out, name);
+    out.push(b':');
+}
+
+/// The comma before a member that is not the object's first.
+fn comma(out: &mut Vec<u8>) {
     if out.last() != Some(&b'{') {
         out.push(b',');
     }
-    write_str(out, name);
-    out.push(b':');
 }
 
 /// A row of an input stream: its declared fields plus `_stream` and `_ts`.
@@ -123,7 +138,8 @@ fn write_id(out: &mut Vec<u8>, id: u64) {
 }
 
 fn write_int(out: &mut Vec<u8>, i: i64) {
-    write_json(out, &i);
+    // serde_json writes integers with itoa too: the same text, without a serializer around it.
+    out.extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
 }
 
 /// Bytes JSON escapes (serde_json's rule: control characters, `"` and `\`).

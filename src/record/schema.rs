@@ -79,6 +79,8 @@ pub struct Schema {
     pub time: TimeSpec,
     /// Field positions in field-name order: a row id hashes the values in this order (rule 10).
     pub id_order: Vec<usize>,
+    /// Each field's name as a JSON object member's start, `"name":` (written on every output line).
+    pub json_members: Vec<Box<[u8]>>,
 }
 
 impl Schema {
@@ -87,7 +89,8 @@ impl Schema {
     pub fn new(fields: Vec<Field>, key: impl IntoIterator<Item = usize>, time: TimeSpec) -> Schema {
         let mut id_order: Vec<usize> = (0..fields.len()).collect();
         id_order.sort_by(|&a, &b| fields[a].name.cmp(&fields[b].name));
-        Schema { fields, key: key.into_iter().collect(), time, id_order }
+        let json_members = fields.iter().map(|f| super::json::member_text(&f.name)).collect();
+        Schema { fields, key: key.into_iter().collect(), time, id_order, json_members }
     }
 
     pub fn position(&self, name: &str) -> Option<usize> {

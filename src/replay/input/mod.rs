@@ -139,7 +139,7 @@ impl LineReader {
                 if buf.is_empty() {
                     break;
                 }
-                let (used, part) = match buf.iter().position(|&b| b == b'\n') {
+                let (used, part) = match memchr::memchr(b'\n', buf) {
                     Some(p) => (p + 1, &buf[..p]),
                     None => (buf.len(), buf),
                 };
