@@ -17,6 +17,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
+use crate::config::StreamDef;
+use crate::record::Row;
+use crate::record::decode::{Fields, Reason, check_time_window};
+use crate::record::input::InputRows;
+use crate::record::view::{RowView, ValueRef};
+use crate::shard::{Emit, Runtime, RuntimeError};
+
 /// One message received by source `source`.
 #[derive(Clone, Debug)]
 pub struct Delivery {
@@ -71,7 +78,7 @@ pub struct Arrived<'a> {
     pub stream: usize,
     /// The text it was decoded from.
     pub line: &'a [u8],
-    pub decoded: Result<&'a crate::record::decode::Fields, crate::record::decode::Reason>,
+    pub decoded: Result<&'a Fields, Reason>,
     pub arrival: i64,
 }
 
@@ -82,16 +89,14 @@ pub struct Arrived<'a> {
 /// it goes to `dead_letter` instead.
 ///
 /// [`InputRow`]: crate::record::input::InputRow
-pub fn ingest<E: crate::shard::Emit>(
-    runtime: &mut crate::shard::Runtime,
-    def: &crate::config::StreamDef,
+pub fn ingest<E: Emit>(
+    runtime: &mut Runtime,
+    def: &StreamDef,
     input: Arrived<'_>,
-    rows: &mut crate::record::input::InputRows,
+    rows: &mut InputRows,
     emit: &mut E,
-    ingested: impl FnOnce(&mut E, crate::record::view::RowView<'_>, &crate::shard::Runtime),
-) -> Result<Result<(), crate::record::decode::Reason>, crate::shard::RuntimeError> {
-    use crate::record::decode::{Reason, check_time_window};
-    use crate::shard::RuntimeError;
+    ingested: impl FnOnce(&mut E, RowView<'_>, &Runtime),
+) -> Result<Result<(), Reason>, RuntimeError> {
     let Arrived { stream, line, decoded, arrival } = input;
     let fields = match decoded {
         Ok(fields) => fields,
@@ -105,7 +110,7 @@ pub fn ingest<E: crate::shard::Emit>(
     // A row too large for the rings is refused before anything happened: a dead letter too.
     match runtime.ingest(stream, &row, i128::from(arrival), emit) {
         Ok(()) => {
-            ingested(emit, crate::record::view::RowView::Input(&row), runtime);
+            ingested(emit, RowView::Input(&row), runtime);
             Ok(Ok(()))
         }
         Err(RuntimeError::RowTooLarge { .. }) => Ok(Err(Reason::TooLarge)),
@@ -116,16 +121,10 @@ pub fn ingest<E: crate::shard::Emit>(
 /// The row of a decoded line or payload of stream `def`: its key (broadcast when the stream has
 /// none or the value is no key), its stable id (CONTRACT.md rule 10: stream name and declared
 /// values in field-name order) and its event time `ts`.
-pub fn row_of(
-    def: &crate::config::StreamDef,
-    values: Vec<crate::record::Value>,
-    ts: i64,
-    rows: &mut crate::record::input::InputRows,
-) -> crate::record::Row {
-    use crate::record::view::ValueRef;
+pub fn row_of(def: &StreamDef, values: Vec<crate::record::Value>, ts: i64, rows: &mut InputRows) -> Row {
     let (key, key_hash, id) = rows.identify(def, |pos| values.get(pos).map_or(ValueRef::Null, ValueRef::of));
     let key = key.to_key();
-    crate::record::Row { ts, key_hash, key, id, values: values.into() }
+    Row { ts, key_hash, key, id, values: values.into() }
 }
 
 /// The sending end of the intake channel: hands a delivery to the feeder and rings its doorbell,
