@@ -4,8 +4,8 @@
 //! It reads a line only when it is sure to read it as serde_json does; on anything else (an
 //! escape, an exponent, a nested value, a number serde_json would read as a double through its
 //! slow path, bad syntax) it gives up and the line goes to serde_json, which also names the
-//! error. So what it accepts, it reads to the same [`Scanned`] (a test holds it to that:
-//! decode/tests.rs), and it never rejects a line.
+//! error. So what it accepts, it reads to the same [`Scanned`] (property tests here and in
+//! decode/tests.rs hold it to that), and it never rejects a line.
 //!
 //! Numbers: an integer of at most [`MAX_DIGITS`] digits is exact in an `i64`; a decimal of at most
 //! as many digits is `significand / 10^k` with both exact doubles, which is what serde_json's
@@ -15,6 +15,7 @@ use std::borrow::Cow;
 
 use super::{Key, Scalar, Scanned};
 use crate::record::Schema;
+use crate::record::json::plain_len;
 
 /// Digits of a number read here: below 2^53, so exact as a double, and 10^15 is exact too.
 const MAX_DIGITS: usize = 15;
@@ -22,42 +23,6 @@ const MAX_DIGITS: usize = 15;
 /// Powers of ten up to 10^[`MAX_DIGITS`], all exact doubles.
 const POW10: [f64; MAX_DIGITS + 1] =
     [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
-
-/// The bytes a plain string cannot hold: its closing quote, an escape, a control character
-/// (one table lookup per byte instead of three comparisons).
-const ENDS_PLAIN_STRING: [bool; 256] = {
-    let mut table = [false; 256];
-    let mut b = 0;
-    while b < 0x20 {
-        table[b] = true;
-        b += 1;
-    }
-    table[b'"' as usize] = true;
-    table[b'\\' as usize] = true;
-    table
-};
-
-/// Bytes of `bytes` before the first that ends a plain string ([`ENDS_PLAIN_STRING`]), eight at a
-/// time while eight are left.
-fn plain_len(bytes: &[u8]) -> usize {
-    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
-    // The high bit of each byte below `n`: exact for the lowest such byte, the only one read (a
-    // borrow only runs upwards, from a byte that is itself below `n`).
-    let below = |x: u64, n: u8| x.wrapping_sub(ONES * u64::from(n)) & !x & HIGHS;
-    let mut at = 0;
-    while let Some(chunk) = bytes.get(at..at + 8) {
-        // The slice is eight bytes long, so the conversion cannot fail.
-        let word = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
-        let stops =
-            below(word ^ (ONES * u64::from(b'"')), 1) | below(word ^ (ONES * u64::from(b'\\')), 1) | below(word, 0x20);
-        if stops != 0 {
-            return at + (stops.trailing_zeros() / 8) as usize;
-        }
-        at += 8;
-    }
-    at + bytes[at..].iter().position(|&b| ENDS_PLAIN_STRING[usize::from(b)]).unwrap_or(bytes.len() - at)
-}
 
 /// The declared fields of `text` when it is a flat object this scanner reads; `None` otherwise.
 pub fn scan<'a>(schema: &Schema, text: &'a str) -> Option<Scanned<'a>> {
@@ -251,24 +216,6 @@ mod tests {
             let line = format!("{{\"x\":{number}}}");
             if let Some(fast) = scan(&schema(), &line) {
                 prop_assert_eq!(Ok(fast), super::super::scan_with_serde(&schema(), &line), "line {}", line);
-            }
-        }
-    }
-
-    /// Eight bytes at a time stop where one byte at a time does: every byte value, at every place
-    /// in and after the first words, behind plain ASCII and UTF-8 bytes.
-    #[test]
-    fn plain_len_stops_at_the_first_stop_byte() {
-        let one_at_a_time =
-            |bytes: &[u8]| bytes.iter().position(|&b| ENDS_PLAIN_STRING[usize::from(b)]).unwrap_or(bytes.len());
-        for filler in [b'a', 0x7f, 0x80, 0xc3, 0xff] {
-            for stop in 0..=255u8 {
-                for at in 0..24 {
-                    let mut bytes = vec![filler; 30];
-                    bytes[at] = stop;
-                    assert_eq!(plain_len(&bytes), one_at_a_time(&bytes), "filler {filler:#x}, byte {stop:#x} at {at}");
-                    assert_eq!(plain_len(&bytes[..at]), at);
-                }
             }
         }
     }
