@@ -40,14 +40,14 @@ impl Scalar<'_> {
     /// As a field of type `ty` (a string kept by its place in `text` when it lies there), or
     /// `None` when it is of another type.
     pub fn into_typed(self, ty: FieldType, text: &str) -> Option<FieldValue> {
-        Some(match (ty, self) {
-            (FieldType::String, Scalar::Str(s)) => FieldValue::string(s, text),
-            (FieldType::Bytes, Scalar::Str(s)) if is_canonical_base64(&s) => FieldValue::string(s, text),
-            (FieldType::Int, scalar) => FieldValue::Int(scalar.as_int()?),
-            (FieldType::Float, scalar) => FieldValue::Float(scalar.as_float()?),
-            (FieldType::Bool, Scalar::Bool(b)) => FieldValue::Bool(b),
-            _ => return None,
-        })
+        match (ty, self) {
+            (FieldType::String, Scalar::Str(s)) => Some(FieldValue::string(s, text)),
+            (FieldType::Bytes, Scalar::Str(s)) if is_canonical_base64(&s) => Some(FieldValue::string(s, text)),
+            (FieldType::Int, scalar) => scalar.as_int().map(FieldValue::Int),
+            (FieldType::Float, scalar) => scalar.as_float().map(FieldValue::Float),
+            (FieldType::Bool, Scalar::Bool(b)) => Some(FieldValue::Bool(b)),
+            _ => None,
+        }
     }
 
     /// A JSON integer within int64. serde_json reads the integer `-0` as the double −0.0 (to keep

@@ -43,7 +43,7 @@ pub fn scan<'a>(schema: &Schema, text: &'a str) -> Option<Scanned<'a>> {
             cursor.skip_space();
             scanned.put(key, cursor.scalar()?);
             cursor.skip_space();
-            match cursor.next()? {
+            match cursor.next() {
                 b',' => cursor.skip_space(),
                 b'}' => break,
                 _ => return None,
@@ -60,23 +60,24 @@ struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
-    fn peek(&self) -> Option<u8> {
-        self.text.as_bytes().get(self.at).copied()
+    /// The byte at the cursor; 0 past the end (no byte this scanner accepts is 0).
+    fn peek(&self) -> u8 {
+        self.text.as_bytes().get(self.at).copied().unwrap_or(0)
     }
 
-    fn next(&mut self) -> Option<u8> {
-        let byte = self.peek()?;
+    fn next(&mut self) -> u8 {
+        let byte = self.peek();
         self.at += 1;
-        Some(byte)
+        byte
     }
 
     fn eat(&mut self, byte: u8) -> Option<()> {
-        (self.peek()? == byte).then(|| self.at += 1)
+        (self.peek() == byte).then(|| self.at += 1)
     }
 
     /// JSON's whitespace, as serde_json reads it.
     fn skip_space(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\n' | b'\t' | b'\r')) {
+        while matches!(self.peek(), b' ' | b'\n' | b'\t' | b'\r') {
             self.at += 1;
         }
     }
@@ -93,7 +94,7 @@ impl<'a> Cursor<'a> {
     }
 
     fn scalar(&mut self) -> Option<Scalar<'a>> {
-        match self.peek()? {
+        match self.peek() {
             b'"' => self.string().map(|s| Scalar::Str(Cow::Borrowed(s))),
             b't' => self.word("true", Scalar::Bool(true)),
             b'f' => self.word("false", Scalar::Bool(false)),
@@ -117,7 +118,7 @@ impl<'a> Cursor<'a> {
             return None; // a leading zero: serde_json's error
         }
         let (fraction, fraction_digits) = if self.eat(b'.').is_some() { self.digits()? } else { (0, 0) };
-        if whole_digits + fraction_digits > MAX_DIGITS || matches!(self.peek(), Some(b'e' | b'E')) {
+        if whole_digits + fraction_digits > MAX_DIGITS || matches!(self.peek(), b'e' | b'E') {
             return None;
         }
         let significand = whole * 10u64.pow(fraction_digits as u32) + fraction;
@@ -138,7 +139,7 @@ impl<'a> Cursor<'a> {
     fn digits(&mut self) -> Option<(u64, usize)> {
         let start = self.at;
         let mut value = 0u64;
-        while let Some(digit @ b'0'..=b'9') = self.peek() {
+        while let digit @ b'0'..=b'9' = self.peek() {
             if self.at - start > MAX_DIGITS {
                 return None;
             }
