@@ -160,22 +160,22 @@ pub fn decode_payload(schema: &Schema, line: &[u8], max_payload: u64, captures: 
     match scan::scan_object(schema, text) {
         Err(scan::NotAnObject::InvalidJson) => unusable(Reason::InvalidJson),
         Err(scan::NotAnObject::OtherValue) => unusable(Reason::NotAnObject),
-        Ok(mut object) => match fill_captures(schema, &mut object, captures) {
+        Ok(mut object) => match fill_captures(schema, &mut object, captures, text) {
             Ok(()) => decode_object(schema, object, text),
             Err(reason) => unusable(reason),
         },
     }
 }
 
-/// Puts the topic's captures into the scanned fields, checking those the payload also has.
-fn fill_captures(schema: &Schema, object: &mut Scanned, captures: &[(usize, Value)]) -> Result<(), Reason> {
+/// Puts the topic's captures into the scanned fields, checking those the payload (`text`) also has.
+fn fill_captures(schema: &Schema, object: &mut Scanned, captures: &[(usize, Value)], text: &str) -> Result<(), Reason> {
     for (pos, captured) in captures {
         let pos = *pos;
         match object.fields[pos].take() {
             None | Some(Scalar::Null) => {}
             Some(scalar) => {
-                let value = scalar.into_typed(schema.fields[pos].ty, "").ok_or(Reason::WrongType(pos))?;
-                if value.get("") != ValueRef::of(captured) {
+                let value = scalar.into_typed(schema.fields[pos].ty, text).ok_or(Reason::WrongType(pos))?;
+                if value.get(text) != ValueRef::of(captured) {
                     return Err(Reason::TopicPayloadMismatch(pos));
                 }
             }
