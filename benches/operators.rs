@@ -43,7 +43,7 @@ use std::time::Duration;
 use braid::config;
 use braid::operator::{ExpiryReason, ResultKind};
 use braid::plan::Plan;
-use braid::record::id::IdHasher;
+use braid::record::input::InputRows;
 use braid::record::{Row, TimeSpec, Value};
 use braid::shard::{Emit, Figures};
 use braid::shard::{Runtime, RuntimeOptions};
@@ -329,7 +329,7 @@ fn absence(rng: &mut Rng) -> Vec<Event> {
 /// Builds rows as replay does (`common::gateway::stream_row`), each arriving 0–399 ms after its
 /// ts; sorted by arrival.
 fn build(plan: &Plan, events: Vec<Event>, rng: &mut Rng) -> Vec<Input> {
-    let mut ids = IdHasher::default();
+    let mut ids = InputRows::default();
     let mut inputs: Vec<Input> = events
         .into_iter()
         .map(|e| {

@@ -39,7 +39,7 @@ use braid::config;
 use braid::operator::{ExpiryReason, Side};
 use braid::plan::Plan;
 use braid::record::Row;
-use braid::record::id::IdHasher;
+use braid::record::input::InputRows;
 use braid::ring::FRAME_HEADER;
 use braid::shard::Emit;
 use braid::shard::wire::Writer;
@@ -138,7 +138,7 @@ struct Workload {
 fn inputs(plan: &Plan, devices: usize, seconds: i64) -> Vec<Input> {
     let (command, status) = (plan.stream("command").unwrap(), plan.stream("status").unwrap());
     let mut rng = Rng(common::join::SEED ^ devices as u64);
-    let mut ids = IdHasher::default();
+    let mut ids = InputRows::default();
     let mut inputs = Vec::new();
     gateway::gateway(&mut rng, devices, EPOCH_MS + seconds * 1000, |device, event| {
         let (stream, ts, values) = match event {

@@ -9,6 +9,7 @@
 
 use braid::config::StreamDef;
 use braid::record::id::{IdHasher, key_hash};
+use braid::record::input::InputRows;
 use braid::record::{Key, Row, Value};
 
 use super::EPOCH_MS;
@@ -154,11 +155,10 @@ pub fn row(ids: &mut IdHasher, stream: &str, id_order: &[usize], key: Key, ts: i
     Row { ts, key_hash: key_hash(&key), key, id: ids.finish(), values: values.into() }
 }
 
-/// [`row`] for a stream of a plan, exactly as replay builds it: the key from the key field
-/// (broadcast without one), the id over the values in field-name order.
-pub fn stream_row(ids: &mut IdHasher, def: &StreamDef, ts: i64, values: Vec<Value>) -> Row {
-    let key = def.schema.key_of(&values).unwrap_or(Key::Broadcast);
-    row(ids, &def.name, &def.schema.id_order, key, ts, values)
+/// A row of a stream of a plan, exactly as replay builds it (`braid::source::row_of`: the key
+/// from the key field, broadcast without one; the id over the values in field-name order).
+pub fn stream_row(rows: &mut InputRows, def: &StreamDef, ts: i64, values: Vec<Value>) -> Row {
+    braid::source::row_of(def, values, ts, rows)
 }
 
 // Config texts. Every bench stream is keyed by `device`, ms event times in `ts`,

@@ -12,9 +12,9 @@ use std::collections::VecDeque;
 use braid::operator::OperatorSpec;
 use braid::operator::window::WindowKind;
 use braid::plan::{NodeRef, Plan};
-use braid::record::id::{IdHasher, key_hash};
+use braid::record::input::InputRows;
 use braid::record::schema::Field;
-use braid::record::{FieldType, Key, Row, TimeSpec, TimeUnit, Value};
+use braid::record::{FieldType, Row, TimeSpec, TimeUnit, Value};
 
 use super::BenchArgs;
 
@@ -48,7 +48,7 @@ pub(super) struct Generator<'p> {
     sources: Vec<Source>,
     late_share: f64,
     rng: Rng,
-    ids: IdHasher,
+    rows: InputRows,
     device_names: Vec<Box<str>>,
     /// Event time up to which rows have been generated.
     until: i64,
@@ -89,7 +89,7 @@ impl<'p> Generator<'p> {
             sources,
             late_share: args.late_share,
             rng,
-            ids: IdHasher::default(),
+            rows: InputRows::default(),
             device_names: (0..args.devices).map(|d| format!("dev-{d:06}").into_boxed_str()).collect(),
             until: EPOCH_MS,
             slice_ms: slice_ms as i64,
@@ -167,12 +167,7 @@ impl<'p> Generator<'p> {
                 _ => self.value(field, device, seq),
             });
         }
-        let key = schema.key_of(&values).unwrap_or(Key::Broadcast);
-        self.ids.begin().str(&def.name);
-        for &pos in &schema.id_order {
-            self.ids.value(&values[pos]);
-        }
-        let row = Row { ts, key_hash: key_hash(&key), key, id: self.ids.finish(), values: values.into() };
+        let row = braid::source::row_of(def, values, ts, &mut self.rows);
         Input { arrival, stream, row }
     }
 
