@@ -15,7 +15,8 @@
 //!   benches/interval_join.rs.
 //! - `ring_join_in_place`: the shard's path — per frame `IntervalJoin::on_frame`, which matches
 //!   the archived row against stored rows read in place and stores its archive bytes as they are,
-//!   with the join's state in mmap arenas (a fresh tempdir per iteration, untimed), as on a shard.
+//!   with the join's state in scratch mmap arenas (a fresh tempdir per iteration, untimed), as on
+//!   a shard.
 //! - `vec_join` (baseline i): the same operator over pre-built `Row`s from a `Vec` — what
 //!   benches/interval_join.rs `inner` measures.
 //! - `ring_read_access` (baseline ii): `read_batch` + `access_unchecked`, reading `ts`,
@@ -39,7 +40,7 @@ use braid::operator::interval_join::{IntervalJoin, JoinType};
 use braid::record::Row;
 use braid::record::frame::{self, RowEncoder};
 use braid::ring::{Consumer, FRAME_HEADER, FrameKind, Producer, Ring};
-use braid::state::arena::ArenaStore;
+use braid::state::arena::{ArenaConfig, ArenaStore};
 use common::join::{Driver, Total};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 
@@ -96,8 +97,8 @@ fn ring_join(consumer: &mut Consumer, inputs: &[u8]) -> u64 {
 
 fn ring_join_in_place(consumer: &mut Consumer, inputs: &[u8], state: &std::path::Path) -> u64 {
     let spec = common::join::gateway_join(JoinType::Inner).spec().clone();
-    let left = ArenaStore::open(&state.join("left")).unwrap();
-    let right = ArenaStore::open(&state.join("right")).unwrap();
+    let left = ArenaStore::open_with(&state.join("left"), ArenaConfig::scratch()).unwrap();
+    let right = ArenaStore::open_with(&state.join("right"), ArenaConfig::scratch()).unwrap();
     let op = IntervalJoin::with_state(spec, [Box::new(left), Box::new(right)]);
     let mut driver = Driver::new(JoinType::Inner, Total::default()).with_op(op);
     let mut i = 0;

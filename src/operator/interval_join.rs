@@ -23,9 +23,6 @@
 //!   pair's `_ts` is its later row's ts, an unmatched row's its own), so no result is late
 //!   downstream.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
 use crate::config::operators::{Builder, Built, Input, join_type, output_schema, pair_condition, select};
 use crate::config::walk::{Errors, Table};
 use crate::record::frame::to_row;
@@ -36,6 +33,7 @@ use crate::state::snapshot::{self, SavedStore, SnapshotError};
 use crate::state::ttl::{Due, StoredRow};
 use crate::state::{KeyedStore, MemoryStore, RowHandle};
 use crate::time::Time;
+use crate::time::due::DueQueue;
 
 use super::expr::Expr;
 use super::{Expired, ExpiryReason, OperatorSpec, Output, Projection, Quality, ResultKind};
@@ -194,7 +192,8 @@ pub struct IntervalJoin {
     watermark: Time,
     /// Rows of each input waiting for partners: in memory, or in a shard's arenas.
     state: [Box<dyn KeyedStore>; 2],
-    timers: BinaryHeap<Reverse<Timer>>,
+    /// Stored rows' last chances, one lane per input (time/due.rs).
+    timers: DueQueue<Timer>,
     /// Timers whose row left before its last chance (`ttl` or the state budget): a no-op when
     /// they fire, dropped in one pass once they are half the heap.
     stale_timers: usize,
@@ -214,7 +213,7 @@ impl IntervalJoin {
             spec,
             watermark: Time::NEG_INF,
             state,
-            timers: BinaryHeap::new(),
+            timers: DueQueue::new(2),
             stale_timers: 0,
             seq: 0,
             ids: IdHasher::default(),
@@ -262,7 +261,7 @@ impl IntervalJoin {
     /// The stored row's last chance; the host hears it was stored (its `ttl` clock).
     fn arm(&mut self, input: usize, last_chance: Time, key_hash: u64, handle: RowHandle, out: &mut Output) {
         self.seq += 1;
-        self.timers.push(Reverse(Timer { last_chance, seq: self.seq, input, key_hash, handle }));
+        self.timers.push(input, Timer { last_chance, seq: self.seq, input, key_hash, handle });
         out.stored.push(StoredRow { input: input as u32, key_hash, handle });
     }
 
@@ -299,8 +298,8 @@ impl IntervalJoin {
 
     pub fn on_watermark(&mut self, watermark: Time, out: &mut Output) {
         self.watermark = watermark;
-        while self.timers.peek().is_some_and(|Reverse(t)| t.last_chance < watermark) {
-            let Some(Reverse(timer)) = self.timers.pop() else { break };
+        while self.timers.peek().is_some_and(|t| t.last_chance < watermark) {
+            let Some(timer) = self.timers.pop() else { break };
             if !self.spec.join.keeps_unmatched(timer.input) {
                 // Nothing to report for this side: the row goes without being copied out.
                 if let Some(matched) = self.state[timer.input].discard(timer.key_hash, timer.handle) {
@@ -375,7 +374,7 @@ impl IntervalJoin {
         self.stale_timers += 1;
         if self.stale_timers * 2 > self.timers.len() {
             let state = &self.state;
-            self.timers.retain(|Reverse(t)| state[t.input].contains(t.key_hash, t.handle));
+            self.timers.retain(|t| state[t.input].contains(t.key_hash, t.handle));
             self.stale_timers = 0;
         }
         Some(removed.row)
@@ -406,7 +405,7 @@ impl IntervalJoin {
     pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
         let rows: Vec<SavedStore> =
             self.state.iter().map(|store| snapshot::save_store(store.as_ref())).collect::<Result<_, _>>()?;
-        let timers: Vec<Timer> = self.timers.iter().map(|Reverse(timer)| *timer).collect();
+        let timers: Vec<Timer> = self.timers.iter().copied().collect();
         let capacity =
             rows.iter().map(SavedStore::bytes).sum::<usize>() + timers.len() * std::mem::size_of::<Timer>() + 4096;
         let state = IntervalJoinState { watermark: self.watermark, rows, timers, seq: self.seq, quality: self.quality };
@@ -427,7 +426,11 @@ impl IntervalJoin {
             snapshot::load_store(store.as_mut(), rows)?;
         }
         self.watermark = saved.watermark;
-        self.timers = saved.timers.into_iter().map(Reverse).collect();
+        let mut timers = saved.timers;
+        timers.sort_unstable();
+        for timer in timers {
+            self.timers.push(timer.input, timer);
+        }
         self.seq = saved.seq;
         self.quality = saved.quality;
         Ok(())

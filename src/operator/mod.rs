@@ -458,24 +458,25 @@ impl OperatorSpec {
         }
     }
 
-    /// A shard's instance, keeping its stored rows in mmap arenas under `dir` (one directory
-    /// per operator and input, opened fresh or recovered). The interval and temporal joins' rows
+    /// A shard's instance, keeping its stored rows in mmap arenas under `dir` (one scratch store
+    /// per operator and input, started empty: a restart's state comes from a checkpoint). The interval and temporal joins' rows
     /// and connect's keyed state live there; the window kinds, absence and union keep their
     /// (per-key, aggregated or no) state in memory.
     pub fn build_in(&self, dir: &std::path::Path) -> Result<Operator, crate::state::arena::ArenaError> {
-        use crate::state::arena::ArenaStore;
+        use crate::state::arena::{ArenaConfig, ArenaStore};
+        let open = |name: String| ArenaStore::open_with(&dir.join(name), ArenaConfig::scratch());
         Ok(match self {
             OperatorSpec::IntervalJoin(spec) => {
-                let left = ArenaStore::open(&dir.join(format!("{}.left", spec.name)))?;
-                let right = ArenaStore::open(&dir.join(format!("{}.right", spec.name)))?;
+                let left = open(format!("{}.left", spec.name))?;
+                let right = open(format!("{}.right", spec.name))?;
                 Operator::IntervalJoin(IntervalJoin::with_state(spec.clone(), [Box::new(left), Box::new(right)]))
             }
             OperatorSpec::Connect(spec) => {
                 Operator::Connect(Connect::with_state(spec.clone(), connect::KeyedState::in_arenas(dir, &spec.name)))
             }
             OperatorSpec::TemporalJoin(spec) => {
-                let left = ArenaStore::open(&dir.join(format!("{}.left", spec.name)))?;
-                let right = ArenaStore::open(&dir.join(format!("{}.right", spec.name)))?;
+                let left = open(format!("{}.left", spec.name))?;
+                let right = open(format!("{}.right", spec.name))?;
                 Operator::TemporalJoin(TemporalJoin::with_state(spec.clone(), [Box::new(left), Box::new(right)]))
             }
             OperatorSpec::Union(_)

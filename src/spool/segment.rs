@@ -18,6 +18,7 @@ pub(super) static FORMAT: Format = Format {
     numbered: true,
     flags: 0,
     end_room: true,
+    crc: true,
 };
 
 /// Segment header at the start of the data area: base seq u64 | zero | crc32c of 0..28 u32.

@@ -26,6 +26,10 @@
 //! | spool (journal, sink buffers) | `braidspl` v1 | 32 B | 16 B (seq) | 8 | numbered   |
 //! | arena (operator state)        | `braidarn` v1 | 64 B | 32 B (flags matched, dead; key hash, ts) | 16 | flags |
 //!
+//! A third, the scratch arena, is the arena's layout under magic `braidars` with no crc (the
+//! field stays 0): the shards' stores, rebuilt at every start and never walked
+//! (state/arena/mod.rs, "Scratch stores").
+//!
 //! The spool's widths are today's journal and sink-buffer files, byte for byte: a gateway upgraded
 //! with results in its store-and-forward buffer reads them as before (`tests.rs`, "today's spool
 //! segment"). The arena needs 16-byte payloads (rkyv) and its flags, so its widths stay its own;
@@ -101,6 +105,9 @@ pub struct Format {
     pub flags: usize,
     /// Appends keep room for the end mark after the record (else it is written where it fits).
     pub end_room: bool,
+    /// Records carry their crc. Only a log that is never walked goes without (a scratch arena,
+    /// state/arena/mod.rs): its crc field stays 0, and its magic is one no walk is given.
+    pub crc: bool,
 }
 
 impl Format {
@@ -189,6 +196,7 @@ impl Segment {
         path: &Path,
         format: &'static Format,
     ) -> Result<(Segment, Option<u64>), MappedFileError> {
+        debug_assert!(format.crc, "a log without crcs is never opened: nothing could tell its records intact");
         let file = storage.open(path, format.magic, format.version)?;
         let mut segment = Segment { file, format, id: 0, end: format.segment_header, records: 0, synced: 0 };
         let crc_at = format.segment_header - 4;
@@ -420,14 +428,15 @@ impl Segment {
             return Err(bad("record header of the wrong length"));
         }
         header[meta_at..].copy_from_slice(meta);
-        let (salt, salt_len) = self.salt(position);
-        let mut crc = crc32c::crc32c(&salt[..salt_len]);
-        crc = crc32c::crc32c_append(crc, &header[..4]);
-        crc = crc32c::crc32c_append(crc, &header[Format::META_AT..]);
+        let mut crc = format.crc.then(|| {
+            let (salt, salt_len) = self.salt(position);
+            let crc = crc32c::crc32c(&salt[..salt_len]);
+            crc32c::crc32c_append(crc32c::crc32c_append(crc, &header[..4]), &header[Format::META_AT..])
+        });
         let mut at = off + format.record_header;
         for part in parts {
             self.file.write(at, part)?;
-            crc = crc32c::crc32c_append(crc, part);
+            crc = crc.map(|crc| crc32c::crc32c_append(crc, part));
             at += part.len();
         }
         let padding = size - format.record_header - len;
@@ -436,7 +445,7 @@ impl Segment {
         // mark at `off` still ends the log, so a failed or torn append leaves no record.
         let after = off + size;
         self.file.write(after, &[0; END_MARK][..END_MARK.min(self.data_len() - after)])?;
-        header[4..8].copy_from_slice(&crc.to_le_bytes());
+        header[4..8].copy_from_slice(&crc.unwrap_or(0).to_le_bytes());
         self.file.write(off, header)?;
         self.end = after;
         self.records += 1;
@@ -464,8 +473,9 @@ impl Segment {
 
     /// The payload of the record at `off`, in place.
     pub fn payload(&self, off: usize) -> &[u8] {
-        let at = off + self.format.record_header;
-        &self.file.read()[at..at + self.len_at(off)]
+        let data = self.file.read();
+        let (at, len) = (off + self.format.record_header, u32::from_le_bytes(word(data, off)) as usize);
+        &data[at..at + len]
     }
 
     /// Payload length of the record at `off`.

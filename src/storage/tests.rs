@@ -146,7 +146,7 @@ fn ids(arena: &ArenaStore) -> Vec<u64> {
 fn arena_enospc_on_a_write_keeps_the_row_in_memory() {
     let dir = tempfile::tempdir().unwrap();
     let storage = Faulty::mmap();
-    let config = ArenaConfig { segment_bytes: 4096, spare_segments: 0 };
+    let config = ArenaConfig { segment_bytes: 4096, spare_segments: 0, recoverable: true };
     let mut arena = ArenaStore::open_on(storage.clone(), dir.path(), config.clone()).unwrap();
     storage.fail_at(1, Fault::Enospc);
     let mut id = 0;

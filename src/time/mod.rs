@@ -7,6 +7,7 @@
 
 pub mod clock;
 pub mod cpu;
+pub mod due;
 pub mod rfc3339;
 pub mod ticks;
 

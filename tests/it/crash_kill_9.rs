@@ -36,7 +36,7 @@ fn row(k: usize, id: u64) -> Row {
 }
 
 fn small_segments() -> ArenaConfig {
-    ArenaConfig { segment_bytes: 4096, spare_segments: 1 }
+    ArenaConfig { segment_bytes: 4096, spare_segments: 1, recoverable: true }
 }
 
 /// Inserts 60 rows (every 7th matched), marks every 3rd id matched by a scan, removes every 4th.

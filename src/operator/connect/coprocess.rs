@@ -31,6 +31,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use crate::operator::{Output, Projection, ResultKind};
 use crate::record::id::IdHasher;
 use crate::record::{Key, Row};
+use crate::state::arena::{ArenaConfig, ArenaStore};
 use crate::state::snapshot::{self, SavedStore, SnapshotError};
 use crate::state::{KeyedStore, MemoryStore, RowHandle};
 use crate::time::Time;
@@ -158,14 +159,14 @@ impl Default for KeyedState {
 }
 
 impl KeyedState {
-    /// Slot `n` in the arena directory `dir/NAME.slotN`. A slot whose arena cannot be opened
+    /// Slot `n` in the scratch arena `dir/NAME.slotN`. A slot whose arena cannot be opened
     /// (a full disk, no permission) keeps its rows in memory, with a warning: nothing is lost
-    /// while braid runs, but that slot does not survive a restart.
+    /// (a restart's state comes from a checkpoint either way).
     pub fn in_arenas(dir: &std::path::Path, name: &str) -> KeyedState {
         let (dir, name) = (dir.to_owned(), name.to_owned());
         let open = move |slot: usize| -> Box<dyn KeyedStore> {
             let path = dir.join(format!("{name}.slot{slot}"));
-            match crate::state::arena::ArenaStore::open(&path) {
+            match ArenaStore::open_with(&path, ArenaConfig::scratch()) {
                 Ok(arena) => Box::new(arena),
                 Err(error) => {
                     tracing::warn!(path = %path.display(), %error, "connect state kept in memory");

@@ -77,16 +77,30 @@
 //! never truncated while mapped). With the usual time-ordered expiry, one spare means a
 //! steady-state store creates no files and its pages stay in the page cache.
 //!
+//! # Scratch stores
+//!
+//! The shards' stores ([`ArenaConfig::scratch`]) are never recovered: `braid run` rebuilds its
+//! state from the last checkpoint and the journal at every start (service/scratch.rs), and a
+//! replay starts empty. For them the crc of each record would be work for a walk that never
+//! comes (a sixth of the interval join's time over ring frames, `benches/interval_join_ring`).
+//! So a scratch store's records carry no crc, its files have a magic of their own (`braidars`)
+//! that nothing opens, and opening one deletes the segment files its directory holds instead of
+//! reading them. Layout, flags, recycling and compaction are the same.
+//!
 //! # Compaction
 //!
 //! A segment is freed only when all its records are dead, so a few long-lived rows (a key that
 //! stays while a flood of new keys comes and goes) could pin any number of mostly-dead segments.
-//! When a remove leaves a segment other than the active one with live records taking less than a
-//! quarter of its data bytes, its live records are moved to the end of the active segment (copied
-//! as bytes, with their matched flags) and marked dead where they were, so the segment empties
-//! and is recycled. A moved row keeps its [`RowHandle`] and its place in its key's scan order:
-//! its index entry stays where it is and only points at the new place, as for a restored row
-//! (below). Each byte is moved only when its segment has fallen under a quarter live, so a
+//! A segment other than the active one whose live records take less than a quarter of its data
+//! bytes is *sparse*. Once more than two segments are sparse, the oldest one's live records are
+//! moved to the end of the active segment (copied as bytes, with their matched flags) and marked
+//! dead where they were, so the segment empties and is recycled. Two are left as they are because
+//! rows usually leave in time order: the segment at the front of the expiry is sparse for a
+//! while on its way to empty, and moving its last rows would copy up to a quarter of every row for
+//! nothing. So at most two mostly-dead segments stay pinned.
+//!
+//! A moved row keeps its [`RowHandle`] and its place in its key's scan order: its index entry
+//! stays where it is and only points at the new place, as for a restored row (below). Each byte is moved only when its segment has fallen under a quarter live, so a
 //! compaction pass moves at most a quarter segment and frees a whole one.
 //!
 //! What a checkpoint names is not affected: a snapshot ([`KeyedStore::export`]) copies each
@@ -175,6 +189,9 @@ const MEMORY_HANDLE: RowHandle = 1 << 63;
 /// A segment whose live records take less than this fraction (numerator, denominator) of its
 /// data bytes is compacted (module doc, "Compaction").
 const COMPACT_BELOW: (usize, usize) = (1, 4);
+
+/// Sparse segments left as they are before the oldest is compacted (module doc, "Compaction").
+const SPARSE_KEPT: usize = 2;
 /// `Segments::active` when no segment takes rows: the next append starts one.
 const NO_SEGMENT: u32 = u32::MAX;
 
@@ -184,15 +201,23 @@ pub struct ArenaConfig {
     pub segment_bytes: usize,
     /// All-dead segments kept for reuse instead of deleted.
     pub spare_segments: usize,
+    /// A restart can find the rows in the files (module doc, "Recovery"); false for a scratch
+    /// store (module doc, "Scratch stores").
+    pub recoverable: bool,
 }
 
 impl Default for ArenaConfig {
     fn default() -> Self {
-        ArenaConfig { segment_bytes: 1 << 20, spare_segments: 1 }
+        ArenaConfig { segment_bytes: 1 << 20, spare_segments: 1, recoverable: true }
     }
 }
 
 impl ArenaConfig {
+    /// The default sizes for a scratch store.
+    pub fn scratch() -> ArenaConfig {
+        ArenaConfig { recoverable: false, ..ArenaConfig::default() }
+    }
+
     fn data_len(&self) -> usize {
         self.segment_bytes - HEADER_LEN
     }
@@ -293,6 +318,8 @@ pub struct ArenaStore {
     moving: Vec<u8>,
     /// Mostly-dead segments are compacted (on unless [`set_compaction`](Self::set_compaction)).
     compact: bool,
+    /// Slots of segments found sparse and not compacted yet (at most [`SPARSE_KEPT`] after a call).
+    sparse: Vec<u32>,
     compactions: usize,
     moved_rows: usize,
     recovery: Recovery,
@@ -323,6 +350,13 @@ impl ArenaStore {
             let name = entry.map_err(io)?.file_name();
             if let Some(number) = name.to_str().and_then(parse_name) {
                 numbers.push(number);
+            }
+        }
+        if !config.recoverable {
+            // A scratch store starts empty: whatever an earlier life left is not read.
+            for number in numbers.drain(..) {
+                let path = dir.join(file_name(number));
+                std::fs::remove_file(&path).map_err(|source| ArenaError::Io { path, source })?;
             }
         }
         numbers.sort_unstable();
@@ -374,6 +408,7 @@ impl ArenaStore {
             memory_bytes: 0,
             moving: Vec::new(),
             compact: true,
+            sparse: Vec::new(),
             compactions: 0,
             moved_rows: 0,
             recovery: Recovery::default(),
@@ -458,11 +493,8 @@ impl ArenaStore {
         });
         self.rows += 1;
         self.bytes += size;
-        if let Some(left) = self.segments.left_active.take()
-            && self.compact
-            && self.segments.is_sparse(left)
-        {
-            self.compact(left);
+        if let Some(left) = self.segments.left_active.take() {
+            self.note_sparse(left);
         }
         handle
     }
@@ -497,7 +529,23 @@ impl ArenaStore {
     /// mostly dead (module doc, "Compaction").
     fn release(&mut self, slot: u32, off: u32) {
         self.bytes -= self.segments.release(slot, off as usize);
-        if self.compact && self.segments.is_sparse(slot) {
+        self.note_sparse(slot);
+    }
+
+    /// Notes `slot` if it has become sparse; compacts the oldest sparse segments while more than
+    /// [`SPARSE_KEPT`] are (module doc, "Compaction").
+    fn note_sparse(&mut self, slot: u32) {
+        if !self.compact || !self.segments.is_sparse(slot) || self.sparse.contains(&slot) {
+            return;
+        }
+        self.sparse.push(slot);
+        // Emptied (recycled) since they were noted, or refilled as a new segment: not sparse now.
+        let segments = &self.segments;
+        self.sparse.retain(|&s| segments.is_sparse(s));
+        while self.sparse.len() > SPARSE_KEPT {
+            let oldest = (0..self.sparse.len()).min_by_key(|&i| self.segments.get(self.sparse[i]).map(|s| s.seq));
+            let Some(oldest) = oldest else { break };
+            let slot = self.sparse.swap_remove(oldest);
             self.compact(slot);
         }
     }
@@ -909,7 +957,8 @@ impl Segments {
             None => {
                 let number = self.next_number;
                 let path = self.dir.join(file_name(number));
-                let segment = Segment::create(&*self.storage, &path, seq, self.config.data_len())?;
+                let segment =
+                    Segment::create(&*self.storage, &path, seq, self.config.data_len(), self.config.recoverable)?;
                 self.next_number += 1;
                 write_faults::recovered(ARENA_SITE);
                 segment

@@ -23,7 +23,13 @@ pub(super) static FORMAT: Format = Format {
     numbered: false,
     flags: 2,
     end_room: false,
+    crc: true,
 };
+
+/// A scratch arena's format ([`ArenaConfig::recoverable`](super::ArenaConfig) false): the same
+/// layout with no crc computed, under a magic of its own that no open is given, so its files are
+/// never taken for recoverable ones.
+static SCRATCH_FORMAT: Format = Format { magic: *b"braidars", crc: false, ..FORMAT };
 
 /// The segment header at the start of the data area: sequence number u64 | reserved | crc32c.
 pub(super) const SEGMENT_HEADER: usize = FORMAT.segment_header;
@@ -67,14 +73,17 @@ pub(super) struct Walk {
 }
 
 impl Segment {
-    /// Creates (or replaces) the segment file `path`, `data_len` bytes after the file header.
+    /// Creates (or replaces) the segment file `path`, `data_len` bytes after the file header; a
+    /// scratch segment's records carry no crc (it is never opened again).
     pub(super) fn create(
         storage: &dyn Storage,
         path: &Path,
         seq: u32,
         data_len: usize,
+        recoverable: bool,
     ) -> Result<Segment, MappedFileError> {
-        let log = log::Segment::create(storage, path, &FORMAT, u64::from(seq), data_len)?;
+        let format = if recoverable { &FORMAT } else { &SCRATCH_FORMAT };
+        let log = log::Segment::create(storage, path, format, u64::from(seq), data_len)?;
         Ok(Segment { log, seq, end: SEGMENT_HEADER, live: 0, live_bytes: 0 })
     }
 

@@ -8,7 +8,7 @@ use crate::state::MemoryStore;
 
 /// Small segments, so a few rows fill one and rollover and recycling happen often.
 fn small() -> ArenaConfig {
-    ArenaConfig { segment_bytes: 4096, spare_segments: 1 }
+    ArenaConfig { segment_bytes: 4096, spare_segments: 1, recoverable: true }
 }
 
 /// Keys 0..3 share one hash on purpose; 3 and 4 have their own.
@@ -124,8 +124,12 @@ fn op() -> impl Strategy<Value = Op> {
 /// With `compact`, mostly-dead segments are compacted: only for scripts without `Reopen` (a
 /// compacted store reopened from its files names moved rows by their new places; module doc).
 fn run_against_model(ops: &[Op], compact: bool) {
+    run_against_model_with(ops, compact, small());
+}
+
+fn run_against_model_with(ops: &[Op], compact: bool, config: ArenaConfig) {
     let dir = tempfile::tempdir().unwrap();
-    let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+    let mut arena = ArenaStore::open_with(dir.path(), config).unwrap();
     arena.set_compaction(compact);
     let mut model = MemoryStore::default();
     // (model handle, arena handle, key hash) of live rows; removed ones kept to remove again.
@@ -227,6 +231,36 @@ proptest! {
         let ops: Vec<Op> = ops.into_iter().filter(|op| !matches!(op, Op::Reopen)).collect();
         run_against_model(&ops, true);
     }
+
+    #[test]
+    fn a_scratch_store_behaves_like_the_memory_store(ops in proptest::collection::vec(op(), 1..80)) {
+        let ops: Vec<Op> = ops.into_iter().filter(|op| !matches!(op, Op::Reopen)).collect();
+        run_against_model_with(&ops, true, ArenaConfig { recoverable: false, ..small() });
+    }
+}
+
+/// A scratch store's records carry no crc, its files a magic of their own that a recovering open
+/// refuses, and opening it again starts empty, its old files gone.
+#[test]
+fn a_scratch_store_writes_no_crc_and_is_never_recovered() {
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = || ArenaConfig { recoverable: false, ..small() };
+    let mut arena = ArenaStore::open_with(dir.path(), scratch()).unwrap();
+    scripted(&mut arena);
+    assert!(arena.rows() > 0);
+    drop(arena);
+    let files = segment_files(dir.path());
+    assert!(files > 3, "the script spans several segments");
+    let first = std::fs::read(dir.path().join("seg-000001.arena")).unwrap();
+    assert_eq!(&first[..8], b"braidars", "its own magic");
+    let data = &first[HEADER_LEN..];
+    assert_ne!(u32::from_le_bytes(data[SEGMENT_HEADER..SEGMENT_HEADER + 4].try_into().unwrap()), 0, "a record");
+    assert_eq!(&data[SEGMENT_HEADER + 4..SEGMENT_HEADER + 8], &[0; 4], "no crc");
+
+    assert!(ArenaStore::open_with(dir.path(), small()).is_err(), "a recovering open refuses scratch files");
+    let arena = ArenaStore::open_with(dir.path(), scratch()).unwrap();
+    assert_eq!(arena.rows(), 0);
+    assert_eq!(segment_files(dir.path()), 1, "the old files deleted, one new segment");
 }
 
 /// Inserts, marks and removes rows of every key (the same on any store); rows of ~300 bytes, so
@@ -494,7 +528,7 @@ fn a_second_store_on_the_same_directory_is_refused() {
 fn bad_configs_and_foreign_files_are_refused_other_files_ignored() {
     let dir = tempfile::tempdir().unwrap();
     for segment_bytes in [0, 4000, 2048, (1 << 30) + 4096] {
-        let config = ArenaConfig { segment_bytes, spare_segments: 0 };
+        let config = ArenaConfig { segment_bytes, spare_segments: 0, recoverable: true };
         assert!(matches!(ArenaStore::open_with(dir.path(), config), Err(ArenaError::BadConfig(_))));
     }
     std::fs::write(dir.path().join("notes.txt"), b"not a segment").unwrap();
@@ -589,6 +623,25 @@ fn restored_rows_keep_their_handles_and_later_handles_are_new() {
 /// A key that stays while others come and go pins no segment: once a segment is under a quarter
 /// live its rows move to the active one, keeping handles, order and matched flags, and the
 /// segment is recycled; a snapshot taken after the move restores every row under its handle.
+/// Rows leaving in the order they came (time-ordered expiry) are never moved: the segment at the
+/// front of the expiry is sparse only on its way to empty.
+#[test]
+fn rows_leaving_in_arrival_order_are_never_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+    let mut live = std::collections::VecDeque::new();
+    for id in 0..600u64 {
+        let r = row(id as usize % KEYS, id, 250);
+        live.push_back((r.key_hash, arena.insert(r, false)));
+        if live.len() > 30 {
+            let (hash, handle) = live.pop_front().unwrap();
+            assert!(arena.remove(hash, handle).is_some());
+        }
+    }
+    assert_eq!(arena.compaction_counts(), (0, 0));
+    assert!(segment_files(dir.path()) <= 30 * 330 / (4096 - HEADER_LEN) + 2 + SPARSE_KEPT);
+}
+
 #[test]
 fn mostly_dead_segments_are_compacted_and_snapshots_still_name_every_row() {
     let dir = tempfile::tempdir().unwrap();
@@ -611,11 +664,11 @@ fn mostly_dead_segments_are_compacted_and_snapshots_still_name_every_row() {
     }
     let (compactions, moved) = arena.compaction_counts();
     assert!(compactions > 0 && moved > 0, "no compaction: {compactions} passes, {moved} rows");
-    // Every segment but the active one (and the spare) is at least a quarter live: 40 live rows
-    // of ~330 bytes need at most 4 × 13 KiB / 4 KiB + 2 = 15 files. Without compaction every
-    // segment written stays pinned by its two kept rows (20 + the spare).
+    // Every segment but the active one, the spare and two left sparse is at least a quarter
+    // live: 40 live rows of ~330 bytes need at most 4 × 13 KiB / 4 KiB + 2 + 2 = 17 files.
+    // Without compaction every segment written stays pinned by its two kept rows (20 + the spare).
     let files = segment_files(dir.path());
-    let bound = 4 * arena.bytes() / (4096 - HEADER_LEN) + 2;
+    let bound = 4 * arena.bytes() / (4096 - HEADER_LEN) + 2 + SPARSE_KEPT;
     assert!(files <= bound, "{files} segment files, more than {bound}");
     let pinned = tempfile::tempdir().unwrap();
     let mut uncompacted = ArenaStore::open_with(pinned.path(), small()).unwrap();
