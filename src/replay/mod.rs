@@ -18,6 +18,7 @@
 //! the outputs are appended to without writing a line twice (output.rs). Anything else starts
 //! fresh. A replay that finishes deletes its checkpoints: the next one starts fresh.
 
+mod file_writer;
 pub mod input;
 pub mod output;
 
@@ -188,6 +189,8 @@ pub fn run_observed(plan: &Plan, args: &ReplayArgs<'_>, observer: &mut dyn Obser
     let start = inputs.peek_arrival().map_err(input_error)?.map_or(0, i128::from);
     let mut options = RuntimeOptions {
         every_tick: args.every_tick,
+        feed_batch: crate::shard::REPLAY_FEED_BATCH,
+        publish_ticks: false,
         checkpoints: checkpoints.clone(),
         restore: resume.as_ref().map(|r| &r.loaded),
         ..RuntimeOptions::new(shards, &dir)

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use crate::checkpoint::{CheckpointDir, Completed, Manifest};
@@ -21,6 +21,8 @@ use crate::record::view::RowView;
 use crate::record::{ArchivedRow, Row, json};
 use crate::shard::Emit;
 use crate::state::snapshot;
+
+use super::file_writer::FileWriter;
 
 /// A file's part in a checkpoint.
 #[derive(Clone, Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
@@ -41,7 +43,8 @@ pub struct ReplayCheckpoint {
 
 struct OutFile {
     target: Target,
-    file: BufWriter<File>,
+    /// Written by a thread of its own (file_writer.rs).
+    file: FileWriter,
     written: u64,
     /// Hashes of the lines written since the barrier of the checkpoint under way.
     early: Vec<u64>,
@@ -84,7 +87,7 @@ impl<'p> Outputs<'p> {
         let mut files = Vec::new();
         for (i, (target, path)) in outputs.iter().enumerate() {
             let file = File::create(path).map_err(|e| (i, e))?;
-            files.push(OutFile::new(*target, file, 0));
+            files.push(OutFile::new(*target, file, 0).map_err(|e| (i, e))?);
         }
         Ok(Outputs::with_files(plan, files))
     }
@@ -134,9 +137,8 @@ impl<'p> Outputs<'p> {
     /// Writes the line in `self.buf` to every file of `target`; `early`: a restart from the
     /// checkpoint under way writes it again.
     fn write(&mut self, target: Target, early: bool) {
-        let hash = xxhash_rust::xxh3::xxh3_64(&self.buf);
         for out in self.files.iter_mut().filter(|f| f.target == target) {
-            if let Err(e) = out.write(&self.buf, hash, early) {
+            if let Err(e) = out.write(&self.buf, early) {
                 self.error.get_or_insert(e);
             }
         }
@@ -179,10 +181,7 @@ impl<'p> Outputs<'p> {
         let Some(committer) = &self.committer else { return Ok(()) };
         let mut files = Vec::with_capacity(self.files.len());
         for out in &mut self.files {
-            out.file.flush().map_err(|e| e.to_string())?;
-            if committer.sync {
-                out.file.get_ref().sync_data().map_err(|e| e.to_string())?;
-            }
+            out.file.flush_and_sync(committer.sync).map_err(|e| e.to_string())?;
             // Lines still to be skipped are in the file and still to come after this checkpoint.
             let mut early = std::mem::take(&mut out.early);
             for (&hash, &count) in &out.skip {
@@ -203,8 +202,8 @@ impl<'p> Outputs<'p> {
 }
 
 impl OutFile {
-    fn new(target: Target, file: File, written: u64) -> OutFile {
-        OutFile { target, file: BufWriter::new(file), written, early: Vec::new(), skip: HashMap::new() }
+    fn new(target: Target, file: File, written: u64) -> std::io::Result<OutFile> {
+        Ok(OutFile { target, file: FileWriter::new(file)?, written, early: Vec::new(), skip: HashMap::new() })
     }
 
     /// Opens `path` as a resumed replay finds it: the whole lines after `state.len` and the lines
@@ -230,12 +229,19 @@ impl OutFile {
         let end = state.len + whole as u64;
         file.set_len(end)?;
         file.seek(SeekFrom::Start(end))?;
-        let mut out = OutFile::new(target, file, end);
+        let mut out = OutFile::new(target, file, end)?;
         out.skip = skip;
         Ok(out)
     }
 
-    fn write(&mut self, line: &[u8], hash: u64, after_barrier: bool) -> std::io::Result<()> {
+    fn write(&mut self, line: &[u8], after_barrier: bool) -> std::io::Result<()> {
+        // A line's hash matters only to a resumed file and to a checkpoint under way.
+        if self.skip.is_empty() && !after_barrier {
+            self.file.write_all(line)?;
+            self.written += line.len() as u64;
+            return Ok(());
+        }
+        let hash = xxhash_rust::xxh3::xxh3_64(line);
         if let Some(count) = self.skip.get_mut(&hash).filter(|c| **c > 0) {
             // Written before the replay stopped: written again now, it would be there twice.
             *count -= 1;

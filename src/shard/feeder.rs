@@ -10,7 +10,7 @@ use crate::ring::{FrameKind, PushError};
 
 use super::wake::Doorbell;
 use super::wire::TickEvent;
-use super::{Emit, FEED_BATCH, Runtime, RuntimeError};
+use super::{Emit, Runtime, RuntimeError};
 
 impl Runtime {
     /// Runs the ticks in (now, to] that can change anything; processing time moves to `to`.
@@ -21,7 +21,10 @@ impl Runtime {
             let event = TickEvent { seq: self.seq, tick };
             self.writer.tick(&event);
             self.send_written(None, FrameKind::Tick, emit)?;
-            self.publish(emit)?;
+            self.unpublished += 1;
+            if self.publish_ticks || self.unpublished >= self.feed_batch {
+                self.publish(emit)?;
+            }
         }
         if self.planner.move_to(to) && self.clocked {
             self.seq += 1;
@@ -68,7 +71,7 @@ impl Runtime {
         }
         self.send_written(shard, FrameKind::Row, emit)?;
         self.unpublished += 1;
-        if self.unpublished >= FEED_BATCH {
+        if self.unpublished >= self.feed_batch {
             self.publish(emit)?;
         }
         Ok(())

@@ -129,6 +129,8 @@ impl Runtime {
             chained: (0..plan.operators.len()).any(|op| plan.chained(op)),
             seq,
             unpublished: 0,
+            feed_batch: options.feed_batch.max(1),
+            publish_ticks: options.publish_ticks,
             writer: Writer::default(),
             max_row: max_row_bytes(options.feed_ring_bytes, options.exchange_ring_bytes),
             too_large: vec![0; plan.operators.len()],
