@@ -192,7 +192,7 @@ mod tests {
                 break;
             }
         }
-        let error = failed.map_or_else(|| writer.flush().unwrap_err(), |e| e);
+        let error = failed.unwrap_or_else(|| writer.flush().unwrap_err());
         assert_eq!(error.raw_os_error(), Some(28), "ENOSPC: {error}");
         assert!(writer.flush().is_err(), "and stays failed");
     }
