@@ -120,7 +120,9 @@ struct Core {
     announced: Vec<Tag>,
     /// `[reader op][input][shard]`: upstream output watermarks per tick sequence.
     tick_watermarks: Vec<Vec<Vec<TickWatermarks>>>,
-    scratch: Output,
+    /// The operators' output buffers, lent to each activation: boxed, so lending moves a pointer
+    /// instead of the whole `Output` (and its `Default` and drop) once per row.
+    scratch: Option<Box<Output>>,
     writer: Writer,
     error: Option<ShardError>,
     /// Items processed since the last look (progress of a round).
@@ -218,7 +220,7 @@ impl Worker {
                 .iter()
                 .map(|o| o.inputs.iter().map(|_| vec![VecDeque::new(); shards]).collect())
                 .collect(),
-            scratch: Output::default(),
+            scratch: Some(Box::default()),
             writer: Writer::default(),
             error: None,
             work_done: 0,
@@ -379,7 +381,7 @@ impl Core {
             }
             let mut evicted = 0;
             for candidate in &candidates {
-                let mut out = std::mem::take(&mut self.scratch);
+                let mut out = self.scratch.take().unwrap_or_default();
                 if self.hosts[candidate.op].evict(candidate, &mut out) {
                     evicted += 1;
                     for expired in out.expired.drain(..) {
@@ -387,7 +389,7 @@ impl Core {
                         self.send_output(candidate.op, side, &expired.row);
                     }
                 }
-                self.scratch = out;
+                self.scratch = Some(out);
                 if self.state_bytes() <= low {
                     return;
                 }
@@ -569,7 +571,7 @@ impl Core {
             self.pass_barrier(op, epoch);
             return;
         }
-        let mut out = std::mem::take(&mut self.scratch);
+        let mut out = self.scratch.take().unwrap_or_default();
         let mut input = 0;
         let mut tick_done = None;
         // A root that runs on every shard ranks its results (tag.rs).
@@ -599,7 +601,7 @@ impl Core {
             Work::Barrier(_) => {} // taken above
         }
         self.route(op, input, &tag, ranked, &mut out);
-        self.scratch = out;
+        self.scratch = Some(out);
         if let Some(seq) = tick_done.filter(|_| !self.plan.readers(NodeRef::Operator(op)).is_empty()) {
             self.tick_done(op, seq);
         }
