@@ -298,8 +298,7 @@ impl IntervalJoin {
 
     pub fn on_watermark(&mut self, watermark: Time, out: &mut Output) {
         self.watermark = watermark;
-        while self.timers.peek().is_some_and(|t| t.last_chance < watermark) {
-            let Some(timer) = self.timers.pop() else { break };
+        while let Some(timer) = self.timers.pop_if(|t| t.last_chance < watermark) {
             if !self.spec.join.keeps_unmatched(timer.input) {
                 // Nothing to report for this side: the row goes without being copied out.
                 if let Some(matched) = self.state[timer.input].discard(timer.key_hash, timer.handle) {

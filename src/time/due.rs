@@ -49,7 +49,17 @@ impl<T: Ord> DueQueue<T> {
     }
 
     pub fn pop(&mut self) -> Option<T> {
-        match self.first()?.0 {
+        self.pop_if(|_| true)
+    }
+
+    /// Pops the first timer if `due` says it is (one look for the first, where `peek` then `pop`
+    /// would take two).
+    pub fn pop_if(&mut self, due: impl FnOnce(&T) -> bool) -> Option<T> {
+        let (place, first) = self.first()?;
+        if !due(first) {
+            return None;
+        }
+        match place {
             Place::Lane(lane) => self.lanes[lane].pop_front(),
             Place::OutOfOrder => self.out_of_order.pop().map(|Reverse(timer)| timer),
         }
@@ -101,11 +111,18 @@ mod tests {
         /// however out of order they were pushed, with pushes and pops interleaved.
         #[test]
         fn pops_in_the_order_of_one_heap(ops in prop::collection::vec((0usize..3, 0i64..40, any::<bool>()), 0..300)) {
-            let mut queue = DueQueue::new(3);
-            let mut heap = BinaryHeap::new();
+            let mut queue: DueQueue<(i64, usize)> = DueQueue::new(3);
+            let mut heap: BinaryHeap<Reverse<(i64, usize)>> = BinaryHeap::new();
             for (seq, (lane, due, pop)) in ops.into_iter().enumerate() {
                 if pop {
-                    prop_assert_eq!(queue.pop(), heap.pop().map(|Reverse(t)| t));
+                    let limit = (seq as i64) - 10;
+                    let expected = heap.peek().filter(|Reverse(t)| t.0 < limit).map(|Reverse(t)| *t);
+                    prop_assert_eq!(queue.pop_if(|t: &(i64, usize)| t.0 < limit), expected);
+                    if expected.is_some() {
+                        heap.pop();
+                    } else {
+                        prop_assert_eq!(queue.pop(), heap.pop().map(|Reverse(t)| t));
+                    }
                 } else {
                     // Mostly in order per lane: the due grows with seq, with some disorder.
                     let timer = (seq as i64 + due - 20, seq);
