@@ -18,7 +18,8 @@
 #      checkpoint every 5 s) if $FLINK_VENV (default /work/flink-venv) has apache-flink and
 #      `java` is on the PATH.
 #    A peer that is not installed is skipped with a message saying how to install it. With
-#    BRAID_BASE=PATH, that braid binary runs too, in the same rounds, as the baseline.
+#    BRAID_BASE=PATH, that braid binary runs too, in the same rounds, as the baseline. Each run
+#    starts $SETTLE seconds (2) after the one before.
 # 3. Checks that every run found the same number of results, and prints each one's events/s
 #    (input lines / wall time of the whole process; "net" = without interpreter, JVM start and
 #    planning, as the peers time themselves), peak RSS, versions, and braid's ratio to the best
@@ -63,6 +64,9 @@ echo "peers: workload: $devices devices × $seconds s: $events lines ($(wc -l < 
 timed() {
   local name=$1 run=$2 version=$3 count=$4; shift 5
   local log=$work/$name-$run.log
+  # The previous run's teardown (a JVM's, Pathway's gigabyte) runs on for a moment after it
+  # exits: without a pause, whichever braid came next ran slower (0.51-0.55 s against 0.39).
+  sleep "${SETTLE:-2}"
   local load; load=$(cut -d' ' -f1 /proc/loadavg)
   /usr/bin/time -f 'TIME %e %M' timeout --kill-after=10 "$limit" "$@" > "$log" 2>&1
   local rc=$?
