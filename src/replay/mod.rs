@@ -111,9 +111,9 @@ impl Emit for Observed<'_, '_> {
         self.outputs.result(operator, row, after_barrier);
     }
 
-    fn result_archived(&mut self, operator: usize, row: &ArchivedRow, after_barrier: bool) {
+    fn result_archived(&mut self, operator: usize, row: &ArchivedRow, archive: &[u8], after_barrier: bool) {
         self.observer.result(operator, RowView::Archived(row));
-        self.outputs.result_archived(operator, row, after_barrier);
+        self.outputs.result_archived(operator, row, archive, after_barrier);
     }
 
     fn late(&mut self, operator: usize, input: usize, row: &Row, after_barrier: bool) {

@@ -10,19 +10,20 @@
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 use crate::checkpoint::{CheckpointDir, Completed, Manifest};
 use crate::operator::{ExpiryReason, Side};
 use crate::plan::{Plan, Target};
 use crate::record::decode::TOO_LARGE;
+use crate::record::schema::Schema;
 use crate::record::view::RowView;
 use crate::record::{ArchivedRow, Row, json};
 use crate::shard::Emit;
 use crate::state::snapshot;
 
-use super::file_writer::FileWriter;
+use super::file_writer::{FileWriter, Lines};
 
 /// A file's part in a checkpoint.
 #[derive(Clone, Debug, Default, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
@@ -41,15 +42,19 @@ pub struct ReplayCheckpoint {
     pub files: Vec<FileState>,
 }
 
+/// An output file: written, and its part in checkpoints kept, by a thread of its own
+/// (file_writer.rs).
 struct OutFile {
     target: Target,
-    /// Written by a thread of its own (file_writer.rs).
     file: FileWriter,
-    written: u64,
-    /// Hashes of the lines written since the barrier of the checkpoint under way.
-    early: Vec<u64>,
-    /// Resumed: lines already in the file, by hash, with how many times each is still to come.
-    skip: HashMap<u64, u32>,
+}
+
+/// The schema a file's archived results are written with: its operator's output.
+fn result_schema(plan: &Plan, target: Target) -> Option<Schema> {
+    match target {
+        Target::Operator(op) => Some(plan.operators[op].output.clone()),
+        _ => None,
+    }
 }
 
 /// Where completed checkpoints are committed.
@@ -87,7 +92,8 @@ impl<'p> Outputs<'p> {
         let mut files = Vec::new();
         for (i, (target, path)) in outputs.iter().enumerate() {
             let file = File::create(path).map_err(|e| (i, e))?;
-            files.push(OutFile::new(*target, file, 0).map_err(|e| (i, e))?);
+            let lines = Lines::new(file, 0, HashMap::new(), result_schema(plan, *target));
+            files.push(OutFile::new(*target, lines).map_err(|e| (i, e))?);
         }
         Ok(Outputs::with_files(plan, files))
     }
@@ -101,7 +107,8 @@ impl<'p> Outputs<'p> {
     ) -> Result<Outputs<'p>, (usize, std::io::Error)> {
         let mut files = Vec::new();
         for (i, ((target, path), state)) in outputs.iter().zip(states).enumerate() {
-            files.push(OutFile::resume(*target, path, state).map_err(|e| (i, e))?);
+            let schema = result_schema(plan, *target);
+            files.push(OutFile::resume(*target, path, state, schema).map_err(|e| (i, e))?);
         }
         Ok(Outputs::with_files(plan, files))
     }
@@ -138,7 +145,7 @@ impl<'p> Outputs<'p> {
     /// checkpoint under way writes it again.
     fn write(&mut self, target: Target, early: bool) {
         for out in self.files.iter_mut().filter(|f| f.target == target) {
-            if let Err(e) = out.write(&self.buf, early) {
+            if let Err(e) = out.file.text(&self.buf, early) {
                 self.error.get_or_insert(e);
             }
         }
@@ -169,7 +176,7 @@ impl<'p> Outputs<'p> {
     /// Flushes every file; the first write error, if any.
     pub fn finish(mut self) -> std::io::Result<()> {
         for out in &mut self.files {
-            if let Err(e) = out.file.flush() {
+            if let Err(e) = out.file.checkpoint(false) {
                 self.error.get_or_insert(e);
             }
         }
@@ -181,13 +188,7 @@ impl<'p> Outputs<'p> {
         let Some(committer) = &self.committer else { return Ok(()) };
         let mut files = Vec::with_capacity(self.files.len());
         for out in &mut self.files {
-            out.file.flush_and_sync(committer.sync).map_err(|e| e.to_string())?;
-            // Lines still to be skipped are in the file and still to come after this checkpoint.
-            let mut early = std::mem::take(&mut out.early);
-            for (&hash, &count) in &out.skip {
-                early.extend(std::iter::repeat_n(hash, count as usize));
-            }
-            files.push(FileState { len: out.written, early });
+            files.push(out.file.checkpoint(committer.sync).map_err(|e| e.to_string())?);
         }
         let driver = snapshot::encode(&ReplayCheckpoint { position: done.driver, files }).map_err(|e| e.to_string())?;
         let manifest = Manifest { epoch: done.epoch, shards: committer.shards, feeder: done.feeder, driver };
@@ -202,13 +203,13 @@ impl<'p> Outputs<'p> {
 }
 
 impl OutFile {
-    fn new(target: Target, file: File, written: u64) -> std::io::Result<OutFile> {
-        Ok(OutFile { target, file: FileWriter::new(file)?, written, early: Vec::new(), skip: HashMap::new() })
+    fn new(target: Target, lines: Lines) -> std::io::Result<OutFile> {
+        Ok(OutFile { target, file: FileWriter::new(lines)? })
     }
 
     /// Opens `path` as a resumed replay finds it: the whole lines after `state.len` and the lines
     /// `state.early` names are not written again; a torn last line is cut.
-    fn resume(target: Target, path: &Path, state: &FileState) -> std::io::Result<OutFile> {
+    fn resume(target: Target, path: &Path, state: &FileState, schema: Option<Schema>) -> std::io::Result<OutFile> {
         let mut file = OpenOptions::new().read(true).write(true).open(path)?;
         let len = file.metadata()?.len();
         if len < state.len {
@@ -229,50 +230,25 @@ impl OutFile {
         let end = state.len + whole as u64;
         file.set_len(end)?;
         file.seek(SeekFrom::Start(end))?;
-        let mut out = OutFile::new(target, file, end)?;
-        out.skip = skip;
-        Ok(out)
-    }
-
-    fn write(&mut self, line: &[u8], after_barrier: bool) -> std::io::Result<()> {
-        // A line's hash matters only to a resumed file and to a checkpoint under way.
-        if self.skip.is_empty() && !after_barrier {
-            self.file.write_all(line)?;
-            self.written += line.len() as u64;
-            return Ok(());
-        }
-        let hash = xxhash_rust::xxh3::xxh3_64(line);
-        if let Some(count) = self.skip.get_mut(&hash).filter(|c| **c > 0) {
-            // Written before the replay stopped: written again now, it would be there twice.
-            *count -= 1;
-        } else {
-            self.file.write_all(line)?;
-            self.written += line.len() as u64;
-        }
-        if after_barrier {
-            self.early.push(hash);
-        }
-        Ok(())
-    }
-}
-
-impl Outputs<'_> {
-    /// A result's line, written from the row where it lies.
-    fn result_line(&mut self, operator: usize, row: RowView<'_>, early: bool) {
-        if self.wants(Target::Operator(operator)) {
-            json::write_result(&mut self.buf, &self.plan.operators[operator].output, row);
-            self.write(Target::Operator(operator), early);
-        }
+        OutFile::new(target, Lines::new(file, end, skip, schema))
     }
 }
 
 impl Emit for Outputs<'_> {
     fn result(&mut self, operator: usize, row: &Row, early: bool) {
-        self.result_line(operator, RowView::Heap(row), early);
+        if self.wants(Target::Operator(operator)) {
+            json::write_result(&mut self.buf, &self.plan.operators[operator].output, RowView::Heap(row));
+            self.write(Target::Operator(operator), early);
+        }
     }
 
-    fn result_archived(&mut self, operator: usize, row: &ArchivedRow, early: bool) {
-        self.result_line(operator, RowView::Archived(row), early);
+    /// The archive goes as it is: its file's writer thread writes the line (file_writer.rs).
+    fn result_archived(&mut self, operator: usize, _row: &ArchivedRow, archive: &[u8], early: bool) {
+        for out in self.files.iter_mut().filter(|f| f.target == Target::Operator(operator)) {
+            if let Err(e) = out.file.archived_result(archive, early) {
+                self.error.get_or_insert(e);
+            }
+        }
     }
 
     fn late(&mut self, operator: usize, input: usize, row: &Row, early: bool) {

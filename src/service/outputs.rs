@@ -330,7 +330,7 @@ impl Emit for Outputs {
     }
 
     /// Written from the frame as it lies, unless an MQTT sink's topic needs the row's values.
-    fn result_archived(&mut self, operator: usize, row: &ArchivedRow, early: bool) {
+    fn result_archived(&mut self, operator: usize, row: &ArchivedRow, _archive: &[u8], early: bool) {
         let target = Target::Operator(operator);
         let to_topics =
             self.sinks.iter().any(|s| s.targets.contains(&target) && matches!(s.writer, Writer::Mqtt { .. }));

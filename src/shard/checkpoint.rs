@@ -144,14 +144,22 @@ impl Runtime {
     /// left after its instance passed the barrier of the checkpoint under way.
     /// A row read in place from an `Output` frame: a result is handed over as it lies (written
     /// out from there), a side row copied out.
-    pub(super) fn emit_output(&mut self, shard: usize, op: usize, side: Side, row: &ArchivedRow, emit: &mut impl Emit) {
+    pub(super) fn emit_output(
+        &mut self,
+        shard: usize,
+        op: usize,
+        side: Side,
+        row: &ArchivedRow,
+        archive: &[u8],
+        emit: &mut impl Emit,
+    ) {
         let flight = self.in_flight.as_mut().filter(|f| f.passed[shard].get(op).copied().unwrap_or(false));
         let after_barrier = flight.is_some();
         if let Some(flight) = flight {
             flight.early.push(Early { op: op as u32, input: side.code(), id: row.id.to_native() });
         }
         match side {
-            Side::Result => emit.result_archived(op, row, after_barrier),
+            Side::Result => emit.result_archived(op, row, archive, after_barrier),
             Side::Late(input) => emit.late(op, input, &to_row(row), after_barrier),
             Side::Expired { reason, input } => emit.expired(op, reason, input, &to_row(row), after_barrier),
             // The collector hands stand-ins to `Emit::too_large` before this.

@@ -28,9 +28,10 @@ pub trait Emit {
     /// it again (its `_id` is in [`Completed::early`]); only a driver that commits checkpoints
     /// cares.
     fn result(&mut self, operator: usize, row: &Row, after_barrier: bool);
-    /// [`result`](Self::result) of a result read in place from its frame. Writers that can read
-    /// it there (replay's files, the sinks' JSON) override it; the default copies it out.
-    fn result_archived(&mut self, operator: usize, row: &ArchivedRow, after_barrier: bool) {
+    /// [`result`](Self::result) of a result read in place from its frame (`archive`: the row's
+    /// bytes there). Writers that can read it there (replay's files, the sinks' JSON) override
+    /// it; the default copies it out.
+    fn result_archived(&mut self, operator: usize, row: &ArchivedRow, _archive: &[u8], after_barrier: bool) {
         self.result(operator, &to_row(row), after_barrier);
     }
     /// `row` reached operator `operator` on input `input` late (`after_barrier` as for
@@ -258,7 +259,7 @@ impl Runtime {
         let mut results = std::mem::take(&mut self.results);
         for (shard, inbox) in results.iter_mut().enumerate() {
             any |= inbox.read_frames(|frame| match frame {
-                Frame::Output { op, side: Side::TooLarge, row } => {
+                Frame::Output { op, side: Side::TooLarge, row, .. } => {
                     self.too_large[op] += 1;
                     let stand_in = to_row(row);
                     let raw = match stand_in.values.first() {
@@ -267,7 +268,7 @@ impl Runtime {
                     };
                     emit.too_large(op, raw);
                 }
-                Frame::Output { op, side, row } => self.emit_output(shard, op, side, row, emit),
+                Frame::Output { op, side, row, archive } => self.emit_output(shard, op, side, row, archive, emit),
                 Frame::Passed { op, epoch } => self.on_passed(shard, op, epoch, emit),
                 _ => {}
             }) > 0;

@@ -220,6 +220,8 @@ pub enum Frame<'a> {
         op: usize,
         side: Side,
         row: &'a ArchivedRow,
+        /// The row's archive, as the frame holds it.
+        archive: &'a [u8],
     },
     Barrier {
         seq: u64,
@@ -304,7 +306,12 @@ pub unsafe fn read(kind: FrameKind, p: &[u8]) -> Frame<'_> {
         FrameKind::TickDone => {
             Frame::TickDone { op: u64_at(p, 0) as usize, seq: u64_at(p, 8), watermark: Time::from_i128(i128_at(p, 16)) }
         }
-        FrameKind::Output => Frame::Output { op: u32_at(p, 0) as usize, side: Side::of(u32_at(p, 4)), row: row(8) },
+        FrameKind::Output => Frame::Output {
+            op: u32_at(p, 0) as usize,
+            side: Side::of(u32_at(p, 4)),
+            row: row(8),
+            archive: &p[8usize.next_multiple_of(16)..],
+        },
         FrameKind::Barrier => Frame::Barrier { seq: u64_at(p, 0), epoch: u64_at(p, 8) },
         FrameKind::Passed => Frame::Passed { op: u64_at(p, 0) as u32, epoch: u64_at(p, 8) },
     }
@@ -364,7 +371,7 @@ mod tests {
         let p = w.output(4, Side::Result, &row()).unwrap().to_vec();
         let words = aligned(&p);
         assert!(
-            matches!(read_back(FrameKind::Output, &words, p.len()), Frame::Output { op: 4, side: Side::Result, row: r } if to_row(r) == row())
+            matches!(read_back(FrameKind::Output, &words, p.len()), Frame::Output { op: 4, side: Side::Result, row: r, .. } if to_row(r) == row())
         );
     }
 }
