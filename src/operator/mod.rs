@@ -459,9 +459,9 @@ impl OperatorSpec {
     }
 
     /// A shard's instance, keeping its stored rows in mmap arenas under `dir` (one scratch store
-    /// per operator and input, started empty: a restart's state comes from a checkpoint). The interval and temporal joins' rows
-    /// and connect's keyed state live there; the window kinds, absence and union keep their
-    /// (per-key, aggregated or no) state in memory.
+    /// per operator and input, started empty: a restart's state comes from a checkpoint). The
+    /// interval and temporal joins' rows and connect's keyed state live there; the window kinds,
+    /// absence and union keep their (per-key, aggregated or no) state in memory.
     pub fn build_in(&self, dir: &std::path::Path) -> Result<Operator, crate::state::arena::ArenaError> {
         use crate::state::arena::{ArenaConfig, ArenaStore};
         let open = |name: String| ArenaStore::open_with(&dir.join(name), ArenaConfig::scratch());

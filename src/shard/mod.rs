@@ -70,7 +70,7 @@ pub const fn max_row_bytes(feed_ring_bytes: usize, exchange_ring_bytes: usize) -
 }
 /// [`max_row_bytes`] of the default rings: `validate` refuses a `max_payload` above it.
 pub const MAX_ROW_BYTES: usize = max_row_bytes(FEED_RING_BYTES, EXCHANGE_RING_BYTES);
-/// Rows between two publications of the feeder's rings ([`RuntimeOptions::feed_batch`]).
+/// Events between two publications of the feeder's rings, by default ([`RuntimeOptions::feed_batch`]).
 pub const FEED_BATCH: usize = 64;
 /// [`RuntimeOptions::feed_batch`] of a replay: events (rows and ticks) between publications.
 pub const REPLAY_FEED_BATCH: usize = 1024;
