@@ -30,7 +30,7 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::thread::JoinHandle;
 
-use crossbeam_channel::{Receiver, Sender, bounded};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use rkyv::util::AlignedVec;
 
 use crate::record::schema::Schema;
@@ -43,6 +43,8 @@ use super::output::FileState;
 pub const CHUNK: usize = 256 << 10;
 /// Chunks handed over and not yet written back.
 const IN_FLIGHT: usize = 4;
+/// How often a checkpoint waiting for its answer looks whether the writer thread stopped.
+const ANSWER_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 const RECORD_HEADER: usize = 16;
 const TEXT: u8 = 0;
@@ -185,7 +187,16 @@ impl FileWriter {
         self.hand_over()?;
         let (answer, answered) = bounded(1);
         self.send(Order::Checkpoint(sync, answer))?;
-        answered.recv().map_err(|_| self.failure())?
+        loop {
+            match answered.recv_timeout(ANSWER_POLL) {
+                Ok(state) => return state,
+                // A writer that stopped at an error before it read the order never answers, and a
+                // channel whose receiver is gone keeps the orders queued in it (the answer's sender
+                // with them): so the wait also watches the thread.
+                Err(RecvTimeoutError::Timeout) if self.thread.as_ref().is_some_and(|t| !t.is_finished()) => {}
+                Err(_) => return Err(self.failure()),
+            }
+        }
     }
 
     /// Hands the gathered records to the writer thread and takes an empty chunk.
@@ -346,6 +357,33 @@ mod tests {
         assert_eq!(state.len, 6);
         drop(writer);
         assert_eq!(read(&path), b"a\nb\nc\n", "the first b was in the file already");
+    }
+
+    /// The chunk a checkpoint hands over fails (its lines overflow the write buffer): the writer
+    /// stops before it reads the checkpoint's order, and the checkpoint still returns the error.
+    #[test]
+    fn an_error_in_the_chunk_before_a_checkpoint_is_returned_not_waited_for() {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+        let mut writer = FileWriter::new(Lines::new(full, 0, HashMap::new(), None)).unwrap();
+        // 300 lines: the first chunk (256 lines) fits the write buffer; the second, handed over
+        // by the checkpoint, overflows it.
+        let line = [b'x'; 1000];
+        for _ in 0..300 {
+            writer.text(&line, false).unwrap();
+        }
+        let error = writer.checkpoint(false).unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(28), "ENOSPC: {error}");
+    }
+
+    /// Lines that fit the write buffer meet the full disk only when a checkpoint flushes them.
+    #[test]
+    fn a_flush_error_at_a_checkpoint_is_returned() {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+        let mut writer = FileWriter::new(Lines::new(full, 0, HashMap::new(), None)).unwrap();
+        writer.text(b"{}\n", false).unwrap();
+        let error = writer.checkpoint(false).unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(28), "ENOSPC: {error}");
+        assert!(writer.checkpoint(false).is_err(), "and stays failed");
     }
 
     #[test]

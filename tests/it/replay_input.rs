@@ -144,3 +144,25 @@ fn a_file_out_of_arrival_order_sorted_in_spilled_runs_replays_as_the_file_in_ord
     // Results carry their ids: equal lines mean equal ids.
     assert!(effect.iter().all(|l| l.contains("\"_id\"")));
 }
+
+/// An output that cannot take its lines (a full disk) fails the replay with the write's error:
+/// the lines are written by a writer thread (replay/file_writer.rs), and its error is not lost.
+#[test]
+fn an_output_on_a_full_disk_fails_the_replay_with_its_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Lcg(7);
+    let (status, command) = (dir.path().join("status.jsonl"), dir.path().join("command.jsonl"));
+    write(&status, &lines("status", 4000, &mut rng));
+    write(&command, &lines("command", 400, &mut rng));
+    let plan = braid::config::parse("c.toml", CONFIG).unwrap();
+    let inputs: Vec<(String, PathBuf)> = vec![("status".into(), status), ("command".into(), command)];
+    let outputs: Vec<(String, PathBuf)> =
+        vec![("effect".into(), PathBuf::from("/dev/full")), ("dead_letter".into(), dir.path().join("dead.jsonl"))];
+    let args =
+        ReplayArgs { shards: 1, every_tick: false, inputs: &inputs, outputs: &outputs, sort_run_bytes: SORT_RUN_BYTES };
+    match braid::replay::run(&plan, &args) {
+        Err(braid::replay::ReplayError::Write(error)) => assert_eq!(error.raw_os_error(), Some(28), "{error}"),
+        Err(other) => panic!("expected the full disk's error, got {other}"),
+        Ok(_) => panic!("a replay onto a full disk succeeded"),
+    }
+}
