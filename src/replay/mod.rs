@@ -31,7 +31,6 @@ use crate::checkpoint::{CheckpointDir, Loaded};
 use crate::config::Durability;
 use crate::operator::ExpiryReason;
 use crate::plan::{Plan, Target};
-use crate::record::decode::dead_letter_raw;
 use crate::record::input::InputRows;
 use crate::record::view::RowView;
 use crate::record::{ArchivedRow, Row};
@@ -189,8 +188,7 @@ pub fn run_observed(plan: &Plan, args: &ReplayArgs<'_>, observer: &mut dyn Obser
     let start = inputs.peek_arrival().map_err(input_error)?.map_or(0, i128::from);
     let mut options = RuntimeOptions {
         every_tick: args.every_tick,
-        feed_batch: crate::shard::REPLAY_FEED_BATCH,
-        publish_ticks: false,
+        publication: crate::shard::Publication::REPLAY,
         checkpoints: checkpoints.clone(),
         restore: resume.as_ref().map(|r| &r.loaded),
         ..RuntimeOptions::new(shards, &dir)
@@ -298,17 +296,21 @@ fn feed(
         Content::DeadLetter(reason) => Err(*reason),
     };
     let input = Arrived { stream: line.stream, line: line.bytes, decoded, arrival };
-    let ingested = crate::source::ingest(runtime, def, input, rows, sinks, |sinks, row, runtime| {
-        sinks.observer.row(line.stream, arrival, row, runtime);
-        sinks.outputs.input_row(line.stream, row);
-    })?;
-    if let Err(reason) = ingested {
-        let label = reason.label(&def.schema);
-        runtime.count_dead_letter(line.stream, &label);
-        sinks.observer.dead_letter(line.stream, arrival, line.bytes, &label);
-        sinks.outputs.dead_letter(line.stream, &dead_letter_raw(line.bytes, reason), &label);
-    }
-    Ok(())
+    crate::source::ingest(
+        runtime,
+        def,
+        input,
+        rows,
+        sinks,
+        |sinks, row, runtime| {
+            sinks.observer.row(line.stream, arrival, row, runtime);
+            sinks.outputs.input_row(line.stream, row);
+        },
+        |sinks, label, raw| {
+            sinks.observer.dead_letter(line.stream, arrival, line.bytes, label);
+            sinks.outputs.dead_letter(line.stream, raw, label);
+        },
+    )
 }
 
 /// Names of private replay directories: `braid-replay-PID-…`.

@@ -6,7 +6,7 @@
 
 use crate::plan::Plan;
 use crate::record::Value;
-use crate::record::decode::{dead_letter_raw, decode_payload};
+use crate::record::decode::decode_payload;
 use crate::record::input::InputRows;
 use crate::shard::{Runtime, RuntimeError};
 use crate::source::route::{Router, TopicFilter};
@@ -81,14 +81,15 @@ impl Ingest {
                 decoded: decoded.outcome.as_ref().map_err(|r| *r),
                 arrival: now as i64,
             };
-            let ingested = ingest(runtime, def, input, &mut self.rows, outputs, |outputs, row, _| {
-                outputs.input_row(stream, row);
-            })?;
-            if let Err(reason) = ingested {
-                let label = reason.label(&def.schema);
-                runtime.count_dead_letter(stream, &label);
-                outputs.dead_letter(&def.name, &dead_letter_raw(payload, reason), &label);
-            }
+            ingest(
+                runtime,
+                def,
+                input,
+                &mut self.rows,
+                outputs,
+                |outputs, row, _| outputs.input_row(stream, row),
+                |outputs, label, raw| outputs.dead_letter(&def.name, raw, label),
+            )?;
         }
         Ok(matched)
     }

@@ -22,7 +22,7 @@ impl Runtime {
             self.writer.tick(&event);
             self.send_written(None, FrameKind::Tick, emit)?;
             self.unpublished += 1;
-            if self.publish_ticks || self.unpublished >= self.feed_batch {
+            if self.publication.at_tick(self.unpublished) {
                 self.publish(emit)?;
             }
         }
@@ -71,7 +71,7 @@ impl Runtime {
         }
         self.send_written(shard, FrameKind::Row, emit)?;
         self.unpublished += 1;
-        if self.unpublished >= self.feed_batch {
+        if self.publication.after_row(self.unpublished) {
             self.publish(emit)?;
         }
         Ok(())

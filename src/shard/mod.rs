@@ -70,10 +70,40 @@ pub const fn max_row_bytes(feed_ring_bytes: usize, exchange_ring_bytes: usize) -
 }
 /// [`max_row_bytes`] of the default rings: `validate` refuses a `max_payload` above it.
 pub const MAX_ROW_BYTES: usize = max_row_bytes(FEED_RING_BYTES, EXCHANGE_RING_BYTES);
-/// Events between two publications of the feeder's rings, by default ([`RuntimeOptions::feed_batch`]).
-pub const FEED_BATCH: usize = 64;
-/// [`RuntimeOptions::feed_batch`] of a replay: events (rows and ticks) between publications.
-pub const REPLAY_FEED_BATCH: usize = 1024;
+/// Rows between two publications of a live feeder's rings ([`Publication::Live`]).
+const FEED_BATCH: usize = 64;
+
+/// When the feeder publishes its rings. Each publication may wake a sleeping shard (a system call
+/// and two context switches).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Publication {
+    /// Every [`FEED_BATCH`] rows, and at every tick: a live service's results do not wait for the
+    /// next batch (the default).
+    Live,
+    /// Every this many events, rows and ticks alike: replay ([`Publication::REPLAY`]), whose
+    /// results nobody waits for.
+    Every(usize),
+}
+
+impl Publication {
+    pub const REPLAY: Publication = Publication::Every(1024);
+
+    /// Whether a tick that leaves `unpublished` events unpublished is published.
+    fn at_tick(self, unpublished: usize) -> bool {
+        match self {
+            Publication::Live => true,
+            Publication::Every(n) => unpublished >= n,
+        }
+    }
+
+    /// Whether a row that leaves `unpublished` events unpublished is published.
+    fn after_row(self, unpublished: usize) -> bool {
+        match self {
+            Publication::Live => unpublished >= FEED_BATCH,
+            Publication::Every(n) => unpublished >= n,
+        }
+    }
+}
 
 #[derive(Debug, Error)]
 pub enum RuntimeError {
@@ -166,9 +196,8 @@ pub struct Runtime {
     chained: bool,
     seq: u64,
     unpublished: usize,
-    /// [`RuntimeOptions::feed_batch`], [`RuntimeOptions::publish_ticks`].
-    feed_batch: usize,
-    publish_ticks: bool,
+    /// [`RuntimeOptions::publication`].
+    publication: Publication,
     writer: Writer,
     /// [`max_row_bytes`] of this run's rings.
     max_row: usize,
@@ -188,13 +217,8 @@ pub struct RuntimeOptions<'a> {
     pub every_tick: bool,
     /// Bytes of each feeder → shard and shard → collector ring ([`FEED_RING_BYTES`] by default).
     pub feed_ring_bytes: usize,
-    /// Events between two publications of the feeder's rings ([`FEED_BATCH`] by default). Each
-    /// publication may wake a sleeping shard (a system call and two context switches): replay,
-    /// whose results nobody waits for, publishes every [`REPLAY_FEED_BATCH`].
-    pub feed_batch: usize,
-    /// Every tick is published at once (by default: a live service's results do not wait for the
-    /// next batch); else a tick counts as one event of the batch.
-    pub publish_ticks: bool,
+    /// When the feeder publishes its rings ([`Publication::Live`] by default).
+    pub publication: Publication,
     /// Bytes of each shard → shard exchange ring ([`EXCHANGE_RING_BYTES`] by default).
     pub exchange_ring_bytes: usize,
     /// Shards wait until [`finish`](Runtime::finish) (or a full ring) before they start: the rings
@@ -226,8 +250,7 @@ impl<'a> RuntimeOptions<'a> {
             dir,
             every_tick: false,
             feed_ring_bytes: FEED_RING_BYTES,
-            feed_batch: FEED_BATCH,
-            publish_ticks: true,
+            publication: Publication::Live,
             exchange_ring_bytes: EXCHANGE_RING_BYTES,
             hold: false,
             memory_state: false,

@@ -262,11 +262,13 @@ fn i128_at(b: &[u8], at: usize) -> i128 {
 /// Row archives inside it are accessed without validation: other bytes are undefined behaviour,
 /// not an error.
 pub unsafe fn read(kind: FrameKind, p: &[u8]) -> Frame<'_> {
+    // A row's archive follows a header of `at` bytes, padded to a multiple of 16 (`pad16`).
+    let archive = |at: usize| &p[usize::next_multiple_of(at, 16)..];
     let row = |at: usize| {
         // SAFETY: the caller guarantees (`# Safety`) the bytes after the header are exactly what
         // `Writer::row` archived (this build, this run), unchanged, with `p` 16-byte aligned;
-        // every header is padded to a multiple of 16 (`pad16`), so the archive is aligned too.
-        unsafe { access_unchecked(&p[at.next_multiple_of(16)..]) }
+        // every header is padded to a multiple of 16, so the archive is aligned too.
+        unsafe { access_unchecked(archive(at)) }
     };
     match kind {
         FrameKind::Row => {
@@ -306,12 +308,9 @@ pub unsafe fn read(kind: FrameKind, p: &[u8]) -> Frame<'_> {
         FrameKind::TickDone => {
             Frame::TickDone { op: u64_at(p, 0) as usize, seq: u64_at(p, 8), watermark: Time::from_i128(i128_at(p, 16)) }
         }
-        FrameKind::Output => Frame::Output {
-            op: u32_at(p, 0) as usize,
-            side: Side::of(u32_at(p, 4)),
-            row: row(8),
-            archive: &p[8usize.next_multiple_of(16)..],
-        },
+        FrameKind::Output => {
+            Frame::Output { op: u32_at(p, 0) as usize, side: Side::of(u32_at(p, 4)), row: row(8), archive: archive(8) }
+        }
         FrameKind::Barrier => Frame::Barrier { seq: u64_at(p, 0), epoch: u64_at(p, 8) },
         FrameKind::Passed => Frame::Passed { op: u64_at(p, 0) as u32, epoch: u64_at(p, 8) },
     }

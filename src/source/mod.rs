@@ -19,7 +19,7 @@ use bytes::Bytes;
 
 use crate::config::StreamDef;
 use crate::record::Row;
-use crate::record::decode::{Fields, Reason, check_time_window};
+use crate::record::decode::{Fields, Reason, check_time_window, dead_letter_raw};
 use crate::record::input::InputRows;
 use crate::record::view::{RowView, ValueRef};
 use crate::shard::{Emit, Runtime, RuntimeError};
@@ -85,8 +85,9 @@ pub struct Arrived<'a> {
 /// Ingests `input`, of stream `def`: the one path of an input into the runtime, for `braid
 /// replay` and `braid run`. Its event time must lie in the stream's window around its arrival (an
 /// ingest-time stream takes the arrival), and its row must fit the rings; then the runtime takes
-/// it, read straight from the line ([`InputRow`]), and `ingested` sees it. `Ok(Err)`: the reason
-/// it goes to `dead_letter` instead.
+/// it, read straight from the line ([`InputRow`]), and `ingested` sees it. Otherwise it is a
+/// dead letter: counted under its reason's label, and `dead_lettered` gets the label and the
+/// raw text its `dead_letter` row carries.
 ///
 /// [`InputRow`]: crate::record::input::InputRow
 pub fn ingest<E: Emit>(
@@ -96,26 +97,36 @@ pub fn ingest<E: Emit>(
     rows: &mut InputRows,
     emit: &mut E,
     ingested: impl FnOnce(&mut E, RowView<'_>, &Runtime),
-) -> Result<Result<(), Reason>, RuntimeError> {
+    dead_lettered: impl FnOnce(&mut E, &str, &str),
+) -> Result<(), RuntimeError> {
     let Arrived { stream, line, decoded, arrival } = input;
-    let fields = match decoded {
-        Ok(fields) => fields,
-        Err(reason) => return Ok(Err(reason)),
-    };
-    let ts = fields.ts.unwrap_or(arrival);
-    if let Err(reason) = check_time_window(ts, arrival, def.max_age, def.max_skew) {
-        return Ok(Err(reason));
-    }
-    let row = rows.row(def, &fields.values, ts, line);
-    // A row too large for the rings is refused before anything happened: a dead letter too.
-    match runtime.ingest(stream, &row, i128::from(arrival), emit) {
-        Ok(()) => {
-            ingested(emit, RowView::Input(&row), runtime);
-            Ok(Ok(()))
+    let refused = match admit(def, decoded, arrival) {
+        Err(reason) => reason,
+        Ok((fields, ts)) => {
+            let row = rows.row(def, &fields.values, ts, line);
+            // A row too large for the rings is refused before anything happened: a dead letter too.
+            match runtime.ingest(stream, &row, i128::from(arrival), emit) {
+                Ok(()) => {
+                    ingested(emit, RowView::Input(&row), runtime);
+                    return Ok(());
+                }
+                Err(RuntimeError::RowTooLarge { .. }) => Reason::TooLarge,
+                Err(error) => return Err(error),
+            }
         }
-        Err(RuntimeError::RowTooLarge { .. }) => Ok(Err(Reason::TooLarge)),
-        Err(error) => Err(error),
-    }
+    };
+    let label = refused.label(&def.schema);
+    runtime.count_dead_letter(stream, &label);
+    dead_lettered(emit, &label, &dead_letter_raw(line, refused));
+    Ok(())
+}
+
+/// The decoded fields and event time of an input whose event time lies in its stream's window.
+fn admit<'a>(def: &StreamDef, decoded: Result<&'a Fields, Reason>, arrival: i64) -> Result<(&'a Fields, i64), Reason> {
+    let fields = decoded?;
+    let ts = fields.ts.unwrap_or(arrival);
+    check_time_window(ts, arrival, def.max_age, def.max_skew)?;
+    Ok((fields, ts))
 }
 
 /// The row of a decoded line or payload of stream `def`: its key (broadcast when the stream has

@@ -474,13 +474,13 @@ impl Segment {
     /// The payload of the record at `off`, in place.
     pub fn payload(&self, off: usize) -> &[u8] {
         let data = self.file.read();
-        let (at, len) = (off + self.format.record_header, u32::from_le_bytes(word(data, off)) as usize);
-        &data[at..at + len]
+        let at = off + self.format.record_header;
+        &data[at..at + payload_len(data, off)]
     }
 
     /// Payload length of the record at `off`.
     pub fn len_at(&self, off: usize) -> usize {
-        u32::from_le_bytes(word(self.file.read(), off)) as usize
+        payload_len(self.file.read(), off)
     }
 
     /// Bytes taken by the record at `off`.
@@ -538,6 +538,12 @@ fn crc((salt, salt_len): ([u8; 8], usize), header: &[u8], payload: &[u8]) -> u32
     let crc = crc32c::crc32c_append(crc, &header[..4]);
     let crc = crc32c::crc32c_append(crc, &header[Format::META_AT..]);
     crc32c::crc32c_append(crc, payload)
+}
+
+/// The payload length in the header of the record at `off` of `data` (one read of the mapping
+/// for both the length and the payload).
+fn payload_len(data: &[u8], off: usize) -> usize {
+    u32::from_le_bytes(word(data, off)) as usize
 }
 
 /// Four bytes at `at` (the caller checked the bounds).
