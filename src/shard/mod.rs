@@ -233,7 +233,22 @@ pub struct RuntimeOptions<'a> {
     pub restore: Option<&'a crate::checkpoint::Loaded>,
     /// Operator hosts note the rows of these keys and their watermarks' moves (`braid explain`).
     pub trace: Option<Arc<crate::operator::host::Trace>>,
+    /// A shard that has just worked waits this long before it looks again, instead of sleeping
+    /// until the feeder rings (zero: it never lingers). See [`SERVICE_LINGER`].
+    pub linger: std::time::Duration,
 }
+
+/// How long a shard of `braid run` lingers when its input comes fast.
+///
+/// Live input comes as a stream of small publications (a few messages per read from the
+/// broker). A shard that sleeps on its doorbell after each one costs a wake-up byte from the
+/// feeder and two context switches per publication: at 40 k messages/s that was most of a
+/// shard's time (BENCHMARKS.md "Fewer wake-ups per MQTT message"). While frames come faster than
+/// [`wake::LINGER_PACE`], a shard that ran out of work sleeps this long without raising its flag,
+/// so the feeder does not ring it, and takes what came meanwhile in one round. A result then
+/// leaves up to this much later; the deliveries' acknowledgements to the broker do not wait for
+/// it (the feeder confirms them once they are in the rings). Slower input is taken as it comes.
+pub const SERVICE_LINGER: std::time::Duration = std::time::Duration::from_millis(1);
 
 impl<'a> RuntimeOptions<'a> {
     /// Bytes of the ring files a runtime with these options preallocates in `dir`: a feed and a
@@ -257,6 +272,7 @@ impl<'a> RuntimeOptions<'a> {
             checkpoints: None,
             restore: None,
             trace: None,
+            linger: std::time::Duration::ZERO,
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::time::TickPlanner;
 use super::driver::{Driver, MonoioRuntime};
 use super::file_write::FileWrites;
 use super::max_row_bytes;
-use super::wake::{Doorbell, Inbox, Outbox};
+use super::wake::{Doorbell, Inbox, Linger, Outbox};
 use super::wire::Writer;
 use super::worker::{Checkpoints, Links, Worker};
 use super::{Emit, Feed, Runtime, RuntimeError, RuntimeOptions, ShardError, ShardReport, StreamCounters};
@@ -76,6 +76,7 @@ impl Runtime {
                 live: Arc::clone(&live[j]),
                 gauge: Arc::clone(&gauge),
                 trace: options.trace.clone(),
+                linger: options.linger,
                 state: (!options.memory_state).then(|| options.dir.join(format!("shard-{j}"))),
                 checkpoints: Checkpoints {
                     dir: options.checkpoints.clone(),
@@ -281,6 +282,12 @@ impl Runtime {
     }
 }
 
+/// The clock a shard paces its lingering by (never a decision of the operators).
+#[allow(clippy::disallowed_methods)]
+fn clock() -> std::time::Instant {
+    std::time::Instant::now()
+}
+
 /// Marks a shard ended and wakes the feeder, however the shard's thread ends, so the feeder never
 /// waits on a dead shard.
 struct WakeOnDrop(Arc<AtomicBool>, Arc<Doorbell>);
@@ -310,6 +317,8 @@ struct Shard {
     /// Every shard's state bytes (state/budget.rs).
     gauge: Arc<crate::state::budget::StateGauge>,
     trace: Option<Arc<crate::operator::host::Trace>>,
+    /// [`RuntimeOptions::linger`](super::RuntimeOptions::linger).
+    linger: std::time::Duration,
     /// Its operators' state directory (none: state on the heap).
     state: Option<std::path::PathBuf>,
     checkpoints: Checkpoints,
@@ -334,6 +343,7 @@ impl Shard {
             live,
             gauge,
             trace,
+            linger,
             state,
             checkpoints,
             core,
@@ -360,6 +370,7 @@ impl Shard {
             sleeper.set_nonblocking(true).map_err(ShardError::Wait)?;
             let mut sleeper = monoio::net::UnixStream::from_std(sleeper).map_err(ShardError::Wait)?;
             let mut buf = vec![0u8; 64];
+            let mut linger = Linger::new(linger, clock());
             loop {
                 if cancel.load(Ordering::Relaxed) {
                     return Err(ShardError::Cancelled);
@@ -374,6 +385,12 @@ impl Shard {
                 }
                 if worker.finished() {
                     break;
+                }
+                if let Some(pause) = linger.on_idle(worker.input_frames(), clock()) {
+                    // The thread is this runtime's only task: blocking it holds up nothing else
+                    // (io_uring completions wait in their queue).
+                    std::thread::sleep(pause);
+                    continue;
                 }
                 if bell.spin(|| worker.has_work() || files.completed()) {
                     continue;

@@ -171,6 +171,8 @@ pub struct Worker {
     /// Where the shard's figures are copied for a live service to show, once per tick.
     live: Arc<Mutex<Option<ShardReport>>>,
     ticks_seen: u64,
+    /// Frames taken from the feeder's ring so far.
+    input_frames: u64,
     ticks_shown: u64,
     /// The driver the shard's runtime runs on (shown with its figures).
     pub driver: super::driver::Driver,
@@ -240,6 +242,7 @@ impl Worker {
             core,
             live,
             ticks_seen: 0,
+            input_frames: 0,
             ticks_shown: 0,
             driver: super::driver::Driver::Legacy,
             checkpoint_stall: std::time::Duration::ZERO,
@@ -268,10 +271,12 @@ impl Worker {
         }
         if !core.backed_up() {
             let ticks = &mut self.ticks_seen;
-            moved |= self.input.read_frames(|frame| {
+            let frames = self.input.read_frames(|frame| {
                 *ticks += u64::from(matches!(frame, Frame::Tick(_)));
                 core.on_event(frame)
-            }) > 0;
+            });
+            self.input_frames += frames as u64;
+            moved |= frames > 0;
         }
         core.first_level_done();
         core.run_chained();
@@ -287,6 +292,11 @@ impl Worker {
             Some(error) => Err(error),
             None => Ok(moved || core.work_done > 0),
         }
+    }
+
+    /// Frames taken from the feeder's ring so far.
+    pub fn input_frames(&self) -> u64 {
+        self.input_frames
     }
 
     /// A checkpoint file the shard wants written (the thread's loop writes it on a task).

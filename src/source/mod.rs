@@ -138,8 +138,8 @@ pub fn row_of(def: &StreamDef, values: Vec<crate::record::Value>, ts: i64, rows:
     Row { ts, key_hash, key, id, values: values.into() }
 }
 
-/// The sending end of the intake channel: hands a delivery to the feeder and rings its doorbell,
-/// so a feeder asleep between ticks takes it at once.
+/// The sending end of the intake channel: hands deliveries to the feeder and rings its doorbell
+/// once they are all in, so a feeder asleep between ticks takes them at once, and in one round.
 #[derive(Clone)]
 pub struct Intake {
     tx: crossbeam_channel::Sender<Delivery>,
@@ -152,10 +152,13 @@ impl Intake {
     }
 
     /// Hands `delivery` over, or gives it back when the channel is full (backpressure) or the
-    /// feeder is gone.
+    /// feeder is gone. The feeder is woken by [`ring`](Self::ring), after the batch.
     pub fn try_send(&self, delivery: Delivery) -> Result<(), crossbeam_channel::TrySendError<Delivery>> {
-        self.tx.try_send(delivery)?;
+        self.tx.try_send(delivery)
+    }
+
+    /// Wakes the feeder if it sleeps (call after a batch of [`try_send`](Self::try_send)s).
+    pub fn ring(&self) {
         self.bell.ring();
-        Ok(())
     }
 }

@@ -40,8 +40,8 @@ use std::time::Duration;
 
 use crossbeam_channel::TrySendError;
 use rumqttc::{
-    AsyncClient, ConnAck, ConnectionError, Event, EventLoop, MqttOptions, Outgoing, Packet, Publish, QoS, StateError,
-    SubAck, SubscribeFilter, SubscribeReasonCode,
+    AsyncClient, ConnAck, ConnectionError, Event, EventLoop, MqttOptions, Outgoing, Packet, PubAck, Publish, QoS,
+    Request, StateError, SubAck, SubscribeFilter, SubscribeReasonCode,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -206,11 +206,20 @@ pub async fn run(
             _ = waker.notified() => {}
             _ = tokio::time::sleep(HANDOFF_RETRY), if retry => {}
         }
-        if let Err(error) = source.hand_off() {
+        // The messages of one read from the socket come out of the event loop one poll at a
+        // time: they are handed off together, after the last (one wake-up of the feeder).
+        let read_in = eventloop.state.events.is_empty() || source.waiting.len() >= WAITING_LIMIT;
+        if let Err(error) = if read_in { source.hand_off() } else { Ok(()) } {
             outcome = Err(error);
             break;
         }
-        source.send_requests();
+        if let Err(error) = source.send_requests(&mut eventloop).await {
+            // What a failed poll does inside rumqttc: the next poll reconnects.
+            eventloop.clean();
+            let delay = source.on_error(&error, &mut eventloop.mqtt_options, &mut backoff);
+            reconnect.as_mut().reset(Instant::now() + delay);
+            backing_off = true;
+        }
     }
     source.disconnect(&mut eventloop).await;
     outcome
@@ -316,8 +325,8 @@ impl Source {
         self.settings.index as u64
     }
 
-    /// A delivery waits for room in the intake, or a confirmed ack or a subscribe could not be
-    /// queued because rumqttc's request channel was full.
+    /// A delivery waits for room in the intake, a confirmed ack waits to be written, or a
+    /// subscribe could not be queued because rumqttc's request channel was full.
     fn needs_retry(&self) -> bool {
         !self.waiting.is_empty()
             || self.subscribe_due
@@ -451,8 +460,19 @@ impl Source {
         true
     }
 
-    /// Moves waiting deliveries into the intake channel, in order, numbering them.
+    /// Moves waiting deliveries into the intake channel, in order, numbering them, and wakes the
+    /// feeder once for all of them.
     fn hand_off(&mut self) -> Result<(), SourceError> {
+        let before = self.next_seq;
+        let outcome = self.move_waiting();
+        if self.next_seq != before {
+            self.intake.ring();
+        }
+        SourceStatus::set_count(&self.status.waiting, self.waiting.len());
+        outcome
+    }
+
+    fn move_waiting(&mut self) -> Result<(), SourceError> {
         while let Some(Waiting { mut delivery, pkid }) = self.waiting.pop_front() {
             delivery.seq = self.next_seq;
             match self.intake.try_send(delivery) {
@@ -472,21 +492,22 @@ impl Source {
                 }
             }
         }
-        SourceStatus::set_count(&self.status.waiting, self.waiting.len());
         Ok(())
     }
 
-    /// Queues the confirmed acks and a due subscribe (without awaiting: research §1.2).
-    fn send_requests(&mut self) {
+    /// Writes the confirmed acks and queues a due subscribe (without awaiting the request
+    /// channel: research §1.2). An error is the connection's.
+    async fn send_requests(&mut self, eventloop: &mut EventLoop) -> Result<(), ConnectionError> {
         if !self.connected {
-            return;
+            return Ok(());
         }
         let confirmed = self.confirmations.confirmed(self.settings.index);
-        let acked = self.acks.flush(confirmed, &self.client);
+        let acked = write_acks(self.acks.take_confirmed(confirmed), eventloop).await?;
         SourceStatus::add(&self.status.acked, acked);
         if self.subscribe_due {
             self.subscribe();
         }
+        Ok(())
     }
 
     fn subscribe(&mut self) {
@@ -512,7 +533,10 @@ impl Source {
     /// discards whatever it had not read yet, the last PUBACKs included. Seen in tests: the last
     /// three acks before a shutdown were lost and their messages redelivered.
     async fn disconnect(&mut self, eventloop: &mut EventLoop) {
-        self.send_requests();
+        if let Err(error) = self.send_requests(eventloop).await {
+            tracing::warn!(source = %self.settings.name, %error, "MQTT source could not send its last acks");
+            self.connected = false;
+        }
         if !self.connected {
             return;
         }
@@ -570,18 +594,10 @@ impl AckQueue {
         self.pending.front().is_some_and(|&(seq, _)| seq <= confirmed)
     }
 
-    /// Queues acks for the confirmed prefix, oldest first; stops at a full request channel so
-    /// no ack is skipped (a gap is an out-of-order ack). Returns how many were queued.
-    fn flush(&mut self, confirmed: u64, client: &AsyncClient) -> u64 {
-        let mut acked = 0;
-        while let Some(&(seq, pkid)) = self.pending.front() {
-            if seq > confirmed || client.try_ack(&ack_stub(pkid)).is_err() {
-                break;
-            }
-            self.pending.pop_front();
-            acked += 1;
-        }
-        acked
+    /// Takes the confirmed prefix, oldest first (seqs only grow along the queue).
+    fn take_confirmed(&mut self, confirmed: u64) -> impl Iterator<Item = u16> + Send + '_ {
+        let prefix = self.pending.partition_point(|&(seq, _)| seq <= confirmed);
+        self.pending.drain(..prefix).map(|(_, pkid)| pkid)
     }
 
     /// The connection broke: these pkids mean nothing on the next one.
@@ -590,11 +606,31 @@ impl AckQueue {
     }
 }
 
-/// `try_ack` reads only the QoS and pkid of the publish it acks.
-fn ack_stub(pkid: u16) -> Publish {
-    let mut publish = Publish::new(String::new(), QoS::AtLeastOnce, Vec::new());
-    publish.pkid = pkid;
-    publish
+/// Writes PUBACKs for `pkids`, in order, to the connection and flushes once; returns how many.
+///
+/// Acks sent through the client would each be a request that rumqttc's event loop writes and
+/// flushes on its own: a system call per message, and on loopback the broker's receive path too
+/// (rumqtt#810, open). Written here, a round of confirmations costs one. The event loop's state
+/// still makes each packet (its keep-alive clock sees the traffic); the `Outgoing::PubAck` events
+/// it queues for the poller are dropped, as nothing reads them. Call between polls, never while
+/// a poll is pending (it owns the connection then).
+async fn write_acks(pkids: impl Iterator<Item = u16>, eventloop: &mut EventLoop) -> Result<u64, ConnectionError> {
+    let Some(network) = eventloop.network.as_mut() else {
+        return Ok(0);
+    };
+    let mut written = 0;
+    for pkid in pkids {
+        if let Some(packet) = eventloop.state.handle_outgoing_packet(Request::PubAck(PubAck::new(pkid)))? {
+            network.write(packet).await?;
+        }
+        written += 1;
+    }
+    if written > 0 {
+        eventloop.state.events.retain(|event| !matches!(event, Event::Outgoing(Outgoing::PubAck(_))));
+        let timeout = Duration::from_secs(eventloop.network_options.connection_timeout());
+        tokio::time::timeout(timeout, network.flush()).await.map_err(|_| ConnectionError::FlushTimeout)??;
+    }
+    Ok(written)
 }
 
 #[cfg(test)]
@@ -609,35 +645,17 @@ mod tests {
         assert_eq!(subscription_filter("plain"), "plain");
     }
 
-    /// A client whose request channel holds 4 requests; keep the event loop alive (its end of
-    /// the channel) and never poll it.
-    fn client() -> (AsyncClient, EventLoop) {
-        AsyncClient::new(MqttOptions::new("t", "127.0.0.1", 1), 4)
-    }
-
     #[test]
-    fn acks_only_the_confirmed_prefix_in_order() {
+    fn takes_only_the_confirmed_prefix_in_order() {
         let mut queue = AckQueue::default();
         for (seq, pkid) in [(1, 7), (2, 8), (4, 9)] {
             queue.push(seq, pkid);
         }
-        let (client, _eventloop) = client();
         assert!(!queue.ready(0));
-        assert_eq!(queue.flush(0, &client), 0);
+        assert_eq!(queue.take_confirmed(0).count(), 0);
         assert!(queue.ready(3));
-        assert_eq!(queue.flush(3, &client), 2);
+        assert_eq!(queue.take_confirmed(3).collect::<Vec<_>>(), [7, 8]);
         assert_eq!(queue.pending.front(), Some(&(4, 9)));
-    }
-
-    #[test]
-    fn a_full_request_channel_leaves_the_rest_queued() {
-        let mut queue = AckQueue::default();
-        for seq in 1..=10 {
-            queue.push(seq, seq as u16);
-        }
-        let (client, _eventloop) = client();
-        assert_eq!(queue.flush(10, &client), 4);
-        assert_eq!(queue.pending.front(), Some(&(5, 5)));
         queue.clear();
         assert!(!queue.ready(u64::MAX));
     }
