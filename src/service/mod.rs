@@ -223,7 +223,7 @@ fn generation(
     let runtime_options = RuntimeOptions {
         checkpoints: Some(checkpoints.clone()),
         restore: restored.as_ref().map(|r| &r.loaded),
-        linger: crate::shard::SERVICE_LINGER,
+        pacing: crate::shard::Pacing::NETWORK,
         ..RuntimeOptions::new(shards, scratch.path())
     };
     let runtime = Runtime::start(plan, &runtime_options, start)?;

@@ -152,7 +152,7 @@ impl Runtime {
             return Ok(());
         }
         let results = &self.results;
-        if self.bell.spin(|| results_waiting(results) || has_input()) {
+        if self.feeder_spins && self.bell.spin(|| results_waiting(results) || has_input()) {
             self.collect(emit);
             return Ok(());
         }

@@ -198,6 +198,8 @@ pub struct Runtime {
     unpublished: usize,
     /// [`RuntimeOptions::publication`].
     publication: Publication,
+    /// [`Pacing::feeder_spins`].
+    feeder_spins: bool,
     writer: Writer,
     /// [`max_row_bytes`] of this run's rings.
     max_row: usize,
@@ -233,22 +235,40 @@ pub struct RuntimeOptions<'a> {
     pub restore: Option<&'a crate::checkpoint::Loaded>,
     /// Operator hosts note the rows of these keys and their watermarks' moves (`braid explain`).
     pub trace: Option<Arc<crate::operator::host::Trace>>,
-    /// A shard that has just worked waits this long before it looks again, instead of sleeping
-    /// until the feeder rings (zero: it never lingers). See [`SERVICE_LINGER`].
-    pub linger: std::time::Duration,
+    /// How the threads wait for input ([`Pacing::LOCAL`] by default).
+    pub pacing: Pacing,
 }
 
-/// How long a shard of `braid run` lingers when its input comes fast.
-///
-/// Live input comes as a stream of small publications (a few messages per read from the
-/// broker). A shard that sleeps on its doorbell after each one costs a wake-up byte from the
-/// feeder and two context switches per publication: at 40 k messages/s that was most of a
-/// shard's time (BENCHMARKS.md "Fewer wake-ups per MQTT message"). While frames come faster than
-/// [`wake::LINGER_PACE`], a shard that ran out of work sleeps this long without raising its flag,
-/// so the feeder does not ring it, and takes what came meanwhile in one round. A result then
-/// leaves up to this much later; the deliveries' acknowledgements to the broker do not wait for
-/// it (the feeder confirms them once they are in the rings). Slower input is taken as it comes.
-pub const SERVICE_LINGER: std::time::Duration = std::time::Duration::from_millis(1);
+/// How the runtime's threads wait for input: as fast as it is read (replay, `braid bench`) or
+/// at the network's pace (`braid run`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pacing {
+    /// While frames come faster than [`wake::LINGER_PACE`], a shard that ran out of work sleeps
+    /// this long without raising its flag, so the feeder does not ring it, and takes what came
+    /// meanwhile in one round (zero: it never lingers).
+    pub shard_linger: std::time::Duration,
+    /// The feeder looks at its rings for a few µs before it sleeps ([`wake::Doorbell::spin`]).
+    pub feeder_spins: bool,
+}
+
+impl Pacing {
+    /// Input read from files or generated: the next frame is always close, a short spin finds it.
+    pub const LOCAL: Pacing = Pacing { shard_linger: std::time::Duration::ZERO, feeder_spins: true };
+
+    /// Input from the network (BENCHMARKS.md "Fewer wake-ups per MQTT message").
+    ///
+    /// It comes as a stream of small publications, a few messages per read from the broker. A
+    /// shard that slept on its doorbell after each one cost a wake-up byte from the feeder and
+    /// two context switches per publication: at 40 k messages/s that was most of a shard's time.
+    /// Lingering 1 ms while the input is fast, it takes 20–40 frames a round; a result then
+    /// leaves up to 1 ms later, while the deliveries' acknowledgements to the broker do not wait
+    /// for it (the feeder confirms them once they are in the rings). Input slower than the pace
+    /// is taken as it comes.
+    ///
+    /// The feeder does not spin: deliveries come at the broker's pace, and a spin of a few µs
+    /// almost never saw the next one (it was a third of the feeder thread's time).
+    pub const NETWORK: Pacing = Pacing { shard_linger: std::time::Duration::from_millis(1), feeder_spins: false };
+}
 
 impl<'a> RuntimeOptions<'a> {
     /// Bytes of the ring files a runtime with these options preallocates in `dir`: a feed and a
@@ -272,7 +292,7 @@ impl<'a> RuntimeOptions<'a> {
             checkpoints: None,
             restore: None,
             trace: None,
-            linger: std::time::Duration::ZERO,
+            pacing: Pacing::LOCAL,
         }
     }
 }

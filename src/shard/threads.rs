@@ -76,7 +76,7 @@ impl Runtime {
                 live: Arc::clone(&live[j]),
                 gauge: Arc::clone(&gauge),
                 trace: options.trace.clone(),
-                linger: options.linger,
+                linger: options.pacing.shard_linger,
                 state: (!options.memory_state).then(|| options.dir.join(format!("shard-{j}"))),
                 checkpoints: Checkpoints {
                     dir: options.checkpoints.clone(),
@@ -131,6 +131,7 @@ impl Runtime {
             seq,
             unpublished: 0,
             publication: options.publication,
+            feeder_spins: options.pacing.feeder_spins,
             writer: Writer::default(),
             max_row: max_row_bytes(options.feed_ring_bytes, options.exchange_ring_bytes),
             too_large: vec![0; plan.operators.len()],
@@ -317,7 +318,7 @@ struct Shard {
     /// Every shard's state bytes (state/budget.rs).
     gauge: Arc<crate::state::budget::StateGauge>,
     trace: Option<Arc<crate::operator::host::Trace>>,
-    /// [`RuntimeOptions::linger`](super::RuntimeOptions::linger).
+    /// [`Pacing::shard_linger`](super::Pacing::shard_linger).
     linger: std::time::Duration,
     /// Its operators' state directory (none: state on the heap).
     state: Option<std::path::PathBuf>,

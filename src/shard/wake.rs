@@ -142,8 +142,9 @@ impl Doorbell {
     }
 }
 
-/// Whether a shard should linger before it looks at its rings again ([`RuntimeOptions::linger`]
-/// (super::RuntimeOptions::linger)): only while frames come faster than one per [`LINGER_PACE`].
+/// Whether a shard should linger before it looks at its rings again
+/// ([`Pacing::shard_linger`](super::Pacing::shard_linger)): only while frames come faster than
+/// one per [`LINGER_PACE`].
 /// Then the shard sleeps `linger` without raising its flag, and takes what came meanwhile in one
 /// round. Slower input keeps the doorbell: each frame is taken as it comes, with no added
 /// latency.
