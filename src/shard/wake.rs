@@ -278,6 +278,7 @@ impl Inbox {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // an origin for the tests' instants; only differences count
 mod tests {
     use std::time::{Duration, Instant};
 
