@@ -20,6 +20,10 @@
 //! - **A short spin before sleeping** ([`Doorbell::spin`]): an owner out of work looks at its
 //!   rings for a few µs before it raises its flag; work that arrives meanwhile costs no sleep,
 //!   no wake-up byte and no context switch.
+//! - **Shards linger under fast network input** ([`Linger`], `Pacing::NETWORK`): live input comes
+//!   in many small publications; while frames come faster than one per [`LINGER_PACE`], a shard
+//!   that ran out of work sleeps a fixed time without raising its flag, so the feeder's
+//!   publications meanwhile ring nobody, and it takes them in one round.
 //! - Each bell counts the wake-up bytes written to it, its owner's sleeps and the spins that found
 //!   work ([`BellCounts`]; `braid bench` prints them per input row).
 

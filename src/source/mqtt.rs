@@ -12,7 +12,9 @@
 //!   order (MQTT-4.6.0-2; rumqttd disconnects on out-of-order acks). The queue is keyed by `seq`,
 //!   never by pkid, because the broker reuses pkids after a reconnect. On a disconnect the queue
 //!   is cleared: the broker redelivers every un-acked message (the duplicates get the same row
-//!   ids downstream).
+//!   ids downstream). The acks of a round of confirmations are written to the connection between
+//!   polls and flushed once (`write_acks`), not sent one request (and one system call) each
+//!   through the client.
 //! - **Backpressure.** A full intake channel keeps deliveries in the local `waiting` queue, which
 //!   is retried every [`HANDOFF_RETRY`] and after each confirmation. Un-handed deliveries are not
 //!   confirmed and so not acked, so the broker stops at its in-flight window (mosquitto: 20). The
@@ -502,7 +504,7 @@ impl Source {
             return Ok(());
         }
         let confirmed = self.confirmations.confirmed(self.settings.index);
-        let acked = write_acks(self.acks.take_confirmed(confirmed), eventloop).await?;
+        let acked = write_acks(&mut self.acks, confirmed, eventloop).await?;
         SourceStatus::add(&self.status.acked, acked);
         if self.subscribe_due {
             self.subscribe();
@@ -606,7 +608,8 @@ impl AckQueue {
     }
 }
 
-/// Writes PUBACKs for `pkids`, in order, to the connection and flushes once; returns how many.
+/// Writes PUBACKs for the confirmed prefix of `acks`, in order, to the connection and flushes
+/// once; returns how many. Without a connection it leaves them queued.
 ///
 /// Acks sent through the client would each be a request that rumqttc's event loop writes and
 /// flushes on its own: a system call per message, and on loopback the broker's receive path too
@@ -614,12 +617,12 @@ impl AckQueue {
 /// still makes each packet (its keep-alive clock sees the traffic); the `Outgoing::PubAck` events
 /// it queues for the poller are dropped, as nothing reads them. Call between polls, never while
 /// a poll is pending (it owns the connection then).
-async fn write_acks(pkids: impl Iterator<Item = u16>, eventloop: &mut EventLoop) -> Result<u64, ConnectionError> {
+async fn write_acks(acks: &mut AckQueue, confirmed: u64, eventloop: &mut EventLoop) -> Result<u64, ConnectionError> {
     let Some(network) = eventloop.network.as_mut() else {
         return Ok(0);
     };
     let mut written = 0;
-    for pkid in pkids {
+    for pkid in acks.take_confirmed(confirmed) {
         if let Some(packet) = eventloop.state.handle_outgoing_packet(Request::PubAck(PubAck::new(pkid)))? {
             network.write(packet).await?;
         }
