@@ -61,7 +61,7 @@ pub enum SnapshotError {
 /// Encodes `value` as an rkyv archive followed by its crc32c.
 pub fn encode<T>(value: &T) -> Result<Vec<u8>, SnapshotError>
 where
-    T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
+    T: for<'a> rkyv::Serialize<HighSerializer<Vec<u8>, ArenaHandle<'a>, rancor::Error>>,
 {
     encode_sized(value, 0)
 }
@@ -69,12 +69,20 @@ where
 /// [`encode`] into a buffer of `capacity` bytes from the start: a snapshot holding others (or
 /// many rows) knows about how large it is, and a buffer grown by doubling would copy it again
 /// and again (checkpoints of hundreds of MB).
+///
+/// The archive is written straight into the `Vec` it is returned in (the bytes are those an
+/// `AlignedVec` would get: positions count from the buffer's start). An `AlignedVec` and a copy
+/// out of it cost a copy of the state per level of nesting at every checkpoint; the alignment
+/// matters only to whoever reads the archive in place, and [`decode`] copies a misaligned one.
 pub fn encode_sized<T>(value: &T, capacity: usize) -> Result<Vec<u8>, SnapshotError>
 where
-    T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
+    T: for<'a> rkyv::Serialize<HighSerializer<Vec<u8>, ArenaHandle<'a>, rancor::Error>>,
 {
-    let archive = encode_after(value, AlignedVec::with_capacity(capacity))?;
-    Ok(archive.to_vec())
+    let mut bytes = rkyv::api::high::to_bytes_in::<_, rancor::Error>(value, Vec::with_capacity(capacity))
+        .map_err(|e| SnapshotError::Encode(e.to_string()))?;
+    let crc = crc32c::crc32c(&bytes);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    Ok(bytes)
 }
 
 /// Appends the archive of `value` and its crc32c to `buffer`, whose length is a multiple of 16
@@ -238,6 +246,20 @@ mod tests {
     struct Sample {
         a: u64,
         b: Vec<(i128, bool)>,
+    }
+
+    #[test]
+    fn the_archive_in_a_vec_is_the_aligned_one_byte_for_byte() {
+        // i128 fields need 16-byte alignment: padding is where the two could differ.
+        let sample = Sample { a: 7, b: (0..100).map(|i| (i128::from(i) << 70, i % 3 == 0)).collect() };
+        let aligned = encode_after(&sample, AlignedVec::new()).unwrap();
+        let in_vec = encode_sized(&sample, 0).unwrap();
+        assert_eq!(in_vec, aligned.as_slice());
+        assert_eq!(decode::<Sample>(&in_vec).unwrap(), sample);
+        // Read from a misaligned copy too.
+        let mut shifted = vec![0u8; 1];
+        shifted.extend_from_slice(&in_vec);
+        assert_eq!(decode::<Sample>(&shifted[1..]).unwrap(), sample);
     }
 
     #[test]
