@@ -41,25 +41,45 @@ pub struct Delivery {
 
 /// Per source: the highest [`Delivery::seq`] whose row is safely in braid (journaled and in its
 /// shard's ring), and a wake-up for the source's task. Written by the feeder, read by the sources.
+///
+/// The source is woken only once [`ACK_WAKE_AFTER`] deliveries wait to be acked. Fewer go out
+/// with the source's next round: the next read from the broker (soon, while messages flow), or
+/// its retry timer (`source::mqtt::HANDOFF_RETRY`) at the latest. A wake-up per confirmation was
+/// a second wake-up of the io thread per read from the broker, and an eventfd write by the
+/// feeder (BENCHMARKS.md "Fewer wake-ups per MQTT message").
 #[derive(Debug)]
 pub struct Confirmations {
     confirmed: Vec<AtomicU64>,
+    /// Per source: the highest delivery it has acked.
+    acked: Vec<AtomicU64>,
     wake: Vec<Arc<tokio::sync::Notify>>,
 }
+
+/// Confirmed deliveries waiting for their acks that wake their source. Well under a broker's
+/// in-flight window (mosquitto: 20 by default), which would otherwise stop sending and wait for
+/// the retry timer.
+pub const ACK_WAKE_AFTER: u64 = 8;
 
 impl Confirmations {
     pub fn new(sources: usize) -> Arc<Confirmations> {
         Arc::new(Confirmations {
             confirmed: (0..sources).map(|_| AtomicU64::new(0)).collect(),
+            acked: (0..sources).map(|_| AtomicU64::new(0)).collect(),
             wake: (0..sources).map(|_| Arc::new(tokio::sync::Notify::new())).collect(),
         })
     }
 
     /// Every delivery of `source` up to `seq` is safe (the feeder calls this).
     pub fn confirm(&self, source: usize, seq: u64) {
-        if self.confirmed[source].fetch_max(seq, Ordering::AcqRel) < seq {
+        let before = self.confirmed[source].fetch_max(seq, Ordering::AcqRel);
+        if before < seq && seq.saturating_sub(self.acked[source].load(Ordering::Acquire)) >= ACK_WAKE_AFTER {
             self.wake[source].notify_one();
         }
+    }
+
+    /// `source` has acked every delivery up to `seq` (the source calls this).
+    pub fn acked(&self, source: usize, seq: u64) {
+        self.acked[source].fetch_max(seq, Ordering::AcqRel);
     }
 
     /// The highest confirmed delivery of `source`.

@@ -56,7 +56,8 @@ use crate::ops::throttle::{self, Throttle};
 /// Incoming packet room beyond the payload: a topic of up to 65 535 bytes plus its 2-byte
 /// length, the 2-byte packet id and some slack.
 pub const TOPIC_HEADROOM: u64 = 65_546;
-/// How often a full intake channel is retried (besides after every confirmation).
+/// How often a full intake channel is retried and confirmed deliveries are acked at the latest
+/// (besides after every read and every wake-up by the feeder).
 pub const HANDOFF_RETRY: Duration = Duration::from_millis(2);
 /// Waiting deliveries above which polling pauses (only QoS 0 floods get there).
 pub const WAITING_LIMIT: usize = 1024;
@@ -327,12 +328,11 @@ impl Source {
         self.settings.index as u64
     }
 
-    /// A delivery waits for room in the intake, a confirmed ack waits to be written, or a
-    /// subscribe could not be queued because rumqttc's request channel was full.
+    /// A delivery waits for room in the intake, a delivery handed off waits for its ack (the
+    /// feeder wakes the source only for several: `Confirmations`), or a subscribe could not be
+    /// queued because rumqttc's request channel was full.
     fn needs_retry(&self) -> bool {
-        !self.waiting.is_empty()
-            || self.subscribe_due
-            || (self.connected && self.acks.ready(self.confirmations.confirmed(self.settings.index)))
+        !self.waiting.is_empty() || self.subscribe_due || (self.connected && !self.acks.pending.is_empty())
     }
 
     fn on_event(&mut self, event: Event, options: &mut MqttOptions, backoff: &mut Backoff) {
@@ -505,6 +505,9 @@ impl Source {
         }
         let confirmed = self.confirmations.confirmed(self.settings.index);
         let acked = write_acks(&mut self.acks, confirmed, eventloop).await?;
+        if acked > 0 {
+            self.confirmations.acked(self.settings.index, confirmed);
+        }
         SourceStatus::add(&self.status.acked, acked);
         if self.subscribe_due {
             self.subscribe();
@@ -591,11 +594,6 @@ impl AckQueue {
         self.pending.push_back((seq, pkid));
     }
 
-    /// The oldest un-acked delivery is confirmed.
-    fn ready(&self, confirmed: u64) -> bool {
-        self.pending.front().is_some_and(|&(seq, _)| seq <= confirmed)
-    }
-
     /// Takes the confirmed prefix, oldest first (seqs only grow along the queue).
     fn take_confirmed(&mut self, confirmed: u64) -> impl Iterator<Item = u16> + Send + '_ {
         let prefix = self.pending.partition_point(|&(seq, _)| seq <= confirmed);
@@ -654,13 +652,11 @@ mod tests {
         for (seq, pkid) in [(1, 7), (2, 8), (4, 9)] {
             queue.push(seq, pkid);
         }
-        assert!(!queue.ready(0));
         assert_eq!(queue.take_confirmed(0).count(), 0);
-        assert!(queue.ready(3));
         assert_eq!(queue.take_confirmed(3).collect::<Vec<_>>(), [7, 8]);
         assert_eq!(queue.pending.front(), Some(&(4, 9)));
         queue.clear();
-        assert!(!queue.ready(u64::MAX));
+        assert_eq!(queue.take_confirmed(u64::MAX).count(), 0);
     }
 
     #[test]
