@@ -182,3 +182,30 @@ impl Intake {
         self.bell.ring();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{ACK_WAKE_AFTER, Confirmations};
+
+    /// Whether the source's wake-up is pending (a stored permit completes at the first poll).
+    async fn woken(confirmations: &Confirmations) -> bool {
+        tokio::time::timeout(Duration::ZERO, confirmations.waker(0).notified()).await.is_ok()
+    }
+
+    #[tokio::test]
+    async fn a_source_is_woken_once_enough_confirmed_deliveries_wait_for_acks() {
+        let confirmations = Confirmations::new(1);
+        confirmations.confirm(0, ACK_WAKE_AFTER - 1);
+        assert!(!woken(&confirmations).await, "fewer wait: they go with the source's next round");
+        confirmations.confirm(0, ACK_WAKE_AFTER);
+        assert!(woken(&confirmations).await);
+        confirmations.acked(0, ACK_WAKE_AFTER);
+        confirmations.confirm(0, 2 * ACK_WAKE_AFTER - 1);
+        assert!(!woken(&confirmations).await, "counted from the last ack");
+        confirmations.confirm(0, 2 * ACK_WAKE_AFTER);
+        assert!(woken(&confirmations).await);
+        assert_eq!(confirmations.confirmed(0), 2 * ACK_WAKE_AFTER);
+    }
+}
