@@ -14,9 +14,11 @@
 //!   is cleared: the broker redelivers every un-acked message (the duplicates get the same row
 //!   ids downstream). The acks of a round of confirmations are written to the connection between
 //!   polls and flushed once (`write_acks`), not sent one request (and one system call) each
-//!   through the client.
+//!   through the client. They go out at the source's next round: the next read from the broker,
+//!   a wake-up by the feeder once [`ACK_WAKE_AFTER`](super::ACK_WAKE_AFTER) wait, or the
+//!   [`HANDOFF_RETRY`] timer, which runs while any delivery handed off is not acked.
 //! - **Backpressure.** A full intake channel keeps deliveries in the local `waiting` queue, which
-//!   is retried every [`HANDOFF_RETRY`] and after each confirmation. Un-handed deliveries are not
+//!   is retried every [`HANDOFF_RETRY`] and after the feeder's wake-ups. Un-handed deliveries are not
 //!   confirmed and so not acked, so the broker stops at its in-flight window (mosquitto: 20). The
 //!   connection keeps polling (keep-alive). Only QoS 0 floods can grow `waiting` past the window:
 //!   above [`WAITING_LIMIT`] entries polling pauses, so TCP pushes back on the broker.
