@@ -63,6 +63,8 @@ pub const TOPIC_HEADROOM: u64 = 65_546;
 pub const HANDOFF_RETRY: Duration = Duration::from_millis(2);
 /// Waiting deliveries above which polling pauses (only QoS 0 floods get there).
 pub const WAITING_LIMIT: usize = 1024;
+/// The most deliveries taken from the socket before they are handed off (and the feeder woken).
+const HANDOFF_BATCH: usize = 64;
 /// rumqttc's request channel (acks and subscribes); a full one is retried at the next round.
 const REQUEST_CAPACITY: usize = 256;
 /// We never publish on a source connection; the limit only has to pass our subscribes.
@@ -196,25 +198,33 @@ pub async fn run(
     while !*shutdown.borrow() {
         let retry = source.needs_retry();
         let paused = source.waiting.len() >= WAITING_LIMIT;
-        tokio::select! {
+        let polled = tokio::select! {
             biased;
-            changed = shutdown.changed() => if changed.is_err() { break },
-            _ = &mut reconnect, if backing_off => backing_off = false,
-            event = eventloop.poll(), if !backing_off && !paused => match event {
+            changed = shutdown.changed() => if changed.is_err() { break } else { None },
+            _ = &mut reconnect, if backing_off => { backing_off = false; None }
+            event = eventloop.poll(), if !backing_off && !paused => Some(event),
+            _ = waker.notified() => None,
+            _ = tokio::time::sleep(HANDOFF_RETRY), if retry => None,
+        };
+        // The messages already read or waiting in the socket are taken as well, up to a batch,
+        // and handed off together: one wake-up of the feeder (the event loop reads at most 10
+        // packets a poll).
+        let mut polled = polled;
+        while let Some(event) = polled.take() {
+            match event {
                 Ok(event) => source.on_event(event, &mut eventloop.mqtt_options, &mut backoff),
                 Err(error) => {
                     let delay = source.on_error(&error, &mut eventloop.mqtt_options, &mut backoff);
                     reconnect.as_mut().reset(Instant::now() + delay);
                     backing_off = true;
+                    break;
                 }
-            },
-            _ = waker.notified() => {}
-            _ = tokio::time::sleep(HANDOFF_RETRY), if retry => {}
+            }
+            if source.waiting.len() < HANDOFF_BATCH {
+                polled = ready_event(&mut eventloop).await;
+            }
         }
-        // The messages of one read from the socket come out of the event loop one poll at a
-        // time: they are handed off together, after the last (one wake-up of the feeder).
-        let read_in = eventloop.state.events.is_empty() || source.waiting.len() >= WAITING_LIMIT;
-        if let Err(error) = if read_in { source.hand_off() } else { Ok(()) } {
+        if let Err(error) = source.hand_off() {
             outcome = Err(error);
             break;
         }
@@ -228,6 +238,18 @@ pub async fn run(
     }
     source.disconnect(&mut eventloop).await;
     outcome
+}
+
+/// The event loop's next event if it comes without waiting: one it has read already, or one in
+/// the data the socket holds. A poll that would wait is dropped, which loses nothing: it is
+/// waiting for the socket or the request channel, and the packets it has read are kept in its
+/// state (the `select!` of [`run`] drops pending polls the same way).
+async fn ready_event(eventloop: &mut EventLoop) -> Option<Result<Event, ConnectionError>> {
+    tokio::select! {
+        biased;
+        event = eventloop.poll() => Some(event),
+        () = std::future::ready(()) => None,
+    }
 }
 
 fn source_options(settings: &SourceSettings) -> Result<MqttOptions, SourceError> {
