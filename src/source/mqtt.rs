@@ -198,7 +198,7 @@ pub async fn run(
     while !*shutdown.borrow() {
         let retry = source.needs_retry();
         let paused = source.waiting.len() >= WAITING_LIMIT;
-        let polled = tokio::select! {
+        let mut polled = tokio::select! {
             biased;
             changed = shutdown.changed() => if changed.is_err() { break } else { None },
             _ = &mut reconnect, if backing_off => { backing_off = false; None }
@@ -209,7 +209,6 @@ pub async fn run(
         // The messages already read or waiting in the socket are taken as well, up to a batch,
         // and handed off together: one wake-up of the feeder (the event loop reads at most 10
         // packets a poll).
-        let mut polled = polled;
         while let Some(event) = polled.take() {
             match event {
                 Ok(event) => source.on_event(event, &mut eventloop.mqtt_options, &mut backoff),
