@@ -35,8 +35,11 @@ pub fn get_bounded(addr: SocketAddr, path: &str, max_answer: u64) -> Result<(u16
     let mut stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(unreachable)?;
     stream.set_read_timeout(Some(READ_TIMEOUT)).map_err(unreachable)?;
     stream.set_write_timeout(Some(READ_TIMEOUT)).map_err(unreachable)?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: braid-status\r\nConnection: close\r\n\r\n")
-        .map_err(unreachable)?;
+    // One write: `write!` on the unbuffered stream would send the request in pieces, and a server
+    // that answers and closes after the first of them makes the next one fail (a broken pipe).
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: braid-status\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).map_err(unreachable)?;
     let mut raw = Vec::new();
     stream.take(max_answer).read_to_end(&mut raw).map_err(unreachable)?;
     parse_answer(&raw).map_err(|what| FetchError::BadAnswer { addr, path: path.to_owned(), what })
@@ -116,8 +119,12 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let server = std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
-            let mut buf = [0u8; 1024];
-            let n = s.read(&mut buf).unwrap();
+            let (mut buf, mut n) = ([0u8; 1024], 0);
+            while !buf[..n].ends_with(b"\r\n\r\n") {
+                let read = s.read(&mut buf[n..]).unwrap();
+                assert!(read > 0, "the request ended early");
+                n += read;
+            }
             let request = String::from_utf8_lossy(&buf[..n]).into_owned();
             s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nm 1.5\n").unwrap();
             request
