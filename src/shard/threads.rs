@@ -387,7 +387,7 @@ impl Shard {
                 if worker.finished() {
                     break;
                 }
-                if let Some(pause) = linger.on_idle(worker.input_frames(), clock()) {
+                if let Some(pause) = linger.on_idle(worker.input_frames(), clock) {
                     // The thread is this runtime's only task: blocking it holds up nothing else
                     // (io_uring completions wait in their queue).
                     std::thread::sleep(pause);

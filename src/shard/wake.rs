@@ -168,14 +168,19 @@ impl Linger {
         Linger { linger, idle_at: now, frames_at: 0 }
     }
 
-    /// The shard ran out of work at `now`, having taken `frames` input frames in all: how long to
-    /// linger (none: sleep on the bell as usual).
-    pub fn on_idle(&mut self, frames: u64, now: std::time::Instant) -> Option<std::time::Duration> {
+    /// The shard ran out of work now (`now` reads the clock, only when the shard may linger),
+    /// having taken `frames` input frames in all: how long to linger (none: sleep on the bell as
+    /// usual).
+    pub fn on_idle(&mut self, frames: u64, now: impl FnOnce() -> std::time::Instant) -> Option<std::time::Duration> {
+        if self.linger.is_zero() {
+            return None;
+        }
+        let now = now();
         let taken = frames - self.frames_at;
         let since = now.saturating_duration_since(self.idle_at);
         (self.idle_at, self.frames_at) = (now, frames);
         let busy = taken > 0 && LINGER_PACE.saturating_mul(u32::try_from(taken).unwrap_or(u32::MAX)) >= since;
-        (busy && !self.linger.is_zero()).then_some(self.linger)
+        busy.then_some(self.linger)
     }
 }
 
@@ -295,19 +300,19 @@ mod tests {
         let start = Instant::now();
         let mut linger = Linger::new(LINGER, start);
         // 10 frames in 500 µs: one per 50 µs, faster than one per 100 µs.
-        assert_eq!(linger.on_idle(10, start + Duration::from_micros(500)), Some(LINGER));
+        assert_eq!(linger.on_idle(10, || start + Duration::from_micros(500)), Some(LINGER));
         // 5 more in the next 1.5 ms: one per 300 µs.
-        assert_eq!(linger.on_idle(15, start + Duration::from_micros(2000)), None);
+        assert_eq!(linger.on_idle(15, || start + Duration::from_micros(2000)), None);
         // Exactly at the pace still counts as fast: 10 frames in 1 ms.
-        assert_eq!(linger.on_idle(25, start + Duration::from_micros(3000)), Some(LINGER));
+        assert_eq!(linger.on_idle(25, || start + Duration::from_micros(3000)), Some(LINGER));
         // Nothing came while it lingered: back to the bell.
-        assert_eq!(linger.on_idle(25, start + Duration::from_micros(4000)), None);
+        assert_eq!(linger.on_idle(25, || start + Duration::from_micros(4000)), None);
     }
 
     #[test]
     fn a_zero_linger_never_lingers() {
         let start = Instant::now();
         let mut linger = Linger::new(Duration::ZERO, start);
-        assert_eq!(linger.on_idle(1000, start + Duration::from_micros(10)), None);
+        assert_eq!(linger.on_idle(1000, || start + Duration::from_micros(10)), None);
     }
 }

@@ -191,9 +191,7 @@ pub async fn run(
     let waker = confirmations.waker(settings.index);
     let mut source = Source::new(settings, client, intake, confirmations, status);
     let mut backoff = Backoff::new(BACKOFF_MIN, BACKOFF_MAX, u64::from(std::process::id()) ^ source.seed());
-    let reconnect = tokio::time::sleep(Duration::ZERO);
-    tokio::pin!(reconnect);
-    let mut backing_off = false;
+    let mut reconnect = Reconnect::default();
     let mut outcome = Ok(());
     while !*shutdown.borrow() {
         let retry = source.needs_retry();
@@ -201,8 +199,8 @@ pub async fn run(
         let mut polled = tokio::select! {
             biased;
             changed = shutdown.changed() => if changed.is_err() { break } else { None },
-            _ = &mut reconnect, if backing_off => { backing_off = false; None }
-            event = eventloop.poll(), if !backing_off && !paused => Some(event),
+            _ = &mut reconnect.timer, if reconnect.armed => { reconnect.armed = false; None }
+            event = eventloop.poll(), if !reconnect.armed && !paused => Some(event),
             _ = waker.notified() => None,
             _ = tokio::time::sleep(HANDOFF_RETRY), if retry => None,
         };
@@ -213,9 +211,7 @@ pub async fn run(
             match event {
                 Ok(event) => source.on_event(event, &mut eventloop.mqtt_options, &mut backoff),
                 Err(error) => {
-                    let delay = source.on_error(&error, &mut eventloop.mqtt_options, &mut backoff);
-                    reconnect.as_mut().reset(Instant::now() + delay);
-                    backing_off = true;
+                    reconnect.after(source.on_error(&error, &mut eventloop.mqtt_options, &mut backoff));
                     break;
                 }
             }
@@ -230,13 +226,32 @@ pub async fn run(
         if let Err(error) = source.send_requests(&mut eventloop).await {
             // What a failed poll does inside rumqttc: the next poll reconnects.
             eventloop.clean();
-            let delay = source.on_error(&error, &mut eventloop.mqtt_options, &mut backoff);
-            reconnect.as_mut().reset(Instant::now() + delay);
-            backing_off = true;
+            reconnect.after(source.on_error(&error, &mut eventloop.mqtt_options, &mut backoff));
         }
     }
     source.disconnect(&mut eventloop).await;
     outcome
+}
+
+/// The reconnect backoff: a timer arm of the loop's `select!`, never a sleep inside an arm.
+struct Reconnect {
+    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+    /// A connection error set the timer; polling waits until it fires.
+    armed: bool,
+}
+
+impl Default for Reconnect {
+    fn default() -> Reconnect {
+        Reconnect { timer: Box::pin(tokio::time::sleep(Duration::ZERO)), armed: false }
+    }
+}
+
+impl Reconnect {
+    /// The connection failed: poll again after `delay`.
+    fn after(&mut self, delay: Duration) {
+        self.timer.as_mut().reset(Instant::now() + delay);
+        self.armed = true;
+    }
 }
 
 /// The event loop's next event if it comes without waiting: one it has read already, or one in

@@ -80,9 +80,14 @@ where
 {
     let mut bytes = rkyv::api::high::to_bytes_in::<_, rancor::Error>(value, Vec::with_capacity(capacity))
         .map_err(|e| SnapshotError::Encode(e.to_string()))?;
-    let crc = crc32c::crc32c(&bytes);
-    bytes.extend_from_slice(&crc.to_le_bytes());
+    let crc = archive_crc(&bytes);
+    bytes.extend_from_slice(&crc);
     Ok(bytes)
+}
+
+/// The crc32c that follows an archive, as [`decode`] checks it.
+fn archive_crc(archive: &[u8]) -> [u8; CRC_LEN] {
+    crc32c::crc32c(archive).to_le_bytes()
 }
 
 /// Appends the archive of `value` and its crc32c to `buffer`, whose length is a multiple of 16
@@ -95,8 +100,8 @@ where
     debug_assert!(start.is_multiple_of(ARCHIVE_ALIGN), "an archive after {start} bytes is not aligned");
     let mut bytes = rkyv::api::high::to_bytes_in::<_, rancor::Error>(value, buffer)
         .map_err(|e| SnapshotError::Encode(e.to_string()))?;
-    let crc = crc32c::crc32c(&bytes[start..]);
-    bytes.extend_from_slice(&crc.to_le_bytes());
+    let crc = archive_crc(&bytes[start..]);
+    bytes.extend_from_slice(&crc);
     Ok(bytes)
 }
 
