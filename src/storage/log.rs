@@ -86,6 +86,10 @@ use super::{MappedFileError, Storage, StoredFile};
 
 /// Zero bytes after the last record; 16 zero bytes where a record header would start end a walk.
 pub const END_MARK: usize = 16;
+/// The widest record alignment: a record's padding and the end mark after it are written from
+/// [`ZEROS`] in one piece.
+const MAX_ALIGN: usize = 16;
+const ZEROS: [u8; MAX_ALIGN + END_MARK] = [0; MAX_ALIGN + END_MARK];
 
 /// The widths and kind of one log's records (module doc, "Layout").
 #[derive(Debug)]
@@ -415,6 +419,9 @@ impl Segment {
         if u32::try_from(len).is_err() || !self.fits(size) {
             return Err(bad("record does not fit the segment"));
         }
+        if format.align > MAX_ALIGN {
+            return Err(bad("records aligned to more than 16 bytes"));
+        }
         let mut header = [0u8; 64];
         let header = &mut header[..format.record_header];
         header[..4].copy_from_slice(&(len as u32).to_le_bytes());
@@ -439,12 +446,12 @@ impl Segment {
             crc = crc.map(|crc| crc32c::crc32c_append(crc, part));
             at += part.len();
         }
-        let padding = size - format.record_header - len;
-        self.file.write(at, &[0; 16][..padding])?;
-        // The end mark after the record, then the header: until the header lands, the old end
-        // mark at `off` still ends the log, so a failed or torn append leaves no record.
+        // The padding and the end mark after the record (one run of zeros), then the header:
+        // until the header lands, the old end mark at `off` still ends the log, so a failed or
+        // torn append leaves no record.
         let after = off + size;
-        self.file.write(after, &[0; END_MARK][..END_MARK.min(self.data_len() - after)])?;
+        let zeros = after - at + END_MARK.min(self.data_len() - after);
+        self.file.write(at, &ZEROS[..zeros])?;
         header[4..8].copy_from_slice(&crc.unwrap_or(0).to_le_bytes());
         self.file.write(off, header)?;
         self.end = after;

@@ -85,7 +85,9 @@
 //! comes (a sixth of the interval join's time over ring frames, `benches/interval_join_ring`).
 //! So a scratch store's records carry no crc, its files have a magic of their own (`braidars`)
 //! that nothing opens, and opening one deletes the segment files its directory holds instead of
-//! reading them. Layout, flags, recycling and compaction are the same.
+//! reading them. Nor is a row's matched flag written into its record: the index entry holds it,
+//! and that is what scans, snapshots and compaction read. Layout, the dead flag, recycling and
+//! compaction are the same.
 //!
 //! # Compaction
 //!
@@ -295,18 +297,21 @@ struct Segments {
     next_number: u32,
 }
 
-/// Emptied index deques an [`ArenaStore`] keeps, and the largest capacity it keeps (a hot key's
-/// deque is let go): at most 1 024 entries of heap (under 100 KiB).
-const SPARE_DEQUES: usize = 64;
-const SPARE_DEQUE_CAPACITY: usize = 16;
+/// Keys whose rows all left keep their (emptied) index deque while it holds at most this many
+/// entries (a hot key's is let go at once) ...
+const EMPTY_KEY_CAPACITY: usize = 16;
+/// ... and while the emptied keys number at most the keys with rows plus this many: then they
+/// are dropped in one pass, so the index holds at most twice the live keys plus this.
+const EMPTY_KEYS_KEPT: usize = 1024;
 
 /// A keyed store in mmap segment files (module doc).
 pub struct ArenaStore {
     segments: Segments,
     index: super::ByKeyHash<VecDeque<Entry>>,
-    /// Emptied index deques kept for the next new key: a key whose rows come and go (one row in
-    /// the window at a time) would otherwise allocate, grow and free a deque per row.
-    spare_deques: Vec<VecDeque<Entry>>,
+    /// Keys of `index` whose deque is empty. A key whose rows come and go (one row in the window
+    /// at a time) keeps its place and its deque, where taking it out and putting it back would
+    /// cost a map removal, an insertion and a deque per row ([`EMPTY_KEYS_KEPT`]).
+    empty_keys: usize,
     encoder: RowEncoder,
     rows: usize,
     bytes: usize,
@@ -399,7 +404,7 @@ impl ArenaStore {
                 next_number: numbers.last().map_or(1, |n| n.saturating_add(1)),
             },
             index: Default::default(),
-            spare_deques: Vec::new(),
+            empty_keys: 0,
             encoder: RowEncoder::new(),
             rows: 0,
             bytes: 0,
@@ -421,6 +426,7 @@ impl ArenaStore {
             let walk = segment.walk(|off, size, matched, row| {
                 let handle = u64::from(seq) << 32 | off as u64;
                 let place = Place::Arena { slot, off: off as u32 };
+                // A fresh index has no emptied keys: no count to keep.
                 index.entry(row.key_hash.to_native()).or_default().push_back(Entry { handle, matched, place });
                 *rows += 1;
                 *bytes += size;
@@ -485,18 +491,26 @@ impl ArenaStore {
         handle: RowHandle,
     ) -> RowHandle {
         let place = Place::Arena { slot, off: off as u32 };
-        let spare = &mut self.spare_deques;
-        self.index.entry(key_hash).or_insert_with(|| spare.pop().unwrap_or_default()).push_back(Entry {
-            handle,
-            matched,
-            place,
-        });
+        self.entries_of(key_hash).push_back(Entry { handle, matched, place });
         self.rows += 1;
         self.bytes += size;
         if let Some(left) = self.segments.left_active.take() {
             self.note_sparse(left);
         }
         handle
+    }
+
+    /// The index deque of `key_hash`, made if the key has none (counted if it was emptied).
+    fn entries_of(&mut self, key_hash: u64) -> &mut VecDeque<Entry> {
+        use std::collections::hash_map::Entry as Slot;
+        match self.index.entry(key_hash) {
+            Slot::Occupied(slot) => {
+                let entries = slot.into_mut();
+                self.empty_keys -= usize::from(entries.is_empty());
+                entries
+            }
+            Slot::Vacant(slot) => slot.insert(VecDeque::new()),
+        }
     }
 
     /// Takes a row's index entry out (the row is then no longer counted).
@@ -506,15 +520,26 @@ impl ArenaStore {
         // Rows usually leave in arrival order (time-ordered expiry): the first of the key, which
         // a deque removes in O(1), so evicting a hot key's n rows is O(n), not O(n²).
         let entry = entries.remove(at)?;
-        if entries.is_empty()
-            && let Some(emptied) = self.index.remove(&key_hash)
-            && self.spare_deques.len() < SPARE_DEQUES
-            && emptied.capacity() <= SPARE_DEQUE_CAPACITY
-        {
-            self.spare_deques.push(emptied);
+        if entries.is_empty() {
+            if entries.capacity() > EMPTY_KEY_CAPACITY {
+                self.index.remove(&key_hash);
+            } else {
+                self.empty_keys += 1;
+                self.drop_empty_keys_if_many();
+            }
         }
         self.rows -= 1;
         Some(entry)
+    }
+
+    /// Drops the emptied keys in one pass once they outnumber the keys with rows by more than
+    /// [`EMPTY_KEYS_KEPT`] (amortised O(1) per emptied key).
+    fn drop_empty_keys_if_many(&mut self) {
+        let live_keys = self.index.len() - self.empty_keys;
+        if self.empty_keys > live_keys + EMPTY_KEYS_KEPT {
+            self.index.retain(|_, entries| !entries.is_empty());
+            self.empty_keys = 0;
+        }
     }
 
     /// A row kept in memory left the store.
@@ -675,11 +700,7 @@ impl ArenaStore {
         self.bytes += row.size_bytes();
         self.memory_bytes += row.size_bytes();
         let key_hash = row.key_hash;
-        self.index.entry(key_hash).or_default().push_back(Entry {
-            handle,
-            matched,
-            place: Place::Memory(Box::new(row)),
-        });
+        self.entries_of(key_hash).push_back(Entry { handle, matched, place: Place::Memory(Box::new(row)) });
         handle
     }
 }
@@ -711,7 +732,9 @@ impl KeyedStore for ArenaStore {
             };
             if hit && !entry.matched {
                 entry.matched = true;
+                // Only a reopened store reads the flag in the record (a scratch one never is).
                 if let Place::Arena { slot, off } = entry.place
+                    && self.segments.config.recoverable
                     && let Some(segment) = self.segments.get_mut(slot)
                 {
                     segment.set_matched(off as usize);

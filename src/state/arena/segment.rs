@@ -153,7 +153,7 @@ impl Segment {
         let off = self.log.append(&meta, &[payload], payload.len())?;
         self.end = self.log.end();
         self.live += 1;
-        self.live_bytes += self.log.size_at(off);
+        self.live_bytes += self.end - off;
         Ok(off)
     }
 

@@ -42,6 +42,7 @@ fn snapshot(store: &ArenaStore) -> Snapshot {
     let mut out: Snapshot = store
         .index
         .iter()
+        .filter(|(_, entries)| !entries.is_empty()) // emptied keys wait for their next row
         .map(|(&hash, entries)| {
             let rows = entries
                 .iter()
@@ -680,7 +681,8 @@ fn mostly_dead_segments_are_compacted_and_snapshots_still_name_every_row() {
         }
     }
     assert!(segment_files(pinned.path()) >= 20 && files < segment_files(pinned.path()));
-    assert_eq!(arena.footprint(), files * 4096 + crate::state::index_bytes(1, 40));
+    // Two keys in the index: key 3's 40 rows, and key 4's emptied deque (kept for its next row).
+    assert_eq!(arena.footprint(), files * 4096 + crate::state::index_bytes(2, 40));
     // Scans give the same rows in the same order, and every handle still names its row.
     let (key3, hash3) = key(3);
     let mut got = Vec::new();
@@ -728,4 +730,43 @@ fn footprint_counts_mapped_segments_and_the_index() {
         && key_hash == 9
         && arena.contains(key_hash, h)));
     assert!(!arena.contains(9, handle));
+}
+
+/// Whether the count of emptied keys is the index's.
+fn empty_keys_counted(arena: &ArenaStore) -> bool {
+    arena.empty_keys == arena.index.values().filter(|entries| entries.is_empty()).count()
+}
+
+#[test]
+fn emptied_keys_stay_for_their_next_row_until_they_outnumber_the_live_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut arena = ArenaStore::open_with(dir.path(), ArenaConfig::scratch()).unwrap();
+    let keyed = |k: u64| Row { key: Key::Int(k as i64), key_hash: 1000 + k, ..row(0, k, 10) };
+    // One key whose rows come and go keeps its place: no removal and insertion per row.
+    for id in 0..50 {
+        let handle = arena.insert(keyed(1), false);
+        assert_eq!(arena.index.len(), 1);
+        assert!(arena.discard(1001, handle).is_some(), "row {id}");
+        assert_eq!((arena.index.len(), arena.empty_keys), (1, 1));
+    }
+    // A flood of keys, each gone at once: the emptied ones are dropped once they outnumber the
+    // live keys by EMPTY_KEYS_KEPT, so the index stays bounded.
+    let live: Vec<RowHandle> = (0..10).map(|k| arena.insert(keyed(k), false)).collect();
+    for k in 10..5_000 {
+        let handle = arena.insert(keyed(k), false);
+        arena.discard(1000 + k, handle).unwrap();
+        assert!(arena.index.len() <= 2 * 10 + EMPTY_KEYS_KEPT + 1, "{} keys", arena.index.len());
+        assert!(empty_keys_counted(&arena));
+    }
+    // The live keys' rows are all there; an emptied key takes rows again.
+    for (k, &handle) in live.iter().enumerate() {
+        assert!(arena.contains(1000 + k as u64, handle));
+    }
+    arena.insert(keyed(4_999), false);
+    assert!(empty_keys_counted(&arena));
+    assert_eq!(arena.rows(), 11);
+    // A hot key's large deque is let go as soon as its last row leaves.
+    let hot: Vec<RowHandle> = (0..100).map(|_| arena.insert(keyed(7_000), false)).collect();
+    hot.iter().for_each(|&h| assert!(arena.discard(8_000, h).is_some()));
+    assert!(!arena.index.contains_key(&8_000) && empty_keys_counted(&arena));
 }
