@@ -519,7 +519,7 @@ impl ArenaStore {
         let at = entries.iter().position(|e| e.handle == handle)?;
         // Rows usually leave in arrival order (time-ordered expiry): the first of the key, which
         // a deque removes in O(1), so evicting a hot key's n rows is O(n), not O(n²).
-        let entry = entries.remove(at)?;
+        let entry = if at == 0 { entries.pop_front() } else { entries.remove(at) }?;
         if entries.is_empty() {
             if entries.capacity() > EMPTY_KEY_CAPACITY {
                 self.index.remove(&key_hash);
