@@ -172,6 +172,8 @@ pub struct Segment {
     records: u64,
     /// Data offset up to which `flush` has run.
     synced: usize,
+    /// The file's data bytes (a mapping never changes size): read on every append.
+    data_len: usize,
 }
 
 impl Segment {
@@ -184,7 +186,8 @@ impl Segment {
         data_len: usize,
     ) -> Result<Segment, MappedFileError> {
         let file = storage.create(path, format.magic, format.version, data_len)?;
-        let mut segment = Segment { file, format, id, end: format.segment_header, records: 0, synced: 0 };
+        let data_len = file.read().len();
+        let mut segment = Segment { file, format, id, end: format.segment_header, records: 0, synced: 0, data_len };
         if let Err(error) = segment.write_header(id) {
             // A failed creation leaves nothing behind (the file holds no segment yet).
             let _ = segment.file.remove();
@@ -202,7 +205,8 @@ impl Segment {
     ) -> Result<(Segment, Option<u64>), MappedFileError> {
         debug_assert!(format.crc, "a log without crcs is never opened: nothing could tell its records intact");
         let file = storage.open(path, format.magic, format.version)?;
-        let mut segment = Segment { file, format, id: 0, end: format.segment_header, records: 0, synced: 0 };
+        let data_len = file.read().len();
+        let mut segment = Segment { file, format, id: 0, end: format.segment_header, records: 0, synced: 0, data_len };
         let crc_at = format.segment_header - 4;
         let id = segment.file.read().get(..format.segment_header).and_then(|header| {
             let crc = u32::from_le_bytes(word(header, crc_at));
@@ -519,7 +523,7 @@ impl Segment {
     }
 
     pub fn data_len(&self) -> usize {
-        self.file.read().len()
+        self.data_len
     }
 
     /// The segment header's number.

@@ -270,7 +270,12 @@ pub struct HighWater {
 }
 
 enum Place {
-    Arena { slot: u32, off: u32 },
+    /// `size`: the record's bytes, so a row leaving needs no read of its header.
+    Arena {
+        slot: u32,
+        off: u32,
+        size: u32,
+    },
     Memory(Box<Row>),
 }
 
@@ -279,6 +284,9 @@ struct Entry {
     matched: bool,
     place: Place,
 }
+
+// What `index_bytes` counts an entry as (state/mod.rs).
+const _: () = assert!(std::mem::size_of::<Entry>() == 32);
 
 /// The segment files of a store.
 struct Segments {
@@ -425,7 +433,7 @@ impl ArenaStore {
             let (index, rows, bytes) = (&mut store.index, &mut store.rows, &mut store.bytes);
             let walk = segment.walk(|off, size, matched, row| {
                 let handle = u64::from(seq) << 32 | off as u64;
-                let place = Place::Arena { slot, off: off as u32 };
+                let place = Place::Arena { slot, off: off as u32, size: size as u32 };
                 // A fresh index has no emptied keys: no count to keep.
                 index.entry(row.key_hash.to_native()).or_default().push_back(Entry { handle, matched, place });
                 *rows += 1;
@@ -490,7 +498,7 @@ impl ArenaStore {
         matched: bool,
         handle: RowHandle,
     ) -> RowHandle {
-        let place = Place::Arena { slot, off: off as u32 };
+        let place = Place::Arena { slot, off: off as u32, size: size as u32 };
         self.entries_of(key_hash).push_back(Entry { handle, matched, place });
         self.rows += 1;
         self.bytes += size;
@@ -552,8 +560,8 @@ impl ArenaStore {
     /// An arena row left the store (its index entry is gone): its record is marked dead, and
     /// its segment recycled when that was its last live record, or compacted when it has become
     /// mostly dead (module doc, "Compaction").
-    fn release(&mut self, slot: u32, off: u32) {
-        self.bytes -= self.segments.release(slot, off as usize);
+    fn release(&mut self, slot: u32, off: u32, size: u32) {
+        self.bytes -= self.segments.release(slot, off as usize, size as usize);
         self.note_sparse(slot);
     }
 
@@ -585,9 +593,9 @@ impl ArenaStore {
         self.compactions += 1;
         for (off, key_hash) in records {
             let Some(at) = self.index.get(&key_hash).and_then(|entries| {
-                entries
-                    .iter()
-                    .position(|e| matches!(e.place, Place::Arena { slot: s, off: o } if s == slot && o as usize == off))
+                entries.iter().position(
+                    |e| matches!(e.place, Place::Arena { slot: s, off: o, .. } if s == slot && o as usize == off),
+                )
             }) else {
                 continue; // a record the index does not name (damaged on open): left to die with the segment
             };
@@ -601,10 +609,10 @@ impl ArenaStore {
             let moved = self.segments.append(&self.moving, size, key_hash, ts, matched);
             let Ok((new_slot, new_off)) = moved else { return };
             if let Some(entry) = self.index.get_mut(&key_hash).and_then(|entries| entries.get_mut(at)) {
-                entry.place = Place::Arena { slot: new_slot, off: new_off as u32 };
+                entry.place = Place::Arena { slot: new_slot, off: new_off as u32, size: size as u32 };
             }
             self.bytes += size;
-            self.bytes -= self.segments.release(slot, off);
+            self.bytes -= self.segments.release(slot, off, size);
             self.moved_rows += 1;
         }
     }
@@ -725,7 +733,7 @@ impl KeyedStore for ArenaStore {
         for entry in entries.iter_mut() {
             let hit = match &entry.place {
                 Place::Memory(row) => row.key.key_ref() == key && visit(RowView::Heap(row)),
-                &Place::Arena { slot, off } => {
+                &Place::Arena { slot, off, .. } => {
                     let Some(row) = self.segments.row(slot, off) else { continue };
                     KeyRef::archived(&row.key) == key && visit(RowView::Archived(row))
                 }
@@ -733,7 +741,7 @@ impl KeyedStore for ArenaStore {
             if hit && !entry.matched {
                 entry.matched = true;
                 // Only a reopened store reads the flag in the record (a scratch one never is).
-                if let Place::Arena { slot, off } = entry.place
+                if let Place::Arena { slot, off, .. } = entry.place
                     && self.segments.config.recoverable
                     && let Some(segment) = self.segments.get_mut(slot)
                 {
@@ -750,9 +758,9 @@ impl KeyedStore for ArenaStore {
                 self.forget_memory_row(&row);
                 *row
             }
-            Place::Arena { slot, off } => {
+            Place::Arena { slot, off, size } => {
                 let row = self.segments.row(slot, off).map(frame::to_row)?;
-                self.release(slot, off);
+                self.release(slot, off, size);
                 row
             }
         };
@@ -766,11 +774,11 @@ impl KeyedStore for ArenaStore {
                 self.forget_memory_row(&row);
                 visit(RowView::Heap(&row), matched);
             }
-            Place::Arena { slot, off } => {
+            Place::Arena { slot, off, size } => {
                 if let Some(row) = self.segments.row(slot, off) {
                     visit(RowView::Archived(row), matched);
                 }
-                self.release(slot, off);
+                self.release(slot, off, size);
             }
         }
         true
@@ -780,7 +788,7 @@ impl KeyedStore for ArenaStore {
         let Entry { matched, place, .. } = self.unindex(key_hash, handle)?;
         match place {
             Place::Memory(row) => self.forget_memory_row(&row),
-            Place::Arena { slot, off } => self.release(slot, off),
+            Place::Arena { slot, off, size } => self.release(slot, off, size),
         }
         Some(matched)
     }
@@ -790,7 +798,7 @@ impl KeyedStore for ArenaStore {
         for entry in entries {
             let go_on = match &entry.place {
                 Place::Memory(row) => row.key != *key || visit(entry.handle, row),
-                &Place::Arena { slot, off } => {
+                &Place::Arena { slot, off, .. } => {
                     let Some(row) = self.segments.row(slot, off) else { continue };
                     KeyRef::archived(&row.key) != key.key_ref() || visit(entry.handle, &frame::to_row(row))
                 }
@@ -807,7 +815,7 @@ impl KeyedStore for ArenaStore {
             for entry in entries {
                 match &entry.place {
                     Place::Memory(row) => visit(entry.handle, entry.matched, encoder.encode(&**row)?),
-                    &Place::Arena { slot, off } => {
+                    &Place::Arena { slot, off, .. } => {
                         if let Some(archive) = self.segments.payload(slot, off) {
                             visit(entry.handle, entry.matched, archive);
                         }
@@ -866,7 +874,7 @@ impl KeyedStore for ArenaStore {
             for entry in entries {
                 let (ts, id) = match &entry.place {
                     Place::Memory(row) => (row.ts, row.id),
-                    &Place::Arena { slot, off } => match self.segments.row(slot, off) {
+                    &Place::Arena { slot, off, .. } => match self.segments.row(slot, off) {
                         Some(row) => (row.ts.to_native(), row.id.to_native()),
                         None => continue,
                     },
@@ -943,12 +951,13 @@ impl Segments {
         Ok((active, segment.append(payload, key_hash, ts, matched)?))
     }
 
-    /// Marks the record dead; its size. Recycles its segment when that was its last live record.
-    fn release(&mut self, slot: u32, off: usize) -> usize {
+    /// Marks the record dead (`size`: its bytes); its size. Recycles its segment when that was
+    /// its last live record.
+    fn release(&mut self, slot: u32, off: usize, size: usize) -> usize {
         let Some(segment) = self.get_mut(slot) else { return 0 };
+        debug_assert_eq!(segment.size_at(off), size, "the index entry's size is the record's");
         segment.set_dead(off);
         segment.live -= 1;
-        let size = segment.size_at(off);
         segment.live_bytes -= size;
         self.recycle_if_dead(slot);
         size

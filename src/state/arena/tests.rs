@@ -49,7 +49,7 @@ fn snapshot(store: &ArenaStore) -> Snapshot {
                 .map(|e| {
                     let row = match &e.place {
                         Place::Memory(row) => (**row).clone(),
-                        &Place::Arena { slot, off } => frame::to_row(store.segments.row(slot, off).unwrap()),
+                        &Place::Arena { slot, off, .. } => frame::to_row(store.segments.row(slot, off).unwrap()),
                     };
                     (e.handle, row, e.matched)
                 })
