@@ -11,11 +11,20 @@ use super::{Key, Value};
 #[derive(Default)]
 pub struct IdHasher {
     buf: Vec<u8>,
+    /// Length of the operator's part `buf` starts with after [`pair`](Self::pair) (0: none):
+    /// the next pair of the same operator writes only its ids.
+    pair_prefix: usize,
 }
+
+/// Bytes of a pair's prefix besides the operator's name: two string tags and lengths, "match".
+const PAIR_PREFIX_FIXED: usize = 2 * (1 + 8) + "match".len();
+/// Where the operator's name starts in a pair's prefix (after its tag and length).
+const PAIR_NAME_AT: usize = 1 + 8;
 
 impl IdHasher {
     pub fn begin(&mut self) -> &mut Self {
         self.buf.clear();
+        self.pair_prefix = 0;
         self
     }
 
@@ -84,7 +93,17 @@ impl IdHasher {
     /// rows' ids (a window join adds the window bounds). One formula for the operators that emit
     /// pairs and for `braid explain`, which finds a row's partners by it.
     pub fn pair(&mut self, operator: &str, left: u64, right: u64) -> &mut Self {
-        self.begin().str(operator).str("match").u64(left).u64(right)
+        // The same bytes as `begin().str(operator).str("match")`, kept from the last pair when
+        // it was the same operator's (a join makes its pairs one after another).
+        let prefix = PAIR_PREFIX_FIXED + operator.len();
+        let name = PAIR_NAME_AT..PAIR_NAME_AT + operator.len();
+        if self.pair_prefix == prefix && self.buf.get(name) == Some(operator.as_bytes()) {
+            self.buf.truncate(prefix);
+        } else {
+            self.begin().str(operator).str("match");
+            self.pair_prefix = prefix;
+        }
+        self.u64(left).u64(right)
     }
 
     pub fn finish(&self) -> u64 {
@@ -116,6 +135,20 @@ pub fn hex(id: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pair_is_the_same_bytes_whatever_came_before() {
+        let spelled =
+            |op: &str, l: u64, r: u64| IdHasher::default().begin().str(op).str("match").u64(l).u64(r).finish();
+        let mut ids = IdHasher::default();
+        let calls = [("effect", 1, 2), ("effect", 3, 4), ("effecu", 3, 4), ("eff", 5, 6), ("effect", 7, 8), ("", 9, 9)];
+        for (op, l, r) in calls {
+            assert_eq!(ids.pair(op, l, r).finish(), spelled(op, l, r), "{op} {l} {r}");
+        }
+        // Other ids in between start over.
+        ids.begin().str("effect").str("left_only").u64(1).finish();
+        assert_eq!(ids.pair("effect", 1, 2).finish(), spelled("effect", 1, 2));
+    }
 
     #[test]
     fn ids_are_stable_across_versions() {
