@@ -116,7 +116,7 @@ where
     let Some((archive, crc)) = bytes.split_last_chunk::<CRC_LEN>() else {
         return Err(SnapshotError::Decode(format!("{} bytes is too short for a snapshot", bytes.len())));
     };
-    if crc32c::crc32c(archive) != u32::from_le_bytes(*crc) {
+    if archive_crc(archive) != *crc {
         return Err(SnapshotError::Decode("checksum mismatch (damaged or truncated)".into()));
     }
     let decoded = if archive.as_ptr().align_offset(ARCHIVE_ALIGN) == 0 {

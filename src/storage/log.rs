@@ -185,6 +185,7 @@ impl Segment {
         id: u64,
         data_len: usize,
     ) -> Result<Segment, MappedFileError> {
+        supported(format, path)?;
         let file = storage.create(path, format.magic, format.version, data_len)?;
         let data_len = file.read().len();
         let mut segment = Segment { file, format, id, end: format.segment_header, records: 0, synced: 0, data_len };
@@ -204,6 +205,7 @@ impl Segment {
         format: &'static Format,
     ) -> Result<(Segment, Option<u64>), MappedFileError> {
         debug_assert!(format.crc, "a log without crcs is never opened: nothing could tell its records intact");
+        supported(format, path)?;
         let file = storage.open(path, format.magic, format.version)?;
         let data_len = file.read().len();
         let mut segment = Segment { file, format, id: 0, end: format.segment_header, records: 0, synced: 0, data_len };
@@ -423,9 +425,6 @@ impl Segment {
         if u32::try_from(len).is_err() || !self.fits(size) {
             return Err(bad("record does not fit the segment"));
         }
-        if format.align > MAX_ALIGN {
-            return Err(bad("records aligned to more than 16 bytes"));
-        }
         let mut header = [0u8; 64];
         let header = &mut header[..format.record_header];
         header[..4].copy_from_slice(&(len as u32).to_le_bytes());
@@ -455,6 +454,7 @@ impl Segment {
         // torn append leaves no record.
         let after = off + size;
         let zeros = after - at + END_MARK.min(self.data_len() - after);
+        // At most MAX_ALIGN − 1 + END_MARK: the format passed `supported` when the segment was made.
         self.file.write(at, &ZEROS[..zeros])?;
         header[4..8].copy_from_slice(&crc.unwrap_or(0).to_le_bytes());
         self.file.write(off, header)?;
@@ -540,6 +540,16 @@ impl Segment {
     pub fn records(&self) -> u64 {
         self.records
     }
+}
+
+/// Refuses a format whose records this module cannot pad: their padding and end mark are written
+/// from [`ZEROS`] (checked once per segment, so an append can rely on it).
+fn supported(format: &Format, path: &Path) -> Result<(), MappedFileError> {
+    if format.align > MAX_ALIGN {
+        let source = std::io::Error::other(format!("records aligned to {} bytes, more than {MAX_ALIGN}", format.align));
+        return Err(MappedFileError::Io { path: path.to_owned(), source });
+    }
+    Ok(())
 }
 
 /// crc32c of the salt, the length (header bytes 0..4), the covered header bytes (16..) and the
