@@ -203,6 +203,24 @@ pub fn arrival_of_line(timing: &Schema, line: &[u8], max_payload: u64) -> Option
     arrival(&object, readable_ts).unwrap_or(readable_ts)
 }
 
+/// A line's arrival for replay's first pass to learn whether a file is in order: the arrival
+/// [`arrival_of_line`] gives whenever that gives one, read without checking what the arrival does
+/// not depend on (the UTF-8 outside keys and the time's and `arrival`'s values, the other values,
+/// what follows the object: [`scan::declared_only`]). A line the decoder refuses may still get
+/// an arrival here. That can only make a file look out of order when it is not: it is then sorted,
+/// which gives its lines the same order, not a wrong one. So the first arrival of a file, which the
+/// lines before it take, must come from [`arrival_of_line`].
+pub fn ordering_arrival(timing: &Schema, line: &[u8], max_payload: u64) -> Option<i64> {
+    if line.len() as u64 > max_payload {
+        return None;
+    }
+    let Some(object) = scan::declared_only(timing, line) else {
+        return arrival_of_line(timing, line, max_payload);
+    };
+    let readable_ts = event_time(timing, &object).ok().flatten();
+    arrival(&object, readable_ts).unwrap_or(readable_ts)
+}
+
 /// The `arrival` field: `Err` when it is there but no integral number; else it, or the event
 /// time `readable_ts` without one.
 fn arrival(object: &Scanned, readable_ts: Option<i64>) -> Result<Option<i64>, ()> {

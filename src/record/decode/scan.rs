@@ -10,6 +10,8 @@
 
 mod flat;
 
+pub use flat::declared_only;
+
 use std::borrow::Cow;
 use std::fmt;
 
@@ -235,15 +237,17 @@ impl<'de> Visitor<'de> for KeySeed<'_> {
 
 impl Key {
     fn named(schema: &Schema, key: &str) -> Key {
-        Key::named_after(schema, key, 0)
+        Key::named_after(schema, key.as_bytes(), 0)
     }
 
-    /// As [`named`](Self::named), trying field `guess` first: lines usually hold the declared
-    /// fields in declaration order, so the field after the previous key is a good guess.
-    fn named_after(schema: &Schema, key: &str, guess: usize) -> Key {
-        let guessed = schema.fields.get(guess).is_some_and(|f| f.name == key);
-        let field = if guessed { Some(guess) } else { schema.fields.iter().position(|f| f.name == key) };
-        match (field, key == "arrival") {
+    /// As [`named`](Self::named), of the key's bytes, trying field `guess` first: lines usually
+    /// hold the declared fields in declaration order, so the field after the previous key is a
+    /// good guess.
+    fn named_after(schema: &Schema, key: &[u8], guess: usize) -> Key {
+        let named = |f: &crate::record::schema::Field| f.name.as_bytes() == key;
+        let guessed = schema.fields.get(guess).is_some_and(named);
+        let field = if guessed { Some(guess) } else { schema.fields.iter().position(named) };
+        match (field, key == b"arrival") {
             (Some(pos), false) => Key::Field(pos),
             (Some(pos), true) => Key::FieldAndArrival(pos),
             (None, true) => Key::Arrival,

@@ -325,6 +325,7 @@ proptest! {
             let slow = oracle::decode_line(&schema, line.as_bytes(), 1 << 20);
             prop_assert!(same(&fast, &slow, &line), "line {line}\nscan:   {fast:?}\nvalues: {slow:?}");
             prop_assert_eq!(super::arrival_of_line(&schema.time_only(), line.as_bytes(), 1 << 20), fast.arrival);
+            ordering_arrival_agrees(&schema, &line, fast.arrival)?;
         }
     }
 
@@ -335,6 +336,40 @@ proptest! {
             let slow = oracle::decode_line(&schema, line.as_bytes(), 1 << 20);
             prop_assert!(same(&fast, &slow, &line), "line {line:?}\nscan:   {fast:?}\nvalues: {slow:?}");
             prop_assert_eq!(super::arrival_of_line(&schema.time_only(), line.as_bytes(), 1 << 20), fast.arrival);
+            ordering_arrival_agrees(&schema, &line, fast.arrival)?;
         }
+    }
+}
+
+/// Where the decoder reads an arrival, replay's first pass reads the same one.
+fn ordering_arrival_agrees(schema: &Schema, line: &str, decoded: Option<i64>) -> Result<(), TestCaseError> {
+    let ordering = super::ordering_arrival(&schema.time_only(), line.as_bytes(), 1 << 20);
+    if decoded.is_some() {
+        prop_assert_eq!(ordering, decoded, "line {:?}", line);
+    }
+    Ok(())
+}
+
+/// The first pass reads the arrival of the common lines without the decoder, and of lines the
+/// decoder refuses for what the arrival does not depend on; lines it cannot read (escapes, nested
+/// values) go to the decoder.
+#[test]
+fn ordering_arrival_reads_only_what_the_arrival_depends_on() {
+    let schema = &schemas()[0];
+    let timing = schema.time_only();
+    let quick = |line: &[u8]| super::scan::declared_only(&timing, line).map(|_| super::ordering_arrival(&timing, line, 1 << 20));
+    assert_eq!(quick(br#"{"device":"dev-00813","ts":1700000000002,"n":4,"x":-1.5e3,"ok":true}"#), Some(Some(1700000000002)));
+    assert_eq!(quick(br#"{"ts":5,"arrival":9}"#), Some(Some(9)));
+    assert_eq!(quick(br#"{"ts":5,"ts":7}"#), Some(Some(7)));
+    // Refused by the decoder (invalid UTF-8, a leading zero, trailing text), read here all the same.
+    let refused: [&[u8]; 3] = [&b"{\"device\":\"\xff\",\"ts\":5}"[..], br#"{"n":01,"ts":5}"#, br#"{"ts":5} x"#];
+    for refused in refused {
+        assert_eq!(decode_line(schema, refused, 1 << 20).arrival, None);
+        assert_eq!(quick(refused), Some(Some(5)));
+    }
+    let unread: [&[u8]; 3] = [br#"{"de\u0076ice":"a","ts":5}"#, br#"{"y":[1],"ts":5}"#, br#"{"ts":1e3}"#];
+    for unread in unread {
+        assert_eq!(quick(unread), None, "{}", String::from_utf8_lossy(unread));
+        assert_eq!(super::ordering_arrival(&timing, unread, 1 << 20), decode_line(schema, unread, 1 << 20).arrival);
     }
 }

@@ -14,13 +14,16 @@
 //!   `oversized` whatever follows, and its dead letter holds only its first KiB, so a giant line
 //!   costs no memory either.
 //! - **First pass** ([`scan`]): every file is read once before the replay starts, decoding each
-//!   line for its arrival only (`arrival_of_line`: the decoder's scan, no values built), to learn (a) the first arrival of the file, which the lines before
+//!   line for its arrival only, to learn (a) the first arrival of the file, which the lines before
 //!   it take (the "nearest later one"), and (b) whether the arrivals never decrease. Lines without
 //!   an arrival copy a neighbour's, so the file is in order exactly when the arrivals it does carry
-//!   never decrease. The pass keeps three numbers per file; large files are scanned in
-//!   [`SCAN_CHUNK`]-byte chunks of whole lines, one thread per core. It scans every line a
-//!   second time, on all cores before the shards start: the price of knowing, without holding
-//!   the file, that nothing later in it comes first.
+//!   never decrease. Up to a chunk's first arrival a line is read as the decoder reads it
+//!   (`arrival_of_line`); after it only the arrival is read (`ordering_arrival`, the rest of the
+//!   line unchecked), so a line the decoder refuses may count as carrying one: that can only
+//!   send a file in order to be sorted, which leaves its order as it is. The pass keeps three
+//!   numbers per file; large files are scanned in [`SCAN_CHUNK`]-byte chunks of whole lines, one
+//!   thread per core. It scans every line a second time, on all cores before the shards start:
+//!   the price of knowing, without holding the file, that nothing later in it comes first.
 //! - **A pipe** (anything but a regular file) can be read only once: it is first copied to a
 //!   file in the replay's private directory, whose name is removed as soon as it is open.
 //! - **A file in order** is then streamed: each line decoded as it is read, its arrival the line's
@@ -49,7 +52,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use crate::config::StreamDef;
-use crate::record::decode::{Fields, Reason, arrival_of_line, dead_letter_raw, decode_line};
+use crate::record::decode::{Fields, Reason, arrival_of_line, dead_letter_raw, decode_line, ordering_arrival};
 
 /// Bytes of a file read at a time.
 pub const READ_BUFFER: usize = 64 << 10;
@@ -248,7 +251,12 @@ fn scan_chunk(path: &Path, def: &StreamDef, from: u64, to: u64) -> std::io::Resu
         if start + lines.line_start >= to {
             break;
         }
-        let arrival = if cut { None } else { arrival_of_line(&timing, &lines.line, def.max_payload) };
+        let arrival = match (cut, scan.first) {
+            (true, _) => None,
+            // The chunk's first arrival may be the file's, which the lines before it take: exact.
+            (false, None) => arrival_of_line(&timing, &lines.line, def.max_payload),
+            (false, Some(_)) => ordering_arrival(&timing, &lines.line, def.max_payload),
+        };
         if let Some(a) = arrival {
             scan = scan.then(Scan { first: Some(a), last: Some(a), ordered: true });
         }

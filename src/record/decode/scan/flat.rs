@@ -10,8 +10,13 @@
 //! Numbers: an integer of at most [`MAX_DIGITS`] digits is exact in an `i64`; a decimal of at most
 //! as many digits is `significand / 10^k` with both exact doubles, which is what serde_json's
 //! default parser computes for it (one correctly rounded division).
+//!
+//! [`declared_only`] reads the same objects but checks only the declared values: replay's first
+//! pass, which needs a line's arrival only to learn whether a file is in order
+//! ([`ordering_arrival`](super::super::ordering_arrival)).
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use super::{Key, Scalar, Scanned};
 use crate::record::Schema;
@@ -26,43 +31,73 @@ const POW10: [f64; MAX_DIGITS + 1] =
 
 /// The declared fields of `text` when it is a flat object this scanner reads; `None` otherwise.
 pub fn scan<'a>(schema: &Schema, text: &'a str) -> Option<Scanned<'a>> {
-    let mut cursor = Cursor { text, at: 0 };
-    let mut scanned = Scanned::new(schema);
-    cursor.skip_space();
-    cursor.eat(b'{')?;
-    cursor.skip_space();
-    if cursor.eat(b'}').is_none() {
-        let mut guess = 0;
-        loop {
-            let key = Key::named_after(schema, cursor.string()?, guess);
-            if let Key::Field(pos) | Key::FieldAndArrival(pos) = key {
-                guess = pos + 1;
-            }
-            cursor.skip_space();
-            cursor.eat(b':')?;
-            cursor.skip_space();
-            scanned.put(key, cursor.scalar()?);
-            cursor.skip_space();
-            match cursor.next() {
-                b',' => cursor.skip_space(),
-                b'}' => break,
-                _ => return None,
-            }
-        }
-    }
+    let mut cursor = Cursor { bytes: text.as_bytes(), text: Some(text), at: 0 };
+    let scanned = object(schema, &mut cursor, Undeclared::Read)?;
     cursor.skip_space();
     (cursor.at == text.len()).then_some(scanned)
 }
 
+/// The declared fields of `line`, read as [`scan`] reads them, when it starts with a flat object
+/// whose keys and strings hold no escapes; `None` otherwise. Only what `scan` would keep is
+/// checked: the line's UTF-8 outside keys and declared strings, the undeclared values (skipped,
+/// not read) and what follows the object are not. So where `scan` (or serde_json) reads a line,
+/// this reads the same declared values or gives up; it may also read a line they refuse.
+pub fn declared_only<'a>(schema: &Schema, line: &'a [u8]) -> Option<Scanned<'a>> {
+    object(schema, &mut Cursor { bytes: line, text: None, at: 0 }, Undeclared::Skip)
+}
+
+/// What the object walk does with a value whose key the schema does not declare.
+#[derive(Clone, Copy, PartialEq)]
+enum Undeclared {
+    /// Read and check it, as serde_json would.
+    Read,
+    /// Step over it ([`Cursor::skip_value`]).
+    Skip,
+}
+
+/// One flat object from the cursor on, its declared values kept.
+fn object<'a>(schema: &Schema, cursor: &mut Cursor<'a>, undeclared: Undeclared) -> Option<Scanned<'a>> {
+    let mut scanned = Scanned::new(schema);
+    cursor.skip_space();
+    cursor.eat(b'{')?;
+    cursor.skip_space();
+    if cursor.eat(b'}').is_some() {
+        return Some(scanned);
+    }
+    let mut guess = 0;
+    loop {
+        let key = Key::named_after(schema, cursor.key()?, guess);
+        if let Key::Field(pos) | Key::FieldAndArrival(pos) = key {
+            guess = pos + 1;
+        }
+        cursor.skip_space();
+        cursor.eat(b':')?;
+        cursor.skip_space();
+        match (key, undeclared) {
+            (Key::Other, Undeclared::Skip) => cursor.skip_value()?,
+            _ => scanned.put(key, cursor.scalar()?),
+        }
+        cursor.skip_space();
+        match cursor.next() {
+            b',' => cursor.skip_space(),
+            b'}' => return Some(scanned),
+            _ => return None,
+        }
+    }
+}
+
 struct Cursor<'a> {
-    text: &'a str,
+    bytes: &'a [u8],
+    /// `bytes` as text when the caller has checked them as UTF-8: strings are then sliced from it,
+    /// else each string is checked on its own.
+    text: Option<&'a str>,
     at: usize,
 }
 
 impl<'a> Cursor<'a> {
     /// The byte at the cursor; 0 past the end (no byte this scanner accepts is 0).
     fn peek(&self) -> u8 {
-        self.text.as_bytes().get(self.at).copied().unwrap_or(0)
+        self.bytes.get(self.at).copied().unwrap_or(0)
     }
 
     fn next(&mut self) -> u8 {
@@ -82,31 +117,68 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// A string without escapes or control characters, borrowed from the line.
-    fn string(&mut self) -> Option<&'a str> {
+    /// Where a string without escapes or control characters lies, quotes left out.
+    #[inline]
+    fn plain_string(&mut self) -> Option<Range<usize>> {
         self.eat(b'"')?;
         let start = self.at;
-        let len = plain_len(&self.text.as_bytes()[start..]);
-        self.at = start + len;
+        self.at = start + plain_len(&self.bytes[start..]);
+        let range = start..self.at;
         self.eat(b'"')?;
-        // Both ends are ASCII quotes, so the slice lies on character boundaries of valid UTF-8.
-        self.text.get(start..start + len)
+        Some(range)
+    }
+
+    /// An object key without escapes: its bytes (compared with the declared names, which are
+    /// UTF-8, so a key equal to one is too).
+    #[inline]
+    fn key(&mut self) -> Option<&'a [u8]> {
+        let range = self.plain_string()?;
+        Some(&self.bytes[range])
+    }
+
+    /// A string without escapes or control characters, borrowed from the line.
+    #[inline]
+    fn string(&mut self) -> Option<&'a str> {
+        let range = self.plain_string()?;
+        match self.text {
+            // Both ends are ASCII quotes, so the slice lies on character boundaries of valid UTF-8.
+            Some(text) => text.get(range),
+            None => std::str::from_utf8(&self.bytes[range]).ok(),
+        }
     }
 
     fn scalar(&mut self) -> Option<Scalar<'a>> {
         match self.peek() {
             b'"' => self.string().map(|s| Scalar::Str(Cow::Borrowed(s))),
-            b't' => self.word("true", Scalar::Bool(true)),
-            b'f' => self.word("false", Scalar::Bool(false)),
-            b'n' => self.word("null", Scalar::Null),
+            b't' => self.word(b"true", Scalar::Bool(true)),
+            b'f' => self.word(b"false", Scalar::Bool(false)),
+            b'n' => self.word(b"null", Scalar::Null),
             _ => self.number(),
         }
     }
 
-    fn word(&mut self, word: &str, scalar: Scalar<'a>) -> Option<Scalar<'a>> {
-        self.text[self.at..].starts_with(word).then(|| {
+    /// Steps over a string, a word or the characters a number is made of, reading none; gives up
+    /// on a nested value.
+    fn skip_value(&mut self) -> Option<()> {
+        match self.peek() {
+            b'"' => self.plain_string().map(drop),
+            b't' => self.word(b"true", ()),
+            b'f' => self.word(b"false", ()),
+            b'n' => self.word(b"null", ()),
+            _ => {
+                let start = self.at;
+                while matches!(self.peek(), b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') {
+                    self.at += 1;
+                }
+                (self.at > start).then_some(())
+            }
+        }
+    }
+
+    fn word<T>(&mut self, word: &[u8], value: T) -> Option<T> {
+        self.bytes[self.at..].starts_with(word).then(|| {
             self.at += word.len();
-            scalar
+            value
         })
     }
 
@@ -114,7 +186,7 @@ impl<'a> Cursor<'a> {
     fn number(&mut self) -> Option<Scalar<'a>> {
         let negative = self.eat(b'-').is_some();
         let (whole, whole_digits) = self.digits()?;
-        if whole_digits > 1 && self.text.as_bytes()[self.at - whole_digits] == b'0' {
+        if whole_digits > 1 && self.bytes[self.at - whole_digits] == b'0' {
             return None; // a leading zero: serde_json's error
         }
         let (fraction, fraction_digits) = if self.eat(b'.').is_some() { self.digits()? } else { (0, 0) };
