@@ -151,9 +151,6 @@ impl Runtime {
         if self.collect(emit) {
             return Ok(());
         }
-        if !has_input() && self.linger() {
-            return Ok(());
-        }
         let results = &self.results;
         if self.feeder_spins && self.bell.spin(|| results_waiting(results) || has_input()) {
             self.collect(emit);
@@ -169,15 +166,6 @@ impl Runtime {
         }
         self.sleep(timeout);
         Ok(())
-    }
-
-    /// Out of work while rows come in fast ([`Pacing::feeder_linger`](super::Pacing)): sleeps a
-    /// fixed time with the flag down, so nobody rings; returns whether it did.
-    fn linger(&mut self) -> bool {
-        let rows: u64 = self.stream_counters.iter().map(|c| c.rows).sum();
-        let Some(pause) = self.feeder_linger.on_idle(rows, super::threads::clock) else { return false };
-        std::thread::sleep(pause);
-        true
     }
 
     /// After `prepare_sleep` found nothing: sleeps until rung or `timeout` passes.

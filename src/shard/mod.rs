@@ -200,8 +200,6 @@ pub struct Runtime {
     publication: Publication,
     /// [`Pacing::feeder_spins`].
     feeder_spins: bool,
-    /// [`Pacing::feeder_linger`], paced by the rows taken in.
-    feeder_linger: wake::Linger,
     writer: Writer,
     /// [`max_row_bytes`] of this run's rings.
     max_row: usize,
@@ -251,19 +249,11 @@ pub struct Pacing {
     pub shard_linger: std::time::Duration,
     /// The feeder looks at its rings for a few µs before it sleeps ([`wake::Doorbell::spin`]).
     pub feeder_spins: bool,
-    /// As `shard_linger`, for the feeder (the calling thread) while rows come in faster than
-    /// [`wake::LINGER_PACE`]: it sleeps this long without raising its flag, so the sources that
-    /// hand it deliveries meanwhile ring nobody, and it takes them in one round.
-    pub feeder_linger: std::time::Duration,
 }
 
 impl Pacing {
     /// Input read from files or generated: the next frame is always close, a short spin finds it.
-    pub const LOCAL: Pacing = Pacing {
-        shard_linger: std::time::Duration::ZERO,
-        feeder_spins: true,
-        feeder_linger: std::time::Duration::ZERO,
-    };
+    pub const LOCAL: Pacing = Pacing { shard_linger: std::time::Duration::ZERO, feeder_spins: true };
 
     /// Input from the network (BENCHMARKS.md "Fewer wake-ups per MQTT message").
     ///
@@ -276,16 +266,8 @@ impl Pacing {
     /// is taken as it comes.
     ///
     /// The feeder does not spin: deliveries come at the broker's pace, and a spin of a few µs
-    /// almost never saw the next one (it was a third of the feeder thread's time). It lingers
-    /// like the shards: woken by a source after each read from the broker, it slept and woke
-    /// once per read; lingering 1 ms it takes every read of that millisecond in one round. The
-    /// deliveries' acknowledgements then leave up to 1 ms later (the broker keeps sending
-    /// meanwhile, up to its in-flight window).
-    pub const NETWORK: Pacing = Pacing {
-        shard_linger: std::time::Duration::from_millis(1),
-        feeder_spins: false,
-        feeder_linger: std::time::Duration::from_millis(1),
-    };
+    /// almost never saw the next one (it was a third of the feeder thread's time).
+    pub const NETWORK: Pacing = Pacing { shard_linger: std::time::Duration::from_millis(1), feeder_spins: false };
 }
 
 impl<'a> RuntimeOptions<'a> {

@@ -132,7 +132,6 @@ impl Runtime {
             unpublished: 0,
             publication: options.publication,
             feeder_spins: options.pacing.feeder_spins,
-            feeder_linger: Linger::new(options.pacing.feeder_linger, clock()),
             writer: Writer::default(),
             max_row: max_row_bytes(options.feed_ring_bytes, options.exchange_ring_bytes),
             too_large: vec![0; plan.operators.len()],
@@ -284,9 +283,9 @@ impl Runtime {
     }
 }
 
-/// The clock a shard or the feeder paces its lingering by (never a decision of the operators).
+/// The clock a shard paces its lingering by (never a decision of the operators).
 #[allow(clippy::disallowed_methods)]
-pub(super) fn clock() -> std::time::Instant {
+fn clock() -> std::time::Instant {
     std::time::Instant::now()
 }
 

@@ -20,11 +20,10 @@
 //! - **A short spin before sleeping** ([`Doorbell::spin`]): an owner out of work looks at its
 //!   rings for a few µs before it raises its flag; work that arrives meanwhile costs no sleep,
 //!   no wake-up byte and no context switch.
-//! - **Shards and the feeder linger under fast network input** ([`Linger`], `Pacing::NETWORK`):
-//!   live input comes in many small publications; while frames (the feeder: rows) come faster
-//!   than one per [`LINGER_PACE`], a shard or the feeder that ran out of work sleeps a fixed time
-//!   without raising its flag, so the publications (the sources' deliveries) meanwhile ring
-//!   nobody, and it takes them in one round.
+//! - **Shards linger under fast network input** ([`Linger`], `Pacing::NETWORK`): live input comes
+//!   in many small publications; while frames come faster than one per [`LINGER_PACE`], a shard
+//!   that ran out of work sleeps a fixed time without raising its flag, so the feeder's
+//!   publications meanwhile ring nobody, and it takes them in one round.
 //! - Each bell counts the wake-up bytes written to it, its owner's sleeps and the spins that found
 //!   work ([`BellCounts`]; `braid bench` prints them per input row).
 
@@ -155,13 +154,13 @@ impl Doorbell {
 /// latency.
 pub struct Linger {
     linger: std::time::Duration,
-    /// When its owner last ran out of work, and the input frames (rows) taken by then.
+    /// When the shard last ran out of work, and its input frames taken by then.
     idle_at: std::time::Instant,
     frames_at: u64,
 }
 
-/// The input rate above which a shard or the feeder lingers: one frame (row) per 100 µs, 10 000
-/// a second. A gateway's usual few thousand messages per second stay below it.
+/// The input rate above which a shard lingers: one frame per 100 µs (10 000 frames/s). A gateway's
+/// usual few thousand messages per second stay below it.
 pub const LINGER_PACE: std::time::Duration = std::time::Duration::from_micros(100);
 
 impl Linger {
@@ -169,9 +168,9 @@ impl Linger {
         Linger { linger, idle_at: now, frames_at: 0 }
     }
 
-    /// The owner ran out of work now (`now` reads the clock, only when it may linger), having
-    /// taken `frames` input frames (or rows) in all: how long to linger (none: sleep on the bell
-    /// as usual).
+    /// The shard ran out of work now (`now` reads the clock, only when the shard may linger),
+    /// having taken `frames` input frames in all: how long to linger (none: sleep on the bell as
+    /// usual).
     pub fn on_idle(&mut self, frames: u64, now: impl FnOnce() -> std::time::Instant) -> Option<std::time::Duration> {
         if self.linger.is_zero() {
             return None;
