@@ -357,8 +357,13 @@ fn ordering_arrival_agrees(schema: &Schema, line: &str, decoded: Option<i64>) ->
 fn ordering_arrival_reads_only_what_the_arrival_depends_on() {
     let schema = &schemas()[0];
     let timing = schema.time_only();
-    let quick = |line: &[u8]| super::scan::declared_only(&timing, line).map(|_| super::ordering_arrival(&timing, line, 1 << 20));
-    assert_eq!(quick(br#"{"device":"dev-00813","ts":1700000000002,"n":4,"x":-1.5e3,"ok":true}"#), Some(Some(1700000000002)));
+    let quick = |line: &[u8]| {
+        super::scan::declared_only(&timing, line).map(|_| super::ordering_arrival(&timing, line, 1 << 20))
+    };
+    assert_eq!(
+        quick(br#"{"device":"dev-00813","ts":1700000000002,"n":4,"x":-1.5e3,"ok":true}"#),
+        Some(Some(1700000000002))
+    );
     assert_eq!(quick(br#"{"ts":5,"arrival":9}"#), Some(Some(9)));
     assert_eq!(quick(br#"{"ts":5,"ts":7}"#), Some(Some(7)));
     // Refused by the decoder (invalid UTF-8, a leading zero, trailing text), read here all the same.

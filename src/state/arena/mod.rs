@@ -589,6 +589,7 @@ impl ArenaStore {
     /// (a full disk): nothing is lost, the segment is only not freed yet.
     fn compact(&mut self, slot: u32) {
         let Some(segment) = self.segments.get(slot) else { return };
+        // In a scratch store every record, dead ones too (`release`): the index names the live.
         let records = segment.live_records();
         self.compactions += 1;
         for (off, key_hash) in records {
@@ -954,9 +955,15 @@ impl Segments {
     /// Marks the record dead (`size`: its bytes); its size. Recycles its segment when that was
     /// its last live record.
     fn release(&mut self, slot: u32, off: usize, size: usize) -> usize {
+        let recoverable = self.config.recoverable;
         let Some(segment) = self.get_mut(slot) else { return 0 };
         debug_assert_eq!(segment.size_at(off), size, "the index entry's size is the record's");
-        segment.set_dead(off);
+        // Only a reopened store reads the flag; compaction asks the index which records live. A
+        // scratch store is never reopened, so it leaves the record alone: its line is cold by the
+        // time its row leaves.
+        if recoverable {
+            segment.set_dead(off);
+        }
         segment.live -= 1;
         segment.live_bytes -= size;
         self.recycle_if_dead(slot);

@@ -174,7 +174,7 @@ impl Segment {
 
     /// The data offsets and key hashes of the records not marked dead, in append order (for
     /// compaction: a walk over headers only, no crc, no archive checks — this process wrote or
-    /// validated every record before `end`).
+    /// validated every record before `end`). A scratch store marks none dead.
     pub(super) fn live_records(&self) -> Vec<(usize, u64)> {
         let mut found = Vec::with_capacity(self.live);
         let mut off = SEGMENT_HEADER;

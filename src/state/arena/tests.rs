@@ -586,6 +586,20 @@ fn layout_is_as_documented() {
     assert_eq!(&data[64 + 224 + 8..64 + 224 + 10], &[1, 1], "the second: matched, then removed");
     assert!(data[64 + 448..64 + 448 + 16].iter().all(|&b| b == 0), "end mark");
     assert_eq!(high, HighWater { seq: 1, offset: 64 + 448 });
+
+    // A scratch store writes no flag into a record once it is stored: only a reopen reads them
+    // (the index holds them while the store lives), and a scratch store is never reopened.
+    let dir = tempfile::tempdir().unwrap();
+    let mut scratch = ArenaStore::open_with(dir.path(), ArenaConfig::scratch()).unwrap();
+    scratch.insert(command.clone(), false);
+    let second = scratch.insert(command.clone(), true);
+    scratch.scan(&command.key, 42, &mut |_| true);
+    scratch.remove(42, second).unwrap();
+    drop(scratch);
+    let bytes = std::fs::read(dir.path().join("seg-000001.arena")).unwrap();
+    let data = &bytes[HEADER_LEN..];
+    assert_eq!(&data[64 + 8..64 + 10], &[0, 0], "the first: matched by the scan, flag not written");
+    assert_eq!(&data[64 + 224 + 8..64 + 224 + 10], &[1, 0], "the second: matched when stored, removed unmarked");
 }
 
 /// A snapshot's rows go to a fresh arena under their own handles, a row kept in memory too (it
