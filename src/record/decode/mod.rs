@@ -199,8 +199,7 @@ pub fn arrival_of_line(timing: &Schema, line: &[u8], max_payload: u64) -> Option
         return None;
     }
     let object = scan::scan_object(timing, std::str::from_utf8(line).ok()?).ok()?;
-    let readable_ts = event_time(timing, &object).ok().flatten();
-    arrival(&object, readable_ts).unwrap_or(readable_ts)
+    arrival_of_object(timing, &object)
 }
 
 /// A line's arrival for replay's first pass to learn whether a file is in order: the arrival
@@ -214,11 +213,17 @@ pub fn ordering_arrival(timing: &Schema, line: &[u8], max_payload: u64) -> Optio
     if line.len() as u64 > max_payload {
         return None;
     }
-    let Some(object) = scan::declared_only(timing, line) else {
-        return arrival_of_line(timing, line, max_payload);
-    };
-    let readable_ts = event_time(timing, &object).ok().flatten();
-    arrival(&object, readable_ts).unwrap_or(readable_ts)
+    match scan::declared_only(timing, line) {
+        Some(object) => arrival_of_object(timing, &object),
+        None => arrival_of_line(timing, line, max_payload),
+    }
+}
+
+/// The arrival of a scanned object: its `arrival`, else (also when `arrival` is unusable) its
+/// readable event time.
+fn arrival_of_object(timing: &Schema, object: &Scanned) -> Option<i64> {
+    let readable_ts = event_time(timing, object).ok().flatten();
+    arrival(object, readable_ts).unwrap_or(readable_ts)
 }
 
 /// The `arrival` field: `Err` when it is there but no integral number; else it, or the event

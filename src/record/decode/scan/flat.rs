@@ -47,7 +47,7 @@ pub fn declared_only<'a>(schema: &Schema, line: &'a [u8]) -> Option<Scanned<'a>>
 }
 
 /// What the object walk does with a value whose key the schema does not declare.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 enum Undeclared {
     /// Read and check it, as serde_json would.
     Read,
