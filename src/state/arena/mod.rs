@@ -50,7 +50,8 @@
 //! # Index, handles, counts
 //!
 //! In memory: key hash → the rows with that hash in insertion order, each an entry of 32 bytes
-//! (handle, where the record is, matched flag). A row's [`RowHandle`] is `seq << 32 | offset`:
+//! (handle, where the record is, matched flag); a key's first two entries lie in its hash-map slot
+//! ([`key_rows`]), the rest in a deque. A row's [`RowHandle`] is `seq << 32 | offset`:
 //! unique for the store's life and the same after a restart. A row restored from a snapshot
 //! ([`KeyedStore::import`], into an empty store) is written to a new place but keeps the handle
 //! the snapshot names it by, which the index holds apart from the place; the store first moves
@@ -159,16 +160,17 @@
 //! [`ArenaStore::high_water`]), and until it exists a restart resumes from the state at the crash,
 //! not from a checkpoint.
 
+mod key_rows;
 mod segment;
 #[cfg(test)]
 mod tests;
 
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use thiserror::Error;
 
+use self::key_rows::KeyRows;
 use self::segment::{OpenError, RECORD_HEADER, SEGMENT_HEADER, Segment, record_size};
 use super::snapshot::{self, SavedStore, SnapshotError};
 use super::{KeyedStore, Removed, RowHandle};
@@ -285,7 +287,7 @@ struct Entry {
     place: Place,
 }
 
-// `index_bytes` (state/mod.rs) counts an entry as 32 bytes, its size on 64-bit targets.
+// `key_rows::index_bytes` counts an entry as 32 bytes, its size on 64-bit targets.
 const _: () = assert!(std::mem::size_of::<Entry>() <= 32);
 
 /// The segment files of a store.
@@ -315,7 +317,7 @@ const EMPTY_KEYS_KEPT: usize = 1024;
 /// A keyed store in mmap segment files (module doc).
 pub struct ArenaStore {
     segments: Segments,
-    index: super::ByKeyHash<VecDeque<Entry>>,
+    index: super::ByKeyHash<KeyRows>,
     /// Keys of `index` whose deque is empty. A key whose rows come and go (one row in the window
     /// at a time) keeps its place and its deque, where taking it out and putting it back would
     /// cost a map removal, an insertion and a deque per row ([`EMPTY_KEYS_KEPT`]).
@@ -509,7 +511,7 @@ impl ArenaStore {
     }
 
     /// The index deque of `key_hash`, made if the key has none (counted if it was emptied).
-    fn entries_of(&mut self, key_hash: u64) -> &mut VecDeque<Entry> {
+    fn entries_of(&mut self, key_hash: u64) -> &mut KeyRows {
         use std::collections::hash_map::Entry as Slot;
         match self.index.entry(key_hash) {
             Slot::Occupied(slot) => {
@@ -517,7 +519,7 @@ impl ArenaStore {
                 self.empty_keys -= usize::from(entries.is_empty());
                 entries
             }
-            Slot::Vacant(slot) => slot.insert(VecDeque::new()),
+            Slot::Vacant(slot) => slot.insert(KeyRows::default()),
         }
     }
 
@@ -526,10 +528,10 @@ impl ArenaStore {
         let entries = self.index.get_mut(&key_hash)?;
         let at = entries.iter().position(|e| e.handle == handle)?;
         // Rows usually leave in arrival order (time-ordered expiry): the first of the key, which
-        // a deque removes in O(1), so evicting a hot key's n rows is O(n), not O(n²).
-        let entry = if at == 0 { entries.pop_front() } else { entries.remove(at) }?;
+        // `KeyRows` removes in O(1), so evicting a hot key's n rows is O(n), not O(n²).
+        let entry = entries.remove(at)?;
         if entries.is_empty() {
-            if entries.capacity() > EMPTY_KEY_CAPACITY {
+            if entries.spilled_capacity() > EMPTY_KEY_CAPACITY {
                 self.index.remove(&key_hash);
             } else {
                 self.empty_keys += 1;
@@ -796,7 +798,7 @@ impl KeyedStore for ArenaStore {
 
     fn scan_handles(&self, key: &Key, key_hash: u64, visit: &mut dyn FnMut(RowHandle, &Row) -> bool) {
         let Some(entries) = self.index.get(&key_hash) else { return };
-        for entry in entries {
+        for entry in entries.iter() {
             let go_on = match &entry.place {
                 Place::Memory(row) => row.key != *key || visit(entry.handle, row),
                 &Place::Arena { slot, off, .. } => {
@@ -813,7 +815,7 @@ impl KeyedStore for ArenaStore {
     fn export(&self, visit: &mut dyn FnMut(RowHandle, bool, &[u8])) -> Result<(), FrameError> {
         let mut encoder = RowEncoder::new();
         for entries in self.index.values() {
-            for entry in entries {
+            for entry in entries.iter() {
                 match &entry.place {
                     Place::Memory(row) => visit(entry.handle, entry.matched, encoder.encode(&**row)?),
                     &Place::Arena { slot, off, .. } => {
@@ -862,17 +864,17 @@ impl KeyedStore for ArenaStore {
     }
 
     /// The segment files mapped (in use and spare: each is RAM on a tmpfs scratch, page cache
-    /// on a disk) plus the rows kept in memory plus the index ([`index_bytes`](super::index_bytes)).
+    /// on a disk) plus the rows kept in memory plus the index ([`key_rows::index_bytes`]).
     fn footprint(&self) -> usize {
         let mapped = self.segments.slots.len() - self.segments.free_slots.len() + self.segments.spares.len();
         mapped * self.segments.config.segment_bytes
             + self.memory_bytes
-            + super::index_bytes(self.index.len(), self.rows)
+            + key_rows::index_bytes(self.index.len(), self.rows)
     }
 
     fn visit_ages(&self, visit: &mut dyn FnMut(i64, u64, u64, RowHandle)) {
         for (&key_hash, entries) in &self.index {
-            for entry in entries {
+            for entry in entries.iter() {
                 let (ts, id) = match &entry.place {
                     Place::Memory(row) => (row.ts, row.id),
                     &Place::Arena { slot, off, .. } => match self.segments.row(slot, off) {

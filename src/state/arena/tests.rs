@@ -696,7 +696,7 @@ fn mostly_dead_segments_are_compacted_and_snapshots_still_name_every_row() {
     }
     assert!(segment_files(pinned.path()) >= 20 && files < segment_files(pinned.path()));
     // Two keys in the index: key 3's 40 rows, and key 4's emptied deque (kept for its next row).
-    assert_eq!(arena.footprint(), files * 4096 + crate::state::index_bytes(2, 40));
+    assert_eq!(arena.footprint(), files * 4096 + super::key_rows::index_bytes(2, 40));
     // Scans give the same rows in the same order, and every handle still names its row.
     let (key3, hash3) = key(3);
     let mut got = Vec::new();
@@ -729,13 +729,13 @@ fn footprint_counts_mapped_segments_and_the_index() {
     let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
     assert_eq!(arena.footprint(), 4096, "an empty store maps its active segment");
     let handle = arena.insert(row(3, 1, 10), false);
-    assert_eq!(arena.footprint(), 4096 + crate::state::index_bytes(1, 1));
+    assert_eq!(arena.footprint(), 4096 + super::key_rows::index_bytes(1, 1));
     for id in 2..40 {
         arena.insert(row(3, id, 250), false);
     }
     let segments = segment_files(dir.path());
     assert!(segments >= 3);
-    assert_eq!(arena.footprint(), segments * 4096 + crate::state::index_bytes(1, 39));
+    assert_eq!(arena.footprint(), segments * 4096 + super::key_rows::index_bytes(1, 39));
     arena.remove(9, handle).unwrap();
     let mut ages = Vec::new();
     arena.visit_ages(&mut |ts, id, key_hash, h| ages.push((ts, id, key_hash, h)));

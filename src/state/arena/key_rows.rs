@@ -1,0 +1,151 @@
+//! The index entries of one key, oldest first: the first [`INLINE`] in the index's hash-map slot
+//! itself, the rest in a deque on the heap.
+//!
+//! Why: a key of the gateway holds one to four rows per side, and every row looks its key up
+//! three times (the other side's scan, its own store, its leaving). With all of a key's entries
+//! in a deque of their own, each lookup waited for two cache lines that had gone cold in the
+//! seconds of event time since the key was last seen: the map slot, then the deque's block. With
+//! the first entries in the slot, a key holding at most [`INLINE`] rows is one line (or two
+//! neighbours), and the row leaving — almost always the oldest — is found there too.
+//!
+//! Invariant: the inline entries are `inline[..n]` with `n` the number held inline, and `spilled`
+//! is empty unless all [`INLINE`] are taken; so the order is `inline[..n]`, then `spilled`.
+//! Removing the first entry shifts the inline ones (two moves of 32 bytes) and refills the last
+//! from the front of the deque: O(1), so a hot key's n rows still leave in O(n).
+
+use std::collections::VecDeque;
+
+use super::Entry;
+
+/// Entries a key keeps in its map slot.
+pub const INLINE: usize = 2;
+
+/// Heap bytes of an index of `keys` key hashes holding `rows` entries: a hash-map slot per key
+/// (its first [`INLINE`] entries in it) and 32 bytes per entry beyond those. An estimate: a deque
+/// grows by doubling, and a key keeps its emptied slot for a while (arena/mod.rs).
+pub fn index_bytes(keys: usize, rows: usize) -> usize {
+    const ENTRY: usize = 32;
+    // The slot and its hashbrown control byte.
+    const KEY: usize = std::mem::size_of::<(u64, KeyRows)>() + 1;
+    keys * KEY + rows.saturating_sub(keys * INLINE) * ENTRY
+}
+
+#[derive(Default)]
+pub struct KeyRows {
+    inline: [Option<Entry>; INLINE],
+    spilled: VecDeque<Entry>,
+}
+
+impl KeyRows {
+    pub fn is_empty(&self) -> bool {
+        self.inline[0].is_none()
+    }
+
+    /// Entries the heap deque has room for (a hot key's large deque is let go once it empties).
+    pub fn spilled_capacity(&self) -> usize {
+        self.spilled.capacity()
+    }
+
+    pub fn push_back(&mut self, entry: Entry) {
+        match self.inline.iter_mut().find(|e| e.is_none()) {
+            Some(free) => *free = Some(entry),
+            None => self.spilled.push_back(entry),
+        }
+    }
+
+    /// Takes out the entry at `at` (in the order of [`iter`](Self::iter)).
+    pub fn remove(&mut self, at: usize) -> Option<Entry> {
+        if at >= INLINE {
+            return self.spilled.remove(at - INLINE);
+        }
+        let entry = self.inline[at].take()?;
+        // Close the gap: the later inline entries move up, the deque's first takes the last place.
+        self.inline[at..].rotate_left(1);
+        self.inline[INLINE - 1] = self.spilled.pop_front();
+        Some(entry)
+    }
+
+    pub fn get(&self, at: usize) -> Option<&Entry> {
+        match at.checked_sub(INLINE) {
+            None => self.inline[at].as_ref(),
+            Some(at) => self.spilled.get(at),
+        }
+    }
+
+    pub fn get_mut(&mut self, at: usize) -> Option<&mut Entry> {
+        match at.checked_sub(INLINE) {
+            None => self.inline[at].as_mut(),
+            Some(at) => self.spilled.get_mut(at),
+        }
+    }
+
+    /// The entries, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.inline.iter().map_while(Option::as_ref).chain(&self.spilled)
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Entry> {
+        self.inline.iter_mut().map_while(Option::as_mut).chain(&mut self.spilled)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::super::{Entry, Place};
+    use super::*;
+
+    fn entry(handle: u64) -> Entry {
+        Entry { handle, matched: false, place: Place::Arena { slot: 0, off: handle as u32, size: 32 } }
+    }
+
+    fn handles(rows: &KeyRows) -> Vec<u64> {
+        rows.iter().map(|e| e.handle).collect()
+    }
+
+    #[test]
+    fn a_slot_holds_its_first_entries_and_takes_no_heap_for_them() {
+        let mut rows = KeyRows::default();
+        assert!(rows.is_empty());
+        for h in 0..INLINE as u64 {
+            rows.push_back(entry(h));
+        }
+        assert_eq!(rows.spilled_capacity(), 0, "no heap block for {INLINE} entries");
+        assert_eq!(handles(&rows), (0..INLINE as u64).collect::<Vec<_>>());
+        // An entry is an index entry's 32 bytes; the slot's inline part is no larger than the
+        // deque block it replaces for a key of one or two rows.
+        assert!(std::mem::size_of::<Option<Entry>>() <= 32);
+    }
+
+    proptest! {
+        /// Any sequence of appends and removals (the first, or any) keeps the entries a deque
+        /// would hold, in its order, and `get` agrees with `iter`.
+        #[test]
+        fn behaves_as_a_deque(ops in proptest::collection::vec((0u8..3, 0usize..8), 0..200)) {
+            let (mut rows, mut model) = (KeyRows::default(), VecDeque::new());
+            let mut next = 0u64;
+            for (op, at) in ops {
+                match op {
+                    0 => {
+                        rows.push_back(entry(next));
+                        model.push_back(next);
+                        next += 1;
+                    }
+                    1 => prop_assert_eq!(rows.remove(0).map(|e| e.handle), model.pop_front()),
+                    _ => prop_assert_eq!(rows.remove(at).map(|e| e.handle), model.remove(at)),
+                }
+                prop_assert_eq!(handles(&rows), model.iter().copied().collect::<Vec<_>>());
+                prop_assert_eq!(rows.is_empty(), model.is_empty());
+                for i in 0..model.len() + 1 {
+                    prop_assert_eq!(rows.get(i).map(|e| e.handle), model.get(i).copied());
+                }
+                if let Some(last) = model.len().checked_sub(1) {
+                    rows.get_mut(last).unwrap().matched = true;
+                    prop_assert!(rows.iter_mut().last().unwrap().matched);
+                    rows.get_mut(last).unwrap().matched = false;
+                }
+            }
+        }
+    }
+}
