@@ -510,7 +510,7 @@ impl ArenaStore {
         handle
     }
 
-    /// The index deque of `key_hash`, made if the key has none (counted if it was emptied).
+    /// The index entries of `key_hash`, made if the key has none (counted if it was emptied).
     fn entries_of(&mut self, key_hash: u64) -> &mut KeyRows {
         use std::collections::hash_map::Entry as Slot;
         match self.index.entry(key_hash) {
