@@ -122,13 +122,20 @@ pub trait KeyedStore: Send {
     fn contains(&self, key_hash: u64, handle: RowHandle) -> bool;
 }
 
-/// Heap bytes of an index of `keys` key hashes holding `rows` row entries: a hash-map slot and
-/// a deque per key (its first allocation: 4 entries), an entry per row beyond those. An estimate
-/// of the allocations, not of the allocator's overhead.
+/// Bytes of a row's index entry, in [`MemoryStore`] and the arena alike.
+pub const INDEX_ENTRY_BYTES: usize = 32;
+
+/// Heap bytes of an index of `keys` key hashes holding `rows` row entries, when each key takes
+/// `key_bytes` with room for `entries_per_key` entries in them, and every entry beyond those
+/// [`INDEX_ENTRY_BYTES`]. An estimate of the allocations, not of the allocator's overhead.
+pub fn index_bytes_of(keys: usize, rows: usize, key_bytes: usize, entries_per_key: usize) -> usize {
+    keys * key_bytes + rows.saturating_sub(keys * entries_per_key) * INDEX_ENTRY_BYTES
+}
+
+/// [`index_bytes_of`] for a hash-map slot and a deque per key (its first allocation: 4 entries).
 pub fn index_bytes(keys: usize, rows: usize) -> usize {
-    const ENTRY: usize = 32;
-    const KEY: usize = std::mem::size_of::<(u64, VecDeque<u64>)>() + 1 + 4 * ENTRY;
-    keys * KEY + rows.saturating_sub(keys * 4) * ENTRY
+    const KEY: usize = std::mem::size_of::<(u64, VecDeque<u64>)>() + 1 + 4 * INDEX_ENTRY_BYTES;
+    index_bytes_of(keys, rows, KEY, 4)
 }
 
 struct Entry {

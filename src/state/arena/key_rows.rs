@@ -20,14 +20,10 @@ use super::Entry;
 /// Entries a key keeps in its map slot.
 pub const INLINE: usize = 2;
 
-/// Heap bytes of an index of `keys` key hashes holding `rows` entries: a hash-map slot per key
-/// (its first [`INLINE`] entries in it) and 32 bytes per entry beyond those. An estimate: a deque
-/// grows by doubling, and a key keeps its emptied slot for a while (arena/mod.rs).
+/// [`index_bytes_of`](crate::state::index_bytes_of) for this index: a hash-map slot (and its
+/// control byte) per key, its first [`INLINE`] entries in it.
 pub fn index_bytes(keys: usize, rows: usize) -> usize {
-    const ENTRY: usize = 32;
-    // The slot and its hashbrown control byte.
-    const KEY: usize = std::mem::size_of::<(u64, KeyRows)>() + 1;
-    keys * KEY + rows.saturating_sub(keys * INLINE) * ENTRY
+    crate::state::index_bytes_of(keys, rows, std::mem::size_of::<(u64, KeyRows)>() + 1, INLINE)
 }
 
 #[derive(Default)]
@@ -113,9 +109,8 @@ mod tests {
         }
         assert_eq!(rows.spilled_capacity(), 0, "no heap block for {INLINE} entries");
         assert_eq!(handles(&rows), (0..INLINE as u64).collect::<Vec<_>>());
-        // An entry is an index entry's 32 bytes; the slot's inline part is no larger than the
-        // deque block it replaces for a key of one or two rows.
-        assert!(std::mem::size_of::<Option<Entry>>() <= 32);
+        // An inline entry takes no more than an entry anywhere: `index_bytes` counts it so.
+        assert!(std::mem::size_of::<Option<Entry>>() <= crate::state::INDEX_ENTRY_BYTES);
     }
 
     proptest! {

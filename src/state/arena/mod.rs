@@ -287,8 +287,8 @@ struct Entry {
     place: Place,
 }
 
-// `key_rows::index_bytes` counts an entry as 32 bytes, its size on 64-bit targets.
-const _: () = assert!(std::mem::size_of::<Entry>() <= 32);
+// `index_bytes` counts an entry as `INDEX_ENTRY_BYTES`, its size on 64-bit targets.
+const _: () = assert!(std::mem::size_of::<Entry>() <= super::INDEX_ENTRY_BYTES);
 
 /// The segment files of a store.
 struct Segments {
@@ -307,8 +307,8 @@ struct Segments {
     next_number: u32,
 }
 
-/// Keys whose rows all left keep their (emptied) index deque while it holds at most this many
-/// entries (a hot key's is let go at once) ...
+/// Keys whose rows all left keep their slot while its spilled deque has room for at most this
+/// many entries (a hot key's is let go at once) ...
 const EMPTY_KEY_CAPACITY: usize = 16;
 /// ... and while the emptied keys number at most the keys with rows plus this many: then they
 /// are dropped in one pass, so the index holds at most twice the live keys plus this.
@@ -318,9 +318,9 @@ const EMPTY_KEYS_KEPT: usize = 1024;
 pub struct ArenaStore {
     segments: Segments,
     index: super::ByKeyHash<KeyRows>,
-    /// Keys of `index` whose deque is empty. A key whose rows come and go (one row in the window
-    /// at a time) keeps its place and its deque, where taking it out and putting it back would
-    /// cost a map removal, an insertion and a deque per row ([`EMPTY_KEYS_KEPT`]).
+    /// Keys of `index` without entries. A key whose rows come and go (one row in the window at a
+    /// time) keeps its slot, where taking it out and putting it back would cost a map removal and
+    /// an insertion per row ([`EMPTY_KEYS_KEPT`]).
     empty_keys: usize,
     encoder: RowEncoder,
     rows: usize,
