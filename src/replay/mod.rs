@@ -37,7 +37,7 @@ use crate::record::{ArchivedRow, Row};
 use crate::shard::{Emit, Figures, Runtime, RuntimeError, RuntimeOptions};
 use crate::source::Arrived;
 use crate::state::snapshot;
-use input::{Content, InputError, Inputs, Line};
+use input::{Content, InputError, Inputs, Line, Order};
 use output::{Committer, Outputs, ReplayCheckpoint};
 
 /// Where a replay stood at a checkpoint's barrier.
@@ -92,11 +92,20 @@ pub trait Observer {
     fn dead_letter(&mut self, _stream: usize, _arrival: i64, _raw: &[u8], _reason: &str) {}
     /// Operator `operator` emitted `row`.
     fn result(&mut self, _operator: usize, _row: RowView<'_>) {}
+    /// Whether this observer watches anything: a replay that is watched runs once, never starting
+    /// again (what was watched could not be taken back), so it reads its inputs' order first.
+    fn watches(&self) -> bool {
+        true
+    }
 }
 
 /// Watches nothing: a plain `braid replay`.
 struct Unobserved;
-impl Observer for Unobserved {}
+impl Observer for Unobserved {
+    fn watches(&self) -> bool {
+        false
+    }
+}
 
 /// The replay's outputs and its observer, as one [`Emit`].
 struct Observed<'o, 'p> {
@@ -143,7 +152,67 @@ pub fn run(plan: &Plan, args: &ReplayArgs<'_>) -> Result<Summary, ReplayError> {
 }
 
 /// [`run`], with `observer` watching.
+///
+/// A replay that can start again from nothing (its inputs and outputs are regular files, it
+/// takes no checkpoints, nobody watches) takes its inputs' arrival order on trust: no first pass
+/// reads them before it starts (input/mod.rs, [`Order::Trust`]). If one turns out not to be in
+/// order, everything is dropped (runtime, state, what the outputs hold) and the replay runs again
+/// with the first pass, which sorts that file: the same output as if it had done so at once.
 pub fn run_observed(plan: &Plan, args: &ReplayArgs<'_>, observer: &mut dyn Observer) -> Result<Summary, ReplayError> {
+    let order = if observer.watches() || !can_start_again(plan, args) { Order::Scan } else { Order::Trust };
+    match replay(plan, args, observer, order) {
+        Err(Stopped::OutOfOrder(flag)) => {
+            let (name, path) = &args.inputs[flag];
+            tracing::info!(input = %name, path = %path.display(), "Input not in arrival order: replay starts again, sorting it");
+            replay(plan, args, observer, Order::Scan).map_err(|stopped| stopped.into_error(args))
+        }
+        done => done.map_err(|stopped| stopped.into_error(args)),
+    }
+}
+
+/// Whether a replay can be dropped halfway and run again from nothing: no checkpoints (they
+/// would hold positions in the wrong order) and only regular files (a pipe is read once, and
+/// what went to a terminal or a pipe cannot be taken back).
+fn can_start_again(plan: &Plan, args: &ReplayArgs<'_>) -> bool {
+    let regular_or_new = |path: &PathBuf| match std::fs::metadata(path) {
+        Ok(meta) => meta.is_file(),
+        Err(error) => error.kind() == std::io::ErrorKind::NotFound,
+    };
+    plan.runtime.state_dir.is_none()
+        && args.inputs.iter().all(|(_, path)| std::fs::metadata(path).is_ok_and(|m| m.is_file()))
+        && args.outputs.iter().all(|(_, path)| regular_or_new(path))
+}
+
+/// Why one run of a replay stopped.
+enum Stopped {
+    Failed(ReplayError),
+    /// An input taken to be in arrival order ([`Order::Trust`]) is not: `--input` number `flag`.
+    OutOfOrder(usize),
+}
+
+impl Stopped {
+    /// The replay's error (`args` names the inputs).
+    fn into_error(self, args: &ReplayArgs<'_>) -> ReplayError {
+        match self {
+            Stopped::Failed(error) => error,
+            // Only a run with `Order::Trust` stops so; the run after it scans.
+            Stopped::OutOfOrder(flag) => {
+                let (name, path) = &args.inputs[flag];
+                let error = std::io::Error::other("out of arrival order though its first pass found it in order");
+                ReplayError::Unreadable { name: name.clone(), path: path.clone(), error }
+            }
+        }
+    }
+}
+
+impl<E: Into<ReplayError>> From<E> for Stopped {
+    fn from(error: E) -> Stopped {
+        Stopped::Failed(error.into())
+    }
+}
+
+/// One run of a replay, reading its inputs in `order`.
+fn replay(plan: &Plan, args: &ReplayArgs<'_>, observer: &mut dyn Observer, order: Order) -> Result<Summary, Stopped> {
     let inputs = args
         .inputs
         .iter()
@@ -167,11 +236,12 @@ pub fn run_observed(plan: &Plan, args: &ReplayArgs<'_>, observer: &mut dyn Obser
     let input_error = |error| match error {
         InputError::Read(flag, error) => {
             let (name, path) = &args.inputs[flag];
-            ReplayError::Unreadable { name: name.clone(), path: path.clone(), error }
+            Stopped::Failed(ReplayError::Unreadable { name: name.clone(), path: path.clone(), error })
         }
-        InputError::Spill(path, error) => ReplayError::StateDir { path, error },
+        InputError::Spill(path, error) => Stopped::Failed(ReplayError::StateDir { path, error }),
+        InputError::OutOfOrder(flag) => Stopped::OutOfOrder(flag),
     };
-    let mut inputs = Inputs::open(&inputs, &plan.streams, &dir, args.sort_run_bytes).map_err(input_error)?;
+    let mut inputs = Inputs::open(&inputs, &plan.streams, &dir, args.sort_run_bytes, order).map_err(input_error)?;
     let opened = match &resume {
         Some(resume) => Outputs::resume(plan, &outputs, &resume.files),
         None => Outputs::create(plan, &outputs),

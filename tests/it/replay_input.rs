@@ -145,6 +145,31 @@ fn a_file_out_of_arrival_order_sorted_in_spilled_runs_replays_as_the_file_in_ord
     assert!(effect.iter().all(|l| l.contains("\"_id\"")));
 }
 
+/// A plain replay takes its inputs' order on trust (no first pass) and starts again, sorting,
+/// when one is not in order: a file whose first line was moved to its end shows it only there,
+/// after every output has been written to. The outputs are then as if the replay had sorted
+/// it at once: nothing of the first run is left in them, nothing is missing.
+#[test]
+fn a_file_out_of_order_only_at_its_end_replays_as_the_file_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Lcg(29);
+    let mut status = lines("status", 2_000, &mut rng);
+    let mut command = lines("command", 700, &mut rng);
+    status.sort_by_key(|(arrival, _)| *arrival);
+    command.sort_by_key(|(arrival, _)| *arrival);
+    let path = |name: &str| dir.path().join(name);
+    write(&path("status-sorted.jsonl"), &status);
+    write(&path("command.jsonl"), &command);
+    let expected = replay(dir.path(), "sorted", &path("status-sorted.jsonl"), &path("command.jsonl"), SORT_RUN_BYTES);
+    let first = status.remove(0);
+    status.push(first);
+    write(&path("status-first-last.jsonl"), &status);
+    let got =
+        replay(dir.path(), "first-last", &path("status-first-last.jsonl"), &path("command.jsonl"), SORT_RUN_BYTES);
+    assert_eq!(got, expected);
+    assert!(expected[0].len() > 500, "{} results", expected[0].len());
+}
+
 /// An output that cannot take its lines (a full disk) fails the replay with the write's error:
 /// the lines are written by a writer thread (replay/file_writer.rs), and its error is not lost.
 #[test]

@@ -588,10 +588,10 @@ impl Emit for Collected {
 /// The rows of `inputs` in processing order, decoded as replay decodes them: (stream, row,
 /// arrival); the processing time of the first line. The inputs hold no bad line.
 fn decoded_rows(plan: &Plan, inputs: &Files) -> (Vec<(usize, Row, i128)>, i128) {
-    use braid::replay::input::{Content, Inputs, SORT_RUN_BYTES};
+    use braid::replay::input::{Content, Inputs, Order, SORT_RUN_BYTES};
     let files: Vec<(usize, &Path)> = inputs.iter().map(|(n, p)| (plan.stream(n).unwrap(), p.as_path())).collect();
     let spill = tempfile::tempdir().unwrap();
-    let mut read = Inputs::open(&files, &plan.streams, spill.path(), SORT_RUN_BYTES).unwrap();
+    let mut read = Inputs::open(&files, &plan.streams, spill.path(), SORT_RUN_BYTES, Order::Scan).unwrap();
     let start = read.peek_arrival().unwrap().map_or(0, i128::from);
     let mut ids = InputRows::default();
     let mut rows = Vec::new();

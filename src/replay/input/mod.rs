@@ -24,6 +24,12 @@
 //!   numbers per file; large files are scanned in [`SCAN_CHUNK`]-byte chunks of whole lines, one
 //!   thread per core. It scans every line a second time, on all cores before the shards start:
 //!   the price of knowing, without holding the file, that nothing later in it comes first.
+//! - **Order taken on trust** ([`Order::Trust`], a plain `braid replay` whose inputs and outputs
+//!   are regular files and that takes no checkpoints): no first pass. A file is streamed from the
+//!   start, its first arrival read ahead (the lines before it take it), and the first line whose
+//!   arrival is below the one before it stops the reading with [`InputError::OutOfOrder`]; the
+//!   replay then starts again from nothing with [`Order::Scan`] (replay/mod.rs). Files in order,
+//!   the usual case, are read once; a file out of order costs the replay up to where it shows.
 //! - **A pipe** (anything but a regular file) can be read only once: it is first copied to a
 //!   file in the replay's private directory, whose name is removed as soon as it is open.
 //! - **A file in order** is then streamed: each line decoded as it is read, its arrival the line's
@@ -92,11 +98,25 @@ impl Line<'_> {
     }
 }
 
+/// How [`Inputs::open`] learns whether a file is in arrival order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// A first pass over every file before the first line is offered.
+    Scan,
+    /// No first pass: a file is taken to be in order, and its first line that is not stops the
+    /// reading ([`InputError::OutOfOrder`]). Only for a caller that can start again.
+    Trust,
+}
+
 #[derive(Debug, Error)]
 pub enum InputError {
     /// Reading `--input` number `flag` failed.
     #[error("{1}")]
     Read(usize, std::io::Error),
+    /// `--input` number `flag`, opened with [`Order::Trust`], holds a line whose arrival is below
+    /// the one before it.
+    #[error("input {0} is not in arrival order")]
+    OutOfOrder(usize),
     /// Spilling a sorted run failed.
     #[error("spilling sorted runs to {0}: {1}")]
     Spill(PathBuf, std::io::Error),
@@ -264,6 +284,19 @@ fn scan_chunk(path: &Path, def: &StreamDef, from: u64, to: u64) -> std::io::Resu
     Ok(scan)
 }
 
+/// The first arrival of a file, the one the lines before it take, read ahead (as the decoder
+/// reads it) from the file's start.
+fn first_arrival(path: &Path, def: &StreamDef) -> std::io::Result<Option<i64>> {
+    let mut lines = LineReader::new(File::open(path)?, def.max_payload);
+    let timing = def.schema.time_only();
+    while let Some((_, cut)) = lines.next()? {
+        if let Some(arrival) = (!cut).then(|| arrival_of_line(&timing, &lines.line, def.max_payload)).flatten() {
+            return Ok(Some(arrival));
+        }
+    }
+    Ok(None)
+}
+
 impl LineReader {
     /// Consumes bytes up to and including the next newline.
     fn skip_past_newline(&mut self) -> std::io::Result<()> {
@@ -284,8 +317,9 @@ impl LineReader {
 
 /// Lines of one file in (arrival, line number) order, each decoded when it is offered.
 enum Source {
-    /// A file in arrival order, streamed.
-    Ordered { lines: LineReader, previous: Option<i64> },
+    /// A file in arrival order, streamed; `trusted`: not scanned, so each arrival is checked
+    /// against the one before it.
+    Ordered { lines: LineReader, previous: Option<i64>, trusted: bool },
     /// A file out of arrival order: its sorted runs, merged.
     Sorted(Runs),
 }
@@ -298,16 +332,21 @@ struct Head {
 }
 
 impl Source {
-    fn advance(&mut self, def: &StreamDef) -> std::io::Result<Option<Head>> {
+    /// The next line of `--input` number `flag`.
+    fn advance(&mut self, def: &StreamDef, flag: usize) -> Result<Option<Head>, InputError> {
+        let read = |e| InputError::Read(flag, e);
         match self {
-            Source::Ordered { lines, previous } => {
-                let Some((line_no, cut)) = lines.next()? else { return Ok(None) };
+            Source::Ordered { lines, previous, trusted } => {
+                let Some((line_no, cut)) = lines.next().map_err(read)? else { return Ok(None) };
                 let (arrival, content) = decode(def, &lines.line, cut);
+                if *trusted && arrival.zip(*previous).is_some_and(|(now, before)| now < before) {
+                    return Err(InputError::OutOfOrder(flag));
+                }
                 *previous = arrival.or(*previous);
                 Ok(Some(Head { arrival: previous.unwrap_or(0), line_no, content }))
             }
             Source::Sorted(runs) => {
-                let Some((arrival, line_no, cut)) = runs.next()? else { return Ok(None) };
+                let Some((arrival, line_no, cut)) = runs.next().map_err(read)? else { return Ok(None) };
                 let (_, content) = decode(def, &runs.line, cut);
                 Ok(Some(Head { arrival, line_no, content }))
             }
@@ -494,14 +533,16 @@ pub struct Inputs<'p> {
 }
 
 impl<'p> Inputs<'p> {
-    /// Opens every input (`(stream, path)` per `--input` flag): the first pass over each file,
-    /// then, for a file out of arrival order, its sorted runs spilled into `spill_dir`, in runs
-    /// of `run_bytes` bytes of text ([`SORT_RUN_BYTES`] outside tests).
+    /// Opens every input (`(stream, path)` per `--input` flag). With [`Order::Scan`]: the first
+    /// pass over each file, then, for a file out of arrival order, its sorted runs spilled into
+    /// `spill_dir`, in runs of `run_bytes` bytes of text ([`SORT_RUN_BYTES`] outside tests).
+    /// With [`Order::Trust`]: every file streamed, checked as it is read.
     pub fn open(
         inputs: &[(usize, &Path)],
         streams: &'p [StreamDef],
         spill_dir: &Path,
         run_bytes: usize,
+        order: Order,
     ) -> Result<Inputs<'p>, InputError> {
         let mut files = Vec::new();
         for (flag, &(stream, path)) in inputs.iter().enumerate() {
@@ -518,11 +559,14 @@ impl<'p> Inputs<'p> {
                 Some(copy)
             };
             let path = copy.as_ref().map_or(path, |c| c.path());
-            let scan = scan(path, def, SCAN_CHUNK).map_err(read)?;
+            let scan = match order {
+                Order::Scan => scan(path, def, SCAN_CHUNK).map_err(read)?,
+                Order::Trust => Scan { first: first_arrival(path, def).map_err(read)?, last: None, ordered: true },
+            };
             let mut lines = LineReader::new(File::open(path).map_err(read)?, def.max_payload);
             drop(copy);
             let mut source = if scan.ordered {
-                Source::Ordered { lines, previous: scan.first }
+                Source::Ordered { lines, previous: scan.first, trusted: order == Order::Trust }
             } else {
                 Source::Sorted(Runs::spill(&mut lines, def, scan.first, spill_dir, run_bytes.max(1)).map_err(|e| {
                     match e {
@@ -531,7 +575,7 @@ impl<'p> Inputs<'p> {
                     }
                 })?)
             };
-            let head = source.advance(def).map_err(read)?;
+            let head = source.advance(def, flag)?;
             files.push((stream, source, head));
         }
         Ok(Inputs { streams, files, taken: None })
@@ -541,7 +585,7 @@ impl<'p> Inputs<'p> {
     fn settle(&mut self) -> Result<(), InputError> {
         if let Some(flag) = self.taken.take() {
             let (stream, source, head) = &mut self.files[flag];
-            *head = source.advance(&self.streams[*stream]).map_err(|e| InputError::Read(flag, e))?;
+            *head = source.advance(&self.streams[*stream], flag)?;
         }
         Ok(())
     }

@@ -76,11 +76,21 @@ fn reference(files: &[(usize, &[u8])], plan: &crate::plan::Plan) -> Vec<String> 
 }
 
 fn merged(paths: &[(usize, &Path)], plan: &crate::plan::Plan, run_bytes: usize) -> Vec<String> {
+    merged_in(paths, plan, run_bytes, Order::Scan).unwrap()
+}
+
+/// The merge of `paths` opened with `order`; `OutOfOrder` as soon as it shows.
+fn merged_in(
+    paths: &[(usize, &Path)],
+    plan: &crate::plan::Plan,
+    run_bytes: usize,
+    order: Order,
+) -> Result<Vec<String>, InputError> {
     let spill = tempfile::tempdir().unwrap();
-    let mut inputs = Inputs::open(paths, &plan.streams, spill.path(), run_bytes).unwrap();
-    let first = inputs.peek_arrival().unwrap();
+    let mut inputs = Inputs::open(paths, &plan.streams, spill.path(), run_bytes, order)?;
+    let first = inputs.peek_arrival()?;
     let mut out = Vec::new();
-    while let Some(line) = inputs.next().unwrap() {
+    while let Some(line) = inputs.next()? {
         let raw = match line.content {
             Content::DeadLetter(reason) => line.raw(reason).into_owned(),
             Content::Row(_) => String::new(),
@@ -91,7 +101,7 @@ fn merged(paths: &[(usize, &Path)], plan: &crate::plan::Plan, run_bytes: usize) 
     assert_eq!(first, out.first().map(|l| l[1..l.find(',').unwrap()].parse().unwrap()));
     // The spill file is unlinked: nothing is left in the directory.
     assert_eq!(std::fs::read_dir(spill.path()).unwrap().count(), 0);
-    out
+    Ok(out)
 }
 
 #[test]
@@ -151,6 +161,41 @@ fn the_first_pass_in_chunks_equals_one_pass() {
         assert_eq!(whole.ordered, !shuffled);
         for chunk in [97, 4096, 65536] {
             assert_eq!(scan(&path, &plan.streams[0], chunk).unwrap(), whole, "chunk {chunk}");
+        }
+    }
+}
+
+/// Taken on trust, files in order merge as the first pass merges them; a file out of order stops
+/// the merge at its first line below the one before it, whichever line that is.
+#[test]
+fn order_taken_on_trust_merges_alike_and_stops_at_the_first_line_out_of_order() {
+    let plan = plan();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    // Dead letters, blank and oversized lines, lines before the first arrival: all in order.
+    let in_order = [
+        write("a.jsonl", &format!("not json\n\n{}", text(2, 2000, false))),
+        write("b.jsonl", &"{\"k\":\"a\"}\n".repeat(3)),
+        write("c.jsonl", ""),
+    ];
+    let paths: Vec<(usize, &Path)> = vec![(0, &in_order[0]), (1, &in_order[1]), (0, &in_order[2])];
+    let scanned = merged(&paths, &plan, SORT_RUN_BYTES);
+    assert_eq!(merged_in(&paths, &plan, SORT_RUN_BYTES, Order::Trust).unwrap(), scanned);
+
+    // Equal arrivals are in order; one below the line before it is not, even as the last line.
+    let ties = write("ties.jsonl", "{\"k\":\"a\",\"ts\":5}\nnot json\n{\"k\":\"b\",\"ts\":5}\n");
+    assert!(merged_in(&[(0, &ties)], &plan, SORT_RUN_BYTES, Order::Trust).is_ok());
+    let ordered = text(5, 500, false);
+    let late_last = write("last.jsonl", &format!("{ordered}\n{{\"k\":\"z\",\"ts\":0}}\n"));
+    let shuffled = write("shuffled.jsonl", &text(4, 500, true));
+    for (flag, path) in [(1, &late_last), (1, &shuffled)] {
+        match merged_in(&[(0, &in_order[0]), (0, path)], &plan, SORT_RUN_BYTES, Order::Trust) {
+            Err(InputError::OutOfOrder(f)) => assert_eq!(f, flag),
+            other => panic!("{}: expected OutOfOrder, got {:?}", path.display(), other.map(|o| o.len())),
         }
     }
 }

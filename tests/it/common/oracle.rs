@@ -345,12 +345,12 @@ fn each(instances: &mut [Operator], mut call: impl FnMut(&mut Operator, &mut Out
 /// and output files (created even when empty), through replay's own reading and writing.
 pub fn replay(plan: &Plan, shards: usize, inputs: &[(String, PathBuf)], outputs: &[(String, PathBuf)]) {
     use braid::record::decode::check_time_window;
-    use braid::replay::input::{Content, Inputs, SORT_RUN_BYTES};
+    use braid::replay::input::{Content, Inputs, Order, SORT_RUN_BYTES};
     use braid::replay::output::Outputs;
     let files: Vec<(usize, &std::path::Path)> =
         inputs.iter().map(|(name, path)| (plan.stream(name).unwrap(), path.as_path())).collect();
     let spill = tempfile::tempdir().unwrap();
-    let mut read = Inputs::open(&files, &plan.streams, spill.path(), SORT_RUN_BYTES).unwrap();
+    let mut read = Inputs::open(&files, &plan.streams, spill.path(), SORT_RUN_BYTES, Order::Scan).unwrap();
     let targets: Vec<_> = outputs.iter().map(|(name, path)| (plan.target(name).unwrap(), path.as_path())).collect();
     let mut sinks = Outputs::create(plan, &targets).unwrap();
     let start = read.peek_arrival().unwrap().map_or(0, i128::from);
