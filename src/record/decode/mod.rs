@@ -245,16 +245,25 @@ fn decode_object(schema: &Schema, object: Scanned, text: &str) -> Decoded {
     Decoded { arrival, outcome }
 }
 
+/// `decode_fields` collects in place only while a scanned value and a typed one share a layout.
+const _: () = assert!(
+    size_of::<Option<Scalar<'static>>>() == size_of::<FieldValue>()
+        && align_of::<Option<Scalar<'static>>>() == align_of::<FieldValue>()
+);
+
 fn decode_fields(schema: &Schema, object: Scanned, text: &str) -> Result<Vec<FieldValue>, Reason> {
-    let mut values = Vec::with_capacity(schema.fields.len());
-    for (pos, (field, scalar)) in schema.fields.iter().zip(object.fields).enumerate() {
-        let scalar = match scalar {
-            None | Some(Scalar::Null) => return Err(Reason::MissingField(pos)),
-            Some(v) => v,
-        };
-        values.push(scalar.into_typed(field.ty, text).ok_or(Reason::WrongType(pos))?);
-    }
-    Ok(values)
+    // One chain of adapters over the scanned values, so that `collect` writes the typed values
+    // into the scanned values' own buffer (std's in-place collection): one allocation a line.
+    object
+        .fields
+        .into_iter()
+        .zip(&schema.fields)
+        .enumerate()
+        .map(|(pos, (scalar, field))| match scalar {
+            None | Some(Scalar::Null) => Err(Reason::MissingField(pos)),
+            Some(v) => v.into_typed(field.ty, text).ok_or(Reason::WrongType(pos)),
+        })
+        .collect()
 }
 
 /// The event time of the line: `Ok(None)` for ingest time, `Err` when the field is unusable.
