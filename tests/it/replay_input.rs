@@ -170,6 +170,64 @@ fn a_file_out_of_order_only_at_its_end_replays_as_the_file_in_order() {
     assert!(expected[0].len() > 500, "{} results", expected[0].len());
 }
 
+/// What went into a pipe cannot be taken back: a replay with an output that is not a regular file
+/// reads its inputs' order first and never starts again, so the pipe gets every line once, the
+/// same lines a regular file gets.
+#[test]
+fn a_replay_into_a_pipe_sorts_first_and_writes_each_line_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Lcg(31);
+    let mut status = lines("status", 1_500, &mut rng);
+    let mut command = lines("command", 500, &mut rng);
+    status.sort_by_key(|(arrival, _)| *arrival);
+    command.sort_by_key(|(arrival, _)| *arrival);
+    let first = status.remove(0);
+    status.push(first); // out of order only at its end
+    let (status_path, command_path) = (dir.path().join("status.jsonl"), dir.path().join("command.jsonl"));
+    write(&status_path, &status);
+    write(&command_path, &command);
+    let plan = braid::config::parse("c.toml", CONFIG).unwrap();
+    let inputs: Vec<(String, PathBuf)> = vec![("status".into(), status_path), ("command".into(), command_path)];
+    let run = |effect: &Path| {
+        let outputs: Vec<(String, PathBuf)> = vec![("effect".into(), effect.into())];
+        let args = ReplayArgs {
+            shards: 1,
+            every_tick: false,
+            inputs: &inputs,
+            outputs: &outputs,
+            sort_run_bytes: SORT_RUN_BYTES,
+        };
+        braid::replay::run(&plan, &args).unwrap();
+    };
+    let file = dir.path().join("effect.jsonl");
+    run(&file);
+    let fifo = dir.path().join("effect.fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    // Everything the pipe gets, however many times it is opened, until the test's own last line.
+    const END: &str = "end of the test\n";
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            let mut all = String::new();
+            while !all.ends_with(END) {
+                all += &std::fs::read_to_string(&fifo).unwrap();
+            }
+            all.strip_suffix(END).unwrap().to_owned()
+        })
+    };
+    run(&fifo);
+    std::fs::write(&fifo, END).unwrap();
+    let sorted = |text: &str| {
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines.sort_unstable();
+        lines.iter().map(|l| format!("{l}\n")).collect::<String>()
+    };
+    let from_pipe = reader.join().unwrap();
+    let from_file = std::fs::read_to_string(&file).unwrap();
+    assert!(from_file.lines().count() > 300, "{} results", from_file.lines().count());
+    assert_eq!(sorted(&from_pipe), sorted(&from_file));
+}
+
 /// An output that cannot take its lines (a full disk) fails the replay with the write's error:
 /// the lines are written by a writer thread (replay/file_writer.rs), and its error is not lost.
 #[test]
