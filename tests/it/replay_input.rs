@@ -145,6 +145,22 @@ fn a_file_out_of_arrival_order_sorted_in_spilled_runs_replays_as_the_file_in_ord
     assert!(effect.iter().all(|l| l.contains("\"_id\"")));
 }
 
+/// `status` and `command` lines (as [`lines`] makes them, from `seed`), each file in arrival order.
+fn in_arrival_order(seed: u64, status: usize, command: usize) -> (Vec<(i64, String)>, Vec<(i64, String)>) {
+    let mut rng = Lcg(seed);
+    let mut status = lines("status", status, &mut rng);
+    let mut command = lines("command", command, &mut rng);
+    status.sort_by_key(|(arrival, _)| *arrival);
+    command.sort_by_key(|(arrival, _)| *arrival);
+    (status, command)
+}
+
+/// Moves a file's first line (its lowest arrival) to its end: out of order only there.
+fn first_line_last(lines: &mut Vec<(i64, String)>) {
+    let first = lines.remove(0);
+    lines.push(first);
+}
+
 /// A plain replay takes its inputs' order on trust (no first pass) and starts again, sorting,
 /// when one is not in order: a file whose first line was moved to its end shows it only there,
 /// after every output has been written to. The outputs are then as if the replay had sorted
@@ -152,17 +168,12 @@ fn a_file_out_of_arrival_order_sorted_in_spilled_runs_replays_as_the_file_in_ord
 #[test]
 fn a_file_out_of_order_only_at_its_end_replays_as_the_file_in_order() {
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = Lcg(29);
-    let mut status = lines("status", 2_000, &mut rng);
-    let mut command = lines("command", 700, &mut rng);
-    status.sort_by_key(|(arrival, _)| *arrival);
-    command.sort_by_key(|(arrival, _)| *arrival);
+    let (mut status, command) = in_arrival_order(29, 2_000, 700);
     let path = |name: &str| dir.path().join(name);
     write(&path("status-sorted.jsonl"), &status);
     write(&path("command.jsonl"), &command);
     let expected = replay(dir.path(), "sorted", &path("status-sorted.jsonl"), &path("command.jsonl"), SORT_RUN_BYTES);
-    let first = status.remove(0);
-    status.push(first);
+    first_line_last(&mut status);
     write(&path("status-first-last.jsonl"), &status);
     let got =
         replay(dir.path(), "first-last", &path("status-first-last.jsonl"), &path("command.jsonl"), SORT_RUN_BYTES);
@@ -176,13 +187,8 @@ fn a_file_out_of_order_only_at_its_end_replays_as_the_file_in_order() {
 #[test]
 fn a_replay_into_a_pipe_sorts_first_and_writes_each_line_once() {
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = Lcg(31);
-    let mut status = lines("status", 1_500, &mut rng);
-    let mut command = lines("command", 500, &mut rng);
-    status.sort_by_key(|(arrival, _)| *arrival);
-    command.sort_by_key(|(arrival, _)| *arrival);
-    let first = status.remove(0);
-    status.push(first); // out of order only at its end
+    let (mut status, command) = in_arrival_order(31, 1_500, 500);
+    first_line_last(&mut status);
     let (status_path, command_path) = (dir.path().join("status.jsonl"), dir.path().join("command.jsonl"));
     write(&status_path, &status);
     write(&command_path, &command);
