@@ -145,8 +145,11 @@ fn a_file_out_of_arrival_order_sorted_in_spilled_runs_replays_as_the_file_in_ord
     assert!(effect.iter().all(|l| l.contains("\"_id\"")));
 }
 
+/// A file's lines: (arrival, line).
+type FileLines = Vec<(i64, String)>;
+
 /// `status` and `command` lines (as [`lines`] makes them, from `seed`), each file in arrival order.
-fn in_arrival_order(seed: u64, status: usize, command: usize) -> (Vec<(i64, String)>, Vec<(i64, String)>) {
+fn in_arrival_order(seed: u64, status: usize, command: usize) -> (FileLines, FileLines) {
     let mut rng = Lcg(seed);
     let mut status = lines("status", status, &mut rng);
     let mut command = lines("command", command, &mut rng);
@@ -156,7 +159,7 @@ fn in_arrival_order(seed: u64, status: usize, command: usize) -> (Vec<(i64, Stri
 }
 
 /// Moves a file's first line (its lowest arrival) to its end: out of order only there.
-fn first_line_last(lines: &mut Vec<(i64, String)>) {
+fn first_line_last(lines: &mut FileLines) {
     let first = lines.remove(0);
     lines.push(first);
 }
