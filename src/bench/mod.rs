@@ -21,7 +21,7 @@
 //!   device; floats uniform in [0, 200) (so about half of `where`/threshold comparisons hold);
 //!   bools random; bytes a constant. Row ids are computed as replay computes them.
 //! - **The path measured** is `braid run`'s: [`Runtime`] with `--shards` shard threads (pinned
-//!   to cores round-robin), fed through mmap rings by the calling thread, which also collects
+//!   to cores while fewer than the cores), fed through mmap rings by the calling thread, which also collects
 //!   the results ([`Emit`]). The rings and the shards' state live in a private directory
 //!   `braid-bench-PID-…` under [`scratch_base`](braid::storage::mapped_file::scratch_base) (`/dev/shm`
 //!   where there is one), removed at the end, as replay does.

@@ -57,8 +57,20 @@ impl Runtime {
         let live: Vec<Arc<Mutex<Option<ShardReport>>>> = (0..shards).map(|_| Arc::default()).collect();
         let gauge = Arc::new(crate::state::budget::StateGauge::new(shards));
         let cores = core_affinity::get_core_ids().unwrap_or_default();
+        // A shard is pinned to a core of its own only while a core is left for the threads that
+        // feed it and collect from it (replay's calling thread, `braid run`'s intake and MQTT io).
+        // With a shard on every core those would share pinned shards' cores, and the scheduler could
+        // not move a shard out of their way: 2 shards on 2 cores replayed in 0.87× the time
+        // unpinned (BENCHMARKS.md, "Replay without a first pass").
+        let pinned = shards < cores.len();
         if shards > cores.len() && !cores.is_empty() {
-            tracing::warn!(shards, cores = cores.len(), "more shards than cores: shards share cores round-robin");
+            tracing::warn!(shards, cores = cores.len(), "more shards than cores: shards share the cores");
+        } else if !pinned && !cores.is_empty() {
+            tracing::debug!(
+                shards,
+                cores = cores.len(),
+                "a shard per core: shards not pinned, so the feeding threads run beside them"
+            );
         }
         let mut threads = Vec::new();
         for (j, (links, sleeper)) in links.into_iter().zip(shard_sleepers).enumerate() {
@@ -82,7 +94,7 @@ impl Runtime {
                     dir: options.checkpoints.clone(),
                     restore: options.restore.map(|loaded| loaded.shards[j].clone()),
                 },
-                core: cores.get(j % cores.len().max(1)).copied(),
+                core: cores.get(j).copied().filter(|_| pinned),
             };
             let thread = std::thread::Builder::new()
                 .name(format!("braid-shard-{j}"))
