@@ -559,21 +559,22 @@ impl<'p> Inputs<'p> {
                 Some(copy)
             };
             let path = copy.as_ref().map_or(path, |c| c.path());
-            let scan = match order {
-                Order::Scan => scan(path, def, SCAN_CHUNK).map_err(read)?,
-                Order::Trust => Scan { first: first_arrival(path, def).map_err(read)?, last: None, ordered: true },
+            // Taken on trust, a file is in order, and only its first arrival is read ahead.
+            let (first, ordered) = match order {
+                Order::Scan => scan(path, def, SCAN_CHUNK).map(|s| (s.first, s.ordered)).map_err(read)?,
+                Order::Trust => (first_arrival(path, def).map_err(read)?, true),
             };
             let mut lines = LineReader::new(File::open(path).map_err(read)?, def.max_payload);
             drop(copy);
-            let mut source = if scan.ordered {
-                Source::Ordered { lines, previous: scan.first, trusted: order == Order::Trust }
+            let mut source = if ordered {
+                Source::Ordered { lines, previous: first, trusted: order == Order::Trust }
             } else {
-                Source::Sorted(Runs::spill(&mut lines, def, scan.first, spill_dir, run_bytes.max(1)).map_err(|e| {
-                    match e {
+                Source::Sorted(Runs::spill(&mut lines, def, first, spill_dir, run_bytes.max(1)).map_err(
+                    |e| match e {
                         SpillError::Read(e) => InputError::Read(flag, e),
                         SpillError::Spill(e) => InputError::Spill(spill_dir.to_owned(), e),
-                    }
-                })?)
+                    },
+                )?)
             };
             let head = source.advance(def, flag)?;
             files.push((stream, source, head));
