@@ -5,7 +5,8 @@
 //! `cargo bench --bench mqtt_e2e` (about 1.5 minutes). Flags after `--`: `--messages N` (the
 //! saturation load, default [`MESSAGES`]: N/2 devices), `--publishers P` (the saturation load's
 //! publisher clients, default [`PUBLISHERS`]; the devices are dealt round-robin among them),
-//! `--runs K` (default 3), `--saturation-only` (skips part 2), `--sniff PREFIX` (diagnosis
+//! `--runs K` (default 3), `--saturation-only` (skips part 2), `--fixed-seconds S` (part 2's
+//! length, default [`FIXED_SECONDS`]; braid's memory is read at its end: 60 s lets the rings wrap), `--sniff PREFIX` (diagnosis
 //! only: a `mosquitto_sub -t '#'` records every message of the fixed-load runs with its receipt
 //! time in `PREFIX-RUN-nodelay|default`, to split latency into hops; it adds a subscriber to the
 //! broker), `--braid PATH` (another braid binary, e.g. one built from an older commit, to compare
@@ -66,7 +67,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clients::{Subscriber, publish_all, publish_pair, saturation_messages, wall_us};
-use procs::{ALL_THREADS, Braid, Egress, Mosquitto, SystemTimes, ThreadTimes, load1, metric, metrics};
+use procs::{ALL_THREADS, Braid, Egress, Memory, Mosquitto, SystemTimes, ThreadTimes, load1, metric, metrics};
 
 /// Messages per saturation phase (a few seconds of mosquitto's rate here).
 const MESSAGES: usize = 100_000;
@@ -119,21 +120,20 @@ fn main() {
     baselines.sort_by(f64::total_cmp);
     let rate = (baselines[baselines.len() / 2] / 2.0).min(FIXED_RATE_CAP).floor();
     let fixed_runs = if args.iter().any(|a| a == "--saturation-only") { 0 } else { runs };
+    let seconds = value("--fixed-seconds").map_or(FIXED_SECONDS, |s| s.parse().expect("--fixed-seconds SECONDS"));
     if fixed_runs > 0 {
-        println!(
-            "mqtt_e2e: fixed load: {rate} msg/s for {FIXED_SECONDS} s from {FIXED_DEVICES} devices, {runs} runs each"
-        );
+        println!("mqtt_e2e: fixed load: {rate} msg/s for {seconds} s from {FIXED_DEVICES} devices, {runs} runs each");
     }
     let mut fixed = Vec::new();
     for run in 1..=fixed_runs {
         for nodelay in [false, true] {
             let sniff = sniff.as_ref().map(|p| format!("{p}-{run}-{}", if nodelay { "nodelay" } else { "default" }));
-            let f = fixed_load(&bin, rate, run as u64, nodelay, sniff.as_deref());
+            let f = fixed_load(&bin, Pace { rate, seconds }, run as u64, nodelay, sniff.as_deref());
             println!("  run {run} {}", f.line());
             fixed.push(f);
         }
     }
-    print_tables(load, &saturation, rate, &fixed);
+    print_tables(load, &saturation, Pace { rate, seconds }, &fixed);
     println!("\nmqtt_e2e: {:.0} s in all", started.elapsed().as_secs_f64());
 }
 
@@ -420,6 +420,8 @@ struct Fixed {
     p99_ms: f64,
     max_ms: f64,
     cpu: Cpu,
+    /// braid's, at the end of the phase (its results all received).
+    memory: Memory,
 }
 
 impl Fixed {
@@ -429,7 +431,7 @@ impl Fixed {
 
     fn line(&self) -> String {
         format!(
-            "{}: published {} taken {} ({:.4}) errors {}, {} match results (+{} other): p50 {:.1} ms p99 {:.1} ms max {:.1} ms | {}",
+            "{}: published {} taken {} ({:.4}) errors {}, {} match results (+{} other): p50 {:.1} ms p99 {:.1} ms max {:.1} ms | braid peak RSS {:.1} MiB, now anonymous {:.1} + files {:.1} + shared {:.1} | {}",
             self.mosquitto(),
             self.published,
             self.taken,
@@ -440,12 +442,23 @@ impl Fixed {
             self.p50_ms,
             self.p99_ms,
             self.max_ms,
+            mib(self.memory.peak_rss),
+            mib(self.memory.anon),
+            mib(self.memory.file),
+            mib(self.memory.shmem),
             self.cpu.summary()
         )
     }
 }
 
-fn fixed_load(bin: &Path, rate: f64, seed: u64, nodelay: bool, sniff: Option<&str>) -> Fixed {
+/// The fixed load's rate (messages/s) and length (s).
+#[derive(Clone, Copy)]
+struct Pace {
+    rate: f64,
+    seconds: f64,
+}
+
+fn fixed_load(bin: &Path, Pace { rate, seconds }: Pace, seed: u64, nodelay: bool, sniff: Option<&str>) -> Fixed {
     let broker = Mosquitto::start(nodelay);
     let mut braid = Braid::start(bin, broker.port, Egress::Mqtt);
     let results = Subscriber::start(broker.port, "up/#", WARMUP, true);
@@ -466,7 +479,7 @@ fn fixed_load(bin: &Path, rate: f64, seed: u64, nodelay: bool, sniff: Option<&st
         rate,
         seed,
         qos: rumqttc::QoS::AtLeastOnce,
-        limit: Some((rate * FIXED_SECONDS) as u64),
+        limit: Some((rate * seconds) as u64),
     };
     let watch =
         CpuWatch::start(vec![("braid", braid.pid()), ("mosquitto", broker.pid()), ("bench", std::process::id())]);
@@ -491,6 +504,7 @@ fn fixed_load(bin: &Path, rate: f64, seed: u64, nodelay: bool, sniff: Option<&st
         let _ = child.wait();
     }
     let received = results.finish();
+    let memory = Memory::read(braid.pid());
     braid.stop();
     let h = &received.latency_us;
     let ms = |us: u64| us as f64 / 1000.0;
@@ -505,10 +519,11 @@ fn fixed_load(bin: &Path, rate: f64, seed: u64, nodelay: bool, sniff: Option<&st
         p99_ms: ms(h.value_at_quantile(0.99)),
         max_ms: ms(h.max()),
         cpu,
+        memory,
     }
 }
 
-fn print_tables(Load { messages, publishers }: Load, saturation: &[Saturation], rate: f64, fixed: &[Fixed]) {
+fn print_tables(Load { messages, publishers }: Load, saturation: &[Saturation], pace: Pace, fixed: &[Fixed]) {
     let n = messages as u64;
     println!();
     println!(
@@ -549,16 +564,17 @@ fn print_tables(Load { messages, publishers }: Load, saturation: &[Saturation], 
     }
     println!();
     println!(
-        "Fixed load: {rate} msg/s for {FIXED_SECONDS} s, {FIXED_DEVICES} devices. Latency: publish → result received."
+        "Fixed load: {} msg/s for {} s, {FIXED_DEVICES} devices. Latency: publish → result received. braid's memory at the end, MiB.",
+        pace.rate, pace.seconds
     );
     println!();
     println!(
-        "| run | mosquitto | load (1 min) | published | taken / published | match results | p50 | p99 | max | CPU braid | CPU mosquitto | braid switches / msg |"
+        "| run | mosquitto | load (1 min) | published | taken / published | match results | p50 | p99 | max | CPU braid | CPU mosquitto | braid switches / msg | peak RSS | anonymous | files | shared memory |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (i, f) in fixed.iter().enumerate() {
         println!(
-            "| {} | {} | {:.2} | {} | {:.4} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} µs | {:.1} µs | {:.2} |",
+            "| {} | {} | {:.2} | {} | {:.4} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} µs | {:.1} µs | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} |",
             i / 2 + 1,
             f.mosquitto(),
             f.cpu.load1,
@@ -571,6 +587,14 @@ fn print_tables(Load { messages, publishers }: Load, saturation: &[Saturation], 
             f.cpu.us_per("braid", f.published),
             f.cpu.us_per("mosquitto", f.published),
             f.cpu.braid_switches as f64 / f.published.max(1) as f64,
+            mib(f.memory.peak_rss),
+            mib(f.memory.anon),
+            mib(f.memory.file),
+            mib(f.memory.shmem),
         );
     }
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
 }

@@ -232,6 +232,33 @@ pub struct ThreadTimes {
     switches: BTreeMap<String, u64>,
 }
 
+/// A process's memory (`/proc/PID/status`, KiB): DESIGN.md's memory target reads its peak
+/// resident set and its private (anonymous) memory.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Memory {
+    /// `VmHWM`: the peak resident set.
+    pub peak_rss: u64,
+    /// `RssAnon`: private anonymous pages (heap, stacks, anonymous mappings).
+    pub anon: u64,
+    /// `RssFile`: pages of mapped files (the binary, libraries, the state arenas and journal).
+    pub file: u64,
+    /// `RssShmem`: shared memory (the shard rings, when the state directory is on a tmpfs).
+    pub shmem: u64,
+}
+
+impl Memory {
+    pub fn read(pid: u32) -> Memory {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let kib = |field: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(field)?.trim().strip_suffix("kB")?.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        Memory { peak_rss: kib("VmHWM:"), anon: kib("RssAnon:"), file: kib("RssFile:"), shmem: kib("RssShmem:") }
+    }
+}
+
 /// The "thread name" of a process's total.
 pub const ALL_THREADS: &str = "*";
 
