@@ -56,7 +56,13 @@ use wire::Writer;
 pub use collector::{Emit, Figures, ShardReport, StreamCounters};
 
 /// Bytes of frames in a feeder → shard ring and in a shard → collector ring.
-pub const FEED_RING_BYTES: usize = 4 << 20;
+///
+/// A ring cycles through all its pages, so each is resident (tmpfs) once the ring has wrapped:
+/// 2 × 1 MiB a shard. 1 MiB holds about 5 000 gateway rows, more than a shard takes in a round
+/// at any rate measured (replay at 1 M rows/s included); 4 MiB rings were no faster and cost
+/// 6 MiB of resident memory a shard (BENCHMARKS.md "Memory at 10 k devices"). Not below the
+/// exchange ring's size: the smaller ring bounds the largest row ([`max_row_bytes`]).
+pub const FEED_RING_BYTES: usize = 1 << 20;
 /// Bytes of frames in a shard → shard exchange ring.
 pub const EXCHANGE_RING_BYTES: usize = 1 << 20;
 /// The largest row archive the rings of a run carry, in every kind of frame (feed, result and

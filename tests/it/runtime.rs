@@ -995,7 +995,8 @@ fn a_shard_that_takes_no_frames_is_reported_stalled_and_one_that_does_is_not() {
     for hold in [true, false] {
         let rings = ring_dir();
         let mut out = Collected::default();
-        let options = RuntimeOptions { hold, ..RuntimeOptions::new(2, rings.path()) };
+        // Rings that hold every row: a full ring starts held shards.
+        let options = RuntimeOptions { hold, feed_ring_bytes: 8 << 20, ..RuntimeOptions::new(2, rings.path()) };
         let mut runtime = Runtime::start(&plan, &options, start).unwrap();
         for (stream, row, arrival) in &rows {
             runtime.advance_to(*arrival, &mut out).unwrap();
