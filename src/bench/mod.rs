@@ -293,6 +293,7 @@ const PRIVATE_PREFIX: &str = "braid-bench-";
 /// the system's temporary directory.
 fn private_dir() -> Result<tempfile::TempDir, BenchError> {
     let base = braid::storage::mapped_file::scratch_base();
+    braid::storage::mapped_file::remove_abandoned(&base, PRIVATE_PREFIX);
     let prefix = format!("{PRIVATE_PREFIX}{}-", std::process::id());
     tempfile::Builder::new()
         .prefix(&prefix)

@@ -386,28 +386,6 @@ fn feed(
 /// Names of private replay directories: `braid-replay-PID-…`.
 const PRIVATE_PREFIX: &str = "braid-replay-";
 
-/// Removes the private directories of replays that were killed (their process is gone): in
-/// `/dev/shm` they would hold memory until the next reboot. Best effort; errors are ignored.
-fn remove_abandoned(base: &Path) {
-    // Without /proc, a live replay cannot be told from a dead one: leave everything.
-    if !Path::new("/proc/self").exists() {
-        return;
-    }
-    let Ok(entries) = std::fs::read_dir(base) else { return };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) =
-            name.to_str().and_then(|n| n.strip_prefix(PRIVATE_PREFIX)).and_then(|rest| rest.split('-').next())
-        else {
-            continue;
-        };
-        let gone = pid.parse::<u32>().is_ok_and(|pid| !Path::new(&format!("/proc/{pid}")).exists());
-        if gone {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
-
 /// Where replay keeps its rings and state: `runtime.state_dir`, or a temporary directory removed
 /// on drop.
 enum StateDir {
@@ -444,7 +422,7 @@ impl StateDir {
                 .map_err(|error| ReplayError::StateDir { path: path.clone(), error }),
             None => {
                 let base = crate::storage::mapped_file::scratch_base();
-                remove_abandoned(&base);
+                crate::storage::mapped_file::remove_abandoned(&base, PRIVATE_PREFIX);
                 let prefix = format!("{PRIVATE_PREFIX}{}-", std::process::id());
                 tempfile::Builder::new()
                     .prefix(&prefix)
@@ -454,25 +432,5 @@ impl StateDir {
                     .map_err(|error| ReplayError::StateDir { path: base, error })
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn directories_of_killed_replays_are_removed_live_ones_kept() {
-        let base = tempfile::tempdir().unwrap();
-        // No process has a pid this large (the kernel's limit is 2^22).
-        let dead = base.path().join(format!("{PRIVATE_PREFIX}999999999-abc"));
-        let live = base.path().join(format!("{PRIVATE_PREFIX}{}-def", std::process::id()));
-        let other = base.path().join("braid-replay-notapid");
-        for dir in [&dead, &live, &other] {
-            std::fs::create_dir_all(dir.join("shard-0")).unwrap();
-        }
-        remove_abandoned(base.path());
-        assert!(!dead.exists());
-        assert!(live.exists() && other.exists());
     }
 }

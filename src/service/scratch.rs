@@ -20,7 +20,10 @@
 //! state directory's path: two services on one machine never share one (their state directories
 //! differ, and one state directory has one service: its lock), and a service that was killed
 //! finds its leftovers at the next start under the same name. The subdirectory is emptied at
-//! every start and removed at the stop ([`Scratch`]'s `Drop`).
+//! every start and removed at the stop ([`Scratch`]'s `Drop`). A service killed for good (its
+//! state directory moved, a test's temporary one) leaves its directory behind: the next service
+//! to start on the same file system removes every `braid-run-*` directory whose rings no process
+//! holds ([`remove_abandoned`]).
 //!
 //! The price: pages of a memory-backed file system are RAM that the kernel cannot write back and
 //! drop under pressure (without swap), where a file on disk could be. Rings are hot anyway (every
@@ -76,6 +79,7 @@ impl Scratch {
         if let Some(base) = configured {
             let path = base.join(&name);
             usable(&path, needed).map_err(|error| ServiceError::StateDir { path: path.clone(), error })?;
+            remove_abandoned(base, &name);
             return Ok(Scratch { path, chosen: Chosen::Configured });
         }
         let mut refused = Vec::new();
@@ -83,7 +87,10 @@ impl Scratch {
             let Some(base) = base else { continue };
             let path = base.join(&name);
             match usable(&path, needed) {
-                Ok(()) => return Ok(Scratch { path, chosen }),
+                Ok(()) => {
+                    remove_abandoned(base, &name);
+                    return Ok(Scratch { path, chosen });
+                }
                 Err(error) => refused.push(format!("{}: {error}", path.display())),
             }
         }
@@ -120,12 +127,50 @@ impl Drop for Scratch {
     }
 }
 
+/// The prefix of a service's scratch directory ([`instance_name`]).
+const INSTANCE_PREFIX: &str = "braid-run-";
+
+/// How long a service's directory must have been left before another service removes it: a
+/// service killed and started again (systemd's `Restart=`) empties its own at once.
+const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Removes the scratch directories in `base` of services that no longer run, all but `ours`
+/// (which [`Scratch::fresh`] empties). A running service holds a lock on each of its mapped
+/// files (storage/mapped_file.rs, point 1) from the moment its first ring appears until it
+/// stops; a directory whose first feed ring can be locked, and has not changed for
+/// [`ABANDONED_AFTER`], has no service, whatever PID namespace it ran in. A directory without
+/// that ring (a service between `fresh` and its rings, or from elsewhere) is left alone. Best
+/// effort: errors leave the directory.
+fn remove_abandoned(base: &Path, ours: &str) {
+    remove_abandoned_after(base, ours, ABANDONED_AFTER);
+}
+
+fn remove_abandoned_after(base: &Path, ours: &str, after: std::time::Duration) {
+    let Ok(entries) = std::fs::read_dir(base) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !name.starts_with(INSTANCE_PREFIX) || name == ours {
+            continue;
+        }
+        let ring = entry.path().join("shard-0.in.ring");
+        let Ok(ring) = std::fs::OpenOptions::new().read(true).write(true).open(ring) else { continue };
+        let left =
+            ring.metadata().and_then(|m| m.modified()).is_ok_and(|at| at.elapsed().is_ok_and(|age| age >= after));
+        // Held while the directory goes: a service cannot map its rings meanwhile.
+        if left && ring.try_lock().is_ok() {
+            tracing::info!(path = %entry.path().display(), "Removing the scratch directory of a service that no longer runs");
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// `braid-run-HASH`: HASH is the xxh3 of the state directory's absolute path (as given when it
 /// cannot be resolved).
 fn instance_name(state_dir: &Path) -> String {
     use std::os::unix::ffi::OsStrExt;
     let path = std::fs::canonicalize(state_dir).unwrap_or_else(|_| state_dir.to_owned());
-    format!("braid-run-{:016x}", xxhash_rust::xxh3::xxh3_64(path.as_os_str().as_bytes()))
+    format!("{INSTANCE_PREFIX}{:016x}", xxhash_rust::xxh3::xxh3_64(path.as_os_str().as_bytes()))
 }
 
 /// Creates `path` and checks its file system has room for `needed` bytes plus [`HEADROOM`].
@@ -170,6 +215,38 @@ mod tests {
         let blocked = root.path().join("file");
         let s = choose(None, Some(&blocked), &blocked, &state);
         assert_eq!((s.chosen, s.path()), (Chosen::StateDir, state.join("run").as_path()));
+    }
+
+    #[test]
+    fn scratch_directories_of_services_gone_are_removed_those_of_running_ones_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = |name: &str, ring: bool| {
+            let path = root.path().join(name);
+            std::fs::create_dir_all(path.join("shard-0")).unwrap();
+            if ring {
+                std::fs::write(path.join("shard-0.in.ring"), b"ring").unwrap();
+            }
+            path
+        };
+        let (gone, running, starting, other) = (
+            dir("braid-run-00000000000000aa", true),
+            dir("braid-run-00000000000000bb", true),
+            dir("braid-run-00000000000000cc", false),
+            dir("braid-bench-1-x", true),
+        );
+        // The running service's lock: another open file description of its ring.
+        let held = std::fs::OpenOptions::new().read(true).write(true).open(running.join("shard-0.in.ring")).unwrap();
+        held.try_lock().unwrap();
+        let state = root.path().join("state");
+        let ours = dir(&instance_name(&state), true);
+        let s = choose(None, None, root.path(), &state);
+        assert_eq!(s.path(), ours);
+        assert!(gone.exists(), "a directory left a moment ago was removed: its service may be restarting");
+        remove_abandoned_after(root.path(), &instance_name(&state), std::time::Duration::ZERO);
+        assert!(!gone.exists(), "the directory of a service gone was left");
+        for kept in [&running, &starting, &other, &ours] {
+            assert!(kept.exists(), "{} was removed", kept.display());
+        }
     }
 
     #[test]

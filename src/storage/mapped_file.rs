@@ -63,6 +63,28 @@ pub fn scratch_base() -> PathBuf {
     if shm.is_dir() { shm.to_owned() } else { std::env::temp_dir() }
 }
 
+/// Removes the private directories `PREFIX PID -…` in `base` whose process is gone (a replay's or
+/// a benchmark's, killed before it could remove its own): in `/dev/shm` they would hold memory
+/// until the next reboot. Best effort; errors are ignored.
+pub fn remove_abandoned(base: &Path, prefix: &str) {
+    // Without /proc, a live process cannot be told from a dead one: leave everything.
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(base) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(prefix)).and_then(|rest| rest.split('-').next())
+        else {
+            continue;
+        };
+        let gone = pid.parse::<u32>().is_ok_and(|pid| !Path::new(&format!("/proc/{pid}")).exists());
+        if gone {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// Bytes an unprivileged process may still allocate in the file system holding `path`
 /// (statvfs's `f_bavail × f_frsize`): whether preallocated mapped files fit there.
 pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
@@ -324,6 +346,22 @@ fn allocate(file: &File, len: usize) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn private_directories_of_killed_processes_are_removed_live_ones_kept() {
+        let base = tempfile::tempdir().unwrap();
+        // No process has a pid this large (the kernel's limit is 2^22).
+        let dead = base.path().join("braid-replay-999999999-abc");
+        let live = base.path().join(format!("braid-replay-{}-def", std::process::id()));
+        let other = base.path().join("braid-replay-notapid");
+        let not_ours = base.path().join("braid-bench-999999999-abc");
+        for dir in [&dead, &live, &other, &not_ours] {
+            std::fs::create_dir_all(dir.join("shard-0")).unwrap();
+        }
+        remove_abandoned(base.path(), "braid-replay-");
+        assert!(!dead.exists());
+        assert!(live.exists() && other.exists() && not_ours.exists());
+    }
 
     const MAGIC: [u8; 8] = *b"braidtst";
 
