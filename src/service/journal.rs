@@ -97,12 +97,6 @@ pub struct Journal {
     retention_ms: i64,
 }
 
-/// Bytes of a journal segment file. The segment being written is mapped, and its written pages
-/// count in the resident set until it is full or rolls (every 10 s): at 5 000 messages a second
-/// a 4 MiB segment filled and held 4 MiB, 1 MiB holds at most that. It still holds the largest
-/// message (`max_payload` is at most the rings' largest row, half a MiB).
-const SEGMENT_BYTES: usize = 1 << 20;
-
 impl Journal {
     /// Opens (recovers) the journal in `dir`, holding at most `max_bytes`: beyond that the oldest
     /// entries are released early (counted by [`dropped`](Self::dropped)) rather than refusing
@@ -118,12 +112,7 @@ impl Journal {
         max_bytes: u64,
         retention_ms: i64,
     ) -> Result<Journal, JournalError> {
-        let options = SpoolOptions {
-            max_bytes,
-            overflow: Overflow::DropOldest,
-            segment_bytes: SEGMENT_BYTES,
-            ..SpoolOptions::default()
-        };
+        let options = SpoolOptions { max_bytes, overflow: Overflow::DropOldest, ..SpoolOptions::default() };
         let spool = Spool::open_on(storage, dir, options)
             .map_err(|error| JournalError::Open { path: dir.display().to_string(), error })?;
         Ok(Journal { spool, retention_ms })

@@ -8,7 +8,8 @@
 //! # Files
 //!
 //! A spool is a directory: `head` (where the unreleased records start) and segment files
-//! `NNNNNNNNNN.spool` (4 MiB by default, [`SpoolOptions::segment_bytes`]), each a numbered
+//! `NNNNNNNNNN.spool` (1 MiB by default, [`SpoolOptions::segment_bytes`]; a record larger than
+//! that gets a segment of its own size), each a numbered
 //! [segment log](crate::storage::log) in a [`MappedFile`](crate::storage::MappedFile) — locked,
 //! preallocated, header-checked; storage/mapped_file.rs has the soundness argument, storage/log.rs
 //! the record layout, the walk and the recovery rule. The number in a file name only tells files
@@ -42,8 +43,8 @@
 //!   a sink buffer at every upstream acknowledgement — then cost the disk nothing under
 //!   `durability = "process"`. A reused spare would have been dirty since its first life and be
 //!   written back with everything in it.
-//! - **Limits.** A record holds at most [`Spool::max_record`] bytes (`segment_bytes` − 128 with
-//!   the headers, and its record size at most `max_bytes`). [`Spool::queued_bytes`] counts the
+//! - **Limits.** A record holds at most [`Spool::max_record`] bytes (its record size at most
+//!   `max_bytes`, and a segment at most 1 GiB). [`Spool::queued_bytes`] counts the
 //!   unreleased records with their headers and padding; an append that would take it past
 //!   `max_bytes` fails with [`SpoolError::Full`] (`Overflow::Block`) or first drops the oldest
 //!   records (`Overflow::DropOldest`, counted by [`Spool::dropped`] and kept in the head file).
@@ -91,7 +92,8 @@ use crate::storage::{Mmap, Storage};
 pub struct SpoolOptions {
     /// Bound on [`Spool::queued_bytes`].
     pub max_bytes: u64,
-    /// Size of each new segment file: a multiple of 4096 from 8 KiB to 1 GiB.
+    /// Size of each new segment file: a multiple of 4096 from 8 KiB to 1 GiB. A record that
+    /// does not fit one gets a segment of its own size.
     pub segment_bytes: usize,
     pub overflow: Overflow,
     /// Start a new segment once the active one is this old, and delete released segments instead
@@ -103,7 +105,11 @@ impl Default for SpoolOptions {
     fn default() -> Self {
         SpoolOptions {
             max_bytes: 256 << 20,
-            segment_bytes: 4 << 20,
+            // The segment being written stays mapped, its written pages resident until it is
+            // full or rolls: at 5 000 messages a second a 4 MiB segment held up to 4 MiB of the
+            // service's resident set, journal and sink buffer each (BENCHMARKS.md "Memory at
+            // 10 k devices").
+            segment_bytes: 1 << 20,
             overflow: Overflow::Block,
             roll_after: Some(before_writeback()),
         }
@@ -256,7 +262,7 @@ impl Spool {
 
     /// The largest record [`append`](Self::append) takes.
     pub fn max_record(&self) -> usize {
-        let by_segment = self.options.segment_bytes - HEADER_LEN - SEGMENT_HEADER - RECORD_HEADER - END_MARK;
+        let by_segment = MAX_SEGMENT_BYTES - HEADER_LEN - SEGMENT_HEADER - RECORD_HEADER - END_MARK;
         // Record sizes are multiples of 8: a payload up to this rounds up to at most `max_bytes`.
         let by_buffer =
             usize::try_from(self.options.max_bytes & !7).unwrap_or(usize::MAX).saturating_sub(RECORD_HEADER);
@@ -330,8 +336,8 @@ impl Spool {
                     // Numbered once it exists: a creation that fails (a full disk) leaves no file
                     // and takes no number, however often it is tried again.
                     let path = self.dir.join(format!("{:010}.spool", self.next_file));
-                    let created =
-                        Segment::create(&*self.storage, &path, self.end, self.options.segment_bytes - HEADER_LEN)?;
+                    let data_len = (self.options.segment_bytes - HEADER_LEN).max(data_len_for(size));
+                    let created = Segment::create(&*self.storage, &path, self.end, data_len)?;
                     self.next_file += 1;
                     created
                 }
@@ -447,9 +453,18 @@ impl Spool {
     }
 }
 
+/// The largest segment file, [`SpoolOptions::segment_bytes`] or one made for a large record.
+const MAX_SEGMENT_BYTES: usize = 1 << 30;
+
+/// The data bytes of the smallest segment file (a multiple of 4096 bytes) that holds a record of
+/// `size` bytes.
+fn data_len_for(size: usize) -> usize {
+    (HEADER_LEN + SEGMENT_HEADER + size + END_MARK).next_multiple_of(4096) - HEADER_LEN
+}
+
 fn check_options(options: &SpoolOptions) -> Result<(), SpoolError> {
     let s = options.segment_bytes;
-    if !s.is_multiple_of(4096) || !(8 << 10..=1 << 30).contains(&s) {
+    if !s.is_multiple_of(4096) || !(8 << 10..=MAX_SEGMENT_BYTES).contains(&s) {
         return Err(SpoolError::BadOptions(format!("segment size {s} must be a multiple of 4096 from 8 KiB to 1 GiB")));
     }
     if options.max_bytes < 64 {

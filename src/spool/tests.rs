@@ -40,6 +40,33 @@ fn records_round_trip_in_order_across_segments() {
 }
 
 #[test]
+fn a_record_larger_than_a_segment_gets_a_segment_of_its_own_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let large: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+    {
+        let mut spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+        assert!(spool.max_record() > large.len(), "limited by the buffer, not by 8 KiB segments");
+        assert_eq!(spool.append(b"small").unwrap(), 0);
+        assert_eq!(spool.append(&large).unwrap(), 1);
+        assert_eq!(spool.append(b"after").unwrap(), 2);
+        assert_eq!(spool.get(1), Some(large.as_slice()));
+        let sizes: Vec<u64> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| segment_number(p).is_some())
+            .map(|p| std::fs::metadata(p).unwrap().len())
+            .collect();
+        assert!(sizes.contains(&(8 << 10)) && sizes.iter().any(|&s| s > 20_000 && s % 4096 == 0), "{sizes:?}");
+        spool.sync().unwrap();
+    }
+    let spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+    assert_eq!(spool.end(), 3);
+    assert_eq!(spool.get(0), Some(&b"small"[..]));
+    assert_eq!(spool.get(1), Some(large.as_slice()));
+    assert_eq!(spool.get(2), Some(&b"after"[..]));
+}
+
+#[test]
 fn records_and_sequence_numbers_survive_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let queued = {
