@@ -134,6 +134,7 @@ fn name_and_path(arg: &str) -> Result<(String, PathBuf), String> {
 }
 
 fn main() -> ExitCode {
+    braid::ops::malloc::keep_large_buffers_mapped();
     // BRAID_LOG_FORMAT and JOURNAL_STREAM choose the output (README.md "Logs").
     if let Err(error) = braid::ops::logs::init() {
         eprintln!("error: {error}");

@@ -1,9 +1,10 @@
 //! Operating braid: metrics (Prometheus text), the `/metrics` and `/healthz` endpoint, and the
 //! systemd notifications (readiness, status, watchdog), where logs go; and `braid status`, which
-//! reads that endpoint back ([`prom`] parses its text).
+//! reads that endpoint back ([`prom`] parses its text); malloc's tuning ([`malloc`]).
 
 pub mod http;
 pub mod logs;
+pub mod malloc;
 pub mod metrics;
 pub mod prom;
 pub mod status;
