@@ -437,27 +437,24 @@ impl Segment {
         if meta.len() != format.record_header - meta_at {
             return Err(bad("record header of the wrong length"));
         }
+        if parts.iter().map(|part| part.len()).sum::<usize>() != len {
+            return Err(bad("record parts of the wrong length"));
+        }
         header[meta_at..].copy_from_slice(meta);
-        let mut crc = format.crc.then(|| {
+        let crc = format.crc.then(|| {
             let (salt, salt_len) = self.salt(position);
             let crc = crc32c::crc32c(&salt[..salt_len]);
-            crc32c::crc32c_append(crc32c::crc32c_append(crc, &header[..4]), &header[Format::META_AT..])
+            let crc = crc32c::crc32c_append(crc32c::crc32c_append(crc, &header[..4]), &header[Format::META_AT..]);
+            parts.iter().fold(crc, |crc, part| crc32c::crc32c_append(crc, part))
         });
-        let mut at = off + format.record_header;
-        for part in parts {
-            self.file.write(at, part)?;
-            crc = crc.map(|crc| crc32c::crc32c_append(crc, part));
-            at += part.len();
-        }
-        // The padding and the end mark after the record (one run of zeros), then the header:
-        // until the header lands, the old end mark at `off` still ends the log, so a failed or
-        // torn append leaves no record.
-        let after = off + size;
-        let zeros = after - at + END_MARK.min(self.data_len() - after);
-        // At most MAX_ALIGN − 1 + END_MARK: the format passed `supported` when the segment was made.
-        self.file.write(at, &ZEROS[..zeros])?;
         header[4..8].copy_from_slice(&crc.unwrap_or(0).to_le_bytes());
-        self.file.write(off, header)?;
+        // The parts, the padding and the end mark after the record (one run of zeros), then the
+        // header: until the header lands, the old end mark at `off` still ends the log, so a
+        // failed or torn append leaves no record.
+        let after = off + size;
+        let zeros = after - (off + format.record_header + len) + END_MARK.min(self.data_len() - after);
+        // At most MAX_ALIGN − 1 + END_MARK: the format passed `supported` when the segment was made.
+        self.file.write_record(off, header, parts, &ZEROS[..zeros])?;
         self.end = after;
         self.records += 1;
         Ok(off)
