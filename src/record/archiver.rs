@@ -63,6 +63,7 @@ impl std::fmt::Debug for RowArchives {
 
 impl RowArchives {
     /// Starts a row keyed by `key`.
+    #[inline]
     pub fn begin(&mut self, key: KeyRef<'_>) {
         self.pad_to(PAYLOAD_ALIGN);
         self.start = self.buf.len();
