@@ -579,6 +579,9 @@ impl ArenaStore {
     }
 
     /// Notes `slot` as sparse ([`note_sparse`](Self::note_sparse) found it so) and compacts.
+    /// Cold (once per segment), so that inlined into `note_sparse` it does not make every call
+    /// pay for its stack frame.
+    #[cold]
     fn add_sparse(&mut self, slot: u32) {
         self.sparse.push(slot);
         // Emptied (recycled) since they were noted, or refilled as a new segment: not sparse now.
@@ -1041,6 +1044,8 @@ impl Segments {
     }
 
     /// Takes the segment in `slot` out ([`recycle_if_dead`](Self::recycle_if_dead) said it may).
+    /// Cold: once per segment.
+    #[cold]
     fn recycle(&mut self, slot: u32) {
         if let Some(segment) = self.slots.get_mut(slot as usize).and_then(Option::take) {
             self.free_slots.push(slot);
