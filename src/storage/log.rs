@@ -27,7 +27,8 @@
 //! | arena (operator state)        | `braidarn` v1 | 64 B | 32 B (flags matched, dead; key hash, ts) | 16 | flags |
 //!
 //! A third, the scratch arena, is the arena's layout under magic `braidars` with no crc (the
-//! field stays 0): the shards' stores, rebuilt at every start and never walked
+//! field stays 0) and no zeros written after a record (its padding and the end mark hold
+//! whatever the file held there): the shards' stores, rebuilt at every start and never walked
 //! (state/arena/mod.rs, "Scratch stores").
 //!
 //! The spool's widths are today's journal and sink-buffer files, byte for byte: a gateway upgraded
@@ -450,9 +451,14 @@ impl Segment {
         header[4..8].copy_from_slice(&crc.unwrap_or(0).to_le_bytes());
         // The parts, the padding and the end mark after the record (one run of zeros), then the
         // header: until the header lands, the old end mark at `off` still ends the log, so a
-        // failed or torn append leaves no record.
+        // failed or torn append leaves no record. A log without crcs is never walked, so nothing
+        // reads its padding or end marks: they are not written.
         let after = off + size;
-        let zeros = after - (off + format.record_header + len) + END_MARK.min(self.data_len() - after);
+        let zeros = if format.crc {
+            after - (off + format.record_header + len) + END_MARK.min(self.data_len() - after)
+        } else {
+            0
+        };
         // At most MAX_ALIGN − 1 + END_MARK: the format passed `supported` when the segment was made.
         self.file.write_record(off, header, parts, &ZEROS[..zeros])?;
         self.end = after;

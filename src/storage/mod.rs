@@ -152,7 +152,9 @@ impl StoredFile for MappedFile {
             target.copy_from_slice(part);
             rest = after;
         }
-        rest.copy_from_slice(tail);
+        if !tail.is_empty() {
+            rest.copy_from_slice(tail);
+        }
         head.copy_from_slice(header);
         Ok(())
     }
