@@ -101,14 +101,18 @@ impl Projection {
         }
         out.rows.begin(key);
         for column in &self.columns {
-            match column {
-                Column::Key(part) => out.rows.value(key_part(key, *part)),
-                Column::Field { input, pos } => {
-                    out.rows.value(rows[*input].map_or(ValueRef::Null, |row| row.value_ref(*pos)))
+            let computed: Value;
+            // One call writes whatever the column holds (`value` is inlined here once).
+            let value = match column {
+                Column::Key(part) => key_part(key, *part),
+                Column::Field { input, pos } => rows[*input].map_or(ValueRef::Null, |row| row.value_ref(*pos)),
+                Column::Computed { expr, ty } => {
+                    computed = expr.compute(*ty, rows[0], rows[1]);
+                    ValueRef::of(&computed)
                 }
-                Column::Computed { expr, ty } => out.rows.value(ValueRef::of(&expr.compute(*ty, rows[0], rows[1]))),
-                Column::Kind => out.rows.value(ValueRef::Str(kind.as_str())),
-            }
+                Column::Kind => ValueRef::Str(kind.as_str()),
+            };
+            out.rows.value(value);
         }
         out.rows.end(ts, key_hash, id);
         out.ended(kind);

@@ -27,7 +27,8 @@
 //! | arena (operator state)        | `braidarn` v1 | 64 B | 32 B (flags matched, dead; key hash, ts) | 16 | flags |
 //!
 //! A third, the scratch arena, is the arena's layout under magic `braidars` with no crc (the
-//! field stays 0): the shards' stores, rebuilt at every start and never walked
+//! field stays 0) and no zeros written after a record (its padding and the end mark hold
+//! whatever the file held there): the shards' stores, rebuilt at every start and never walked
 //! (state/arena/mod.rs, "Scratch stores").
 //!
 //! The spool's widths are today's journal and sink-buffer files, byte for byte: a gateway upgraded
@@ -437,27 +438,29 @@ impl Segment {
         if meta.len() != format.record_header - meta_at {
             return Err(bad("record header of the wrong length"));
         }
+        if parts.iter().map(|part| part.len()).sum::<usize>() != len {
+            return Err(bad("record parts of the wrong length"));
+        }
         header[meta_at..].copy_from_slice(meta);
-        let mut crc = format.crc.then(|| {
+        let crc = format.crc.then(|| {
             let (salt, salt_len) = self.salt(position);
             let crc = crc32c::crc32c(&salt[..salt_len]);
-            crc32c::crc32c_append(crc32c::crc32c_append(crc, &header[..4]), &header[Format::META_AT..])
+            let crc = crc32c::crc32c_append(crc32c::crc32c_append(crc, &header[..4]), &header[Format::META_AT..]);
+            parts.iter().fold(crc, |crc, part| crc32c::crc32c_append(crc, part))
         });
-        let mut at = off + format.record_header;
-        for part in parts {
-            self.file.write(at, part)?;
-            crc = crc.map(|crc| crc32c::crc32c_append(crc, part));
-            at += part.len();
-        }
-        // The padding and the end mark after the record (one run of zeros), then the header:
-        // until the header lands, the old end mark at `off` still ends the log, so a failed or
-        // torn append leaves no record.
-        let after = off + size;
-        let zeros = after - at + END_MARK.min(self.data_len() - after);
-        // At most MAX_ALIGN − 1 + END_MARK: the format passed `supported` when the segment was made.
-        self.file.write(at, &ZEROS[..zeros])?;
         header[4..8].copy_from_slice(&crc.unwrap_or(0).to_le_bytes());
-        self.file.write(off, header)?;
+        // The parts, the padding and the end mark after the record (one run of zeros), then the
+        // header: until the header lands, the old end mark at `off` still ends the log, so a
+        // failed or torn append leaves no record. A log without crcs is never walked, so nothing
+        // reads its padding or end marks: they are not written.
+        let after = off + size;
+        let zeros = if format.crc {
+            after - (off + format.record_header + len) + END_MARK.min(self.data_len() - after)
+        } else {
+            0
+        };
+        // At most MAX_ALIGN − 1 + END_MARK: the format passed `supported` when the segment was made.
+        self.file.write_record(off, header, parts, &ZEROS[..zeros])?;
         self.end = after;
         self.records += 1;
         Ok(off)
@@ -482,7 +485,9 @@ impl Segment {
         &self.file.read()[off..off + self.format.record_header]
     }
 
-    /// The payload of the record at `off`, in place.
+    /// The payload of the record at `off`, in place. Inlined: the arena reads a stored row
+    /// through it at every visit of a key's rows.
+    #[inline]
     pub fn payload(&self, off: usize) -> &[u8] {
         let data = self.file.read();
         let at = off + self.format.record_header;
@@ -567,9 +572,12 @@ fn payload_len(data: &[u8], off: usize) -> usize {
     u32::from_le_bytes(word(data, off)) as usize
 }
 
-/// Four bytes at `at` (the caller checked the bounds).
+/// Four bytes at `at` (the caller checked the bounds). One range check, not four: a stored
+/// row's every read goes through it (`payload`).
 pub fn word(bytes: &[u8], at: usize) -> [u8; 4] {
-    [bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]
+    let mut out = [0u8; 4];
+    out.copy_from_slice(&bytes[at..at + 4]);
+    out
 }
 
 /// Eight bytes at `at` (the caller checked the bounds).

@@ -66,6 +66,22 @@ pub trait StoredFile: Send + Sync {
     /// [`read`](Self::read)`().len()`; a write outside it is an error, never a panic.
     fn write(&mut self, at: usize, bytes: &[u8]) -> Result<(), MappedFileError>;
 
+    /// Writes one log record at data offset `at` in the order an append needs (storage/log.rs,
+    /// "Append"): `parts` back to back from `at + header.len()`, then `tail` (padding and end
+    /// mark) after them, then `header` at `at` — last, so a failure before it leaves no record.
+    /// Stops at the first failed write. One call per record instead of one per piece; the
+    /// default makes each piece a [`write`](Self::write), so a fault injected into any one of
+    /// them is seen as before, and a backend may check the whole range once instead.
+    fn write_record(&mut self, at: usize, header: &[u8], parts: &[&[u8]], tail: &[u8]) -> Result<(), MappedFileError> {
+        let mut next = at + header.len();
+        for part in parts {
+            self.write(next, part)?;
+            next += part.len();
+        }
+        self.write(next, tail)?;
+        self.write(at, header)
+    }
+
     /// Makes data bytes `at..at + len` durable (`msync(MS_SYNC)` for the mmap backend).
     fn sync(&self, at: usize, len: usize) -> Result<(), MappedFileError>;
 
@@ -117,10 +133,29 @@ impl StoredFile for MappedFile {
     fn write(&mut self, at: usize, bytes: &[u8]) -> Result<(), MappedFileError> {
         let target = at.checked_add(bytes.len()).and_then(|end| self.data_mut().get_mut(at..end));
         let Some(target) = target else {
-            let source = std::io::Error::other(format!("write of {} bytes at {at} outside the file", bytes.len()));
-            return Err(MappedFileError::Io { path: self.path().to_owned(), source });
+            return Err(outside(self.path(), at, Some(bytes.len())));
         };
         target.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn write_record(&mut self, at: usize, header: &[u8], parts: &[&[u8]], tail: &[u8]) -> Result<(), MappedFileError> {
+        let len = parts.iter().try_fold(header.len() + tail.len(), |len, part| len.checked_add(part.len()));
+        let target = len.and_then(|len| self.data_mut().get_mut(at..at.checked_add(len)?));
+        let Some(record) = target else {
+            return Err(outside(self.path(), at, len));
+        };
+        // The pieces fill `record` exactly (its length is theirs summed), in the trait's order.
+        let (head, mut rest) = record.split_at_mut(header.len());
+        for part in parts {
+            let (target, after) = rest.split_at_mut(part.len());
+            target.copy_from_slice(part);
+            rest = after;
+        }
+        if !tail.is_empty() {
+            rest.copy_from_slice(tail);
+        }
+        head.copy_from_slice(header);
         Ok(())
     }
 
@@ -132,4 +167,12 @@ impl StoredFile for MappedFile {
         // Unlinked while still mapped and locked; the mapping goes when `self` drops.
         std::fs::remove_file(self.path()).map_err(|source| MappedFileError::Io { path: self.path().to_owned(), source })
     }
+}
+
+/// A write of `len` bytes (`None`: more than a `usize` holds) at data offset `at` that does not
+/// fit the file: the caller's bug, reported as an error rather than a panic.
+fn outside(path: &Path, at: usize, len: Option<usize>) -> MappedFileError {
+    let len = len.map_or_else(|| "too many".to_owned(), |len| len.to_string());
+    let source = std::io::Error::other(format!("write of {len} bytes at {at} outside the file"));
+    MappedFileError::Io { path: path.to_owned(), source }
 }

@@ -381,3 +381,31 @@ fn a_half_made_segment_left_by_a_crash_is_removed_at_open() {
     drop(spool);
     assert_eq!(names(dir.path()), ["0000000000.spool", "head"]);
 }
+
+/// The mapped file's one-check `write_record` writes what the trait's default (a `write` per
+/// piece, what the fault backend goes through) writes, and refuses a record that overruns the
+/// file with an error, writing nothing.
+#[test]
+fn a_mapped_record_write_is_the_pieces_written_one_by_one() {
+    use super::StoredFile;
+    let dir = tempfile::tempdir().unwrap();
+    let (header, parts, tail): (&[u8], [&[u8]; 3], &[u8]) = (b"head", [b"ab", b"", b"cde"], &[0; 3]);
+    let mut whole = MappedFile::create(&dir.path().join("whole"), *b"braidtst", 1, 64).unwrap();
+    let mut pieces = MappedFile::create(&dir.path().join("pieces"), *b"braidtst", 1, 64).unwrap();
+    whole.data_mut().fill(7);
+    pieces.data_mut().fill(7);
+    StoredFile::write_record(&mut whole, 20, header, &parts, tail).unwrap();
+    let mut at = 20 + header.len();
+    for part in parts.iter().chain([&tail]) {
+        StoredFile::write(&mut pieces, at, part).unwrap();
+        at += part.len();
+    }
+    StoredFile::write(&mut pieces, 20, header).unwrap();
+    assert_eq!(whole.data(), pieces.data());
+    assert_eq!(&whole.data()[20..32], b"headabcde\0\0\0");
+
+    let before = whole.data().to_vec();
+    assert!(StoredFile::write_record(&mut whole, 60, header, &parts, tail).is_err());
+    assert!(StoredFile::write_record(&mut whole, usize::MAX - 2, header, &parts, tail).is_err());
+    assert_eq!(whole.data(), &before[..]);
+}

@@ -53,7 +53,9 @@ impl<T: Ord> DueQueue<T> {
     }
 
     /// Pops the first timer if `due` says it is (one look for the first, where `peek` then `pop`
-    /// would take two).
+    /// would take two). Inlined: an operator pops in a loop, one more call per watermark than
+    /// timers due, and the call cost as much as the look.
+    #[inline]
     pub fn pop_if(&mut self, due: impl FnOnce(&T) -> bool) -> Option<T> {
         let (place, first) = self.first()?;
         if !due(first) {

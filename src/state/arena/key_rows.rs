@@ -16,6 +16,7 @@
 use std::collections::VecDeque;
 
 use super::Entry;
+use crate::state::RowHandle;
 
 /// Entries a key keeps in its map slot.
 pub const INLINE: usize = 2;
@@ -59,6 +60,17 @@ impl KeyRows {
         self.inline[at..].rotate_left(1);
         self.inline[INLINE - 1] = self.spilled.pop_front();
         Some(entry)
+    }
+
+    /// Where the entry with `handle` is, in the order of [`iter`](Self::iter). Looks at the
+    /// inline slots one by one before the deque: the row leaving is nearly always the first,
+    /// and the iterator chain cost more than the lookup.
+    pub fn position(&self, handle: RowHandle) -> Option<usize> {
+        // Past the first empty inline slot the rest are empty too (module doc), so none matches.
+        if let Some(at) = self.inline.iter().position(|e| e.as_ref().is_some_and(|e| e.handle == handle)) {
+            return Some(at);
+        }
+        self.spilled.iter().position(|e| e.handle == handle).map(|at| at + INLINE)
     }
 
     pub fn get(&self, at: usize) -> Option<&Entry> {
@@ -132,6 +144,9 @@ mod tests {
                 }
                 prop_assert_eq!(handles(&rows), model.iter().copied().collect::<Vec<_>>());
                 prop_assert_eq!(rows.is_empty(), model.is_empty());
+                for h in 0..next + 1 {
+                    prop_assert_eq!(rows.position(h), model.iter().position(|&m| m == h));
+                }
                 for i in 0..model.len() + 1 {
                     prop_assert_eq!(rows.get(i).map(|e| e.handle), model.get(i).copied());
                 }

@@ -526,7 +526,7 @@ impl ArenaStore {
     /// Takes a row's index entry out (the row is then no longer counted).
     fn unindex(&mut self, key_hash: u64, handle: RowHandle) -> Option<Entry> {
         let entries = self.index.get_mut(&key_hash)?;
-        let at = entries.iter().position(|e| e.handle == handle)?;
+        let at = entries.position(handle)?;
         // Rows usually leave in arrival order (time-ordered expiry): the first of the key, which
         // `KeyRows` removes in O(1), so evicting a hot key's n rows is O(n), not O(n²).
         let entry = entries.remove(at)?;
@@ -569,10 +569,20 @@ impl ArenaStore {
 
     /// Notes `slot` if it has become sparse; compacts the oldest sparse segments while more than
     /// [`SPARSE_KEPT`] are (module doc, "Compaction").
+    /// Inlined: every row leaving asks, and the answer is nearly always no.
+    #[inline]
     fn note_sparse(&mut self, slot: u32) {
         if !self.compact || !self.segments.is_sparse(slot) || self.sparse.contains(&slot) {
             return;
         }
+        self.add_sparse(slot);
+    }
+
+    /// Notes `slot` as sparse ([`note_sparse`](Self::note_sparse) found it so) and compacts.
+    /// Cold (once per segment), so that inlined into `note_sparse` it does not make every call
+    /// pay for its stack frame.
+    #[cold]
+    fn add_sparse(&mut self, slot: u32) {
         self.sparse.push(slot);
         // Emptied (recycled) since they were noted, or refilled as a new segment: not sparse now.
         let segments = &self.segments;
@@ -974,6 +984,7 @@ impl Segments {
 
     /// A segment worth compacting: not the active one, still holding live records, but fewer
     /// than [`COMPACT_BELOW`] of its data bytes.
+    #[inline]
     fn is_sparse(&self, slot: u32) -> bool {
         slot != self.active
             && self
@@ -1023,10 +1034,19 @@ impl Segments {
     }
 
     /// Takes the segment in `slot` out when it has no live record and is not the active one.
+    /// Inlined: every row leaving asks, and the answer is nearly always no.
+    #[inline]
     fn recycle_if_dead(&mut self, slot: u32) {
         if slot == self.active || self.get(slot).is_none_or(|s| s.live > 0) {
             return;
         }
+        self.recycle(slot);
+    }
+
+    /// Takes the segment in `slot` out ([`recycle_if_dead`](Self::recycle_if_dead) said it may).
+    /// Cold: once per segment.
+    #[cold]
+    fn recycle(&mut self, slot: u32) {
         if let Some(segment) = self.slots.get_mut(slot as usize).and_then(Option::take) {
             self.free_slots.push(slot);
             self.retire(segment);
