@@ -157,7 +157,7 @@ fn remove_abandoned_after(base: &Path, ours: &str, after: std::time::Duration) {
         let Ok(ring) = std::fs::OpenOptions::new().read(true).write(true).open(ring) else { continue };
         let left =
             ring.metadata().and_then(|m| m.modified()).is_ok_and(|at| at.elapsed().is_ok_and(|age| age >= after));
-        // Held while the directory goes: a service cannot map its rings meanwhile.
+        // Locked by us: no process maps this ring. The lock lasts until the directory is gone.
         if left && ring.try_lock().is_ok() {
             tracing::info!(path = %entry.path().display(), "Removing the scratch directory of a service that no longer runs");
             let _ = std::fs::remove_dir_all(entry.path());
