@@ -232,11 +232,11 @@ fn state_budget_and_on_state_full() {
         errors(&format!("[runtime]\non_state_full = \"evict_oldest\"\n{VALID}")),
         ["t.toml:2:1: runtime.on_state_full: needs runtime.state_budget (the bound it acts at)"]
     );
-    // The interval join's two arenas map an active and a spare 1 MiB segment each: 4 MiB.
+    // The interval join's two arenas map an active and a spare 256 KiB segment each: 1 MiB.
     assert_eq!(
-        errors(&format!("[runtime]\nstate_budget = \"3MiB\"\n{VALID}")),
-        ["t.toml:2:1: runtime.state_budget: 3MiB is less than the 4MiB a shard's arenas map holding nothing \
-          (an active and a spare 1MiB segment per store; stores: effect (2)); give at least that, better a few times more"]
+        errors(&format!("[runtime]\nstate_budget = \"768KiB\"\n{VALID}")),
+        ["t.toml:2:1: runtime.state_budget: 768KiB is less than the 1MiB a shard's arenas map holding nothing \
+          (an active and a spare 256KiB segment per store; stores: effect (2)); give at least that, better a few times more"]
     );
-    assert!(parse("t.toml", &format!("[runtime]\nstate_budget = \"4MiB\"\n{VALID}")).is_ok());
+    assert!(parse("t.toml", &format!("[runtime]\nstate_budget = \"1MiB\"\n{VALID}")).is_ok());
 }

@@ -40,7 +40,7 @@
 //! - **`evict_oldest`**: after a round of its loop, a shard over its budget evicts stored rows
 //!   oldest first by (ts, id) across its operators until it is under [`low_mark`] (7/8 of the
 //!   budget, so that one eviction pass frees room for many rows; between two ticks the shard can
-//!   pass its budget by a tick's rows and the 1 MiB segment they open); each evicted row goes to
+//!   pass its budget by a tick's rows and the segment they open: 256 KiB, or a larger row's own); each evicted row goes to
 //!   `OPERATOR.expired` with `_reason = "budget"` and is counted in
 //!   `braid_operator_expired_total{operator,reason="budget"}`; an evicted row of an outer join is
 //!   not emitted as `left_only`/`right_only`. Which rows go depends on how keys fall on shards:

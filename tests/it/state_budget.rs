@@ -28,8 +28,14 @@ use braid::plan::Plan;
 use braid::record::input::InputRows;
 use braid::record::{Row, Value};
 use braid::shard::{Emit, Runtime, RuntimeOptions};
+use braid::state::arena::ArenaConfig;
 
 const BUDGET: u64 = 6 << 20;
+
+/// The arenas' segment size: what a store maps at a time.
+fn segment_bytes() -> u64 {
+    ArenaConfig::default().segment_bytes as u64
+}
 const ROWS: usize = 40_000;
 
 fn config(budget: Option<&str>, status_idle: &str) -> Plan {
@@ -191,19 +197,19 @@ fn flood(plan: &Plan, hold: bool) -> Flood {
 fn without_a_budget_the_flood_grows_past_it() {
     let flood = flood(&config(None, "0ms"), false);
     assert!(flood.max_bytes == 0, "no budget, no accounting");
-    assert!(flood.max_segments > (BUDGET >> 20) as usize + 2, "{} segment files", flood.max_segments);
+    assert!(flood.max_segments > (BUDGET / segment_bytes()) as usize + 2, "{} segment files", flood.max_segments);
     assert_eq!(flood.out.left_only.len(), ROWS);
 }
 
 #[test]
 fn evict_oldest_keeps_state_under_the_budget_and_evicts_oldest_first() {
     let flood = flood(&config(Some("evict_oldest"), "0ms"), false);
-    // Eviction runs at ticks (200 ms): at most a new segment (1 MiB, mapped at once) and a tick's
-    // rows (200 × ~330 B) past the budget.
-    let bound = BUDGET + (1 << 20) + (256 << 10);
+    // Eviction runs at ticks (200 ms): at most a new segment (mapped at once) and a tick's rows
+    // (200 × ~330 B) past the budget.
+    let bound = BUDGET + segment_bytes() + (256 << 10);
     assert!(flood.max_bytes <= bound, "state bytes {} over the budget {BUDGET}", flood.max_bytes);
     assert!(flood.max_bytes > BUDGET / 2, "the flood must reach the budget: {}", flood.max_bytes);
-    assert!(flood.max_segments <= (BUDGET >> 20) as usize + 2, "{} segment files", flood.max_segments);
+    assert!(flood.max_segments <= (BUDGET / segment_bytes()) as usize + 2, "{} segment files", flood.max_segments);
     let Out { left_only, expired, late, expired_inputs } = flood.out;
     assert_eq!(late, 0);
     assert_eq!(expired_inputs, [Some(0)].into(), "command rows evicted as themselves");

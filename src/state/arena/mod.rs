@@ -9,7 +9,7 @@
 //!
 //! # Files
 //!
-//! A store is a directory of segment files `seg-NNNNNN.arena` (1 MiB by default,
+//! A store is a directory of segment files `seg-NNNNNN.arena` (256 KiB by default,
 //! [`ArenaConfig::segment_bytes`]), each a [segment log](crate::storage::log) with the arena's
 //! format in a [`MappedFile`](crate::storage::MappedFile) (magic `braidarn`, version 1: locked,
 //! preallocated, header-checked; storage/mapped_file.rs has the soundness argument, storage/log.rs
@@ -44,8 +44,9 @@
 //!   length ends a segment. Fresh files are zeroed; a reused one gets its first end mark when it
 //!   is reset. So a walk never reads past the last record written, except around damage.
 //! - **Numbers.** The gateway `command` row (frame.rs) is a 184-byte payload: a 224-byte record,
-//!   1.22× its payload (DESIGN.md's memory target allows 1.5×), 4 680 of them in a 1 MiB
-//!   segment. The largest row a segment holds is `segment_bytes − 160` bytes of payload.
+//!   1.22× its payload (DESIGN.md's memory target allows 1.5×), 1 169 of them in a 256 KiB
+//!   segment. A row of more than `segment_bytes − 176` bytes of payload gets a segment of its own
+//!   (below).
 //!
 //! # Index, handles, counts
 //!
@@ -71,7 +72,11 @@
 //! # Appending, removing, recycling
 //!
 //! Rows go to the end of the active segment (the one with the highest sequence number); a row
-//! that does not fit starts the next segment. `remove` sets the record's dead flag and drops its
+//! that does not fit starts the next segment. A row larger than a segment of the configured size
+//! gets a segment file of its own size (rounded up to a page, up to 1 GiB), which is never kept
+//! as a spare: so the configured size can stay small — a store's mapped bytes beyond its live
+//! rows are its active, its spare and its front segments, each of that size — and still take
+//! the largest row a ring carries. `remove` sets the record's dead flag and drops its
 //! index entry. A segment whose records are all dead, other than the active one, is recycled: it
 //! is kept mapped as a spare ([`ArenaConfig::spare_segments`], 1 by default) and reset when a new
 //! segment is needed, or else its file is deleted (unlinked while still mapped, then unmapped:
@@ -116,7 +121,7 @@
 //! stores are opened compacting; [`ArenaStore::set_compaction`] turns it off for a store whose
 //! files must give every row back exactly (the crash guarantee below then holds as written).
 //!
-//! A row larger than a segment, or a new segment that cannot be created (a full disk), is an
+//! A row larger than the largest segment, or a new segment that cannot be created (a full disk), is an
 //! error of [`ArenaStore::try_insert`]. [`KeyedStore::insert`] has no error to return, and must
 //! not drop the row (no silent loss) nor panic: it keeps such a row in memory instead, logs it
 //! (a warning at the 1st, 2nd, 4th, 8th… such row) and counts it ([`ArenaStore::unsaved_rows`]);
@@ -177,6 +182,7 @@ use super::{KeyedStore, Removed, RowHandle};
 use crate::record::frame::{self, FrameError, RowEncoder};
 use crate::record::view::{KeyRef, RowView};
 use crate::record::{ArchivedRow, Key, Row};
+use crate::storage::log::END_MARK;
 use crate::storage::mapped_file::{HEADER_LEN, MappedFileError};
 use crate::storage::write_faults;
 use crate::storage::{Mmap, Storage};
@@ -198,6 +204,9 @@ const COMPACT_BELOW: (usize, usize) = (1, 4);
 const SPARSE_KEPT: usize = 2;
 /// `Segments::active` when no segment takes rows: the next append starts one.
 const NO_SEGMENT: u32 = u32::MAX;
+/// The largest segment file, headers included: the configured size's bound, and an oversized
+/// segment's (module doc, "Appending, removing, recycling").
+const MAX_SEGMENT_BYTES: usize = 1 << 30;
 
 #[derive(Clone, Debug)]
 pub struct ArenaConfig {
@@ -212,7 +221,7 @@ pub struct ArenaConfig {
 
 impl Default for ArenaConfig {
     fn default() -> Self {
-        ArenaConfig { segment_bytes: 1 << 20, spare_segments: 1, recoverable: true }
+        ArenaConfig { segment_bytes: 256 << 10, spare_segments: 1, recoverable: true }
     }
 }
 
@@ -226,9 +235,23 @@ impl ArenaConfig {
         self.segment_bytes - HEADER_LEN
     }
 
-    /// The largest record a new segment holds.
+    /// The largest record a new segment of the configured size holds.
     fn max_record(&self) -> usize {
         self.data_len() - SEGMENT_HEADER
+    }
+
+    /// The data bytes of a new segment for a record of `size` bytes: the configured size, or for
+    /// a record that does not fit it, a segment of its own, rounded up to a page.
+    fn data_len_for(&self, size: usize) -> Result<usize, ArenaError> {
+        if size + END_MARK <= self.max_record() {
+            return Ok(self.data_len());
+        }
+        let file_bytes = (HEADER_LEN + SEGMENT_HEADER + size + END_MARK).next_multiple_of(4096);
+        if file_bytes > MAX_SEGMENT_BYTES {
+            let max = MAX_SEGMENT_BYTES - HEADER_LEN - SEGMENT_HEADER - END_MARK;
+            return Err(ArenaError::RowTooLarge { bytes: size, max });
+        }
+        Ok(file_bytes - HEADER_LEN)
     }
 }
 
@@ -240,7 +263,7 @@ pub enum ArenaError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("arena segment size {0} must be a multiple of 4096 from 4 KiB to 1 GiB")]
     BadConfig(usize),
-    /// This row can never be stored in this arena: a bigger `segment_bytes` is needed.
+    /// This row can never be stored in an arena: larger than the largest segment file.
     #[error("row of {bytes} bytes (as a record) is larger than an arena segment holds ({max} bytes)")]
     RowTooLarge { bytes: usize, max: usize },
     #[error(transparent)]
@@ -355,7 +378,7 @@ impl ArenaStore {
     /// with it).
     pub fn open_on(storage: Arc<dyn Storage>, dir: &Path, config: ArenaConfig) -> Result<ArenaStore, ArenaError> {
         let bytes = config.segment_bytes;
-        if !bytes.is_multiple_of(4096) || !(4096..=1 << 30).contains(&bytes) {
+        if !bytes.is_multiple_of(4096) || !(4096..=MAX_SEGMENT_BYTES).contains(&bytes) {
             return Err(ArenaError::BadConfig(bytes));
         }
         let io = |source| ArenaError::Io { path: dir.to_owned(), source };
@@ -457,7 +480,7 @@ impl ArenaStore {
             store.segments.retire(segment);
         }
         if last.is_none() {
-            let segment = store.segments.next_segment()?;
+            let segment = store.segments.next_segment(0)?;
             store.segments.active = store.segments.install(segment);
         }
         recovery.rows = store.rows;
@@ -947,11 +970,7 @@ impl Segments {
     ) -> Result<(u32, usize), ArenaError> {
         let fits = self.get(self.active).is_some_and(|s| s.fits(size));
         if !fits {
-            let max = self.config.max_record();
-            if size > max {
-                return Err(ArenaError::RowTooLarge { bytes: size, max });
-            }
-            let segment = self.next_segment()?;
+            let segment = self.next_segment(size)?;
             let previous = self.active;
             self.active = self.install(segment);
             self.recycle_if_dead(previous);
@@ -992,13 +1011,16 @@ impl Segments {
                 .is_some_and(|s| s.live > 0 && s.live_bytes * COMPACT_BELOW.1 < s.data_len() * COMPACT_BELOW.0)
     }
 
-    /// A segment for the next sequence number: a spare reset, or a new file.
-    fn next_segment(&mut self) -> Result<Segment, ArenaError> {
+    /// A segment for the next sequence number and a record of `size` bytes: a spare reset, or a
+    /// new file (of the record's own size when it is larger than the configured one).
+    fn next_segment(&mut self, size: usize) -> Result<Segment, ArenaError> {
         let seq = self.next_seq;
         if seq > MAX_SEQ {
             return Err(ArenaError::Exhausted(self.dir.clone()));
         }
-        let segment = match self.spares.pop() {
+        let data_len = self.config.data_len_for(size)?;
+        let spare = if data_len == self.config.data_len() { self.spares.pop() } else { None };
+        let segment = match spare {
             Some(mut spare) => {
                 if let Err(error) = spare.reset(seq) {
                     self.delete(spare);
@@ -1009,8 +1031,7 @@ impl Segments {
             None => {
                 let number = self.next_number;
                 let path = self.dir.join(file_name(number));
-                let segment =
-                    Segment::create(&*self.storage, &path, seq, self.config.data_len(), self.config.recoverable)?;
+                let segment = Segment::create(&*self.storage, &path, seq, data_len, self.config.recoverable)?;
                 self.next_number += 1;
                 write_faults::recovered(ARENA_SITE);
                 segment

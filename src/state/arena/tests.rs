@@ -491,30 +491,39 @@ fn keys_with_the_same_hash_never_see_each_others_rows() {
 }
 
 #[test]
-fn a_row_larger_than_a_segment_is_an_error_and_insert_keeps_it_in_memory() {
+fn a_row_larger_than_a_segment_gets_a_segment_of_its_own_which_is_never_a_spare() {
     let dir = tempfile::tempdir().unwrap();
     let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
-    let small_row = row(0, 1, 10);
-    let huge = row(0, 2, 5000);
-    let err = arena.try_insert(&huge, false).unwrap_err();
-    assert!(matches!(err, ArenaError::RowTooLarge { max: 3968, .. }), "{err}");
-    assert!(err.to_string().contains("larger than an arena segment holds"));
-    assert_eq!(arena.rows(), 0);
-
-    arena.insert(small_row.clone(), false);
-    let handle = arena.insert(huge.clone(), false);
-    assert_ne!(handle & MEMORY_HANDLE, 0);
-    assert_eq!((arena.rows(), arena.unsaved_rows()), (2, 1));
+    let (small_row, huge, after) = (row(0, 1, 10), row(0, 2, 5000), row(0, 3, 3000));
+    let handles: Vec<RowHandle> =
+        [&small_row, &huge, &after].into_iter().map(|r| arena.try_insert(r, false).unwrap()).collect();
+    assert_eq!(arena.unsaved_rows(), 0);
+    assert_eq!(segment_files(dir.path()), 3, "the first segment, the huge row's own, the next");
+    let own_segment_bytes =
+        |dir: &Path| std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).max().unwrap();
+    assert_eq!(own_segment_bytes(dir.path()), 8192, "the huge row's segment, rounded up to a page");
     let mut seen = Vec::new();
     arena.scan(&small_row.key, 7, &mut |r| {
         seen.push(r.to_row().into_owned());
         true
     });
-    assert_eq!(seen, [small_row.clone(), huge.clone()], "insertion order across arena and memory");
+    assert_eq!(seen, [small_row.clone(), huge.clone(), after.clone()], "insertion order across segments");
     drop(arena);
+
     let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
-    assert_eq!(rows_of(&arena), [small_row], "a row kept in memory does not survive a restart");
-    assert!(arena.remove(7, handle).is_none());
+    assert_eq!(rows_of(&arena), [small_row, huge, after], "the huge row survives a restart");
+    assert!(arena.remove(7, handles[1]).is_some());
+    assert_eq!(segment_files(dir.path()), 2, "its segment, all dead, is deleted, not kept as the spare");
+    assert_eq!(own_segment_bytes(dir.path()), 4096);
+}
+
+#[test]
+fn a_row_larger_than_the_largest_segment_is_an_error() {
+    let config = ArenaConfig::default();
+    assert_eq!(config.data_len_for(1 << 20).unwrap(), (1 << 20) + 4096 - HEADER_LEN, "its own size");
+    let err = config.data_len_for(1 << 30).unwrap_err();
+    assert!(matches!(err, ArenaError::RowTooLarge { bytes: 1_073_741_824, .. }), "{err}");
+    assert!(err.to_string().contains("larger than an arena segment holds"));
 }
 
 #[test]
@@ -558,7 +567,7 @@ fn layout_is_as_documented() {
     };
     assert_eq!(record_size(frame_len(&command)), 224);
     let config = ArenaConfig::default();
-    assert_eq!(config.max_record() / 224, 4680);
+    assert_eq!(config.max_record() / 224, 1169);
     assert_eq!(config.max_record() - RECORD_HEADER, config.segment_bytes - 160);
 
     let dir = tempfile::tempdir().unwrap();
@@ -573,7 +582,7 @@ fn layout_is_as_documented() {
     drop(arena);
 
     let bytes = std::fs::read(dir.path().join("seg-000001.arena")).unwrap();
-    assert_eq!(bytes.len(), 1 << 20);
+    assert_eq!(bytes.len(), 256 << 10);
     let data = &bytes[HEADER_LEN..];
     assert_eq!(&data[..8], &1u64.to_le_bytes(), "segment sequence number");
     let u32_at = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().unwrap());
@@ -602,15 +611,15 @@ fn layout_is_as_documented() {
     assert_eq!(&data[64 + 224 + 8..64 + 224 + 10], &[1, 0], "the second: matched when stored, removed unmarked");
 }
 
-/// A snapshot's rows go to a fresh arena under their own handles, a row kept in memory too (it
-/// stays in memory, as it does not fit); handles made afterwards, arena and memory ones, are
-/// past every handle the snapshotted store had made, also of rows removed before it.
+/// A snapshot's rows go to a fresh arena under their own handles, a row larger than a segment
+/// too; handles made afterwards are past every handle the snapshotted store had made, also of
+/// rows removed before it.
 #[test]
 fn restored_rows_keep_their_handles_and_later_handles_are_new() {
     use crate::state::snapshot::{check_store, load_store, save_store};
     let dir = tempfile::tempdir().unwrap();
     let mut source = ArenaStore::open_with(&dir.path().join("source"), small()).unwrap();
-    // Three segments' worth, then a row too large for any, then one removed.
+    // Three segments' worth, then a row larger than a segment, then one removed.
     let mut handles: Vec<RowHandle> = (0..60).map(|i| source.insert(row(i % 3, i as u64, 100), i % 4 == 0)).collect();
     handles.push(source.insert(row(1, 100, 5000), true));
     let removed = source.insert(row(2, 101, 10), false);
@@ -620,7 +629,7 @@ fn restored_rows_keep_their_handles_and_later_handles_are_new() {
     check_store(&restored, &saved).unwrap();
     load_store(&mut restored, &saved).unwrap();
     assert_eq!(snapshot(&restored), snapshot(&source), "rows, handles, flags and order per key");
-    assert_eq!((restored.rows(), restored.unsaved_rows()), (61, 1));
+    assert_eq!((restored.rows(), restored.unsaved_rows()), (61, 0));
     let later = [restored.insert(row(2, 102, 10), false), restored.insert(row(2, 103, 5000), false)];
     for handle in later {
         assert!(
@@ -632,7 +641,7 @@ fn restored_rows_keep_their_handles_and_later_handles_are_new() {
     // Reopened from its files alone, the arena names restored rows by their places.
     drop(restored);
     let reopened = ArenaStore::open_with(&dir.path().join("restored"), small()).unwrap();
-    assert_eq!(reopened.rows(), 61, "60 restored rows and the later small one; no row kept in memory");
+    assert_eq!(reopened.rows(), 63, "61 restored rows and the two later ones");
 }
 
 /// A key that stays while others come and go pins no segment: once a segment is under a quarter
