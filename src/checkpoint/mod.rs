@@ -10,8 +10,9 @@
 //! snapshots itself when the barrier reaches it in the single-threaded order of shard/tag.rs —
 //! at once for operators that read streams, once every upstream instance has promised nothing
 //! earlier will come for chained ones (aligned barriers, as Flink's) — so every snapshot is of the
-//! same input prefix. A shard writes its snapshots into one file ([`ShardFile`]) when all its
-//! operators have passed, and tells the collector. When every shard has, the collector hands the
+//! same input prefix. Each operator's snapshot goes into the shard's file as it is taken (its
+//! state copied once, state/snapshot.rs "Nesting without copies"); once all have passed, an index
+//! of them ([`ShardIndex`]) ends the file, which is written, and the collector told. When every shard has, the collector hands the
 //! driver the pieces of the [`Manifest`] (with the results that already left for the sinks after
 //! the barrier, so that a restart does not emit them twice), and the driver commits it.
 //!
@@ -28,7 +29,9 @@
 //! epoch whose manifest reads back (magic, version, crc, and every shard file too); epochs before
 //! the previous one are deleted once a newer one is committed (the previous one stays, for when
 //! the newest is found damaged). Every file is `[magic 8 B][version u32][crc32c of
-//! the payload u32][payload length u64][zero 8 B][payload: an rkyv archive]`; anything else — another
+//! the payload u32][payload length u64][zero 8 B][payload: an rkyv archive]` (a shard file's
+//! payload: its operators' snapshots, each 16-aligned, then the archive of the index that names
+//! where each lies); anything else — another
 //! version, a torn or damaged file — is set aside with a message, never misread.
 
 use std::io::Write;
@@ -42,14 +45,16 @@ use rkyv::ser::allocator::ArenaHandle;
 use rkyv::util::AlignedVec;
 
 use crate::plan::Plan;
-use crate::state::snapshot::{self, SnapshotError};
+use crate::state::snapshot::{self, InBuffer, SnapshotBuffer, SnapshotError};
 use crate::storage::quarantine::{Action, Lost, quarantine};
 
 /// Bumped whenever any snapshot layout changes: a checkpoint of another version is not read.
 /// 3: operator counters count expired rows; operator hosts keep the written-at times `ttl` needs.
 /// 4: join quality and operator counters count expired rows per input; absence keys can expire
 ///    (free slots, each key's waiting rows).
-pub const FORMAT_VERSION: u32 = 4;
+/// 5: a shard file holds its operators' snapshots one after the other, then an index of where
+///    each lies ([`ShardIndex`]), instead of an archive holding copies of them.
+pub const FORMAT_VERSION: u32 = 5;
 /// Magic, version, crc, payload length, zeros: 32 bytes, so the archive after it is 16-aligned.
 const HEADER: usize = 32;
 const SHARD_MAGIC: &[u8; 8] = b"braidshd";
@@ -66,7 +71,7 @@ pub enum CheckpointError {
 }
 
 /// One operator's snapshot on one shard, with what it was a snapshot of.
-#[derive(Clone, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+#[derive(Clone, Debug)]
 pub struct OperatorSnapshot {
     pub name: String,
     /// [`definition_hash`] of the operator that wrote it.
@@ -74,8 +79,35 @@ pub struct OperatorSnapshot {
     pub state: Vec<u8>,
 }
 
-/// What one shard wrote for a checkpoint.
+/// Where one operator's snapshot lies in its shard file's payload.
 #[derive(Clone, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct SnapshotEntry {
+    pub name: String,
+    /// [`definition_hash`] of the operator that wrote it.
+    pub definition: u64,
+    pub start: u64,
+    pub len: u64,
+}
+
+impl SnapshotEntry {
+    /// The entry of a snapshot written at `level` of a [`CheckpointDir::shard_buffer`].
+    pub fn new(name: String, definition: u64, level: InBuffer) -> SnapshotEntry {
+        SnapshotEntry { name, definition, start: (level.start - HEADER) as u64, len: level.len as u64 }
+    }
+}
+
+/// The archive that ends a shard's file, after its operators' snapshots: what they are and
+/// where they lie.
+#[derive(Clone, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct ShardIndex {
+    pub epoch: u64,
+    pub shard: u32,
+    pub shards: u32,
+    pub operators: Vec<SnapshotEntry>,
+}
+
+/// What one shard wrote for a checkpoint, read back.
+#[derive(Clone, Debug)]
 pub struct ShardFile {
     pub epoch: u64,
     pub shard: u32,
@@ -159,14 +191,36 @@ impl CheckpointDir {
         self.epoch_dir(epoch).join(format!("shard-{shard}.snap"))
     }
 
+    /// A buffer for a shard's file: the shard's operators write their snapshots into it as the
+    /// barrier passes them, then [`shard_file_in`](Self::shard_file_in) ends it.
+    pub fn shard_buffer() -> SnapshotBuffer {
+        SnapshotBuffer::with_header(HEADER)
+    }
+
     /// One shard's snapshots of checkpoint `file.epoch` as a file, and where it goes (its
     /// directory is made); the shard writes it through io_uring from its own thread without
     /// waiting for the disk, or with [`write_file`] under the legacy driver (shard/file_write.rs).
-    pub fn shard_file(&self, file: &ShardFile) -> Result<(PathBuf, AlignedVec), CheckpointError> {
-        let dir = self.epoch_dir(file.epoch);
+    /// `buffer` came from [`shard_buffer`](Self::shard_buffer) and holds the snapshots `index` names.
+    pub fn shard_file_in(
+        &self,
+        index: &ShardIndex,
+        buffer: SnapshotBuffer,
+    ) -> Result<(PathBuf, AlignedVec), CheckpointError> {
+        let dir = self.epoch_dir(index.epoch);
         std::fs::create_dir_all(&dir).map_err(|error| CheckpointError::Io { path: dir.clone(), error })?;
-        let capacity = file.operators.iter().map(|o| o.state.len() + 256).sum::<usize>() + 4096;
-        Ok((self.shard_path(file.epoch, file.shard), framed(SHARD_MAGIC, file, capacity)?))
+        Ok((self.shard_path(index.epoch, index.shard), framed_in(SHARD_MAGIC, index, buffer)?))
+    }
+
+    /// [`shard_file_in`](Self::shard_file_in) of snapshots held apart.
+    pub fn shard_file(&self, file: &ShardFile) -> Result<(PathBuf, AlignedVec), CheckpointError> {
+        let mut buffer = Self::shard_buffer();
+        let operators = file
+            .operators
+            .iter()
+            .map(|o| SnapshotEntry::new(o.name.clone(), o.definition, buffer.append(&o.state)))
+            .collect();
+        let index = ShardIndex { epoch: file.epoch, shard: file.shard, shards: file.shards, operators };
+        self.shard_file_in(&index, buffer)
     }
 
     /// Whether files are synced after they are written (`durability = "power"`).
@@ -180,7 +234,7 @@ impl CheckpointDir {
         let dir = self.epoch_dir(manifest.epoch);
         std::fs::create_dir_all(&dir).map_err(|error| CheckpointError::Io { path: dir.clone(), error })?;
         let tmp = dir.join("manifest.tmp");
-        write_file(&tmp, &framed(MANIFEST_MAGIC, manifest, 4096)?, self.sync)?;
+        write_file(&tmp, &framed_in(MANIFEST_MAGIC, manifest, SnapshotBuffer::with_header(HEADER))?, self.sync)?;
         let path = dir.join("manifest");
         std::fs::rename(&tmp, &path).map_err(|error| CheckpointError::Io { path: path.clone(), error })?;
         if self.sync {
@@ -279,26 +333,45 @@ impl CheckpointDir {
             .map(|shard| {
                 let path = self.shard_path(epoch, shard);
                 let bytes = std::fs::read(&path).map_err(|error| CheckpointError::Io { path: path.clone(), error })?;
-                let file: ShardFile = snapshot::decode(unframed(SHARD_MAGIC, &bytes, &path)?)?;
-                if file.epoch != epoch || file.shard != shard || file.shards != manifest.shards {
+                let payload = unframed(SHARD_MAGIC, &bytes, &path)?;
+                let index: ShardIndex = snapshot::decode(payload)?;
+                if index.epoch != epoch || index.shard != shard || index.shards != manifest.shards {
                     return Err(CheckpointError::Unreadable { path, reason: "another checkpoint's shard file".into() });
                 }
-                Ok(file)
+                read_snapshots(index, payload, &path)
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Some(Loaded { manifest, shards }))
     }
 }
 
-/// `value` encoded after a header of [`HEADER`] bytes, then the header filled in: one buffer,
-/// the archive 16-aligned in it (and so in a buffer the file is read back into).
-fn framed<T>(magic: &[u8; 8], value: &T, capacity: usize) -> Result<AlignedVec, SnapshotError>
+/// The snapshots `index` names, taken out of `payload`.
+fn read_snapshots(index: ShardIndex, payload: &[u8], path: &Path) -> Result<ShardFile, CheckpointError> {
+    let operators = index
+        .operators
+        .into_iter()
+        .map(|entry| {
+            let range = usize::try_from(entry.start).ok().zip(usize::try_from(entry.len).ok());
+            let state = range.and_then(|(start, len)| payload.get(start..start.checked_add(len)?));
+            let Some(state) = state else {
+                let reason = format!("operator {}'s snapshot lies outside the file", entry.name);
+                return Err(CheckpointError::Unreadable { path: path.to_owned(), reason });
+            };
+            Ok(OperatorSnapshot { name: entry.name, definition: entry.definition, state: state.to_vec() })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(ShardFile { epoch: index.epoch, shard: index.shard, shards: index.shards, operators })
+}
+
+/// `value` encoded after the snapshots in `buffer` (which began with [`HEADER`] zero bytes), then
+/// the header filled in: one buffer, the archive 16-aligned in it (and so in a buffer the file is
+/// read back into).
+fn framed_in<T>(magic: &[u8; 8], value: &T, mut buffer: SnapshotBuffer) -> Result<AlignedVec, SnapshotError>
 where
     T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
 {
-    let mut buffer = AlignedVec::with_capacity(HEADER + capacity);
-    buffer.extend_from_slice(&[0; HEADER]);
-    let mut bytes = snapshot::encode_after(value, buffer)?;
+    buffer.end(HEADER, value)?;
+    let mut bytes = buffer.into_bytes();
     let payload = &bytes[HEADER..];
     let (crc, len) = (crc32c::crc32c(payload), payload.len() as u64);
     bytes[..8].copy_from_slice(magic);

@@ -71,10 +71,17 @@ fn a_damaged_checkpoint_is_set_aside_for_the_previous_one() {
 #[test]
 fn another_format_version_is_refused_with_a_message() {
     let payload = b"payload".to_vec();
-    let mut bytes = framed(MANIFEST_MAGIC, &payload, 0).unwrap();
+    let mut bytes = framed_in(MANIFEST_MAGIC, &payload, SnapshotBuffer::with_header(HEADER)).unwrap();
     assert_eq!(unframed(MANIFEST_MAGIC, &bytes, Path::new("m")).unwrap().len(), bytes.len() - HEADER);
     bytes[8] = 99;
     let error = unframed(MANIFEST_MAGIC, &bytes, Path::new("m")).unwrap_err().to_string();
     assert!(error.contains("format version 99"), "{error}");
-    assert!(unframed(SHARD_MAGIC, &framed(MANIFEST_MAGIC, &payload, 0).unwrap(), Path::new("m")).is_err());
+    assert!(
+        unframed(
+            SHARD_MAGIC,
+            &framed_in(MANIFEST_MAGIC, &payload, SnapshotBuffer::with_header(HEADER)).unwrap(),
+            Path::new("m")
+        )
+        .is_err()
+    );
 }

@@ -24,13 +24,18 @@
 //!   about the rows of the traced keys — the watermark each met on arrival, whether it was late —
 //!   and every move of its watermark. Without one the row path pays a single branch.
 
+use super::KindStateView;
 use super::connect::END_OF_INPUT;
 use super::{ExpiryReason, Operator, Output, Quality, ResultKind};
 use crate::record::{ArchivedRow, Row};
-use crate::state::snapshot::{self, SnapshotError};
+use crate::state::snapshot::{self, InBuffer, Nest, NestResolver, SnapshotBuffer, SnapshotError};
 use crate::state::ttl::{SavedTtl, TtlClock};
 use crate::time::clock::InputTime;
 use crate::time::{OperatorClock, Time};
+use rkyv::api::high::HighSerializer;
+use rkyv::rancor;
+use rkyv::ser::allocator::ArenaHandle;
+use rkyv::util::AlignedVec;
 
 /// What `braid explain` follows: the rows of a few keys (by key hash) through every operator.
 /// Hosts on every shard note into it; the notes are read once the run is over.
@@ -206,6 +211,52 @@ struct HostState {
     broadcast_inputs: u64,
     ttl: Option<SavedTtl>,
     operator: Vec<u8>,
+}
+
+/// [`HostState`] as a snapshot writes it: the operator's snapshot nested in place.
+struct HostStateView<'a> {
+    clock: OperatorClock,
+    counters: OperatorCounters,
+    broadcast_inputs: u64,
+    ttl: Option<SavedTtl>,
+    operator: Nest<KindStateView<'a>>,
+}
+
+type HostStateViewResolver = (
+    <OperatorClock as rkyv::Archive>::Resolver,
+    <OperatorCounters as rkyv::Archive>::Resolver,
+    <Option<SavedTtl> as rkyv::Archive>::Resolver,
+    NestResolver,
+);
+
+impl rkyv::Archive for HostStateView<'_> {
+    type Archived = ArchivedHostState;
+    type Resolver = HostStateViewResolver;
+
+    fn resolve(&self, (clock, counters, ttl, operator): Self::Resolver, out: rkyv::Place<ArchivedHostState>) {
+        rkyv::munge::munge!(let ArchivedHostState {
+            clock: out_clock, counters: out_counters, broadcast_inputs, ttl: out_ttl, operator: out_operator
+        } = out);
+        self.clock.resolve(clock, out_clock);
+        self.counters.resolve(counters, out_counters);
+        self.broadcast_inputs.resolve((), broadcast_inputs);
+        self.ttl.resolve(ttl, out_ttl);
+        operator.resolve(out_operator);
+    }
+}
+
+impl<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>> for HostStateView<'_> {
+    fn serialize(
+        &self,
+        serializer: &mut HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>,
+    ) -> Result<HostStateViewResolver, rancor::Error> {
+        Ok((
+            self.clock.serialize(serializer)?,
+            self.counters.serialize(serializer)?,
+            self.ttl.serialize(serializer)?,
+            self.operator.serialize(serializer)?,
+        ))
+    }
 }
 
 /// One shard's instance of an operator, hosted. Every activation takes an empty [`Output`] and
@@ -451,16 +502,24 @@ impl OperatorHost {
 
     /// Everything this instance's output depends on, for a checkpoint (state/snapshot.rs).
     pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
-        let operator = self.operator.snapshot()?;
-        let capacity = operator.len() + 4096;
-        let state = HostState {
+        snapshot::encode_nesting(&self.snapshot_view())
+    }
+
+    /// [`snapshot`](Self::snapshot) written into `buffer`, a shard's checkpoint file, with the
+    /// operator's nested in place: the state is copied once, into the file's bytes
+    /// (state/snapshot.rs, "Nesting without copies").
+    pub fn snapshot_into(&self, buffer: &mut SnapshotBuffer) -> Result<InBuffer, SnapshotError> {
+        buffer.write(&self.snapshot_view())
+    }
+
+    fn snapshot_view(&self) -> HostStateView<'_> {
+        HostStateView {
             clock: self.clock.clone(),
             counters: self.counters.clone(),
             broadcast_inputs: self.broadcast_inputs,
             ttl: self.ttl.as_ref().map(|t| t.save()),
-            operator,
-        };
-        snapshot::encode_sized(&state, capacity)
+            operator: Nest(self.operator.snapshot_view()),
+        }
     }
 
     /// Takes up a [`snapshot`](Self::snapshot) of this operator; `self` is freshly built.

@@ -29,7 +29,7 @@ use crate::record::frame::to_row;
 use crate::record::id::IdHasher;
 use crate::record::view::RowView;
 use crate::record::{ArchivedRow, Row};
-use crate::state::snapshot::{self, SavedStore, SnapshotError};
+use crate::state::snapshot::{self, SavedStore, SnapshotError, StoreView};
 use crate::state::ttl::{Due, StoredRow};
 use crate::state::{KeyedStore, MemoryStore, RowHandle};
 use crate::time::Time;
@@ -200,6 +200,45 @@ pub struct IntervalJoin {
     seq: u64,
     ids: IdHasher,
     quality: Quality,
+}
+
+/// [`IntervalJoinState`] as a snapshot writes it: the stored rows serialized from the stores.
+pub(crate) struct IntervalJoinStateView<'a> {
+    watermark: Time,
+    rows: Vec<StoreView<'a>>,
+    timers: Vec<Timer>,
+    seq: u64,
+    quality: Quality,
+}
+
+impl rkyv::Archive for IntervalJoinStateView<'_> {
+    type Archived = ArchivedIntervalJoinState;
+    type Resolver = IntervalJoinStateResolver;
+
+    fn resolve(&self, resolver: Self::Resolver, out: rkyv::Place<ArchivedIntervalJoinState>) {
+        rkyv::munge::munge!(let ArchivedIntervalJoinState { watermark, rows, timers, seq, quality } = out);
+        self.watermark.resolve(resolver.watermark, watermark);
+        self.rows.resolve(resolver.rows, rows);
+        self.timers.resolve(resolver.timers, timers);
+        self.seq.resolve((), seq);
+        self.quality.resolve(resolver.quality, quality);
+    }
+}
+
+impl<S> rkyv::Serialize<S> for IntervalJoinStateView<'_>
+where
+    S: rkyv::rancor::Fallible + rkyv::ser::Writer + rkyv::ser::Allocator + ?Sized,
+    S::Error: rkyv::rancor::Source,
+{
+    fn serialize(&self, serializer: &mut S) -> Result<Self::Resolver, S::Error> {
+        Ok(IntervalJoinStateResolver {
+            watermark: self.watermark.serialize(serializer)?,
+            rows: self.rows.serialize(serializer)?,
+            timers: self.timers.serialize(serializer)?,
+            seq: self.seq.serialize(serializer)?,
+            quality: self.quality.serialize(serializer)?,
+        })
+    }
 }
 
 impl IntervalJoin {
@@ -387,7 +426,7 @@ impl IntervalJoin {
 
 /// What a checkpoint keeps of an interval join (state/snapshot.rs).
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
-struct IntervalJoinState {
+pub(crate) struct IntervalJoinState {
     watermark: Time,
     /// Per input, the stored rows with the handles the timers name them by.
     rows: Vec<SavedStore>,
@@ -402,13 +441,16 @@ impl IntervalJoin {
     /// matched flags, their timers (ordered by last chance, then `seq`), the watermark, the
     /// join quality so far.
     pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
-        let rows: Vec<SavedStore> =
-            self.state.iter().map(|store| snapshot::save_store(store.as_ref())).collect::<Result<_, _>>()?;
+        snapshot::encode(&self.snapshot_view()?)
+    }
+
+    /// What [`snapshot`](Self::snapshot) encodes, the stored rows read from the stores as it is
+    /// serialized: nested in its host's snapshot, they are copied once (state/snapshot.rs,
+    /// "Nesting without copies").
+    pub(crate) fn snapshot_view(&self) -> Result<IntervalJoinStateView<'_>, SnapshotError> {
+        let rows = self.state.iter().map(|store| StoreView::of(store.as_ref())).collect::<Result<_, _>>()?;
         let timers: Vec<Timer> = self.timers.iter().copied().collect();
-        let capacity =
-            rows.iter().map(SavedStore::bytes).sum::<usize>() + timers.len() * std::mem::size_of::<Timer>() + 4096;
-        let state = IntervalJoinState { watermark: self.watermark, rows, timers, seq: self.seq, quality: self.quality };
-        snapshot::encode_sized(&state, capacity)
+        Ok(IntervalJoinStateView { watermark: self.watermark, rows, timers, seq: self.seq, quality: self.quality })
     }
 
     /// Takes up a [`snapshot`](Self::snapshot); `self` is freshly built from the same spec.

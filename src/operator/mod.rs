@@ -33,7 +33,12 @@ pub mod window_join;
 use crate::record::archiver::RowArchives;
 use crate::record::frame::to_row;
 use crate::record::{ArchivedRow, Row};
-use crate::state::snapshot::{self, SnapshotError};
+use rkyv::api::high::HighSerializer;
+use rkyv::rancor;
+use rkyv::ser::allocator::ArenaHandle;
+use rkyv::util::AlignedVec;
+
+use crate::state::snapshot::{self, Nest, NestResolver, SnapshotError};
 use crate::time::Time;
 
 pub use absence::{Absence, AbsenceSpec};
@@ -490,9 +495,70 @@ impl OperatorSpec {
 
 /// An operator's snapshot with the kind that wrote it.
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
-struct KindState {
+pub(crate) struct KindState {
     kind: String,
     state: Vec<u8>,
+}
+
+/// [`KindState`] as a snapshot writes it: the operator's state serialized in place.
+pub(crate) struct KindStateView<'a> {
+    kind: String,
+    state: OperatorState<'a>,
+}
+
+impl rkyv::Archive for KindStateView<'_> {
+    type Archived = ArchivedKindState;
+    type Resolver = (rkyv::string::StringResolver, NestResolver);
+
+    fn resolve(&self, (kind, state): Self::Resolver, out: rkyv::Place<ArchivedKindState>) {
+        rkyv::munge::munge!(let ArchivedKindState { kind: out_kind, state: out_state } = out);
+        rkyv::Archive::resolve(&self.kind, kind, out_kind);
+        state.resolve(out_state);
+    }
+}
+
+impl<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>> for KindStateView<'_> {
+    fn serialize(
+        &self,
+        serializer: &mut HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>,
+    ) -> Result<Self::Resolver, rancor::Error> {
+        Ok((self.kind.serialize(serializer)?, self.state.serialize(serializer)?))
+    }
+}
+
+/// An operator's state, serialized as the `Vec<u8>` of its snapshot: the interval join's nested
+/// in place, its stored rows read from its stores; the other kinds' encoded on their own and
+/// copied in (state/snapshot.rs, "Nesting without copies").
+pub(crate) struct OperatorState<'a>(&'a Operator);
+
+impl rkyv::Archive for OperatorState<'_> {
+    type Archived = rkyv::vec::ArchivedVec<u8>;
+    type Resolver = NestResolver;
+
+    fn resolve(&self, resolver: NestResolver, out: rkyv::Place<Self::Archived>) {
+        resolver.resolve(out);
+    }
+}
+
+impl<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>> for OperatorState<'_> {
+    fn serialize(
+        &self,
+        serializer: &mut HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>,
+    ) -> Result<NestResolver, rancor::Error> {
+        let encoded = match self.0 {
+            Operator::IntervalJoin(op) => {
+                let view = op.snapshot_view().map_err(rancor::Source::new)?;
+                return Nest(view).serialize(serializer);
+            }
+            Operator::Union(op) => op.snapshot(),
+            Operator::Connect(op) => op.snapshot(),
+            Operator::WindowJoin(op) => op.snapshot(),
+            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.snapshot(),
+            Operator::TemporalJoin(op) => op.snapshot(),
+            Operator::Absence(op) => op.snapshot(),
+        };
+        NestResolver::copy(&encoded.map_err(rancor::Source::new)?, serializer)
+    }
 }
 
 /// One shard's instance of an operator.
@@ -649,17 +715,12 @@ impl Operator {
 
     /// Everything this instance's output depends on (state/snapshot.rs), tagged with its kind.
     pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
-        let state = match self {
-            Operator::Union(op) => op.snapshot(),
-            Operator::Connect(op) => op.snapshot(),
-            Operator::WindowJoin(op) => op.snapshot(),
-            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.snapshot(),
-            Operator::IntervalJoin(op) => op.snapshot(),
-            Operator::TemporalJoin(op) => op.snapshot(),
-            Operator::Absence(op) => op.snapshot(),
-        }?;
-        let capacity = state.len() + 256;
-        snapshot::encode_sized(&KindState { kind: self.kind().name().to_owned(), state }, capacity)
+        snapshot::encode_nesting(&self.snapshot_view())
+    }
+
+    /// What [`snapshot`](Self::snapshot) encodes, to nest it in its host's in place.
+    pub(crate) fn snapshot_view(&self) -> KindStateView<'_> {
+        KindStateView { kind: self.kind().name().to_owned(), state: OperatorState(self) }
     }
 
     /// Takes up a [`snapshot`](Self::snapshot) of an instance of the same operator; `self` is

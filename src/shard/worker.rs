@@ -16,7 +16,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::checkpoint::{CheckpointDir, OperatorSnapshot, ShardFile, definition_hash};
+use crate::checkpoint::{CheckpointDir, ShardFile, ShardIndex, SnapshotEntry, definition_hash};
 use crate::config::OnStateFull;
 use crate::operator::host::OperatorHost;
 use crate::operator::{Output, Side};
@@ -25,6 +25,7 @@ use crate::record::frame::to_row;
 use crate::record::{ArchivedKey, ArchivedRow, Key, Row};
 use crate::ring::FrameKind;
 use crate::state::budget::{self, StateGauge};
+use crate::state::snapshot::{InBuffer, SnapshotBuffer};
 use crate::time::Time;
 use crate::time::clock::InputTime;
 
@@ -160,8 +161,11 @@ pub const NOT_WRITTEN: u8 = 2;
 /// A checkpoint barrier on its way through a shard's operators.
 struct BarrierInFlight {
     epoch: u64,
-    /// Per operator: its snapshot, once the barrier has reached it.
-    snapshots: Vec<Option<Vec<u8>>>,
+    /// The shard's file being written: each operator's snapshot goes in when the barrier
+    /// reaches it (state/snapshot.rs, "Nesting without copies").
+    buffer: SnapshotBuffer,
+    /// Per operator: where its snapshot lies in `buffer`, once the barrier has reached it.
+    snapshots: Vec<Option<InBuffer>>,
 }
 
 pub struct Worker {
@@ -484,7 +488,8 @@ impl Core {
                     return;
                 }
                 let snapshots = vec![None; self.plan.operators.len()];
-                self.barrier = Some(BarrierInFlight { epoch, snapshots });
+                let buffer = CheckpointDir::shard_buffer();
+                self.barrier = Some(BarrierInFlight { epoch, buffer, snapshots });
                 for op in 0..self.plan.operators.len() {
                     self.dispatch(op, Tag::event(seq), 0, Work::Barrier(epoch));
                 }
@@ -621,20 +626,20 @@ impl Core {
     /// collector told (results after this frame come after the barrier). Once every operator of
     /// the shard has passed, the shard's file is written.
     fn pass_barrier(&mut self, op: usize, epoch: u64) {
+        let Some(barrier) = self.barrier.as_mut().filter(|b| b.epoch == epoch) else {
+            self.fail(ShardError::Protocol("a barrier activation without its barrier"));
+            return;
+        };
         let began = crate::time::cpu::thread();
-        let snapshot = self.hosts[op].snapshot();
+        let snapshot = self.hosts[op].snapshot_into(&mut barrier.buffer);
         self.snapshot_time += crate::time::cpu::thread().saturating_sub(began);
         let snapshot = match snapshot {
-            Ok(bytes) => bytes,
+            Ok(level) => level,
             Err(error) => {
                 let name = &self.plan.operators[op].name;
                 self.fail(ShardError::State(format!("snapshot of operator {name}: {error}")));
                 return;
             }
-        };
-        let Some(barrier) = self.barrier.as_mut().filter(|b| b.epoch == epoch) else {
-            self.fail(ShardError::Protocol("a barrier activation without its barrier"));
-            return;
         };
         barrier.snapshots[op] = Some(snapshot);
         let all_passed = barrier.snapshots.iter().all(Option::is_some);
@@ -657,15 +662,14 @@ impl Core {
             .snapshots
             .into_iter()
             .enumerate()
-            .map(|(op, state)| OperatorSnapshot {
-                name: self.plan.operators[op].name.clone(),
-                definition: definition_hash(&self.plan, op),
-                state: state.unwrap_or_default(),
+            .map(|(op, level)| {
+                let name = self.plan.operators[op].name.clone();
+                SnapshotEntry::new(name, definition_hash(&self.plan, op), level.unwrap_or_default())
             })
             .collect();
-        let file = ShardFile { epoch, shard: self.id as u32, shards: self.shards as u32, operators };
+        let index = ShardIndex { epoch, shard: self.id as u32, shards: self.shards as u32, operators };
         let began = crate::time::cpu::thread();
-        let encoded = dir.shard_file(&file);
+        let encoded = dir.shard_file_in(&index, barrier.buffer);
         self.snapshot_time += crate::time::cpu::thread().saturating_sub(began);
         match encoded {
             Ok((path, bytes)) => {

@@ -23,6 +23,21 @@
 //! restored into is a fresh one (the rows are written anew; an arena keeps no pointer into old
 //! files). A snapshot of arena rows restores into a memory store and the other way round.
 //!
+//! # Nesting without copies
+//!
+//! Snapshots nest: a store's rows in an operator's, an operator's in its kind tag, that in its
+//! host's, every host's of a shard in the shard's checkpoint file. Each level used to be encoded
+//! into a `Vec<u8>` of its own that the next level copied into its archive, so a checkpoint held
+//! its state twice at every step (a shard's peak memory at every checkpoint). Now a level is
+//! serialized in place, inside the archive that holds it ([`Nest`]): its archive, 16-aligned, and
+//! its crc32c are written where the outer archive's `Vec<u8>` bytes go, and a store's rows are
+//! read from the store as they are written ([`StoreView`]). The bytes of each level are what
+//! [`encode`] would have given, so reading is unchanged: [`decode`] one level, take its bytes,
+//! decode the next. A host's snapshot is written straight into its shard's file
+//! ([`SnapshotBuffer`]; checkpoint/mod.rs), so a shard's checkpoint costs one buffer of its
+//! state's size, its rows copied once. (Kinds other than the interval join still encode their
+//! own level apart and have it copied in.)
+//!
 //! # Restoring
 //!
 //! `restore` takes a snapshot into a freshly built instance of the same operator spec. Each kind
@@ -37,6 +52,7 @@ use rkyv::bytecheck::CheckBytes;
 use rkyv::rancor;
 use rkyv::ser::allocator::ArenaHandle;
 use rkyv::util::AlignedVec;
+use rkyv::vec::{ArchivedVec, VecResolver};
 use thiserror::Error;
 
 use super::{KeyedStore, RowHandle};
@@ -59,50 +75,35 @@ pub enum SnapshotError {
 }
 
 /// Encodes `value` as an rkyv archive followed by its crc32c.
+///
+/// The archive is written straight into the `Vec` it is returned in (the bytes are those an
+/// `AlignedVec` would get: positions count from the buffer's start); the alignment matters only
+/// to whoever reads the archive in place, and [`decode`] copies a misaligned one.
 pub fn encode<T>(value: &T) -> Result<Vec<u8>, SnapshotError>
 where
     T: for<'a> rkyv::Serialize<HighSerializer<Vec<u8>, ArenaHandle<'a>, rancor::Error>>,
 {
-    encode_sized(value, 0)
-}
-
-/// [`encode`] into a buffer of `capacity` bytes from the start: a snapshot holding others (or
-/// many rows) knows about how large it is, and a buffer grown by doubling would copy it again
-/// and again (checkpoints of hundreds of MB).
-///
-/// The archive is written straight into the `Vec` it is returned in (the bytes are those an
-/// `AlignedVec` would get: positions count from the buffer's start). An `AlignedVec` and a copy
-/// out of it cost a copy of the state per level of nesting at every checkpoint; the alignment
-/// matters only to whoever reads the archive in place, and [`decode`] copies a misaligned one.
-pub fn encode_sized<T>(value: &T, capacity: usize) -> Result<Vec<u8>, SnapshotError>
-where
-    T: for<'a> rkyv::Serialize<HighSerializer<Vec<u8>, ArenaHandle<'a>, rancor::Error>>,
-{
-    let mut bytes = rkyv::api::high::to_bytes_in::<_, rancor::Error>(value, Vec::with_capacity(capacity))
+    let mut bytes = rkyv::api::high::to_bytes_in::<_, rancor::Error>(value, Vec::new())
         .map_err(|e| SnapshotError::Encode(e.to_string()))?;
     let crc = archive_crc(&bytes);
     bytes.extend_from_slice(&crc);
     Ok(bytes)
 }
 
-/// The crc32c that follows an archive, as [`decode`] checks it.
-fn archive_crc(archive: &[u8]) -> [u8; CRC_LEN] {
-    crc32c::crc32c(archive).to_le_bytes()
-}
-
-/// Appends the archive of `value` and its crc32c to `buffer`, whose length is a multiple of 16
-/// (a file's header, say), so the archive starts aligned.
-pub fn encode_after<T>(value: &T, buffer: AlignedVec) -> Result<AlignedVec, SnapshotError>
+/// [`encode`] for a value that nests others in place ([`Nest`]), which needs the aligned writer
+/// (and copies the result out of it: for snapshots taken apart, not a checkpoint's).
+pub fn encode_nesting<T>(value: &T) -> Result<Vec<u8>, SnapshotError>
 where
     T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
 {
-    let start = buffer.len();
-    debug_assert!(start.is_multiple_of(ARCHIVE_ALIGN), "an archive after {start} bytes is not aligned");
-    let mut bytes = rkyv::api::high::to_bytes_in::<_, rancor::Error>(value, buffer)
-        .map_err(|e| SnapshotError::Encode(e.to_string()))?;
-    let crc = archive_crc(&bytes[start..]);
-    bytes.extend_from_slice(&crc);
-    Ok(bytes)
+    let mut buffer = SnapshotBuffer::with_header(0);
+    let level = buffer.write(value)?;
+    Ok(buffer.bytes(level).to_vec())
+}
+
+/// The crc32c that follows an archive, as [`decode`] checks it.
+fn archive_crc(archive: &[u8]) -> [u8; CRC_LEN] {
+    crc32c::crc32c(archive).to_le_bytes()
 }
 
 /// Decodes what [`encode`] wrote, checking its crc and then the archive (any alignment of
@@ -129,6 +130,131 @@ where
         rkyv::from_bytes::<T, rancor::Error>(&aligned)
     };
     decoded.map_err(|e| SnapshotError::Decode(e.to_string()))
+}
+
+/// Snapshots written one after another into one buffer, each level after the levels it holds
+/// (module doc, "Nesting without copies").
+pub struct SnapshotBuffer {
+    bytes: AlignedVec,
+}
+
+/// Where a snapshot lies in a [`SnapshotBuffer`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InBuffer {
+    pub start: usize,
+    pub len: usize,
+}
+
+/// A snapshot nested in the one being serialized, written where its `Vec<u8>` bytes go: its
+/// archive (16-aligned) and crc32c, as [`encode`] would have returned them, without a buffer of
+/// its own to copy from (module doc, "Nesting without copies").
+pub struct Nest<T>(pub T);
+
+pub struct NestResolver {
+    start: usize,
+    len: usize,
+}
+
+impl NestResolver {
+    /// `bytes`, a snapshot encoded on its own, copied in where a nested one would be written.
+    pub fn copy<S>(bytes: &[u8], serializer: &mut S) -> Result<NestResolver, S::Error>
+    where
+        S: rancor::Fallible + rkyv::ser::Writer + ?Sized,
+    {
+        let start = serializer.pos();
+        serializer.write(bytes)?;
+        Ok(NestResolver { start, len: bytes.len() })
+    }
+
+    /// The `Vec<u8>` that holds the nested snapshot.
+    pub fn resolve(self, out: rkyv::Place<ArchivedVec<u8>>) {
+        ArchivedVec::<u8>::resolve_from_len(self.len, VecResolver::from_pos(self.start), out);
+    }
+}
+
+impl<T> rkyv::Archive for Nest<T> {
+    type Archived = ArchivedVec<u8>;
+    type Resolver = NestResolver;
+
+    fn resolve(&self, resolver: NestResolver, out: rkyv::Place<ArchivedVec<u8>>) {
+        resolver.resolve(out);
+    }
+}
+
+impl<'a, T> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>> for Nest<T>
+where
+    T: rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
+{
+    fn serialize(
+        &self,
+        serializer: &mut HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>,
+    ) -> Result<NestResolver, rancor::Error> {
+        use rkyv::SerializeUnsized;
+        let writer = &mut serializer.writer;
+        let start = writer.len().next_multiple_of(ARCHIVE_ALIGN);
+        writer.resize(start, 0);
+        self.0.serialize_unsized(serializer)?;
+        let crc = archive_crc(&serializer.writer[start..]);
+        serializer.writer.extend_from_slice(&crc);
+        Ok(NestResolver { start, len: serializer.writer.len() - start })
+    }
+}
+
+impl SnapshotBuffer {
+    /// A buffer whose first `header` bytes (a multiple of 16) are zero, for a file's header.
+    pub fn with_header(header: usize) -> SnapshotBuffer {
+        debug_assert!(header.is_multiple_of(ARCHIVE_ALIGN), "an archive after {header} bytes is not aligned");
+        let mut bytes = AlignedVec::new();
+        bytes.extend_from_slice(&vec![0; header]);
+        SnapshotBuffer { bytes }
+    }
+
+    /// Writes `value`'s snapshot (its archive, 16-aligned, with the levels it nests in place, and
+    /// its crc32c) after what the buffer holds.
+    pub fn write<T>(&mut self, value: &T) -> Result<InBuffer, SnapshotError>
+    where
+        T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
+    {
+        let start = self.begin();
+        self.end(start, value)
+    }
+
+    /// Appends a snapshot encoded on its own, 16-aligned.
+    pub fn append(&mut self, snapshot: &[u8]) -> InBuffer {
+        let start = self.begin();
+        self.bytes.extend_from_slice(snapshot);
+        InBuffer { start, len: snapshot.len() }
+    }
+
+    /// Pads the buffer to a 16-byte boundary, where the next snapshot begins.
+    fn begin(&mut self) -> usize {
+        let padded = self.bytes.len().next_multiple_of(ARCHIVE_ALIGN);
+        self.bytes.resize(padded, 0);
+        padded
+    }
+
+    /// Appends `value`'s archive and the crc32c of everything from `start` on: a snapshot, or a
+    /// file's payload whose archive comes after the snapshots it indexes.
+    pub fn end<T>(&mut self, start: usize, value: &T) -> Result<InBuffer, SnapshotError>
+    where
+        T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
+    {
+        let bytes = std::mem::take(&mut self.bytes);
+        self.bytes = rkyv::api::high::to_bytes_in::<_, rancor::Error>(value, bytes)
+            .map_err(|e| SnapshotError::Encode(e.to_string()))?;
+        let crc = archive_crc(&self.bytes[start..]);
+        self.bytes.extend_from_slice(&crc);
+        Ok(InBuffer { start, len: self.bytes.len() - start })
+    }
+
+    /// The bytes of `level`.
+    pub fn bytes(&self, level: InBuffer) -> &[u8] {
+        &self.bytes[level.start..level.start + level.len]
+    }
+
+    pub fn into_bytes(self) -> AlignedVec {
+        self.bytes
+    }
 }
 
 /// A [`KeyedStore`] as a snapshot keeps it: its live rows in export order (module doc, "Stored
@@ -183,6 +309,81 @@ pub fn save_store(store: &dyn KeyedStore) -> Result<SavedStore, SnapshotError> {
         })
         .map_err(|e| SnapshotError::Encode(e.to_string()))?;
     Ok(saved)
+}
+
+/// A [`KeyedStore`] serialized as its [`SavedStore`], the rows' archives copied from the store
+/// into the archive being written, not into a vector first. (The archive and serialize impls of
+/// the views are written out: derived ones with `as` do not resolve through a lifetime.)
+pub struct StoreView<'a> {
+    rows: Vec<SavedRow>,
+    archives: StoreArchives<'a>,
+    issued: Vec<RowHandle>,
+}
+
+/// The archives of a store's rows, in export order, serialized as the `Vec<u8>` they fill.
+pub struct StoreArchives<'a>(&'a dyn KeyedStore);
+
+impl<'a> StoreView<'a> {
+    pub fn of(store: &'a dyn KeyedStore) -> Result<StoreView<'a>, SnapshotError> {
+        let mut rows = Vec::with_capacity(store.rows());
+        store
+            .export(&mut |handle, matched, archive| {
+                rows.push(SavedRow { handle, len: archive.len() as u32, matched });
+            })
+            .map_err(|e| SnapshotError::Encode(e.to_string()))?;
+        Ok(StoreView { rows, archives: StoreArchives(store), issued: store.handles_issued() })
+    }
+}
+
+impl rkyv::Archive for StoreView<'_> {
+    type Archived = ArchivedSavedStore;
+    type Resolver = (VecResolver, NestResolver, VecResolver);
+
+    fn resolve(&self, (rows, archives, issued): Self::Resolver, out: rkyv::Place<ArchivedSavedStore>) {
+        rkyv::munge::munge!(let ArchivedSavedStore { rows: out_rows, archives: out_archives, issued: out_issued } = out);
+        rkyv::Archive::resolve(&self.rows, rows, out_rows);
+        archives.resolve(out_archives);
+        rkyv::Archive::resolve(&self.issued, issued, out_issued);
+    }
+}
+
+impl<S> rkyv::Serialize<S> for StoreView<'_>
+where
+    S: rancor::Fallible + rkyv::ser::Writer + rkyv::ser::Allocator + ?Sized,
+    S::Error: rancor::Source,
+{
+    fn serialize(&self, serializer: &mut S) -> Result<Self::Resolver, S::Error> {
+        Ok((self.rows.serialize(serializer)?, self.archives.serialize(serializer)?, self.issued.serialize(serializer)?))
+    }
+}
+
+impl rkyv::Archive for StoreArchives<'_> {
+    type Archived = ArchivedVec<u8>;
+    type Resolver = NestResolver;
+
+    fn resolve(&self, resolver: NestResolver, out: rkyv::Place<ArchivedVec<u8>>) {
+        resolver.resolve(out);
+    }
+}
+
+impl<S> rkyv::Serialize<S> for StoreArchives<'_>
+where
+    S: rancor::Fallible + rkyv::ser::Writer + ?Sized,
+    S::Error: rancor::Source,
+{
+    fn serialize(&self, serializer: &mut S) -> Result<NestResolver, S::Error> {
+        let start = serializer.pos();
+        let mut written = Ok(());
+        self.0
+            .export(&mut |_, _, archive| {
+                if written.is_ok() {
+                    written = serializer.write(archive);
+                }
+            })
+            .map_err(<S::Error as rancor::Source>::new)?;
+        written?;
+        Ok(NestResolver { start, len: serializer.pos() - start })
+    }
 }
 
 /// Checks that `saved` can be imported into `store`: the store is empty (a freshly built
@@ -257,8 +458,8 @@ mod tests {
     fn the_archive_in_a_vec_is_the_aligned_one_byte_for_byte() {
         // i128 fields need 16-byte alignment: padding is where the two could differ.
         let sample = Sample { a: 7, b: (0..100).map(|i| (i128::from(i) << 70, i % 3 == 0)).collect() };
-        let aligned = encode_after(&sample, AlignedVec::new()).unwrap();
-        let in_vec = encode_sized(&sample, 0).unwrap();
+        let aligned = encode_nesting(&sample).unwrap();
+        let in_vec = encode(&sample).unwrap();
         assert_eq!(in_vec, aligned.as_slice());
         assert_eq!(decode::<Sample>(&in_vec).unwrap(), sample);
         // Read from a misaligned copy too.
@@ -286,6 +487,72 @@ mod tests {
                 damaged[at] ^= bit;
                 assert!(decode::<Sample>(&damaged).is_err(), "bit {bit:#x} of byte {at} flipped");
             }
+        }
+    }
+
+    #[derive(Debug, PartialEq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+    struct Outer {
+        name: String,
+        inner: Vec<u8>,
+        store: SavedStore,
+    }
+
+    /// `Outer` as a snapshot that nests in place writes it.
+    struct OuterView<'a> {
+        name: String,
+        inner: Nest<Sample>,
+        store: StoreView<'a>,
+    }
+
+    impl rkyv::Archive for OuterView<'_> {
+        type Archived = ArchivedOuter;
+        type Resolver = (rkyv::string::StringResolver, NestResolver, <StoreView<'static> as rkyv::Archive>::Resolver);
+
+        fn resolve(&self, (name, inner, store): Self::Resolver, out: rkyv::Place<ArchivedOuter>) {
+            rkyv::munge::munge!(let ArchivedOuter { name: out_name, inner: out_inner, store: out_store } = out);
+            rkyv::Archive::resolve(&self.name, name, out_name);
+            inner.resolve(out_inner);
+            rkyv::Archive::resolve(&self.store, store, out_store);
+        }
+    }
+
+    impl<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>> for OuterView<'_> {
+        fn serialize(
+            &self,
+            serializer: &mut HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>,
+        ) -> Result<Self::Resolver, rancor::Error> {
+            Ok((self.name.serialize(serializer)?, self.inner.serialize(serializer)?, self.store.serialize(serializer)?))
+        }
+    }
+
+    /// A snapshot nesting others in place (another snapshot, a store's rows) reads back as one
+    /// holding copies of them encoded apart: the same values; a flipped bit anywhere is an error.
+    #[test]
+    fn levels_nested_in_place_read_back_as_levels_encoded_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = crate::state::arena::ArenaStore::open(dir.path()).unwrap();
+        for i in 0..50 {
+            store.insert(row(["a", "b", "c"][i % 3], i as i64), i % 4 == 0);
+        }
+        let sample = Sample { a: 7, b: (0..20).map(|i| (i128::from(i) << 70, i % 3 == 0)).collect() };
+        let name = "a name longer than an inline string".to_owned();
+        let view = OuterView { name: name.clone(), inner: Nest(sample), store: StoreView::of(&store).unwrap() };
+        let mut buffer = SnapshotBuffer::with_header(32);
+        buffer.append(&[1, 2, 3]);
+        let level = buffer.write(&view).unwrap();
+        assert_eq!(level.start, 48, "a level starts 16-aligned");
+        let bytes = buffer.bytes(level).to_vec();
+        assert_eq!(bytes, encode_nesting(&view).unwrap(), "the same bytes wherever the level starts");
+
+        let sample = view.inner.0;
+        let apart = Outer { name, inner: encode(&sample).unwrap(), store: save_store(&store).unwrap() };
+        let read: Outer = decode(&bytes).unwrap();
+        assert_eq!(decode::<Sample>(&read.inner).unwrap(), sample);
+        assert_eq!(read, apart, "the nested level's bytes are those `encode` writes; the store's rows alike");
+        for at in (0..bytes.len()).step_by(5) {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x10;
+            assert!(decode::<Outer>(&damaged).is_err(), "byte {at} flipped");
         }
     }
 
