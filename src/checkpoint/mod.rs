@@ -55,6 +55,9 @@ use crate::storage::quarantine::{Action, Lost, quarantine};
 /// 5: a shard file holds its operators' snapshots one after the other, then an index of where
 ///    each lies ([`ShardIndex`]), instead of an archive holding copies of them.
 pub const FORMAT_VERSION: u32 = 5;
+/// The oldest version still read: version 4's shard files are one archive holding copies of the
+/// snapshots ([`ShardFile`]'s own layout), which read as well; nothing else changed.
+const OLDEST_READ: u32 = 4;
 /// Magic, version, crc, payload length, zeros: 32 bytes, so the archive after it is 16-aligned.
 const HEADER: usize = 32;
 const SHARD_MAGIC: &[u8; 8] = b"braidshd";
@@ -71,7 +74,7 @@ pub enum CheckpointError {
 }
 
 /// One operator's snapshot on one shard, with what it was a snapshot of.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct OperatorSnapshot {
     pub name: String,
     /// [`definition_hash`] of the operator that wrote it.
@@ -106,8 +109,8 @@ pub struct ShardIndex {
     pub operators: Vec<SnapshotEntry>,
 }
 
-/// What one shard wrote for a checkpoint, read back.
-#[derive(Clone, Debug)]
+/// What one shard wrote for a checkpoint, read back (and, archived, a version 4 shard file).
+#[derive(Clone, Debug, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct ShardFile {
     pub epoch: u64,
     pub shard: u32,
@@ -328,17 +331,19 @@ impl CheckpointDir {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(error) => return Err(CheckpointError::Io { path, error }),
         };
-        let manifest: Manifest = snapshot::decode(unframed(MANIFEST_MAGIC, &bytes, &path)?)?;
+        let manifest: Manifest = snapshot::decode(unframed(MANIFEST_MAGIC, &bytes, &path)?.1)?;
         let shards = (0..manifest.shards)
             .map(|shard| {
                 let path = self.shard_path(epoch, shard);
                 let bytes = std::fs::read(&path).map_err(|error| CheckpointError::Io { path: path.clone(), error })?;
-                let payload = unframed(SHARD_MAGIC, &bytes, &path)?;
-                let index: ShardIndex = snapshot::decode(payload)?;
-                if index.epoch != epoch || index.shard != shard || index.shards != manifest.shards {
+                let file = match unframed(SHARD_MAGIC, &bytes, &path)? {
+                    (4, payload) => snapshot::decode::<ShardFile>(payload)?,
+                    (_, payload) => read_snapshots(snapshot::decode(payload)?, payload, &path)?,
+                };
+                if file.epoch != epoch || file.shard != shard || file.shards != manifest.shards {
                     return Err(CheckpointError::Unreadable { path, reason: "another checkpoint's shard file".into() });
                 }
-                read_snapshots(index, payload, &path)
+                Ok(file)
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Some(Loaded { manifest, shards }))
@@ -381,15 +386,16 @@ where
     Ok(bytes)
 }
 
-fn unframed<'a>(magic: &[u8; 8], bytes: &'a [u8], path: &Path) -> Result<&'a [u8], CheckpointError> {
+/// The format version and payload of a file [`framed_in`] wrote, checked.
+fn unframed<'a>(magic: &[u8; 8], bytes: &'a [u8], path: &Path) -> Result<(u32, &'a [u8]), CheckpointError> {
     let bad = |reason: String| CheckpointError::Unreadable { path: path.to_owned(), reason };
     if bytes.len() < HEADER || &bytes[..8] != magic {
         return Err(bad("not a checkpoint file of this kind".into()));
     }
     let word = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
     let version = word(8);
-    if version != FORMAT_VERSION {
-        return Err(bad(format!("format version {version}, this braid reads {FORMAT_VERSION}")));
+    if !(OLDEST_READ..=FORMAT_VERSION).contains(&version) {
+        return Err(bad(format!("format version {version}, this braid reads {OLDEST_READ} to {FORMAT_VERSION}")));
     }
     let mut len = [0u8; 8];
     len.copy_from_slice(&bytes[16..24]);
@@ -397,7 +403,7 @@ fn unframed<'a>(magic: &[u8; 8], bytes: &'a [u8], path: &Path) -> Result<&'a [u8
     if u64::from_le_bytes(len) != payload.len() as u64 || crc32c::crc32c(payload) != word(12) {
         return Err(bad("torn or damaged (length or crc)".into()));
     }
-    Ok(payload)
+    Ok((version, payload))
 }
 
 /// How failed checkpoint writes are reported (storage/write_faults.rs); a commit clears it.

@@ -39,6 +39,26 @@ fn the_newest_committed_checkpoint_wins_and_two_are_kept() {
     assert!(dir.epochs().is_empty());
 }
 
+/// A checkpoint written by the previous version (a shard file that is one archive holding copies
+/// of its snapshots) is read after an upgrade, so the state it holds is not lost.
+#[test]
+fn a_version_4_shard_file_is_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = CheckpointDir::new(tmp.path().join("checkpoints"), false);
+    commit(&dir, 1, 1);
+    let file = shard_file(1, 0, 1);
+    let mut old = framed_in(SHARD_MAGIC, &file, SnapshotBuffer::with_header(HEADER)).unwrap();
+    old[8..12].copy_from_slice(&4u32.to_le_bytes());
+    std::fs::write(dir.shard_path(1, 0), &old).unwrap();
+    let loaded = dir.latest().unwrap();
+    assert_eq!(loaded.shards[0].operators[0].state, file.operators[0].state);
+    assert_eq!(loaded.shards[0].operators[0].name, "effect");
+
+    old[8..12].copy_from_slice(&3u32.to_le_bytes());
+    std::fs::write(dir.shard_path(1, 0), &old).unwrap();
+    assert!(dir.latest().is_none(), "version 3 is not read");
+}
+
 #[test]
 fn a_damaged_checkpoint_is_set_aside_for_the_previous_one() {
     let tmp = tempfile::tempdir().unwrap();
@@ -72,7 +92,7 @@ fn a_damaged_checkpoint_is_set_aside_for_the_previous_one() {
 fn another_format_version_is_refused_with_a_message() {
     let payload = b"payload".to_vec();
     let mut bytes = framed_in(MANIFEST_MAGIC, &payload, SnapshotBuffer::with_header(HEADER)).unwrap();
-    assert_eq!(unframed(MANIFEST_MAGIC, &bytes, Path::new("m")).unwrap().len(), bytes.len() - HEADER);
+    assert_eq!(unframed(MANIFEST_MAGIC, &bytes, Path::new("m")).unwrap().1.len(), bytes.len() - HEADER);
     bytes[8] = 99;
     let error = unframed(MANIFEST_MAGIC, &bytes, Path::new("m")).unwrap_err().to_string();
     assert!(error.contains("format version 99"), "{error}");
