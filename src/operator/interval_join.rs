@@ -351,6 +351,10 @@ impl IntervalJoin {
                 });
             }
         }
+        self.timers.release_spare_capacity();
+        for store in &mut self.state {
+            store.release_spare_capacity();
+        }
     }
 
     /// A row leaves the join, counted: an outer join reports it if it never matched.

@@ -28,6 +28,20 @@ use crate::record::{ArchivedRow, Key, Row};
 
 /// A map keyed by a key's stable hash ([`crate::record::id::key_hash`], xxh3): the hash is
 /// already well mixed, so the map uses it as it is instead of hashing it again with SipHash.
+/// Containers keep the capacity they grew to: after a burst or a lagging watermark held more
+/// state than usual, the memory would stay at that high-water mark for the rest of the run. The
+/// operators' timer queues and the arenas' indexes give it back once they hold less than a quarter
+/// of it — all but room for twice what they hold, never below [`KEPT_CAPACITY`] entries — so a
+/// container that grows again soon copies little (growth doubles, this halves at most once per
+/// quartering). Large buffers are mappings of their own (ops/malloc.rs), so what is given back
+/// leaves the process.
+pub fn spare_capacity_released(capacity: usize, len: usize) -> Option<usize> {
+    (capacity > KEPT_CAPACITY && capacity / 4 > len).then(|| (2 * len).max(KEPT_CAPACITY))
+}
+
+/// Entries a container keeps room for whatever it holds ([`spare_capacity_released`]).
+pub const KEPT_CAPACITY: usize = 4096;
+
 pub type ByKeyHash<V> = HashMap<u64, V, std::hash::BuildHasherDefault<KeyHashHasher>>;
 
 /// The identity hasher of [`ByKeyHash`]: takes the one `u64` written to it.
@@ -100,6 +114,8 @@ pub trait KeyedStore: Send {
     /// Bounds on every handle this store has handed out (for a snapshot): for each kind of
     /// handle it makes, the greatest it may have handed out so far.
     fn handles_issued(&self) -> Vec<RowHandle>;
+    /// Gives back memory its index grew to and no longer needs ([`spare_capacity_released`]).
+    fn release_spare_capacity(&mut self) {}
     /// Stores a snapshot's rows under the handles they carry (as [`export`](Self::export) visited
     /// them), each key hash's rows after those it has, in the order given; an archive that is not
     /// a row is an error (the store is then half filled, to be dropped). Handles the

@@ -14,6 +14,8 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+use crate::state::spare_capacity_released;
+
 pub struct DueQueue<T> {
     /// Per lane, timers in due order (each pushed no earlier than the one before it).
     lanes: Vec<VecDeque<T>>,
@@ -82,6 +84,19 @@ impl<T: Ord> DueQueue<T> {
 
     pub fn len(&self) -> usize {
         self.lanes.iter().map(VecDeque::len).sum::<usize>() + self.out_of_order.len()
+    }
+
+    /// Gives back the room that a burst of timers left behind (state/mod.rs,
+    /// [`spare_capacity_released`]).
+    pub fn release_spare_capacity(&mut self) {
+        for lane in &mut self.lanes {
+            if let Some(capacity) = spare_capacity_released(lane.capacity(), lane.len()) {
+                lane.shrink_to(capacity);
+            }
+        }
+        if let Some(capacity) = spare_capacity_released(self.out_of_order.capacity(), self.out_of_order.len()) {
+            self.out_of_order.shrink_to(capacity);
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -156,5 +171,20 @@ mod tests {
         assert_eq!(queue.out_of_order.len(), 1);
         let popped: Vec<_> = std::iter::from_fn(|| queue.pop()).take(8).collect();
         assert_eq!(popped, [0, 1, 2, 3, 4, 5, 5, 6]);
+    }
+
+    #[test]
+    fn room_left_by_a_burst_is_given_back_and_order_kept() {
+        let mut queue = DueQueue::new(2);
+        for t in 0..100_000 {
+            queue.push(t % 2, t);
+        }
+        queue.push(0, 7); // out of order
+        let popped: Vec<_> = std::iter::from_fn(|| queue.pop_if(|&t| t < 99_990)).collect();
+        assert_eq!(popped.len(), 99_991);
+        queue.release_spare_capacity();
+        assert!(queue.lanes.iter().all(|lane| lane.capacity() < 8192), "room for 5 kept, not for 50 000");
+        let rest: Vec<_> = std::iter::from_fn(|| queue.pop()).collect();
+        assert_eq!(rest, (99_990..100_000).collect::<Vec<_>>());
     }
 }

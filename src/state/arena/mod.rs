@@ -866,6 +866,12 @@ impl KeyedStore for ArenaStore {
     /// the index: a handle names a place only for rows this store wrote itself (so a store
     /// reopened from its files, without the snapshot, names a restored row by its place). A row
     /// the arena cannot take is kept in memory under its handle, as `insert` does.
+    fn release_spare_capacity(&mut self) {
+        if let Some(capacity) = super::spare_capacity_released(self.index.capacity(), self.index.len()) {
+            self.index.shrink_to(capacity);
+        }
+    }
+
     fn handles_issued(&self) -> Vec<RowHandle> {
         // Every segment so far had a number below `next_seq`; offsets are below 2^32.
         let arena = (self.segments.next_seq > 1).then(|| u64::from(self.segments.next_seq - 1) << 32 | 0xFFFF_FFFF);

@@ -793,3 +793,27 @@ fn emptied_keys_stay_for_their_next_row_until_they_outnumber_the_live_ones() {
     hot.iter().for_each(|&h| assert!(arena.discard(8_000, h).is_some()));
     assert!(!arena.index.contains_key(&8_000) && empty_keys_counted(&arena));
 }
+
+/// The index gives back the room a flood of keys left once they are gone.
+#[test]
+fn the_index_gives_back_room_left_by_a_flood_of_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut arena = ArenaStore::open_with(dir.path(), ArenaConfig::scratch()).unwrap();
+    let rows: Vec<(RowHandle, u64)> = (0..50_000)
+        .map(|i| {
+            let row = Row { key_hash: i, ..row(0, i, 10) };
+            (arena.insert(row, false), i)
+        })
+        .collect();
+    let flooded = arena.index.capacity();
+    assert!(flooded >= 50_000);
+    for &(handle, hash) in &rows[..49_000] {
+        assert!(arena.discard(hash, handle).is_some());
+    }
+    arena.release_spare_capacity();
+    assert!(arena.index.capacity() < flooded / 4, "{} of {flooded}", arena.index.capacity());
+    assert_eq!(arena.rows(), 1_000);
+    for &(handle, hash) in &rows[49_000..] {
+        assert!(arena.discard(hash, handle).is_some(), "the rows left are still found");
+    }
+}
