@@ -26,7 +26,7 @@
 use crate::config::operators::{Builder, Built, Input, join_type, output_schema, pair_condition, select};
 use crate::config::walk::{Errors, Table};
 use crate::record::frame::to_row;
-use crate::record::id::IdHasher;
+use crate::record::id::{IdHasher, PairIds};
 use crate::record::view::RowView;
 use crate::record::{ArchivedRow, Row};
 use crate::state::snapshot::{self, SavedStore, SnapshotError};
@@ -199,6 +199,8 @@ pub struct IntervalJoin {
     stale_timers: usize,
     seq: u64,
     ids: IdHasher,
+    /// Pair ids (`match` results), the operator's part of them written once.
+    pair_ids: PairIds,
     quality: Quality,
 }
 
@@ -210,6 +212,7 @@ impl IntervalJoin {
     /// A join keeping its left and right rows in these stores.
     pub fn with_state(spec: IntervalJoinSpec, state: [Box<dyn KeyedStore>; 2]) -> IntervalJoin {
         IntervalJoin {
+            pair_ids: PairIds::new(&spec.name),
             spec,
             watermark: Time::NEG_INF,
             state,
@@ -276,7 +279,7 @@ impl IntervalJoin {
 
     /// Emits `row` with every stored row of the other input it pairs with; true if any.
     fn match_stored(&mut self, input: usize, row: RowView<'_>, out: &mut Output) -> bool {
-        let IntervalJoin { spec, state, ids, .. } = self;
+        let IntervalJoin { spec, state, pair_ids, .. } = self;
         let mut matched = false;
         let (ts, key, key_hash) = (row.ts(), row.key(), row.key_hash());
         state[1 - input].scan_key(key, key_hash, &mut |stored| {
@@ -286,7 +289,7 @@ impl IntervalJoin {
                 return false;
             }
             matched = true;
-            let id = ids.pair(&spec.name, left.id(), right.id()).finish();
+            let id = pair_ids.id(left.id(), right.id());
             let ts = ts.max(stored.ts());
             // Projected from the two rows as they lie straight into the result's archive.
             let rows = [Some(left), Some(right)];
