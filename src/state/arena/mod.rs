@@ -742,11 +742,12 @@ impl KeyedStore for ArenaStore {
 
     fn scan_key(&mut self, key: KeyRef<'_>, key_hash: u64, visit: &mut dyn FnMut(RowView<'_>) -> bool) {
         let Some(entries) = self.index.get_mut(&key_hash) else { return };
-        for entry in entries.iter_mut() {
+        let segments = &mut self.segments;
+        entries.for_each_mut(|entry| {
             let hit = match &entry.place {
                 Place::Memory(row) => row.key.key_ref() == key && visit(RowView::Heap(row)),
                 &Place::Arena { slot, off, .. } => {
-                    let Some(row) = self.segments.row(slot, off) else { continue };
+                    let Some(row) = segments.row(slot, off) else { return };
                     KeyRef::archived(&row.key) == key && visit(RowView::Archived(row))
                 }
             };
@@ -754,13 +755,13 @@ impl KeyedStore for ArenaStore {
                 entry.matched = true;
                 // Only a reopened store reads the flag in the record (a scratch one never is).
                 if let Place::Arena { slot, off, .. } = entry.place
-                    && self.segments.config.recoverable
-                    && let Some(segment) = self.segments.get_mut(slot)
+                    && segments.config.recoverable
+                    && let Some(segment) = segments.get_mut(slot)
                 {
                     segment.set_matched(off as usize);
                 }
             }
-        }
+        });
     }
 
     fn remove(&mut self, key_hash: u64, handle: RowHandle) -> Option<Removed> {
