@@ -200,7 +200,7 @@ pub struct IntervalJoin {
     /// Rows of each input waiting for partners: in memory, or in a shard's arenas.
     state: [Box<dyn KeyedStore>; 2],
     /// Stored rows' last chances, one lane per input (time/due.rs).
-    timers: DueQueue<Timer>,
+    timers: DueQueue<Timer, 2>,
     /// Timers whose row left before its last chance (`ttl` or the state budget): a no-op when
     /// they fire, dropped in one pass once they are half the heap.
     stale_timers: usize,
@@ -223,7 +223,7 @@ impl IntervalJoin {
             spec,
             watermark: Time::NEG_INF,
             state,
-            timers: DueQueue::new(2),
+            timers: DueQueue::new(),
             stale_timers: 0,
             seq: 0,
             ids: IdHasher::default(),
