@@ -26,7 +26,7 @@
 use crate::config::operators::{Builder, Built, Input, join_type, output_schema, pair_condition, select};
 use crate::config::walk::{Errors, Table};
 use crate::record::frame::to_row;
-use crate::record::id::IdHasher;
+use crate::record::id::{IdHasher, PairIds};
 use crate::record::view::RowView;
 use crate::record::{ArchivedRow, Row};
 use crate::state::snapshot::{self, SavedStore, SnapshotError, StoreView};
@@ -92,8 +92,15 @@ impl IntervalJoinSpec {
     }
 
     fn pairs(&self, left_ts: i64, right_ts: i64) -> bool {
-        let (l, r) = (i128::from(left_ts), i128::from(right_ts));
-        l + i128::from(self.lower) <= r && r <= l + i128::from(self.upper)
+        // `l + lower′ ≤ r ≤ l + upper′` is `lower′ ≤ r − l ≤ upper′`: in i64 when the difference
+        // fits (event times in milliseconds always do), else exactly in i128.
+        match right_ts.checked_sub(left_ts) {
+            Some(d) => self.lower <= d && d <= self.upper,
+            None => {
+                let (l, r) = (i128::from(left_ts), i128::from(right_ts));
+                l + i128::from(self.lower) <= r && r <= l + i128::from(self.upper)
+            }
+        }
     }
 
     /// The watermark a row of `input` with event time `ts` is kept up to (rule 8).
@@ -193,12 +200,14 @@ pub struct IntervalJoin {
     /// Rows of each input waiting for partners: in memory, or in a shard's arenas.
     state: [Box<dyn KeyedStore>; 2],
     /// Stored rows' last chances, one lane per input (time/due.rs).
-    timers: DueQueue<Timer>,
+    timers: DueQueue<Timer, 2>,
     /// Timers whose row left before its last chance (`ttl` or the state budget): a no-op when
     /// they fire, dropped in one pass once they are half the heap.
     stale_timers: usize,
     seq: u64,
     ids: IdHasher,
+    /// Pair ids (`match` results), the operator's part of them written once.
+    pair_ids: PairIds,
     quality: Quality,
 }
 
@@ -249,10 +258,11 @@ impl IntervalJoin {
     /// A join keeping its left and right rows in these stores.
     pub fn with_state(spec: IntervalJoinSpec, state: [Box<dyn KeyedStore>; 2]) -> IntervalJoin {
         IntervalJoin {
+            pair_ids: PairIds::new(&spec.name),
             spec,
             watermark: Time::NEG_INF,
             state,
-            timers: DueQueue::new(2),
+            timers: DueQueue::new(),
             stale_timers: 0,
             seq: 0,
             ids: IdHasher::default(),
@@ -315,18 +325,21 @@ impl IntervalJoin {
 
     /// Emits `row` with every stored row of the other input it pairs with; true if any.
     fn match_stored(&mut self, input: usize, row: RowView<'_>, out: &mut Output) -> bool {
-        let IntervalJoin { spec, state, ids, .. } = self;
+        let IntervalJoin { spec, state, pair_ids, .. } = self;
         let mut matched = false;
-        let (ts, key, key_hash) = (row.ts(), row.key(), row.key_hash());
+        // The incoming row's fields are read once, not at every stored row it meets.
+        let (ts, id, key, key_hash) = (row.ts(), row.id(), row.key(), row.key_hash());
         state[1 - input].scan_key(key, key_hash, &mut |stored| {
+            let stored_ts = stored.ts();
             let (left, right) = if input == LEFT { (row, stored) } else { (stored, row) };
-            if !spec.pairs(left.ts(), right.ts()) || spec.condition.as_ref().is_some_and(|c| !c.eval_views(left, right))
-            {
+            let (left_ts, right_ts) = if input == LEFT { (ts, stored_ts) } else { (stored_ts, ts) };
+            if !spec.pairs(left_ts, right_ts) || spec.condition.as_ref().is_some_and(|c| !c.eval_views(left, right)) {
                 return false;
             }
             matched = true;
-            let id = ids.pair(&spec.name, left.id(), right.id()).finish();
-            let ts = ts.max(stored.ts());
+            let (left_id, right_id) = if input == LEFT { (id, stored.id()) } else { (stored.id(), id) };
+            let id = pair_ids.id(left_id, right_id);
+            let ts = ts.max(stored_ts);
             // Projected from the two rows as they lie straight into the result's archive.
             let rows = [Some(left), Some(right)];
             spec.projection.archive(&mut out.archived, ts, id, key, key_hash, rows, ResultKind::Match);
@@ -649,6 +662,19 @@ mod tests {
         j.on_row(RIGHT, row(899, 4), &mut out);
         j.on_row(RIGHT, row(1201, 5), &mut out);
         assert_eq!(kinds(&out), [(ResultKind::Match, 1000), (ResultKind::Match, 1200)]);
+    }
+
+    /// `pairs` is exact to the ends of i64, where `r − l` no longer fits one.
+    #[test]
+    fn the_bounds_hold_exactly_at_the_ends_of_the_time_range() {
+        let spec = join(-100, 200, JoinType::Inner).spec;
+        let (min, max) = (i64::MIN, i64::MAX);
+        assert!(spec.pairs(max - 200, max) && !spec.pairs(max - 201, max));
+        assert!(spec.pairs(min + 100, min) && !spec.pairs(min + 101, min));
+        assert!(!spec.pairs(min, max) && !spec.pairs(max, min), "differences past i64");
+        let wide = join(min, max, JoinType::Inner).spec;
+        assert!(wide.pairs(0, max) && wide.pairs(-1, max - 1) && wide.pairs(0, min));
+        assert!(!wide.pairs(min, max) && !wide.pairs(max, min));
     }
 
     #[test]

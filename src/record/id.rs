@@ -103,15 +103,46 @@ impl IdHasher {
             self.begin().str(operator).str("match");
             self.pair_prefix = prefix;
         }
-        // The bytes of `.u64(left).u64(right)` in one piece: one capacity check, not four.
-        let mut ids = [b'u'; 18];
-        ids[1..9].copy_from_slice(&left.to_le_bytes());
-        ids[10..].copy_from_slice(&right.to_le_bytes());
-        self.buf.extend_from_slice(&ids);
+        push_pair_ids(&mut self.buf, left, right);
         self
     }
 
     pub fn finish(&self) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(&self.buf)
+    }
+}
+
+/// The bytes of `.u64(left).u64(right)` in one piece: one capacity check, not four.
+fn push_pair_ids(buf: &mut Vec<u8>, left: u64, right: u64) {
+    let mut ids = [b'u'; 18];
+    ids[1..9].copy_from_slice(&left.to_le_bytes());
+    ids[10..].copy_from_slice(&right.to_le_bytes());
+    buf.extend_from_slice(&ids);
+}
+
+/// The ids of one operator's join pairs: [`IdHasher::pair`]'s bytes with the operator's part
+/// written once, when it is made. A join that owns one writes only the two ids per pair, where a
+/// shared hasher compares the operator's name at every pair to know its part is still there.
+#[derive(Clone, Debug)]
+pub struct PairIds {
+    buf: Vec<u8>,
+    /// Bytes of the operator's part at the start of `buf`.
+    prefix: usize,
+}
+
+impl PairIds {
+    pub fn new(operator: &str) -> PairIds {
+        let mut ids = IdHasher::default();
+        ids.begin().str(operator).str("match");
+        let prefix = ids.buf.len();
+        PairIds { buf: ids.buf, prefix }
+    }
+
+    /// The id of the pair of rows `left` and `right`: `IdHasher::pair(operator, left, right)`
+    /// finished.
+    pub fn id(&mut self, left: u64, right: u64) -> u64 {
+        self.buf.truncate(self.prefix);
+        push_pair_ids(&mut self.buf, left, right);
         xxhash_rust::xxh3::xxh3_64(&self.buf)
     }
 }
@@ -153,6 +184,13 @@ mod tests {
         // Other ids in between start over.
         ids.begin().str("effect").str("left_only").u64(1).finish();
         assert_eq!(ids.pair("effect", 1, 2).finish(), spelled("effect", 1, 2));
+        // One operator's own pair ids are the same bytes.
+        for op in ["effect", "", "a longer operator name than most"] {
+            let mut pairs = PairIds::new(op);
+            for (l, r) in [(1, 2), (3, 4), (u64::MAX, 0)] {
+                assert_eq!(pairs.id(l, r), spelled(op, l, r), "{op} {l} {r}");
+            }
+        }
     }
 
     #[test]

@@ -116,9 +116,10 @@ pub struct Format {
 }
 
 impl Format {
-    /// Bytes a record with a `len`-byte payload takes.
+    /// Bytes a record with a `len`-byte payload takes. `align` is a power of two
+    /// ([`supported`]): rounded up with a mask, where `next_multiple_of` divided by it.
     pub const fn record_size(&self, len: usize) -> usize {
-        self.record_header + len.next_multiple_of(self.align)
+        self.record_header + ((len + self.align - 1) & !(self.align - 1))
     }
 
     /// Where the covered header bytes start: after the seq or the flags.
@@ -548,10 +549,14 @@ impl Segment {
 }
 
 /// Refuses a format whose records this module cannot pad: their padding and end mark are written
-/// from [`ZEROS`] (checked once per segment, so an append can rely on it).
+/// from [`ZEROS`], and [`Format::record_size`] rounds with a mask (checked once per segment, so an
+/// append can rely on it).
 fn supported(format: &Format, path: &Path) -> Result<(), MappedFileError> {
-    if format.align > MAX_ALIGN {
-        let source = std::io::Error::other(format!("records aligned to {} bytes, more than {MAX_ALIGN}", format.align));
+    if format.align > MAX_ALIGN || !format.align.is_power_of_two() {
+        let source = std::io::Error::other(format!(
+            "records aligned to {} bytes: not a power of two up to {MAX_ALIGN}",
+            format.align
+        ));
         return Err(MappedFileError::Io { path: path.to_owned(), source });
     }
     Ok(())

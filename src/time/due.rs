@@ -16,9 +16,10 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use crate::state::spare_capacity_released;
 
-pub struct DueQueue<T> {
-    /// Per lane, timers in due order (each pushed no earlier than the one before it).
-    lanes: Vec<VecDeque<T>>,
+pub struct DueQueue<T, const LANES: usize> {
+    /// Per lane, timers in due order (each pushed no earlier than the one before it). An array,
+    /// not a `Vec`: the look at every lane's front on each pop is unrolled, with no bounds to load.
+    lanes: [VecDeque<T>; LANES],
     /// Timers that arrived before one already queued in their lane.
     out_of_order: BinaryHeap<Reverse<T>>,
 }
@@ -30,12 +31,18 @@ enum Place {
     OutOfOrder,
 }
 
-impl<T: Ord> DueQueue<T> {
-    pub fn new(lanes: usize) -> DueQueue<T> {
-        DueQueue { lanes: (0..lanes).map(|_| VecDeque::new()).collect(), out_of_order: BinaryHeap::new() }
+impl<T: Ord, const LANES: usize> Default for DueQueue<T, LANES> {
+    fn default() -> Self {
+        DueQueue::new()
+    }
+}
+
+impl<T: Ord, const LANES: usize> DueQueue<T, LANES> {
+    pub fn new() -> DueQueue<T, LANES> {
+        DueQueue { lanes: std::array::from_fn(|_| VecDeque::new()), out_of_order: BinaryHeap::new() }
     }
 
-    /// Queues `timer` in `lane` (< the number of lanes the queue was made with).
+    /// Queues `timer` in `lane` (< `LANES`).
     pub fn push(&mut self, lane: usize, timer: T) {
         let queue = &mut self.lanes[lane];
         if queue.back().is_none_or(|last| *last <= timer) {
@@ -128,7 +135,7 @@ mod tests {
         /// however out of order they were pushed, with pushes and pops interleaved.
         #[test]
         fn pops_in_the_order_of_one_heap(ops in prop::collection::vec((0usize..3, 0i64..40, any::<bool>()), 0..300)) {
-            let mut queue: DueQueue<(i64, usize)> = DueQueue::new(3);
+            let mut queue: DueQueue<(i64, usize), 3> = DueQueue::new();
             let mut heap: BinaryHeap<Reverse<(i64, usize)>> = BinaryHeap::new();
             for (seq, (lane, due, pop)) in ops.into_iter().enumerate() {
                 if pop {
@@ -162,7 +169,7 @@ mod tests {
 
     #[test]
     fn in_order_timers_never_touch_the_heap() {
-        let mut queue = DueQueue::new(2);
+        let mut queue: DueQueue<_, 2> = DueQueue::new();
         for t in 0..100 {
             queue.push(t % 2, t);
         }
@@ -175,7 +182,7 @@ mod tests {
 
     #[test]
     fn room_left_by_a_burst_is_given_back_and_order_kept() {
-        let mut queue = DueQueue::new(2);
+        let mut queue: DueQueue<_, 2> = DueQueue::new();
         for t in 0..100_000 {
             queue.push(t % 2, t);
         }

@@ -92,8 +92,13 @@ impl KeyRows {
         self.inline.iter().map_while(Option::as_ref).chain(&self.spilled)
     }
 
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Entry> {
-        self.inline.iter_mut().map_while(Option::as_mut).chain(&mut self.spilled)
+    /// Calls `f` on each entry, oldest first: a loop over each part, where a chained iterator
+    /// asked which part it was in at every step of a scan.
+    pub fn for_each_mut(&mut self, mut f: impl FnMut(&mut Entry)) {
+        for entry in self.inline.iter_mut().map_while(Option::as_mut) {
+            f(entry);
+        }
+        self.spilled.iter_mut().for_each(f);
     }
 }
 
@@ -152,7 +157,10 @@ mod tests {
                 }
                 if let Some(last) = model.len().checked_sub(1) {
                     rows.get_mut(last).unwrap().matched = true;
-                    prop_assert!(rows.iter_mut().last().unwrap().matched);
+                    let mut seen = Vec::new();
+                    rows.for_each_mut(|e| seen.push((e.handle, e.matched)));
+                    prop_assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), handles(&rows));
+                    prop_assert_eq!(seen.last().map(|s| s.1), Some(true));
                     rows.get_mut(last).unwrap().matched = false;
                 }
             }

@@ -492,8 +492,7 @@ impl ArenaStore {
     pub fn try_insert(&mut self, row: &Row, matched: bool) -> Result<RowHandle, ArenaError> {
         let payload = self.encoder.encode(row)?;
         let size = record_size(payload.len());
-        let (slot, off) = self.segments.append(payload, size, row.key_hash, row.ts, matched)?;
-        let handle = self.segments.handle(slot, off);
+        let (slot, off, handle) = self.segments.append(payload, size, row.key_hash, row.ts, matched)?;
         Ok(self.indexed(slot, off, size, row.key_hash, matched, handle))
     }
 
@@ -509,8 +508,8 @@ impl ArenaStore {
         handle: Option<RowHandle>,
     ) -> Result<RowHandle, ArenaError> {
         let size = record_size(bytes.len());
-        let (slot, off) = self.segments.append(bytes, size, key_hash, ts, matched)?;
-        let handle = handle.unwrap_or_else(|| self.segments.handle(slot, off));
+        let (slot, off, place_handle) = self.segments.append(bytes, size, key_hash, ts, matched)?;
+        let handle = handle.unwrap_or(place_handle);
         Ok(self.indexed(slot, off, size, key_hash, matched, handle))
     }
 
@@ -643,7 +642,7 @@ impl ArenaStore {
             let matched = self.index.get(&key_hash).and_then(|entries| entries.get(at)).is_some_and(|e| e.matched);
             let size = record_size(self.moving.len());
             let moved = self.segments.append(&self.moving, size, key_hash, ts, matched);
-            let Ok((new_slot, new_off)) = moved else { return };
+            let Ok((new_slot, new_off, _)) = moved else { return };
             if let Some(entry) = self.index.get_mut(&key_hash).and_then(|entries| entries.get_mut(at)) {
                 entry.place = Place::Arena { slot: new_slot, off: new_off as u32, size: size as u32 };
             }
@@ -766,11 +765,12 @@ impl KeyedStore for ArenaStore {
 
     fn scan_key(&mut self, key: KeyRef<'_>, key_hash: u64, visit: &mut dyn FnMut(RowView<'_>) -> bool) {
         let Some(entries) = self.index.get_mut(&key_hash) else { return };
-        for entry in entries.iter_mut() {
+        let segments = &mut self.segments;
+        entries.for_each_mut(|entry| {
             let hit = match &entry.place {
                 Place::Memory(row) => row.key.key_ref() == key && visit(RowView::Heap(row)),
                 &Place::Arena { slot, off, .. } => {
-                    let Some(row) = self.segments.row(slot, off) else { continue };
+                    let Some(row) = segments.row(slot, off) else { return };
                     KeyRef::archived(&row.key) == key && visit(RowView::Archived(row))
                 }
             };
@@ -778,13 +778,13 @@ impl KeyedStore for ArenaStore {
                 entry.matched = true;
                 // Only a reopened store reads the flag in the record (a scratch one never is).
                 if let Place::Arena { slot, off, .. } = entry.place
-                    && self.segments.config.recoverable
-                    && let Some(segment) = self.segments.get_mut(slot)
+                    && segments.config.recoverable
+                    && let Some(segment) = segments.get_mut(slot)
                 {
                     segment.set_matched(off as usize);
                 }
             }
-        }
+        });
     }
 
     fn remove(&mut self, key_hash: u64, handle: RowHandle) -> Option<Removed> {
@@ -940,11 +940,6 @@ impl Segments {
         self.slots.get_mut(slot as usize).and_then(Option::as_mut)
     }
 
-    fn handle(&self, slot: u32, off: usize) -> RowHandle {
-        let seq = self.get(slot).map_or(0, |s| s.seq);
-        u64::from(seq) << 32 | off as u64
-    }
-
     /// The row of an index entry, read in place. `None` only if the index named a segment that
     /// is gone, which the invariants rule out (a segment is recycled once no entry names it).
     fn row(&self, slot: u32, off: u32) -> Option<&frame::ArchivedRow> {
@@ -965,7 +960,8 @@ impl Segments {
     }
 
     /// Appends a record of `size` bytes, starting a new segment if it does not fit the active
-    /// one; (slot, offset).
+    /// one; (slot, offset, the handle of that place: the segment's sequence number and the
+    /// offset, read while the segment is at hand).
     fn append(
         &mut self,
         payload: &[u8],
@@ -973,7 +969,7 @@ impl Segments {
         key_hash: u64,
         ts: i64,
         matched: bool,
-    ) -> Result<(u32, usize), ArenaError> {
+    ) -> Result<(u32, usize, RowHandle), ArenaError> {
         let fits = self.get(self.active).is_some_and(|s| s.fits(size));
         if !fits {
             let segment = self.next_segment(size)?;
@@ -986,7 +982,8 @@ impl Segments {
         let Some(segment) = self.get_mut(active) else {
             return Err(ArenaError::Damaged { path: self.dir.clone(), reason: "no active segment".into() });
         };
-        Ok((active, segment.append(payload, key_hash, ts, matched)?))
+        let off = segment.append(payload, key_hash, ts, matched)?;
+        Ok((active, off, u64::from(segment.seq) << 32 | off as u64))
     }
 
     /// Marks the record dead (`size`: its bytes); its size. Recycles its segment when that was
