@@ -9,7 +9,7 @@
 //! - stored rows (interval and temporal joins' rows and versions, connect's keyed state — the
 //!   threshold's limits, reconcile's sides): an arena counts the **segment files it maps** (in
 //!   use and its spare: every one is RAM on the tmpfs scratch), not the records in them, plus its
-//!   in-memory index (a slot per key holding its first rows' entries, 32 bytes per row beyond) and
+//!   in-memory index (a slot per key holding its first rows' entries, 24 bytes per row beyond) and
 //!   any row kept on the heap; a [`MemoryStore`](super::MemoryStore) its rows' bytes plus index;
 //! - the windows of window joins, cogroups and window aggregates, absence's keys and pending
 //!   rows, the joins' timers: each kind's `state_bytes` (plus 48 bytes per timer).

@@ -138,20 +138,27 @@ pub trait KeyedStore: Send {
     fn contains(&self, key_hash: u64, handle: RowHandle) -> bool;
 }
 
-/// Bytes of a row's index entry, in [`MemoryStore`] and the arena alike.
+/// Bytes of a row's index entry in [`MemoryStore`] (the arena's are its own `ENTRY_BYTES`).
 pub const INDEX_ENTRY_BYTES: usize = 32;
 
-/// Heap bytes of an index of `keys` key hashes holding `rows` row entries, when each key takes
-/// `key_bytes` with room for `entries_per_key` entries in them, and every entry beyond those
-/// [`INDEX_ENTRY_BYTES`]. An estimate of the allocations, not of the allocator's overhead.
-pub fn index_bytes_of(keys: usize, rows: usize, key_bytes: usize, entries_per_key: usize) -> usize {
-    keys * key_bytes + rows.saturating_sub(keys * entries_per_key) * INDEX_ENTRY_BYTES
+/// The shape of an index, for [`index_bytes_of`]: each key takes `key_bytes` with room for
+/// `entries_per_key` entries in them, and every entry beyond those `entry_bytes`.
+pub struct IndexShape {
+    pub key_bytes: usize,
+    pub entries_per_key: usize,
+    pub entry_bytes: usize,
+}
+
+/// Heap bytes of an index of `keys` key hashes holding `rows` row entries. An estimate of the
+/// allocations, not of the allocator's overhead.
+pub fn index_bytes_of(keys: usize, rows: usize, shape: IndexShape) -> usize {
+    keys * shape.key_bytes + rows.saturating_sub(keys * shape.entries_per_key) * shape.entry_bytes
 }
 
 /// [`index_bytes_of`] for a hash-map slot and a deque per key (its first allocation: 4 entries).
 pub fn index_bytes(keys: usize, rows: usize) -> usize {
     const KEY: usize = std::mem::size_of::<(u64, VecDeque<u64>)>() + 1 + 4 * INDEX_ENTRY_BYTES;
-    index_bytes_of(keys, rows, KEY, 4)
+    index_bytes_of(keys, rows, IndexShape { key_bytes: KEY, entries_per_key: 4, entry_bytes: INDEX_ENTRY_BYTES })
 }
 
 struct Entry {

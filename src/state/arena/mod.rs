@@ -50,7 +50,7 @@
 //!
 //! # Index, handles, counts
 //!
-//! In memory: key hash → the rows with that hash in insertion order, each an entry of 32 bytes
+//! In memory: key hash → the rows with that hash in insertion order, each an entry of 24 bytes
 //! (handle, where the record is, matched flag); a key's first two entries lie in its hash-map slot
 //! ([`key_rows`]), the rest in a deque. A row's [`RowHandle`] is `seq << 32 | offset`:
 //! unique for the store's life and the same after a restart. A row restored from a snapshot
@@ -294,24 +294,51 @@ pub struct HighWater {
     pub offset: u32,
 }
 
+/// Where a row lies, and its matched flag: the flag sits in each variant, in the byte after the
+/// tag, so a place is 16 bytes and an entry 24 (as a field of the entry it took 32, a third of
+/// the index's slots at 10 k keys: BENCHMARKS.md "Index entries of 24 bytes").
 enum Place {
     /// `size`: the record's bytes, so a row leaving needs no read of its header.
     Arena {
         slot: u32,
         off: u32,
         size: u32,
+        matched: bool,
     },
-    Memory(Box<Row>),
+    Memory {
+        row: Box<Row>,
+        matched: bool,
+    },
 }
 
 struct Entry {
     handle: RowHandle,
-    matched: bool,
     place: Place,
 }
 
-// `index_bytes` counts an entry as `INDEX_ENTRY_BYTES`, its size on 64-bit targets.
-const _: () = assert!(std::mem::size_of::<Entry>() <= super::INDEX_ENTRY_BYTES);
+impl Entry {
+    fn in_arena(handle: RowHandle, matched: bool, slot: u32, off: usize, size: usize) -> Entry {
+        Entry { handle, place: Place::Arena { slot, off: off as u32, size: size as u32, matched } }
+    }
+
+    fn matched(&self) -> bool {
+        match self.place {
+            Place::Arena { matched, .. } | Place::Memory { matched, .. } => matched,
+        }
+    }
+
+    fn set_matched(&mut self, to: bool) {
+        match &mut self.place {
+            Place::Arena { matched, .. } | Place::Memory { matched, .. } => *matched = to,
+        }
+    }
+}
+
+/// An index entry's bytes on 64-bit targets, as `key_rows::index_bytes` counts it; in a key's
+/// map slot (`Option<Entry>`, the tag's niche) as in its deque.
+pub(super) const ENTRY_BYTES: usize = 24;
+const _: () = assert!(std::mem::size_of::<Entry>() == ENTRY_BYTES);
+const _: () = assert!(std::mem::size_of::<Option<Entry>>() == ENTRY_BYTES);
 
 /// The segment files of a store.
 struct Segments {
@@ -458,9 +485,11 @@ impl ArenaStore {
             let (index, rows, bytes) = (&mut store.index, &mut store.rows, &mut store.bytes);
             let walk = segment.walk(|off, size, matched, row| {
                 let handle = u64::from(seq) << 32 | off as u64;
-                let place = Place::Arena { slot, off: off as u32, size: size as u32 };
                 // A fresh index has no emptied keys: no count to keep.
-                index.entry(row.key_hash.to_native()).or_default().push_back(Entry { handle, matched, place });
+                index
+                    .entry(row.key_hash.to_native())
+                    .or_default()
+                    .push_back(Entry::in_arena(handle, matched, slot, off, size));
                 *rows += 1;
                 *bytes += size;
             })?;
@@ -522,8 +551,7 @@ impl ArenaStore {
         matched: bool,
         handle: RowHandle,
     ) -> RowHandle {
-        let place = Place::Arena { slot, off: off as u32, size: size as u32 };
-        self.entries_of(key_hash).push_back(Entry { handle, matched, place });
+        self.entries_of(key_hash).push_back(Entry::in_arena(handle, matched, slot, off, size));
         self.rows += 1;
         self.bytes += size;
         if let Some(left) = self.segments.left_active.take() {
@@ -639,12 +667,12 @@ impl ArenaStore {
             let Some(payload) = self.segments.payload(slot, off as u32) else { return };
             self.moving.clear();
             self.moving.extend_from_slice(payload);
-            let matched = self.index.get(&key_hash).and_then(|entries| entries.get(at)).is_some_and(|e| e.matched);
+            let matched = self.index.get(&key_hash).and_then(|entries| entries.get(at)).is_some_and(Entry::matched);
             let size = record_size(self.moving.len());
             let moved = self.segments.append(&self.moving, size, key_hash, ts, matched);
             let Ok((new_slot, new_off, _)) = moved else { return };
             if let Some(entry) = self.index.get_mut(&key_hash).and_then(|entries| entries.get_mut(at)) {
-                entry.place = Place::Arena { slot: new_slot, off: new_off as u32, size: size as u32 };
+                entry.place = Place::Arena { slot: new_slot, off: new_off as u32, size: size as u32, matched };
             }
             self.bytes += size;
             self.bytes -= self.segments.release(slot, off, size);
@@ -743,7 +771,7 @@ impl ArenaStore {
         self.bytes += row.size_bytes();
         self.memory_bytes += row.size_bytes();
         let key_hash = row.key_hash;
-        self.entries_of(key_hash).push_back(Entry { handle, matched, place: Place::Memory(Box::new(row)) });
+        self.entries_of(key_hash).push_back(Entry { handle, place: Place::Memory { row: Box::new(row), matched } });
         handle
     }
 }
@@ -768,14 +796,14 @@ impl KeyedStore for ArenaStore {
         let segments = &mut self.segments;
         entries.for_each_mut(|entry| {
             let hit = match &entry.place {
-                Place::Memory(row) => row.key.key_ref() == key && visit(RowView::Heap(row)),
+                Place::Memory { row, .. } => row.key.key_ref() == key && visit(RowView::Heap(row)),
                 &Place::Arena { slot, off, .. } => {
                     let Some(row) = segments.row(slot, off) else { return };
                     KeyRef::archived(&row.key) == key && visit(RowView::Archived(row))
                 }
             };
-            if hit && !entry.matched {
-                entry.matched = true;
+            if hit && !entry.matched() {
+                entry.set_matched(true);
                 // Only a reopened store reads the flag in the record (a scratch one never is).
                 if let Place::Arena { slot, off, .. } = entry.place
                     && segments.config.recoverable
@@ -788,13 +816,14 @@ impl KeyedStore for ArenaStore {
     }
 
     fn remove(&mut self, key_hash: u64, handle: RowHandle) -> Option<Removed> {
-        let Entry { matched, place, .. } = self.unindex(key_hash, handle)?;
-        let row = match place {
-            Place::Memory(row) => {
+        let entry = self.unindex(key_hash, handle)?;
+        let matched = entry.matched();
+        let row = match entry.place {
+            Place::Memory { row, .. } => {
                 self.forget_memory_row(&row);
                 *row
             }
-            Place::Arena { slot, off, size } => {
+            Place::Arena { slot, off, size, .. } => {
                 let row = self.segments.row(slot, off).map(frame::to_row)?;
                 self.release(slot, off, size);
                 row
@@ -804,13 +833,14 @@ impl KeyedStore for ArenaStore {
     }
 
     fn take(&mut self, key_hash: u64, handle: RowHandle, visit: &mut dyn FnMut(RowView<'_>, bool)) -> bool {
-        let Some(Entry { matched, place, .. }) = self.unindex(key_hash, handle) else { return false };
-        match place {
-            Place::Memory(row) => {
+        let Some(entry) = self.unindex(key_hash, handle) else { return false };
+        let matched = entry.matched();
+        match entry.place {
+            Place::Memory { row, .. } => {
                 self.forget_memory_row(&row);
                 visit(RowView::Heap(&row), matched);
             }
-            Place::Arena { slot, off, size } => {
+            Place::Arena { slot, off, size, .. } => {
                 if let Some(row) = self.segments.row(slot, off) {
                     visit(RowView::Archived(row), matched);
                 }
@@ -821,10 +851,11 @@ impl KeyedStore for ArenaStore {
     }
 
     fn discard(&mut self, key_hash: u64, handle: RowHandle) -> Option<bool> {
-        let Entry { matched, place, .. } = self.unindex(key_hash, handle)?;
-        match place {
-            Place::Memory(row) => self.forget_memory_row(&row),
-            Place::Arena { slot, off, size } => self.release(slot, off, size),
+        let entry = self.unindex(key_hash, handle)?;
+        let matched = entry.matched();
+        match entry.place {
+            Place::Memory { row, .. } => self.forget_memory_row(&row),
+            Place::Arena { slot, off, size, .. } => self.release(slot, off, size),
         }
         Some(matched)
     }
@@ -833,7 +864,7 @@ impl KeyedStore for ArenaStore {
         let Some(entries) = self.index.get(&key_hash) else { return };
         for entry in entries.iter() {
             let go_on = match &entry.place {
-                Place::Memory(row) => row.key != *key || visit(entry.handle, row),
+                Place::Memory { row, .. } => row.key != *key || visit(entry.handle, row),
                 &Place::Arena { slot, off, .. } => {
                     let Some(row) = self.segments.row(slot, off) else { continue };
                     KeyRef::archived(&row.key) != key.key_ref() || visit(entry.handle, &frame::to_row(row))
@@ -850,10 +881,10 @@ impl KeyedStore for ArenaStore {
         for entries in self.index.values() {
             for entry in entries.iter() {
                 match &entry.place {
-                    Place::Memory(row) => visit(entry.handle, entry.matched, encoder.encode(&**row)?),
+                    Place::Memory { row, .. } => visit(entry.handle, entry.matched(), encoder.encode(&**row)?),
                     &Place::Arena { slot, off, .. } => {
                         if let Some(archive) = self.segments.payload(slot, off) {
-                            visit(entry.handle, entry.matched, archive);
+                            visit(entry.handle, entry.matched(), archive);
                         }
                     }
                 }
@@ -915,7 +946,7 @@ impl KeyedStore for ArenaStore {
         for (&key_hash, entries) in &self.index {
             for entry in entries.iter() {
                 let (ts, id) = match &entry.place {
-                    Place::Memory(row) => (row.ts, row.id),
+                    Place::Memory { row, .. } => (row.ts, row.id),
                     &Place::Arena { slot, off, .. } => match self.segments.row(slot, off) {
                         Some(row) => (row.ts.to_native(), row.id.to_native()),
                         None => continue,

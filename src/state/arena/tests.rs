@@ -48,10 +48,10 @@ fn snapshot(store: &ArenaStore) -> Snapshot {
                 .iter()
                 .map(|e| {
                     let row = match &e.place {
-                        Place::Memory(row) => (**row).clone(),
+                        Place::Memory { row, .. } => (**row).clone(),
                         &Place::Arena { slot, off, .. } => frame::to_row(store.segments.row(slot, off).unwrap()),
                     };
-                    (e.handle, row, e.matched)
+                    (e.handle, row, e.matched())
                 })
                 .collect();
             (hash, rows)
