@@ -554,24 +554,33 @@ impl ArenaStore {
         let entry = entries.remove(at)?;
         if entries.is_empty() {
             if entries.spilled_capacity() > EMPTY_KEY_CAPACITY {
-                self.index.remove(&key_hash);
+                self.drop_key(key_hash);
             } else {
                 self.empty_keys += 1;
-                self.drop_empty_keys_if_many();
+                let live_keys = self.index.len() - self.empty_keys;
+                if self.empty_keys > live_keys + EMPTY_KEYS_KEPT {
+                    self.drop_empty_keys();
+                }
             }
         }
         self.rows -= 1;
         Some(entry)
     }
 
-    /// Drops the emptied keys in one pass once they outnumber the keys with rows by more than
+    /// Drops an emptied hot key's slot, letting its large deque go. Cold, as is
+    /// [`drop_empty_keys`](Self::drop_empty_keys): out of line, neither makes every row leaving
+    /// pay for its stack frame.
+    #[cold]
+    fn drop_key(&mut self, key_hash: u64) {
+        self.index.remove(&key_hash);
+    }
+
+    /// Drops the emptied keys in one pass, once they outnumber the keys with rows by more than
     /// [`EMPTY_KEYS_KEPT`] (amortised O(1) per emptied key).
-    fn drop_empty_keys_if_many(&mut self) {
-        let live_keys = self.index.len() - self.empty_keys;
-        if self.empty_keys > live_keys + EMPTY_KEYS_KEPT {
-            self.index.retain(|_, entries| !entries.is_empty());
-            self.empty_keys = 0;
-        }
+    #[cold]
+    fn drop_empty_keys(&mut self) {
+        self.index.retain(|_, entries| !entries.is_empty());
+        self.empty_keys = 0;
     }
 
     /// A row kept in memory left the store.
@@ -583,26 +592,35 @@ impl ArenaStore {
 
     /// An arena row left the store (its index entry is gone): its record is marked dead, and
     /// its segment recycled when that was its last live record, or compacted when it has become
-    /// mostly dead (module doc, "Compaction").
+    /// mostly dead (module doc, "Compaction"). Inlined into the three ways a row leaves.
+    #[inline(always)]
     fn release(&mut self, slot: u32, off: u32, size: u32) {
-        self.bytes -= self.segments.release(slot, off as usize, size as usize);
-        self.note_sparse(slot);
+        let Some(sparse) = self.segments.release(slot, off as usize, size as usize) else { return };
+        self.bytes -= size as usize;
+        if sparse {
+            self.found_sparse(slot);
+        }
     }
 
     /// Notes `slot` if it has become sparse; compacts the oldest sparse segments while more than
     /// [`SPARSE_KEPT`] are (module doc, "Compaction").
-    /// Inlined: every row leaving asks, and the answer is nearly always no.
-    #[inline]
     fn note_sparse(&mut self, slot: u32) {
-        if !self.compact || !self.segments.is_sparse(slot) || self.sparse.contains(&slot) {
-            return;
+        if self.segments.is_sparse(slot) {
+            self.found_sparse(slot);
         }
-        self.add_sparse(slot);
     }
 
-    /// Notes `slot` as sparse ([`note_sparse`](Self::note_sparse) found it so) and compacts.
-    /// Cold (once per segment), so that inlined into `note_sparse` it does not make every call
-    /// pay for its stack frame.
+    /// [`note_sparse`](Self::note_sparse) for a segment known to be sparse.
+    #[inline]
+    fn found_sparse(&mut self, slot: u32) {
+        if self.compact && !self.sparse.contains(&slot) {
+            self.add_sparse(slot);
+        }
+    }
+
+    /// Notes `slot` as sparse ([`found_sparse`](Self::found_sparse)) and compacts. Cold (once per
+    /// segment), so that inlined into `found_sparse` it does not make every call pay for its
+    /// stack frame.
     #[cold]
     fn add_sparse(&mut self, slot: u32) {
         self.sparse.push(slot);
@@ -647,7 +665,9 @@ impl ArenaStore {
                 entry.place = Place::Arena { slot: new_slot, off: new_off as u32, size: size as u32 };
             }
             self.bytes += size;
-            self.bytes -= self.segments.release(slot, off, size);
+            if self.segments.release(slot, off, size).is_some() {
+                self.bytes -= size;
+            }
             self.moved_rows += 1;
         }
     }
@@ -986,11 +1006,12 @@ impl Segments {
         Ok((active, off, u64::from(segment.seq) << 32 | off as u64))
     }
 
-    /// Marks the record dead (`size`: its bytes); its size. Recycles its segment when that was
-    /// its last live record.
-    fn release(&mut self, slot: u32, off: usize, size: usize) -> usize {
-        let recoverable = self.config.recoverable;
-        let Some(segment) = self.get_mut(slot) else { return 0 };
+    /// Marks the record dead (`size`: its bytes) and recycles its segment when that was its last
+    /// live record. Whether the segment is now [sparse](Self::is_sparse), read while it is at
+    /// hand (a row leaving looks its segment up once); `None` when no segment is in `slot`.
+    fn release(&mut self, slot: u32, off: usize, size: usize) -> Option<bool> {
+        let (recoverable, active) = (self.config.recoverable, self.active);
+        let segment = self.get_mut(slot)?;
         debug_assert_eq!(segment.size_at(off), size, "the index entry's size is the record's");
         // Only a reopened store reads the flag; compaction asks the index which records live. A
         // scratch store is never reopened, so it leaves the record alone: its line is cold by the
@@ -1000,18 +1021,21 @@ impl Segments {
         }
         segment.live -= 1;
         segment.live_bytes -= size;
-        self.recycle_if_dead(slot);
-        size
+        if slot == active {
+            return Some(false);
+        }
+        if segment.live == 0 {
+            self.recycle(slot);
+            return Some(false);
+        }
+        Some(mostly_dead(segment))
     }
 
     /// A segment worth compacting: not the active one, still holding live records, but fewer
     /// than [`COMPACT_BELOW`] of its data bytes.
     #[inline]
     fn is_sparse(&self, slot: u32) -> bool {
-        slot != self.active
-            && self
-                .get(slot)
-                .is_some_and(|s| s.live > 0 && s.live_bytes * COMPACT_BELOW.1 < s.data_len() * COMPACT_BELOW.0)
+        slot != self.active && self.get(slot).is_some_and(|s| s.live > 0 && mostly_dead(s))
     }
 
     /// A segment for the next sequence number and a record of `size` bytes: a spare reset, or a
@@ -1093,6 +1117,11 @@ impl Segments {
             tracing::warn!(path = %path.display(), %error, "Cannot delete a dead arena segment");
         }
     }
+}
+
+/// Whether a segment's live records take fewer than [`COMPACT_BELOW`] of its data bytes.
+fn mostly_dead(segment: &Segment) -> bool {
+    segment.live_bytes * COMPACT_BELOW.1 < segment.data_len() * COMPACT_BELOW.0
 }
 
 fn file_name(number: u32) -> String {
