@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use crate::record::archiver::RowArchives;
 use crate::record::view::{KeyRef, RowView, ValueRef};
 use crate::record::{FieldType, Key, Row, Value, id};
 
@@ -91,24 +92,19 @@ impl Projection {
         kind: ResultKind,
     ) {
         if self.rekey.is_some() {
-            // Re-keyed by its own values: they are built first (not the hot path).
-            let (key, key_hash, values) = self.project_views(key, key_hash, rows, kind);
-            out.rows.begin(key.key_ref());
-            values.iter().for_each(|v| out.rows.value(ValueRef::of(v)));
-            out.rows.end(ts, key_hash, id);
-            out.ended(kind);
-            return;
+            return self.archive_rekeyed(out, ts, id, key, key_hash, rows, kind);
         }
         out.rows.begin(key);
         for column in &self.columns {
-            let computed: Value;
-            // One call writes whatever the column holds (`value` is inlined here once).
+            // One call writes whatever the column holds (`value` is inlined here once). A computed
+            // item is evaluated and written out of line: its value, and dropping it, then hold
+            // none of this loop's registers.
             let value = match column {
                 Column::Key(part) => key_part(key, *part),
                 Column::Field { input, pos } => rows[*input].map_or(ValueRef::Null, |row| row.value_ref(*pos)),
                 Column::Computed { expr, ty } => {
-                    computed = expr.compute(*ty, rows[0], rows[1]);
-                    ValueRef::of(&computed)
+                    write_computed(&mut out.rows, expr, *ty, rows);
+                    continue;
                 }
                 Column::Kind => ValueRef::Str(kind.as_str()),
             };
@@ -117,6 +113,34 @@ impl Projection {
         out.rows.end(ts, key_hash, id);
         out.ended(kind);
     }
+
+    /// [`archive`](Self::archive) of a result re-keyed by its own values: they are built first.
+    /// Not the hot path, so kept out of `archive`'s frame.
+    #[cold]
+    #[allow(clippy::too_many_arguments)]
+    fn archive_rekeyed(
+        &self,
+        out: &mut ArchivedResults,
+        ts: i64,
+        id: u64,
+        key: KeyRef<'_>,
+        key_hash: u64,
+        rows: [Option<RowView<'_>>; 2],
+        kind: ResultKind,
+    ) {
+        let (key, key_hash, values) = self.project_views(key, key_hash, rows, kind);
+        out.rows.begin(key.key_ref());
+        values.iter().for_each(|v| out.rows.value(ValueRef::of(v)));
+        out.rows.end(ts, key_hash, id);
+        out.ended(kind);
+    }
+}
+
+/// A computed item's value for `rows`, written as the next value of the row `out` is writing.
+#[inline(never)]
+fn write_computed(out: &mut RowArchives, expr: &Expr, ty: FieldType, rows: [Option<RowView<'_>>; 2]) {
+    let value = expr.compute(ty, rows[0], rows[1]);
+    out.value(ValueRef::of(&value));
 }
 
 /// The value of the key's field number `part`, borrowed ([`KeyRef::part`]).

@@ -111,7 +111,9 @@ impl RowArchives {
         self.slots.push(slot);
     }
 
-    /// Ends the row: its values array and root. Returns its index.
+    /// Ends the row: its values array and root. Returns its index. Inlined into a projection's
+    /// `archive`, once per result: the call and its frame cost 19 instructions a result.
+    #[inline(always)]
     pub fn end(&mut self, ts: i64, key_hash: u64, id: u64) -> usize {
         self.pad_to(8);
         let values_at = self.buf.len() - self.start;

@@ -527,7 +527,9 @@ impl ArenaStore {
 
     /// Stores a row archive as it is (`bytes`: exactly what [`RowEncoder`] wrote for a row
     /// with this key hash and event time — a ring frame's row, a snapshot's checked row) under
-    /// `handle` when given (a restored row), else under the handle of its place.
+    /// `handle` when given (a restored row), else under the handle of its place. Inlined into
+    /// `insert_archived`, a row's way in from a ring frame.
+    #[inline(always)]
     fn append_indexed(
         &mut self,
         bytes: &[u8],
@@ -542,6 +544,10 @@ impl ArenaStore {
         Ok(self.indexed(slot, off, size, key_hash, matched, handle))
     }
 
+    /// Indexes a row just appended. Inlined, with [`entries_of`](Self::entries_of), into the
+    /// two ways a row is appended, as `append_indexed` is into `insert_archived`: as calls, the
+    /// three cost 34 instructions per row stored (benches/interval_join_ring).
+    #[inline(always)]
     fn indexed(
         &mut self,
         slot: u32,
@@ -561,6 +567,7 @@ impl ArenaStore {
     }
 
     /// The index entries of `key_hash`, made if the key has none (counted if it was emptied).
+    #[inline(always)]
     fn entries_of(&mut self, key_hash: u64) -> &mut KeyRows {
         use std::collections::hash_map::Entry as Slot;
         match self.index.entry(key_hash) {
@@ -582,24 +589,33 @@ impl ArenaStore {
         let entry = entries.remove(at)?;
         if entries.is_empty() {
             if entries.spilled_capacity() > EMPTY_KEY_CAPACITY {
-                self.index.remove(&key_hash);
+                self.drop_key(key_hash);
             } else {
                 self.empty_keys += 1;
-                self.drop_empty_keys_if_many();
+                let live_keys = self.index.len() - self.empty_keys;
+                if self.empty_keys > live_keys + EMPTY_KEYS_KEPT {
+                    self.drop_empty_keys();
+                }
             }
         }
         self.rows -= 1;
         Some(entry)
     }
 
-    /// Drops the emptied keys in one pass once they outnumber the keys with rows by more than
+    /// Drops an emptied hot key's slot, letting its large deque go. Cold, as is
+    /// [`drop_empty_keys`](Self::drop_empty_keys): out of line, neither makes every row leaving
+    /// pay for its stack frame.
+    #[cold]
+    fn drop_key(&mut self, key_hash: u64) {
+        self.index.remove(&key_hash);
+    }
+
+    /// Drops the emptied keys in one pass, once they outnumber the keys with rows by more than
     /// [`EMPTY_KEYS_KEPT`] (amortised O(1) per emptied key).
-    fn drop_empty_keys_if_many(&mut self) {
-        let live_keys = self.index.len() - self.empty_keys;
-        if self.empty_keys > live_keys + EMPTY_KEYS_KEPT {
-            self.index.retain(|_, entries| !entries.is_empty());
-            self.empty_keys = 0;
-        }
+    #[cold]
+    fn drop_empty_keys(&mut self) {
+        self.index.retain(|_, entries| !entries.is_empty());
+        self.empty_keys = 0;
     }
 
     /// A row kept in memory left the store.
@@ -611,26 +627,35 @@ impl ArenaStore {
 
     /// An arena row left the store (its index entry is gone): its record is marked dead, and
     /// its segment recycled when that was its last live record, or compacted when it has become
-    /// mostly dead (module doc, "Compaction").
+    /// mostly dead (module doc, "Compaction"). Inlined into the three ways a row leaves.
+    #[inline(always)]
     fn release(&mut self, slot: u32, off: u32, size: u32) {
-        self.bytes -= self.segments.release(slot, off as usize, size as usize);
-        self.note_sparse(slot);
+        let Some(sparse) = self.segments.release(slot, off as usize, size as usize) else { return };
+        self.bytes -= size as usize;
+        if sparse {
+            self.found_sparse(slot);
+        }
     }
 
     /// Notes `slot` if it has become sparse; compacts the oldest sparse segments while more than
     /// [`SPARSE_KEPT`] are (module doc, "Compaction").
-    /// Inlined: every row leaving asks, and the answer is nearly always no.
-    #[inline]
     fn note_sparse(&mut self, slot: u32) {
-        if !self.compact || !self.segments.is_sparse(slot) || self.sparse.contains(&slot) {
-            return;
+        if self.segments.is_sparse(slot) {
+            self.found_sparse(slot);
         }
-        self.add_sparse(slot);
     }
 
-    /// Notes `slot` as sparse ([`note_sparse`](Self::note_sparse) found it so) and compacts.
-    /// Cold (once per segment), so that inlined into `note_sparse` it does not make every call
-    /// pay for its stack frame.
+    /// [`note_sparse`](Self::note_sparse) for a segment known to be sparse.
+    #[inline]
+    fn found_sparse(&mut self, slot: u32) {
+        if self.compact && !self.sparse.contains(&slot) {
+            self.add_sparse(slot);
+        }
+    }
+
+    /// Notes `slot` as sparse ([`found_sparse`](Self::found_sparse)) and compacts. Cold (once per
+    /// segment), so that inlined into `found_sparse` it does not make every call pay for its
+    /// stack frame.
     #[cold]
     fn add_sparse(&mut self, slot: u32) {
         self.sparse.push(slot);
@@ -675,7 +700,9 @@ impl ArenaStore {
                 entry.place = Place::Arena { slot: new_slot, off: new_off as u32, size: size as u32, matched };
             }
             self.bytes += size;
-            self.bytes -= self.segments.release(slot, off, size);
+            if self.segments.release(slot, off, size).is_some() {
+                self.bytes -= size;
+            }
             self.moved_rows += 1;
         }
     }
@@ -743,12 +770,16 @@ impl ArenaStore {
         }
     }
 
+    /// Cold, as is [`keep_in_memory_as`](Self::keep_in_memory_as): the arena takes nearly every
+    /// row, and the way out of line keeps the appends' frames small.
+    #[cold]
     fn keep_in_memory(&mut self, row: Row, matched: bool, error: &ArenaError) -> RowHandle {
         let handle = self.next_memory_handle;
         self.next_memory_handle += 1;
         self.keep_in_memory_as(row, matched, error, handle)
     }
 
+    #[cold]
     fn keep_in_memory_as(&mut self, row: Row, matched: bool, error: &ArenaError, handle: RowHandle) -> RowHandle {
         self.unsaved_rows += 1;
         let failed = match error {
@@ -1017,11 +1048,12 @@ impl Segments {
         Ok((active, off, u64::from(segment.seq) << 32 | off as u64))
     }
 
-    /// Marks the record dead (`size`: its bytes); its size. Recycles its segment when that was
-    /// its last live record.
-    fn release(&mut self, slot: u32, off: usize, size: usize) -> usize {
-        let recoverable = self.config.recoverable;
-        let Some(segment) = self.get_mut(slot) else { return 0 };
+    /// Marks the record dead (`size`: its bytes) and recycles its segment when that was its last
+    /// live record. Whether the segment is now [sparse](Self::is_sparse), read while it is at
+    /// hand (a row leaving looks its segment up once); `None` when no segment is in `slot`.
+    fn release(&mut self, slot: u32, off: usize, size: usize) -> Option<bool> {
+        let (recoverable, active) = (self.config.recoverable, self.active);
+        let segment = self.get_mut(slot)?;
         debug_assert_eq!(segment.size_at(off), size, "the index entry's size is the record's");
         // Only a reopened store reads the flag; compaction asks the index which records live. A
         // scratch store is never reopened, so it leaves the record alone: its line is cold by the
@@ -1031,18 +1063,21 @@ impl Segments {
         }
         segment.live -= 1;
         segment.live_bytes -= size;
-        self.recycle_if_dead(slot);
-        size
+        if slot == active {
+            return Some(false);
+        }
+        if segment.live == 0 {
+            self.recycle(slot);
+            return Some(false);
+        }
+        Some(mostly_dead(segment))
     }
 
     /// A segment worth compacting: not the active one, still holding live records, but fewer
     /// than [`COMPACT_BELOW`] of its data bytes.
     #[inline]
     fn is_sparse(&self, slot: u32) -> bool {
-        slot != self.active
-            && self
-                .get(slot)
-                .is_some_and(|s| s.live > 0 && s.live_bytes * COMPACT_BELOW.1 < s.data_len() * COMPACT_BELOW.0)
+        slot != self.active && self.get(slot).is_some_and(|s| s.live > 0 && mostly_dead(s))
     }
 
     /// A segment for the next sequence number and a record of `size` bytes: a spare reset, or a
@@ -1124,6 +1159,11 @@ impl Segments {
             tracing::warn!(path = %path.display(), %error, "Cannot delete a dead arena segment");
         }
     }
+}
+
+/// Whether a segment's live records take fewer than [`COMPACT_BELOW`] of its data bytes.
+fn mostly_dead(segment: &Segment) -> bool {
+    segment.live_bytes * COMPACT_BELOW.1 < segment.data_len() * COMPACT_BELOW.0
 }
 
 fn file_name(number: u32) -> String {
