@@ -295,8 +295,9 @@ pub struct HighWater {
 }
 
 /// Where a row lies, and its matched flag: the flag sits in each variant, in the byte after the
-/// tag, so a place is 16 bytes and an entry 24 (as a field of the entry it took 32, a third of
-/// the index's slots at 10 k keys: BENCHMARKS.md "Index entries of 24 bytes").
+/// tag, so a place is 16 bytes and an entry 24 (as a field of the entry it made entries 32 and
+/// a key's map slot 104 bytes, not 88: the indexes are the largest part of `braid run`'s private
+/// memory at 10 k devices, BENCHMARKS.md "State in less memory").
 enum Place {
     /// `size`: the record's bytes, so a row leaving needs no read of its header.
     Arena {
