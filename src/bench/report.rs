@@ -62,6 +62,7 @@ impl Report {
             ("shard_sleeps_per_row", per_row(shards.parked)),
             ("feeder_spins_won_per_row", per_row(feeder.spun)),
             ("shard_spins_won_per_row", per_row(shards.spun)),
+            ("shard_nudges", shards.nudged.to_string()),
             ("context_switches_per_row", per_row(voluntary + involuntary)),
             ("voluntary_context_switches_per_row", per_row(voluntary)),
         ];

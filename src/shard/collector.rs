@@ -12,7 +12,7 @@ use crate::ring::FrameKind;
 use crate::time::Time;
 
 use super::driver::Driver;
-use super::wake::{BellCounts, Inbox};
+use super::wake::{BellCounts, Inbox, NUDGE_AFTER};
 use super::wire::Frame;
 use super::{Runtime, RuntimeError};
 use crate::checkpoint::Completed;
@@ -131,8 +131,8 @@ impl Runtime {
             }
             if drained || !ended.is_empty() {
                 self.bell.awake();
-            } else {
-                self.bell.wait_blocking(&mut self.sleeper);
+            } else if !self.bell.wait_blocking(&mut self.sleeper, NUDGE_AFTER) {
+                self.nudge_shards(|s| reports[s].is_none());
             }
         }
         self.collect(emit);
@@ -168,21 +168,18 @@ impl Runtime {
         Ok(())
     }
 
-    /// After `prepare_sleep` found nothing: sleeps until rung or `timeout` passes.
-    fn sleep(&mut self, timeout: std::time::Duration) {
-        // A zero timeout would mean "block forever" to the socket.
-        let timeout = timeout.max(std::time::Duration::from_millis(1));
-        if self.sleeper.set_read_timeout(Some(timeout)).is_ok() {
-            self.bell.wait_blocking(&mut self.sleeper);
-        } else {
-            self.bell.awake();
-        }
+    /// After `prepare_sleep` found nothing: sleeps until rung or `timeout` passes. Returns whether
+    /// it was rung.
+    fn sleep(&mut self, timeout: std::time::Duration) -> bool {
+        self.bell.wait_blocking(&mut self.sleeper, timeout)
     }
 
     /// Waits until every shard has taken every frame of its feed ring (a released ring wakes the
     /// feeder only when it asks for room: `ring/mod.rs` "Asking for room"), draining results
     /// meanwhile; each sleep lasts at most `timeout`.
     pub fn wait_taken(&mut self, emit: &mut impl Emit, timeout: std::time::Duration) -> Result<(), RuntimeError> {
+        // Time slept without a wake-up: past NUDGE_AFTER the shards are nudged.
+        let mut quiet = std::time::Duration::ZERO;
         loop {
             self.collect(emit);
             let feeds = &self.feeds;
@@ -206,7 +203,15 @@ impl Runtime {
             if let Some(lost) = self.lost_shard() {
                 return Err(lost);
             }
-            self.sleep(timeout);
+            if self.sleep(timeout) {
+                quiet = std::time::Duration::ZERO;
+            } else {
+                quiet += timeout;
+                if quiet >= NUDGE_AFTER {
+                    quiet = std::time::Duration::ZERO;
+                    self.nudge_shards(|_| true);
+                }
+            }
         }
     }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::record::view::{KeyRef, RowView};
 use crate::ring::{FrameKind, PushError};
 
-use super::wake::Doorbell;
+use super::wake::{Doorbell, NUDGE_AFTER};
 use super::wire::TickEvent;
 use super::{Emit, Runtime, RuntimeError};
 
@@ -166,7 +166,10 @@ impl Runtime {
             if let Some(lost) = self.lost_shard() {
                 return Err(lost);
             }
-            self.bell.wait_blocking(&mut self.sleeper);
+            if !self.bell.wait_blocking(&mut self.sleeper, NUDGE_AFTER) {
+                // The shard may wait on another's exchange ring: every shard is nudged.
+                self.nudge_shards(|_| true);
+            }
         }
     }
 

@@ -39,7 +39,6 @@ pub mod wake;
 pub mod wire;
 mod worker;
 
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Barrier, Mutex};
@@ -50,7 +49,7 @@ use thiserror::Error;
 use crate::plan::{MAX_CHAIN_DEPTH, MAX_SHARDS};
 use crate::ring::{Producer, RingError};
 use crate::time::TickPlanner;
-use wake::{Doorbell, Inbox};
+use wake::{Doorbell, Inbox, Sleeper};
 use wire::Writer;
 
 pub use collector::{Emit, Figures, ShardReport, StreamCounters};
@@ -186,7 +185,7 @@ pub struct Runtime {
     last_released: Vec<u64>,
     shard_bells: Vec<Arc<Doorbell>>,
     bell: Arc<Doorbell>,
-    sleeper: UnixStream,
+    sleeper: Sleeper,
     /// Stream clocks and which ticks run.
     planner: TickPlanner,
     stream_counters: Vec<StreamCounters>,

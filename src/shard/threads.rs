@@ -14,7 +14,7 @@ use crate::time::TickPlanner;
 use super::driver::{Driver, MonoioRuntime};
 use super::file_write::FileWrites;
 use super::max_row_bytes;
-use super::wake::{Doorbell, Inbox, Linger, Outbox};
+use super::wake::{Doorbell, Inbox, Linger, Outbox, Sleeper};
 use super::wire::Writer;
 use super::worker::{Checkpoints, Links, Worker};
 use super::{Emit, Feed, Runtime, RuntimeError, RuntimeOptions, ShardError, ShardReport, StreamCounters};
@@ -131,7 +131,7 @@ impl Runtime {
             last_released: vec![0; shards],
             shard_bells,
             bell,
-            sleeper,
+            sleeper: Sleeper::new(sleeper),
             planner: TickPlanner::new(plan, start, options.every_tick),
             stream_counters: vec![StreamCounters::default(); plan.streams.len()],
             hot_keys: vec![super::hot_keys::HotKeys::default(); shards],
@@ -218,7 +218,8 @@ impl Runtime {
     }
 
     /// Shards that have frames waiting in their feed ring and released none since the previous
-    /// call (a live service calls this now and then for its watchdog).
+    /// call (a live service calls this now and then for its watchdog). When there are any, every
+    /// shard is nudged (wake.rs, "A guard besides the proof").
     pub fn stalled_shards(&mut self) -> usize {
         let mut stalled = 0;
         for (feed, last) in self.feeds.iter().zip(&mut self.last_released) {
@@ -228,7 +229,23 @@ impl Runtime {
             }
             *last = released;
         }
+        if stalled > 0 {
+            // A shard may wait on another's exchange ring: all are nudged (wake.rs, "A guard
+            // besides the proof").
+            self.nudge_shards(|_| true);
+        }
         stalled
+    }
+
+    /// Nudges the shards `which` picks whose threads have not ended, after a wait only they could
+    /// end found no wake-up for [`NUDGE_AFTER`](super::wake::NUDGE_AFTER).
+    pub(super) fn nudge_shards(&self, which: impl Fn(usize) -> bool) {
+        let sleepers: Vec<usize> =
+            (0..self.shards).filter(|&s| which(s) && !self.ended[s].load(Ordering::SeqCst)).collect();
+        tracing::debug!(?sleepers, "no wake-up from the shards for a while: nudging them");
+        for s in sleepers {
+            self.shard_bells[s].nudge();
+        }
     }
 }
 

@@ -26,11 +26,20 @@
 //!   publications meanwhile ring nobody, and it takes them in one round.
 //! - Each bell counts the wake-up bytes written to it, its owner's sleeps and the spins that found
 //!   work ([`BellCounts`]; `braid bench` prints them per input row).
+//!
+//! A guard besides the proof: the calling thread never sleeps without bound on a wait that only
+//! the shards can end. After [`NUDGE_AFTER`] without a wake-up it [nudges](Doorbell::nudge) the
+//! shards it waits for (a byte whatever their flags say), so a wake-up lost to a fault not found
+//! yet costs a fraction of a second instead of a run that never ends (one was seen: a 4-shard
+//! replay whose calling thread and one shard both slept at the end of input). The service
+//! nudges a shard whose feed ring has not moved for a second (`Runtime::stalled_shards`). Nudges
+//! are counted ([`BellCounts::nudged`]).
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use std::time::Duration;
 
 use crate::ring::{Consumer, FrameKind, Producer, PushError};
 
@@ -40,14 +49,20 @@ use crate::ring::{Consumer, FrameKind, Producer, PushError};
 const SPIN_ROUNDS: u32 = 64;
 const SPIN_PAUSES: u32 = 4;
 
+/// How long the calling thread sleeps, in a wait only the shards can end (the end of input, a
+/// full feed ring), before it nudges them: far above any wake-up's latency, short enough that a
+/// lost one is a hiccup.
+pub const NUDGE_AFTER: Duration = Duration::from_millis(200);
+
 pub struct Doorbell {
     sleeping: AtomicBool,
     /// Non-blocking: a full socket means a wake-up is pending anyway.
     waker: UnixStream,
-    /// Wake-up bytes written, sleeps, spins that found work (relaxed: figures only).
+    /// Wake-up bytes written, sleeps, spins that found work, nudges (relaxed: figures only).
     rung: AtomicU64,
     parked: AtomicU64,
     spun: AtomicU64,
+    nudged: AtomicU64,
 }
 
 /// What a bell counted since it was made (its owner is one thread: the feeder or a shard).
@@ -59,6 +74,8 @@ pub struct BellCounts {
     pub parked: u64,
     /// Times the owner's spin found work and it did not sleep.
     pub spun: u64,
+    /// Wake-up bytes written by [`Doorbell::nudge`] (not in `rung`).
+    pub nudged: u64,
 }
 
 impl std::ops::AddAssign for BellCounts {
@@ -66,6 +83,7 @@ impl std::ops::AddAssign for BellCounts {
         self.rung += other.rung;
         self.parked += other.parked;
         self.spun += other.spun;
+        self.nudged += other.nudged;
     }
 }
 
@@ -75,7 +93,14 @@ impl Doorbell {
         let (waker, sleeper) = UnixStream::pair()?;
         waker.set_nonblocking(true)?;
         let zero = || AtomicU64::new(0);
-        let bell = Doorbell { sleeping: AtomicBool::new(false), waker, rung: zero(), parked: zero(), spun: zero() };
+        let bell = Doorbell {
+            sleeping: AtomicBool::new(false),
+            waker,
+            rung: zero(),
+            parked: zero(),
+            spun: zero(),
+            nudged: zero(),
+        };
         Ok((Arc::new(bell), sleeper))
     }
 
@@ -88,6 +113,15 @@ impl Doorbell {
             // A full socket already holds a wake-up; any other error leaves nothing to do.
             let _ = (&self.waker).write(&[1]);
         }
+    }
+
+    /// Writes a wake-up whatever the owner's flag says (module doc, "A guard besides the proof"):
+    /// an owner that sleeps wakes and looks at its rings; one that is awake finds the byte at its
+    /// next sleep and takes one spurious round.
+    pub fn nudge(&self) {
+        self.nudged.fetch_add(1, Ordering::Relaxed);
+        // A full socket already holds a wake-up; any other error leaves nothing to do.
+        let _ = (&self.waker).write(&[1]);
     }
 
     /// The owner found no work: looks again for up to [`SPIN_ROUNDS`] rounds, pausing in
@@ -115,6 +149,7 @@ impl Doorbell {
             rung: self.rung.load(Ordering::Relaxed),
             parked: self.parked.load(Ordering::Relaxed),
             spun: self.spun.load(Ordering::Relaxed),
+            nudged: self.nudged.load(Ordering::Relaxed),
         }
     }
 
@@ -136,13 +171,44 @@ impl Doorbell {
         self.sleeping.store(false, Ordering::Relaxed);
     }
 
-    /// Blocks the calling thread until rung (the feeder's wait).
-    pub fn wait_blocking(&self, sleeper: &mut UnixStream) {
+    /// Blocks the calling thread until rung or `timeout` passes (at least 1 ms). Returns whether
+    /// it was rung (or the socket failed: either way the caller looks at its rings again).
+    pub fn wait_blocking(&self, sleeper: &mut Sleeper, timeout: Duration) -> bool {
         let mut buf = [0u8; 64];
         self.parking();
-        // An error (the socket closed) ends the wait too; the caller looks at its rings again.
-        let _ = sleeper.read(&mut buf);
+        let rung = sleeper.read(&mut buf, timeout);
         self.awake();
+        rung
+    }
+}
+
+/// The socket a blocking owner (the calling thread) sleeps on, and the read timeout it has (set
+/// again only when it changes: one system call less per sleep).
+pub struct Sleeper {
+    socket: UnixStream,
+    timeout: Option<Duration>,
+}
+
+impl Sleeper {
+    pub fn new(socket: UnixStream) -> Sleeper {
+        Sleeper { socket, timeout: None }
+    }
+
+    /// Reads wake-up bytes, waiting up to `timeout`: false when it passed with none.
+    fn read(&mut self, buf: &mut [u8], timeout: Duration) -> bool {
+        // A zero timeout would mean "block forever" to the socket.
+        let timeout = timeout.max(Duration::from_millis(1));
+        if self.timeout != Some(timeout) {
+            if self.socket.set_read_timeout(Some(timeout)).is_err() {
+                return true;
+            }
+            self.timeout = Some(timeout);
+        }
+        // Any number of bytes is one wake-up; none (Ok(0), the waker end gone) ends the wait too.
+        match (&self.socket).read(buf) {
+            Ok(_bytes) => true,
+            Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+        }
     }
 }
 
@@ -291,7 +357,7 @@ impl Inbox {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use super::Linger;
+    use super::{Doorbell, Linger, Sleeper};
 
     const LINGER: Duration = Duration::from_millis(1);
 
@@ -314,5 +380,30 @@ mod tests {
         let start = Instant::now();
         let mut linger = Linger::new(Duration::ZERO, start);
         assert_eq!(linger.on_idle(1000, || start + Duration::from_micros(10)), None);
+    }
+
+    #[test]
+    fn a_nudge_wakes_an_owner_that_a_ring_would_not() {
+        let (bell, socket) = Doorbell::new().unwrap();
+        let mut sleeper = Sleeper::new(socket);
+        // The flag is down: a ring writes nothing, and the wait times out.
+        bell.ring();
+        assert!(!bell.wait_blocking(&mut sleeper, Duration::from_millis(20)));
+        bell.nudge();
+        assert!(bell.wait_blocking(&mut sleeper, Duration::from_secs(5)));
+        let counts = bell.counts();
+        assert_eq!((counts.rung, counts.nudged, counts.parked), (0, 1, 2));
+    }
+
+    #[test]
+    fn a_ring_wakes_an_owner_that_raised_its_flag() {
+        let (bell, socket) = Doorbell::new().unwrap();
+        let mut sleeper = Sleeper::new(socket);
+        bell.prepare_sleep();
+        bell.ring();
+        assert!(bell.wait_blocking(&mut sleeper, Duration::from_secs(5)));
+        // One byte, one wake-up: the next wait finds none.
+        assert!(!bell.wait_blocking(&mut sleeper, Duration::from_millis(20)));
+        assert_eq!(bell.counts().rung, 1);
     }
 }
