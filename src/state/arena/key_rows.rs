@@ -44,7 +44,8 @@ impl KeyRows {
         self.inline[0].is_none()
     }
 
-    /// Entries the heap deque has room for (a hot key's large deque is let go once it empties).
+    /// Entries the heap deque has room for (0 once it empties: [`remove`](Self::remove)).
+    #[cfg(test)]
     pub fn spilled_capacity(&self) -> usize {
         self.spilled.capacity()
     }
@@ -58,14 +59,28 @@ impl KeyRows {
 
     /// Takes out the entry at `at` (in the order of [`iter`](Self::iter)).
     pub fn remove(&mut self, at: usize) -> Option<Entry> {
-        if at >= INLINE {
-            return self.spilled.remove(at - INLINE);
+        let entry = if at >= INLINE {
+            self.spilled.remove(at - INLINE)?
+        } else {
+            let entry = self.inline[at].take()?;
+            // Close the gap: the later inline entries move up, the deque's first takes the last place.
+            self.inline[at..].rotate_left(1);
+            self.inline[INLINE - 1] = self.spilled.pop_front();
+            entry
+        };
+        if self.spilled.is_empty() && self.spilled.capacity() != 0 {
+            self.let_spilled_go();
         }
-        let entry = self.inline[at].take()?;
-        // Close the gap: the later inline entries move up, the deque's first takes the last place.
-        self.inline[at..].rotate_left(1);
-        self.inline[INLINE - 1] = self.spilled.pop_front();
         Some(entry)
+    }
+
+    /// The key is back to its inline entries: its deque's heap block goes. Kept, every key that
+    /// ever held more than [`INLINE`] rows at once would keep one while it has rows, and a
+    /// long-running service meets more such keys as it goes: the index grew by about 2.4 KB/s at
+    /// 10 k devices. The next burst allocates again (a small block, from the allocator's cache).
+    #[cold]
+    fn let_spilled_go(&mut self) {
+        self.spilled = VecDeque::new();
     }
 
     /// Where the entry with `handle` is, in the order of [`iter`](Self::iter). Looks at the
@@ -153,6 +168,8 @@ mod tests {
                 }
                 prop_assert_eq!(handles(&rows), model.iter().copied().collect::<Vec<_>>());
                 prop_assert_eq!(rows.is_empty(), model.is_empty());
+                // A heap block only while the key holds more than its slot does.
+                prop_assert_eq!(rows.spilled_capacity() != 0, model.len() > INLINE);
                 for h in 0..next + 1 {
                     prop_assert_eq!(rows.position(h), model.iter().position(|&m| m == h));
                 }

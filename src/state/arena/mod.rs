@@ -358,11 +358,9 @@ struct Segments {
     next_number: u32,
 }
 
-/// Keys whose rows all left keep their slot while its spilled deque has room for at most this
-/// many entries (a hot key's is let go at once) ...
-const EMPTY_KEY_CAPACITY: usize = 16;
-/// ... and while the emptied keys number at most the keys with rows plus this many: then they
-/// are dropped in one pass, so the index holds at most twice the live keys plus this.
+/// Keys whose rows all left keep their slot (their deque already gone: `KeyRows::remove`) while
+/// the emptied keys number at most the keys with rows plus this many: then they are dropped in one
+/// pass, so the index holds at most twice the live keys plus this.
 const EMPTY_KEYS_KEPT: usize = 1024;
 
 /// A keyed store in mmap segment files (module doc).
@@ -589,30 +587,19 @@ impl ArenaStore {
         // `KeyRows` removes in O(1), so evicting a hot key's n rows is O(n), not O(n²).
         let entry = entries.remove(at)?;
         if entries.is_empty() {
-            if entries.spilled_capacity() > EMPTY_KEY_CAPACITY {
-                self.drop_key(key_hash);
-            } else {
-                self.empty_keys += 1;
-                let live_keys = self.index.len() - self.empty_keys;
-                if self.empty_keys > live_keys + EMPTY_KEYS_KEPT {
-                    self.drop_empty_keys();
-                }
+            self.empty_keys += 1;
+            let live_keys = self.index.len() - self.empty_keys;
+            if self.empty_keys > live_keys + EMPTY_KEYS_KEPT {
+                self.drop_empty_keys();
             }
         }
         self.rows -= 1;
         Some(entry)
     }
 
-    /// Drops an emptied hot key's slot, letting its large deque go. Cold, as is
-    /// [`drop_empty_keys`](Self::drop_empty_keys): out of line, neither makes every row leaving
-    /// pay for its stack frame.
-    #[cold]
-    fn drop_key(&mut self, key_hash: u64) {
-        self.index.remove(&key_hash);
-    }
-
     /// Drops the emptied keys in one pass, once they outnumber the keys with rows by more than
-    /// [`EMPTY_KEYS_KEPT`] (amortised O(1) per emptied key).
+    /// [`EMPTY_KEYS_KEPT`] (amortised O(1) per emptied key). Cold: out of line, it does not make
+    /// every row leaving pay for its stack frame.
     #[cold]
     fn drop_empty_keys(&mut self) {
         self.index.retain(|_, entries| !entries.is_empty());
