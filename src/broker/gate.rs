@@ -29,6 +29,22 @@
 //! 7. A reload ([`super::EmbeddedBroker::reload`]) is seen by every connection: its ACL grants
 //!    are computed again, and a client whose password hash changed or went away (or an anonymous
 //!    one no longer allowed) is disconnected.
+//! 8. **The end.** After a device's DISCONNECT the gate forwards it, stops reading the device and
+//!    leaves closing the inner connection to rumqttd (at most [`LINGER`]); only a device that
+//!    vanished without DISCONNECT (or that the gate throws out) gets its inner connection closed
+//!    by the gate, so that rumqttd sends its will.
+//!
+//! Why rumqttd must close first after a DISCONNECT: rumqttd 0.20 numbers connections by their
+//! slot in a slab and gives a freed slot to the next CONNECT at once. A DISCONNECT makes its
+//! router drop the session and free the slot; the connection's task ends when it notices. But
+//! if that task sees the socket closed first, it reports "connection `n` is gone" to the router
+//! (rumqttd's `src/server/broker.rs`, `remote`: `Event::Disconnect` with the slot number), and
+//! when another client has taken slot `n` in between, the router disconnects *that* client:
+//! the next device to connect through the gate lost its connection right after its CONNACK.
+//! Left to close by itself, rumqttd's task ends on the router's side and reports nothing. The
+//! same race remains, rarer, for a device that vanishes without DISCONNECT at the moment
+//! rumqttd drops its session for a reason of its own (another client taking its client id, a
+//! publish rumqttd refuses): only a patched rumqttd (a generation in the slot number) ends it.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -54,8 +70,10 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// What the gate puts before a device's client id on its way to rumqttd. braid's own clients
 /// connect to rumqttd directly, never with it, so no device can take their sessions.
 pub const DEVICE_ID_PREFIX: &str = "device:";
-/// How long rumqttd may take to close its side after the device closed.
-const LINGER: Duration = Duration::from_secs(1);
+/// How long rumqttd may take to close its side after the device closed or said DISCONNECT. It
+/// closes within milliseconds; past this the gate closes it (a stuck rumqttd must not hold the
+/// connection), which after a DISCONNECT risks the misdirected disconnect of step 8.
+const LINGER: Duration = Duration::from_secs(5);
 /// Read size per socket read.
 const READ_CHUNK: usize = 64 * 1024;
 const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -263,10 +281,11 @@ where
     let downstream = downstream(broker_rx, &device_tx, &cut);
     tokio::pin!(upstream, downstream);
     // Either side ending ends both, and rumqttd sees a device that vanished without DISCONNECT
-    // exactly as it would without the gate (will sent). When the device closed, its half to
-    // rumqttd was shut down (FIN after what was forwarded, a DISCONNECT say): rumqttd's answers
-    // are read until it closes, briefly, because closing a socket with unread data sends a RST,
-    // which can make rumqttd's kernel drop what it had not read yet.
+    // exactly as it would without the gate (will sent). When the device side ended, rumqttd's
+    // answers are read until it closes: after a DISCONNECT because rumqttd must close first (step
+    // 8), else after the gate shut its half to rumqttd down (FIN after what was forwarded),
+    // because closing a socket with unread data sends a RST, which can make rumqttd's kernel drop
+    // what it had not read yet.
     tokio::select! {
         ended = &mut upstream => {
             let _ = tokio::time::timeout(LINGER, &mut downstream).await;
@@ -332,7 +351,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Upstream<'_, S> {
             // Packets that came with the CONNECT (or in the last read) first.
             self.out.clear();
             let mut replies = BytesMut::new();
+            let mut said_disconnect = false;
             while let Some(packet) = next_packet(&mut self.inbox, self.shared.max_packet)? {
+                if matches!(packet, Packet::Disconnect) {
+                    // Nothing may follow a DISCONNECT (MQTT 3.1.1 §3.14.4): the rest is dropped.
+                    said_disconnect = true;
+                    encode(&packet, &mut self.out)?;
+                    break;
+                }
                 self.check(packet, &mut replies)?;
             }
             if !self.out.is_empty() {
@@ -340,6 +366,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Upstream<'_, S> {
             }
             if !replies.is_empty() {
                 self.device_tx.lock().await.write_all(&replies).await?;
+            }
+            if said_disconnect {
+                // The inner connection stays open until rumqttd closes it (module doc, step 8):
+                // dropping `broker_tx` would shut it down, so it is forgotten instead, and the
+                // socket closes with the read half, when `downstream` sees rumqttd's close.
+                broker_tx.forget();
+                return Ok(());
             }
             self.inbox.reserve(READ_CHUNK);
             tokio::select! {

@@ -72,9 +72,8 @@ fn a_device_publishes_only_under_its_own_topics_and_refusals_are_counted() {
     let broker = secured(dir.path(), USERS, Some(ACL));
     runtime().block_on(async {
         let (_braid, mut el, _) = subscriber(own(&broker, "braid"), "devices/#", QoS::AtLeastOnce).await;
-        // Every publish is acknowledged (QoS 1: the refused one by the gate itself). One
-        // connection for d2's forged and own messages: a second one with the same client id right
-        // after the first closed could meet rumqttd still tearing the first session down.
+        // Every publish is acknowledged (QoS 1: the refused one by the gate itself), the forged
+        // one and d2's own over one connection.
         let mut d2 = vec![("devices/d1/command".to_string(), b"{\"cmd_id\":\"INJECTED\"}".to_vec())];
         d2.extend(messages("devices/d2/status", 2));
         publish_acked(device(&broker, "d2", "p2"), &d2).await;
@@ -87,6 +86,21 @@ fn a_device_publishes_only_under_its_own_topics_and_refusals_are_counted() {
         assert!(more.is_err(), "received {:?}", more.map(|p| p[0].topic.clone()));
     });
     assert_eq!(broker.refusals().publishes.load(Ordering::Relaxed), 1);
+}
+
+/// After a DISCONNECT the gate leaves closing the inner connection to rumqttd (gate.rs, step
+/// 8): when the gate closed it, rumqttd could take the close for the next connection, which got
+/// the same slot, and drop that one (before the fix this test failed 11 times in 20).
+#[test]
+fn a_device_that_disconnects_does_not_end_the_next_ones_connection() {
+    const ROUNDS: usize = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let broker = secured(dir.path(), USERS, Some(ACL));
+    runtime().block_on(async {
+        for _ in 0..ROUNDS {
+            publish_acked(device(&broker, "d1", "p1"), &messages("devices/d1/status", 1)).await;
+        }
+    });
 }
 
 #[test]
