@@ -21,7 +21,7 @@ use crate::ops::throttle::{self, Throttle};
 
 /// Window when the sink's `max_inflight` is not set.
 const DEFAULT_WINDOW: u16 = 100;
-/// How long a shutdown waits for `offline` and DISCONNECT to be written.
+/// How long a shutdown waits for `offline` and DISCONNECT to be written and the broker to close.
 const GOODBYE: Duration = Duration::from_secs(2);
 /// The longest a shutdown without `drain` could wait: effectively forever.
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -319,30 +319,32 @@ impl Forward {
         spool.first() == spool.end()
     }
 
-    /// Publishes `offline` and disconnects, waiting at most [`GOODBYE`] for both to be written.
-    /// `parked`: the event loop, or `polling`: a poll that owns it (the requests queued here
-    /// wake it).
+    /// Publishes `offline` and disconnects, then reads until the broker closes the connection,
+    /// all within [`GOODBYE`]. `parked`: the event loop, or `polling`: a poll that owns it (the
+    /// requests queued here wake it).
+    ///
+    /// The broker closes, not the sink: the embedded broker (rumqttd 0.20) numbers connections by
+    /// a slot it reuses at once, and a close that reaches it after it dropped the session on the
+    /// DISCONNECT ends whichever connection took the slot meanwhile (src/broker/gate.rs, step 8).
+    /// Reading to the end also spares the broker a reset that would discard what it had not read.
     async fn goodbye(&mut self, parked: Option<EventLoop>, polling: Option<PendingPoll>) {
         if self.connected {
             let said = self.client.try_publish(&self.status, QoS::AtLeastOnce, true, "offline").is_ok();
             if said && self.client.try_disconnect().is_ok() {
-                let _ = timeout(GOODBYE, async {
+                let closed = timeout(GOODBYE, async {
                     let mut events = match (parked, polling) {
                         (Some(events), _) => events,
                         (None, Some(poll)) => match poll.await {
-                            (_, Ok(Event::Outgoing(Outgoing::Disconnect)) | Err(_)) => return,
+                            (_, Err(_)) => return,
                             (events, Ok(_)) => events,
                         },
                         (None, None) => return,
                     };
-                    loop {
-                        match events.poll().await {
-                            Ok(Event::Outgoing(Outgoing::Disconnect)) | Err(_) => break,
-                            Ok(_) => {}
-                        }
-                    }
-                })
-                .await;
+                    while events.poll().await.is_ok() {}
+                });
+                if closed.await.is_err() {
+                    tracing::warn!(sink = %self.uplink.name, "MQTT sink: the broker did not close the connection after DISCONNECT");
+                }
             }
         }
         self.connected = false;
