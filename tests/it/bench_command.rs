@@ -24,7 +24,7 @@ fn bench(args: &[&str]) -> (BTreeMap<String, String>, String) {
     (figures, stderr)
 }
 
-const FIGURES: [&str; 43] = [
+const FIGURES: [&str; 44] = [
     "config",
     "devices",
     "shards",
@@ -66,6 +66,7 @@ const FIGURES: [&str; 43] = [
     "shard_sleeps_per_row",
     "feeder_spins_won_per_row",
     "shard_spins_won_per_row",
+    "shard_nudges",
     "context_switches_per_row",
     "voluntary_context_switches_per_row",
 ];
