@@ -150,7 +150,7 @@ impl Segment {
         meta[MATCHED] = u8::from(matched);
         meta[KEY_HASH_AT - 8..KEY_HASH_AT].copy_from_slice(&key_hash.to_le_bytes());
         meta[KEY_HASH_AT..].copy_from_slice(&ts.to_le_bytes());
-        let off = self.log.append(&meta, &[payload], payload.len())?;
+        let off = self.log.append_one(&meta, payload)?;
         self.end = self.log.end();
         self.live += 1;
         self.live_bytes += self.end - off;
