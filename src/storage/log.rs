@@ -480,11 +480,11 @@ impl Segment {
         let (off, size, header_len) = (self.end, format.record_size(payload.len()), 8 + M);
         let plain = !format.crc && !format.numbered && header_len == format.record_header;
         if !plain || u32::try_from(payload.len()).is_err() || !self.fits(size) {
-            return self.append(meta, &[payload], payload.len());
+            return self.append_general(meta, payload);
         }
         let in_place = self.file.memory_mut().and_then(|data| data.get_mut(off..off + header_len + payload.len()));
         let Some(record) = in_place else {
-            return self.append(meta, &[payload], payload.len());
+            return self.append_general(meta, payload);
         };
         let (header, body) = record.split_at_mut(header_len);
         header[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
@@ -494,6 +494,13 @@ impl Segment {
         self.end = off + size;
         self.records += 1;
         Ok(off)
+    }
+
+    /// [`append_one`](Self::append_one) by the general path. Out of line, so that `append_one`
+    /// stays small enough to be inlined into its caller with the general path's frame kept out.
+    #[inline(never)]
+    fn append_general(&mut self, meta: &[u8], payload: &[u8]) -> Result<usize, MappedFileError> {
+        self.append(meta, &[payload], payload.len())
     }
 
     /// Zeroes the bytes after the last record, where they fit: a walk after a crash stops there.
