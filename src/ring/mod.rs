@@ -270,10 +270,17 @@ impl Ring {
     }
 
     fn read_header(&self, pos: u64) -> [u32; 4] {
+        self.read_header_at(self.at(pos))
+    }
+
+    /// [`read_header`](Self::read_header) at offset `at` of the frame area (a position's, [`at`](Self::at)).
+    #[inline]
+    fn read_header_at(&self, at: usize) -> [u32; 4] {
         let mut header = [0u8; FRAME_HEADER];
         // SAFETY: positions are multiples of 16 and the area is a multiple of 16, so a header at
-        // `pos` lies wholly before the end; the caller owns [pos, pos + 16) by the protocol.
-        unsafe { self.region.read(self.at(pos), &mut header) };
+        // `at` (a position's offset) lies wholly before the end; the caller owns those 16 bytes by
+        // the protocol.
+        unsafe { self.region.read(at, &mut header) };
         let word = |i: usize| u32::from_le_bytes([header[i], header[i + 1], header[i + 2], header[i + 3]]);
         [word(0), word(4), word(8), word(12)]
     }
@@ -443,20 +450,22 @@ impl Consumer {
         let start = self.head;
         let mut frames = 0;
         while self.head < self.tail_seen {
-            let [len, kind, _crc, _] = self.ring.read_header(self.head);
+            // The frame's offset, taken once: frames never wrap, so its payload follows its
+            // header in the area (a modulo, a division, per frame rather than two).
+            let at = self.ring.at(self.head);
+            let [len, kind, _crc, _] = self.ring.read_header_at(at);
             if kind == WRAP {
-                self.head += self.ring.room_to_end(self.head);
+                self.head += self.ring.capacity - at as u64;
                 continue;
             }
             // Frames this process committed are trusted (STYLE.md 8); `open` checked the rest.
             let Some(kind) = FrameKind::from_u32(kind) else { break };
-            // SAFETY: [head + 16, head + 16 + len) lies inside the area (frames never wrap) and
-            // below the Acquire-loaded tail, so the producer finished writing it and will not
-            // touch it before `head` moves past it (the Release store below).
+            // SAFETY: [at + 16, at + 16 + len) — the ring positions [head + 16, head + 16 + len) —
+            // lies inside the area (frames never wrap) and below the Acquire-loaded tail, so the
+            // producer finished writing it and will not touch it before `head` moves past it (the
+            // Release store below).
             unsafe {
-                self.ring.region.with_slice(self.ring.at(self.head + FRAME_HEADER as u64), len as usize, |payload| {
-                    visit(Frame { kind, payload })
-                })
+                self.ring.region.with_slice(at + FRAME_HEADER, len as usize, |payload| visit(Frame { kind, payload }))
             };
             self.head += frame_size(len as usize) as u64;
             frames += 1;

@@ -467,6 +467,42 @@ impl Segment {
         Ok(off)
     }
 
+    /// [`append`](Self::append) of one payload, `meta` being its header from byte 8 on. In a log
+    /// without crcs (a scratch arena's: one append per row a shard stores) on a file written in
+    /// place ([`StoredFile::memory_mut`]), the header and the payload are copied straight into
+    /// the mapping, with no padding or end mark (module doc: nothing walks such a log); the
+    /// general path assembled, checked and handed its pieces to a call through the file's
+    /// vtable, which cost as much as the rest of the row's store. Any other log or file, or a
+    /// record that does not fit, takes the general path.
+    #[inline]
+    pub fn append_one<const M: usize>(&mut self, meta: &[u8; M], payload: &[u8]) -> Result<usize, MappedFileError> {
+        let format = self.format;
+        let (off, size, header_len) = (self.end, format.record_size(payload.len()), 8 + M);
+        let plain = !format.crc && !format.numbered && header_len == format.record_header;
+        if !plain || u32::try_from(payload.len()).is_err() || !self.fits(size) {
+            return self.append_general(meta, payload);
+        }
+        let in_place = self.file.memory_mut().and_then(|data| data.get_mut(off..off + header_len + payload.len()));
+        let Some(record) = in_place else {
+            return self.append_general(meta, payload);
+        };
+        let (header, body) = record.split_at_mut(header_len);
+        header[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        header[4..8].fill(0); // the crc field, as `append` leaves it in a log without crcs
+        header[8..].copy_from_slice(meta);
+        body.copy_from_slice(payload);
+        self.end = off + size;
+        self.records += 1;
+        Ok(off)
+    }
+
+    /// [`append_one`](Self::append_one) by the general path. Out of line, so that `append_one`
+    /// stays small enough to be inlined into its caller with the general path's frame kept out.
+    #[inline(never)]
+    fn append_general(&mut self, meta: &[u8], payload: &[u8]) -> Result<usize, MappedFileError> {
+        self.append(meta, &[payload], payload.len())
+    }
+
     /// Zeroes the bytes after the last record, where they fit: a walk after a crash stops there.
     fn write_end_mark(&mut self) -> Result<(), MappedFileError> {
         let (end, len) = (self.end, self.data_len());

@@ -82,6 +82,14 @@ pub trait StoredFile: Send + Sync {
         self.write(at, header)
     }
 
+    /// The whole data area, exclusively, when a write is nothing more than a copy into it (the
+    /// mmap backend): a log without crcs then writes a record in place (storage/log.rs,
+    /// [`append_one`](log::Segment::append_one)). `None`, the default, for a
+    /// backend whose every write must go through [`write`](Self::write) (one that injects faults).
+    fn memory_mut(&mut self) -> Option<&mut [u8]> {
+        None
+    }
+
     /// Makes data bytes `at..at + len` durable (`msync(MS_SYNC)` for the mmap backend).
     fn sync(&self, at: usize, len: usize) -> Result<(), MappedFileError>;
 
@@ -157,6 +165,10 @@ impl StoredFile for MappedFile {
         }
         head.copy_from_slice(header);
         Ok(())
+    }
+
+    fn memory_mut(&mut self) -> Option<&mut [u8]> {
+        Some(self.data_mut())
     }
 
     fn sync(&self, at: usize, len: usize) -> Result<(), MappedFileError> {

@@ -1011,7 +1011,10 @@ impl Segments {
 
     /// Appends a record of `size` bytes, starting a new segment if it does not fit the active
     /// one; (slot, offset, the handle of that place: the segment's sequence number and the
-    /// offset, read while the segment is at hand).
+    /// offset, read while the segment is at hand). Inlined into the ways a row is appended, the
+    /// new segment out of line: once per row stored, the call and its frame cost as much as the
+    /// record's bookkeeping.
+    #[inline(always)]
     fn append(
         &mut self,
         payload: &[u8],
@@ -1022,11 +1025,7 @@ impl Segments {
     ) -> Result<(u32, usize, RowHandle), ArenaError> {
         let fits = self.get(self.active).is_some_and(|s| s.fits(size));
         if !fits {
-            let segment = self.next_segment(size)?;
-            let previous = self.active;
-            self.active = self.install(segment);
-            self.recycle_if_dead(previous);
-            self.left_active = Some(previous);
+            self.start_active(size)?;
         }
         let active = self.active;
         let Some(segment) = self.get_mut(active) else {
@@ -1034,6 +1033,17 @@ impl Segments {
         };
         let off = segment.append(payload, key_hash, ts, matched)?;
         Ok((active, off, u64::from(segment.seq) << 32 | off as u64))
+    }
+
+    /// Makes a new segment, for a record of `size` bytes, the active one. Cold: once per segment.
+    #[cold]
+    fn start_active(&mut self, size: usize) -> Result<(), ArenaError> {
+        let segment = self.next_segment(size)?;
+        let previous = self.active;
+        self.active = self.install(segment);
+        self.recycle_if_dead(previous);
+        self.left_active = Some(previous);
+        Ok(())
     }
 
     /// Marks the record dead (`size`: its bytes) and recycles its segment when that was its last
