@@ -69,8 +69,9 @@ pub(crate) async fn publish_acked(opts: MqttOptions, msgs: &[(String, Vec<u8>)])
         acked += 1;
     }
     client.disconnect().await.unwrap();
-    // Let the DISCONNECT go out so that the broker does not see an abrupt close.
-    let _ = tokio::time::timeout(Duration::from_millis(200), el.poll()).await;
+    // Read until rumqttd closes: a close of ours reaching it after it dropped the session could
+    // end whichever connection took the session's slot meanwhile (gate.rs, step 8).
+    let _ = tokio::time::timeout(Duration::from_secs(2), async { while el.poll().await.is_ok() {} }).await;
 }
 
 /// Receives `n` publishes.
