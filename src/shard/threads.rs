@@ -432,12 +432,19 @@ impl Shard {
                     continue;
                 }
                 use monoio::io::AsyncReadRent;
+                let asleep = bell.counts();
                 bell.parking();
                 let (read, returned) = sleeper.read(buf).await;
                 buf = returned;
                 bell.awake();
                 if let Err(e) = read {
                     return Err(ShardError::Wait(e));
+                }
+                let woken = bell.counts();
+                // Woken by a nudge, not a ring, and work waits: the wake-up it should have had was
+                // lost (wake.rs, "A guard besides the proof"). Said, so the next one can be traced.
+                if woken.nudged != asleep.nudged && woken.rung == asleep.rung && worker.has_work() {
+                    tracing::warn!(shard = id, "a shard woke to a nudge and found work no wake-up announced");
                 }
             }
             // Read once at the end: the stall goes on counting until the last file's outcome.
