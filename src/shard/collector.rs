@@ -132,7 +132,7 @@ impl Runtime {
             if drained || !ended.is_empty() {
                 self.bell.awake();
             } else if !self.bell.wait_blocking(&mut self.sleeper, NUDGE_AFTER) {
-                self.nudge_shards(|s| reports[s].is_none());
+                self.nudge_shards();
             }
         }
         self.collect(emit);
@@ -209,7 +209,7 @@ impl Runtime {
                 quiet += timeout;
                 if quiet >= NUDGE_AFTER {
                     quiet = std::time::Duration::ZERO;
-                    self.nudge_shards(|_| true);
+                    self.nudge_shards();
                 }
             }
         }

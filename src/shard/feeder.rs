@@ -167,8 +167,7 @@ impl Runtime {
                 return Err(lost);
             }
             if !self.bell.wait_blocking(&mut self.sleeper, NUDGE_AFTER) {
-                // The shard may wait on another's exchange ring: every shard is nudged.
-                self.nudge_shards(|_| true);
+                self.nudge_shards();
             }
         }
     }

@@ -230,21 +230,20 @@ impl Runtime {
             *last = released;
         }
         if stalled > 0 {
-            // A shard may wait on another's exchange ring: all are nudged (wake.rs, "A guard
-            // besides the proof").
-            self.nudge_shards(|_| true);
+            self.nudge_shards();
         }
         stalled
     }
 
-    /// Nudges the shards `which` picks whose threads have not ended, after a wait only they could
-    /// end found no wake-up for [`NUDGE_AFTER`](super::wake::NUDGE_AFTER).
-    pub(super) fn nudge_shards(&self, which: impl Fn(usize) -> bool) {
-        let sleepers: Vec<usize> =
-            (0..self.shards).filter(|&s| which(s) && !self.ended[s].load(Ordering::SeqCst)).collect();
-        tracing::debug!(?sleepers, "no wake-up from the shards for a while: nudging them");
-        for s in sleepers {
-            self.shard_bells[s].nudge();
+    /// Nudges every shard whose thread has not ended, after a wait only they could end found no
+    /// wake-up for [`NUDGE_AFTER`](super::wake::NUDGE_AFTER) (any of them may be the one the
+    /// others wait on, through an exchange ring).
+    pub(super) fn nudge_shards(&self) {
+        tracing::debug!("no wake-up from the shards for a while: nudging them");
+        for (bell, ended) in self.shard_bells.iter().zip(&self.ended) {
+            if !ended.load(Ordering::SeqCst) {
+                bell.nudge();
+            }
         }
     }
 }
