@@ -70,6 +70,7 @@ impl Tx for Producer {
                     thread::yield_now();
                 }
                 Err(PushError::TooLarge) => panic!("payload of {} bytes does not fit", payload.len()),
+                Err(PushError::NoSpace(errno)) => panic!("the ring gives back no pages here ({errno})"),
             }
         }
     }

@@ -43,6 +43,18 @@
 //! models SeqCst as AcqRel, so only this form can be model-checked; `loom_tests.rs` does. On
 //! x86 a swap costs what the fence did.)
 //!
+//! Giving pages back ([`Producer::give_back_pages`], the shard runtime's rings under `braid run`):
+//! a ring cycles through its whole area, so once it has wrapped every page is resident, though
+//! at a gateway's rate it holds a few KiB of frames. A producer that gives pages back splits the
+//! area into chunks (64 KiB of a 1 MiB ring); whenever a write reaches a new chunk, it punches a
+//! hole in every chunk that lies wholly in free space — positions from the end of that write to
+//! `head + capacity`, with `head` loaded afresh (Acquire, so the consumer's reads of those bytes
+//! come before the hole) — and before it writes into a chunk it gave back, it allocates the
+//! chunk again, so a full tmpfs is [`PushError::NoSpace`], never SIGBUS
+//! (storage/mapped_file.rs point 2). Only the producer touches free space, so neither step needs
+//! the consumer: the resident part of a ring is the chunks between the consumer and the producer,
+//! plus one. The consumer is unchanged; the loom model covers a producer giving pages back.
+//!
 //! Recovery ([`Ring::open`]): frames between `head` and `tail` are checked against their crc; a
 //! torn frame (a crash in the middle of a batch cannot leave one, as `tail` moves after the
 //! bytes, but a damaged disk can) ends the ring there: `tail` is cut back to the last good frame.
@@ -149,6 +161,10 @@ pub enum PushError {
     Full,
     /// Larger than [`Producer::max_payload`]: it will never fit this ring.
     TooLarge,
+    /// The frame goes where the ring gave its pages back ([`Producer::give_back_pages`]) and the
+    /// file system could not allocate them again (a full tmpfs or disk): the errno. Nothing was
+    /// written; the ring stays as it was.
+    NoSpace(i32),
 }
 
 /// Whether a ring's frames carry a crc32c, chosen at [`Ring::create_with`].
@@ -248,7 +264,7 @@ impl Ring {
         let tail = ring.counter(TAIL_AT).load(Ordering::Relaxed);
         let head = ring.counter(HEAD_AT).load(Ordering::Relaxed);
         (
-            Producer { ring: ring.clone(), tail, head_seen: head, committed: tail },
+            Producer { ring: ring.clone(), tail, head_seen: head, committed: tail, pages: None },
             Consumer { ring, head, tail_seen: head },
         )
     }
@@ -345,7 +361,26 @@ pub struct Producer {
     head_seen: u64,
     /// The tail the consumer has been shown.
     committed: u64,
+    /// Set by [`give_back_pages`](Producer::give_back_pages).
+    pages: Option<GivenBack>,
 }
+
+/// The chunks of the frame area whose pages a producer gave back (module doc "Giving pages
+/// back").
+struct GivenBack {
+    /// Bytes of a chunk: a multiple of [`FRAME_HEADER`] that divides the capacity.
+    chunk: u64,
+    /// Bit i: chunk i (area bytes `[i × chunk, (i + 1) × chunk)`) is given back.
+    away: u64,
+    /// The chunk of positions (position / chunk) the last write reached; a write that reaches
+    /// another one looks for chunks to give back first.
+    reached: u64,
+    /// The file system refused a hole: nothing more is given back.
+    refused: bool,
+}
+
+/// The most chunks [`Producer::give_back_pages`] tracks (one bit each).
+pub const MAX_GIVE_BACK_CHUNKS: u64 = 64;
 
 impl Producer {
     /// The largest payload a frame can carry in this ring: a frame of at most half the capacity
@@ -369,6 +404,9 @@ impl Producer {
                 return Err(PushError::Full);
             }
         }
+        if self.pages.is_some() {
+            self.pages_for(need).map_err(PushError::NoSpace)?;
+        }
         if size > wrap {
             self.write_header(WRAP, 0, 0);
             self.tail += wrap;
@@ -384,6 +422,50 @@ impl Producer {
         // consumer has released these bytes and will not read them before the next commit.
         unsafe { self.ring.region.write(self.ring.at(self.tail + FRAME_HEADER as u64), payload) };
         self.tail += size;
+        Ok(())
+    }
+
+    /// From now on, gives back the pages of every `chunk` bytes of the frame area that hold no
+    /// frame, and takes them back before writing there (module doc "Giving pages back"). `chunk`
+    /// must be a multiple of [`FRAME_HEADER`] dividing the capacity into at most
+    /// [`MAX_GIVE_BACK_CHUNKS`]. Every page of the area is taken back first, so a ring reopened
+    /// after a run that gave pages back has no hole left.
+    pub fn give_back_pages(&mut self, chunk: usize) -> std::io::Result<()> {
+        let (capacity, chunk) = (self.ring.capacity, chunk as u64);
+        if chunk == 0
+            || !chunk.is_multiple_of(FRAME_HEADER as u64)
+            || !capacity.is_multiple_of(chunk)
+            || capacity / chunk > MAX_GIVE_BACK_CHUNKS
+        {
+            let reason = format!("chunks of {chunk} bytes do not divide a {capacity}-byte ring into at most 64");
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, reason));
+        }
+        self.ring.region.take_back(0, capacity as usize)?;
+        self.pages = Some(GivenBack { chunk, away: 0, reached: u64::MAX, refused: false });
+        Ok(())
+    }
+
+    /// Before `need` bytes are written from the tail: when they reach a chunk the last write did
+    /// not, the chunks that lie wholly in free space are given back; then the chunks they touch
+    /// are taken back. Err: the errno of a failed take-back.
+    fn pages_for(&mut self, need: u64) -> Result<(), i32> {
+        let Some(pages) = &mut self.pages else { return Ok(()) };
+        let chunks = self.ring.capacity / pages.chunk;
+        let (first, last) = (self.tail / pages.chunk, (self.tail + need - 1) / pages.chunk);
+        if last != pages.reached && !pages.refused {
+            pages.reached = last;
+            // Acquire: the consumer's reads of the bytes given back happen before the hole.
+            self.head_seen = self.ring.counter(HEAD_AT).load(Ordering::Acquire);
+            give_back_free(&self.ring, pages, self.tail + need, self.head_seen + self.ring.capacity);
+        }
+        for chunk in first..=last {
+            let bit = 1 << (chunk % chunks);
+            if pages.away & bit != 0 {
+                let at = ((chunk % chunks) * pages.chunk) as usize;
+                self.ring.region.take_back(at, pages.chunk as usize).map_err(|e| e.raw_os_error().unwrap_or(0))?;
+                pages.away &= !bit;
+            }
+        }
         Ok(())
     }
 
@@ -424,6 +506,29 @@ impl Producer {
     /// Bytes committed and not yet released by the consumer.
     pub fn used_bytes(&self) -> u64 {
         self.committed - self.ring.counter(HEAD_AT).load(Ordering::Acquire)
+    }
+}
+
+/// Gives back every chunk not given back yet that lies wholly in positions `[from, to)`: free
+/// space, which the consumer has released (or never held a frame in) and the producer writes
+/// nothing to before a later write takes it back.
+#[cold]
+fn give_back_free(ring: &Ring, pages: &mut GivenBack, from: u64, to: u64) {
+    let chunks = ring.capacity / pages.chunk;
+    let mut start = from.next_multiple_of(pages.chunk);
+    while start + pages.chunk <= to {
+        let index = (start / pages.chunk) % chunks;
+        if pages.away & (1 << index) == 0 {
+            match ring.region.give_back((index * pages.chunk) as usize, pages.chunk as usize) {
+                Ok(()) => pages.away |= 1 << index,
+                Err(error) => {
+                    tracing::debug!(%error, "a ring keeps its pages: the file system punches no holes");
+                    pages.refused = true;
+                    return;
+                }
+            }
+        }
+        start += pages.chunk;
     }
 }
 

@@ -112,6 +112,17 @@ mod mapped {
             // this function's contract; mapped memory is initialised (zeroed at creation).
             f(unsafe { std::slice::from_raw_parts(self.frame_ptr(off, len), len) })
         }
+
+        /// Frees the whole pages of `[off, off + len)` of the frame area (`MappedFile::give_back`).
+        /// The caller holds no frame there and writes nothing there before `take_back`.
+        pub(in crate::ring) fn give_back(&self, off: usize, len: usize) -> std::io::Result<()> {
+            self.file.give_back(FRAMES_AT + off, len)
+        }
+
+        /// Allocates again what `give_back` freed of `[off, off + len)`.
+        pub(in crate::ring) fn take_back(&self, off: usize, len: usize) -> std::io::Result<()> {
+            self.file.take_back(FRAMES_AT + off, len)
+        }
     }
 }
 
@@ -213,6 +224,20 @@ mod modelled {
             // SAFETY: in bounds (asserted by `blocks`) and initialised; the read guards live until
             // `f` returns, and the slice cannot outlive `f`.
             f(unsafe { std::slice::from_raw_parts(self.bytes.add(off), len) })
+        }
+
+        /// Zeroes `[off, off + len)` under write guards, as a punched hole reads: loom reports
+        /// a give-back that touches bytes the consumer may still read.
+        pub(in crate::ring) fn give_back(&self, off: usize, len: usize) -> std::io::Result<()> {
+            let _writing: Vec<_> = self.blocks(off, len).iter().map(UnsafeCell::get_mut).collect();
+            // SAFETY: in bounds (asserted by `blocks`), under write guards as in `write`.
+            unsafe { std::ptr::write_bytes(self.bytes.add(off), 0, len) };
+            Ok(())
+        }
+
+        /// Heap bytes are always there.
+        pub(in crate::ring) fn take_back(&self, _off: usize, _len: usize) -> std::io::Result<()> {
+            Ok(())
         }
     }
 

@@ -190,3 +190,81 @@ fn producer_and_consumer_on_two_threads_lose_and_reorder_nothing() {
     }
     producer.join().unwrap();
 }
+
+/// Bytes of `path` the file system holds (blocks allocated), which a punched hole gives back.
+fn allocated(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
+/// Frames of sizes that vary (so frames wrap at every offset) with contents naming their index.
+fn numbered(i: u64) -> Vec<u8> {
+    let len = 40 + (i * 7919 % 3000) as usize;
+    (0..len).map(|j| (i as usize).wrapping_mul(31).wrapping_add(j) as u8).collect()
+}
+
+#[test]
+fn a_producer_giving_pages_back_keeps_only_the_chunks_in_use() {
+    // Where rings live in a run (/dev/shm when there is one): a file system that punches holes.
+    let dir = tempfile::tempdir_in(crate::storage::mapped_file::scratch_base()).unwrap();
+    let path = dir.path().join("r");
+    let capacity = 1 << 20;
+    let (mut p, mut c) = Ring::create_with(&path, capacity, Checksums::Off).unwrap();
+    assert!(allocated(&path) >= capacity as u64, "created whole");
+    p.give_back_pages(capacity / 16).unwrap();
+    // Three laps, the consumer keeping up a commit behind: every frame read back as written.
+    let (mut sent, mut read) = (0u64, 0u64);
+    while sent < 2_000 {
+        for _ in 0..4 {
+            p.push(FrameKind::Row, &numbered(sent)).unwrap();
+            sent += 1;
+        }
+        p.commit();
+        c.read_batch(|f| {
+            assert_eq!(f.payload, numbered(read), "frame {read}");
+            read += 1;
+        });
+    }
+    assert_eq!(read, sent);
+    // Held: the chunk written last and the one before it, and the pages at chunk borders.
+    let held = allocated(&path);
+    assert!(held <= 3 * (capacity as u64 / 16) + 17 * 4096, "{held} bytes still allocated");
+}
+
+#[test]
+fn a_lagging_consumer_reads_every_frame_while_pages_are_given_back() {
+    let dir = tempfile::tempdir_in(crate::storage::mapped_file::scratch_base()).unwrap();
+    let (mut p, mut c) = Ring::create_with(&dir.path().join("r"), 256 << 10, Checksums::Off).unwrap();
+    p.give_back_pages(16 << 10).unwrap();
+    let (mut sent, mut read) = (0u64, 0u64);
+    // Fill until full, then read only half of what waits: the producer gives chunks back right
+    // behind frames that still wait, and takes them back as it reaches them.
+    for round in 0..40 {
+        while p.push(FrameKind::Row, &numbered(sent)).is_ok() {
+            sent += 1;
+        }
+        p.commit();
+        let stop = read + (sent - read).div_ceil(2).max(if round % 5 == 4 { sent - read } else { 0 });
+        while read < stop {
+            c.read_batch(|f| {
+                assert_eq!(f.payload, numbered(read), "frame {read}");
+                read += 1;
+            });
+        }
+    }
+    c.read_batch(|f| {
+        assert_eq!(f.payload, numbered(read), "frame {read}");
+        read += 1;
+    });
+    assert_eq!(read, sent);
+}
+
+#[test]
+fn chunks_that_do_not_divide_the_ring_are_refused() {
+    let (_dir, mut p, _c) = ring(4096);
+    for chunk in [0, 8, 1000, 4096 / 128] {
+        let refused = p.give_back_pages(chunk).unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::InvalidInput, "chunk {chunk}");
+    }
+    p.give_back_pages(256).unwrap();
+}

@@ -224,6 +224,7 @@ fn generation(
         checkpoints: Some(checkpoints.clone()),
         restore: restored.as_ref().map(|r| &r.loaded),
         pacing: crate::shard::Pacing::NETWORK,
+        give_back_ring_pages: true,
         ..RuntimeOptions::new(shards, scratch.path())
     };
     let runtime = Runtime::start(plan, &runtime_options, start)?;

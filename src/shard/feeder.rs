@@ -140,6 +140,9 @@ impl Runtime {
             match self.feeds[shard].ring.push(kind, payload) {
                 Ok(()) => return Ok(()),
                 Err(PushError::TooLarge) => return Err(RuntimeError::TooLarge(payload.len())),
+                Err(PushError::NoSpace(errno)) => {
+                    return Err(RuntimeError::RingSpace(std::io::Error::from_raw_os_error(errno)));
+                }
                 Err(PushError::Full) => {}
             }
             self.publish_rings();

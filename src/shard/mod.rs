@@ -124,6 +124,9 @@ pub enum RuntimeError {
     ShardLost(usize),
     #[error("a row of {0} bytes does not fit the shard rings")]
     TooLarge(usize),
+    /// A ring that gave back pages could not allocate them again ([`PushError::NoSpace`](crate::ring::PushError::NoSpace)).
+    #[error("a shard ring cannot allocate its pages again (its file system is full): {0}")]
+    RingSpace(std::io::Error),
     /// Nothing happened: the row is the caller's to dead-letter as `too_large`.
     #[error("a row of {bytes} bytes is larger than the shard rings carry ({max} bytes)")]
     RowTooLarge { bytes: usize, max: usize },
@@ -145,6 +148,8 @@ pub enum ShardError {
     Wait(std::io::Error),
     #[error("a frame of {0} bytes does not fit the rings")]
     TooLarge(usize),
+    #[error("a ring cannot allocate its pages again (its file system is full): {0}")]
+    RingSpace(std::io::Error),
     #[error("encoding a row: {0}")]
     Frame(String),
     #[error("an operator chain longer than {MAX_CHAIN_DEPTH} operators")]
@@ -242,6 +247,11 @@ pub struct RuntimeOptions<'a> {
     pub trace: Option<Arc<crate::operator::host::Trace>>,
     /// How the threads wait for input ([`Pacing::LOCAL`] by default).
     pub pacing: Pacing,
+    /// The rings give back the pages of the chunks (a sixteenth of a ring) that hold no frame
+    /// (ring/mod.rs "Giving pages back"): `braid run`, whose rings carry a few KiB at a time
+    /// and would otherwise keep every page resident once they have wrapped. Off by default:
+    /// replay and `braid bench` cycle their rings fast, and would punch and refault every chunk.
+    pub give_back_ring_pages: bool,
 }
 
 /// How the runtime's threads wait for input: as fast as it is read (replay, `braid bench`) or
@@ -298,6 +308,7 @@ impl<'a> RuntimeOptions<'a> {
             restore: None,
             trace: None,
             pacing: Pacing::LOCAL,
+            give_back_ring_pages: false,
         }
     }
 }

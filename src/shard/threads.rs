@@ -8,7 +8,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread::JoinHandle;
 
 use crate::plan::{MAX_CHAIN_DEPTH, MAX_SHARDS, Plan};
-use crate::ring::{Checksums, FrameKind, Ring};
+use crate::ring::{Checksums, FrameKind, Producer, Ring, RingError};
 use crate::time::TickPlanner;
 
 use super::driver::{Driver, MonoioRuntime};
@@ -259,7 +259,13 @@ fn wire(options: &RuntimeOptions<'_>, shards: usize) -> Result<Wiring, RuntimeEr
         shard_sleepers.push(s);
     }
     // Created afresh by every run and never opened again: memory between threads, no crc.
-    let ring = |name: String, bytes: usize| Ring::create_with(&options.dir.join(name), bytes, Checksums::Off);
+    let ring = |name: String, bytes: usize| {
+        let (mut producer, consumer) = Ring::create_with(&options.dir.join(name), bytes, Checksums::Off)?;
+        if options.give_back_ring_pages {
+            give_back_pages(&mut producer, bytes);
+        }
+        Ok::<_, RingError>((producer, consumer))
+    };
     let mut feeds = Vec::new();
     let mut results = Vec::new();
     let mut links = Vec::new();
@@ -284,6 +290,18 @@ fn wire(options: &RuntimeOptions<'_>, shards: usize) -> Result<Wiring, RuntimeEr
         }
     }
     Ok(Wiring { bell, sleeper, shard_bells, shard_sleepers, feeds, results, links })
+}
+
+/// A ring's chunks whose pages it gives back when they hold no frame: a sixteenth of the ring.
+const GIVE_BACK_CHUNKS: usize = 16;
+
+/// Has the producer give back the pages of its free chunks; a file system that cannot only
+/// leaves them resident.
+fn give_back_pages(producer: &mut Producer, ring_bytes: usize) {
+    let chunk = ring_bytes / GIVE_BACK_CHUNKS;
+    if let Err(error) = producer.give_back_pages(chunk) {
+        tracing::debug!(%error, "a shard ring keeps all its pages");
+    }
 }
 
 impl Drop for Runtime {

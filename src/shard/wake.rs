@@ -258,10 +258,22 @@ pub struct Outbox {
     waiting: std::collections::VecDeque<(FrameKind, Vec<u8>)>,
 }
 
-/// A frame larger than a ring can ever hold.
+/// Why an [`Outbox`] cannot take a frame.
 #[derive(Debug, thiserror::Error)]
-#[error("a frame of {0} bytes does not fit the shard rings")]
-pub struct TooLarge(pub usize);
+pub enum OutboxError {
+    /// Larger than a ring can ever hold.
+    #[error("a frame of {0} bytes does not fit the shard rings")]
+    TooLarge(usize),
+    /// The ring's file could not take back pages it gave back ([`PushError::NoSpace`]).
+    #[error("a shard ring cannot allocate its pages again (its file system is full): {0}")]
+    NoSpace(std::io::Error),
+}
+
+impl OutboxError {
+    fn no_space(errno: i32) -> OutboxError {
+        OutboxError::NoSpace(std::io::Error::from_raw_os_error(errno))
+    }
+}
 
 impl Outbox {
     pub fn new(ring: Producer, bell: Arc<Doorbell>) -> Outbox {
@@ -269,11 +281,12 @@ impl Outbox {
     }
 
     /// Queues a frame: into the ring when it has room and nothing waits, else in order behind.
-    pub fn push(&mut self, kind: FrameKind, payload: &[u8]) -> Result<(), TooLarge> {
+    pub fn push(&mut self, kind: FrameKind, payload: &[u8]) -> Result<(), OutboxError> {
         if self.waiting.is_empty() {
             match self.ring.push(kind, payload) {
                 Ok(()) => return Ok(()),
-                Err(PushError::TooLarge) => return Err(TooLarge(payload.len())),
+                Err(PushError::TooLarge) => return Err(OutboxError::TooLarge(payload.len())),
+                Err(PushError::NoSpace(errno)) => return Err(OutboxError::no_space(errno)),
                 Err(PushError::Full) => {
                     // Publish what fits so the consumer can make room.
                     if self.ring.commit() {
@@ -283,7 +296,7 @@ impl Outbox {
             }
         }
         if payload.len() > self.ring.max_payload() {
-            return Err(TooLarge(payload.len()));
+            return Err(OutboxError::TooLarge(payload.len()));
         }
         self.waiting.push_back((kind, payload.to_vec()));
         Ok(())
@@ -292,12 +305,19 @@ impl Outbox {
     /// Moves waiting frames into the ring while they fit, publishes, and rings the consumer if
     /// anything was published (only then: two idle shards ringing each other would never sleep).
     /// Frames still waiting ask the consumer for room (it rings back when it releases some).
-    /// Returns whether any waiting frame moved.
-    pub fn flush(&mut self) -> bool {
+    /// Returns whether any waiting frame moved; an error when the ring could not take back its
+    /// pages (what moved before it is published).
+    pub fn flush(&mut self) -> Result<bool, OutboxError> {
         let mut moved = false;
+        let mut failed = None;
         while let Some((kind, payload)) = self.waiting.front() {
-            if self.ring.push(*kind, payload).is_err() {
-                break;
+            match self.ring.push(*kind, payload) {
+                Ok(()) => {}
+                Err(PushError::NoSpace(errno)) => {
+                    failed = Some(OutboxError::no_space(errno));
+                    break;
+                }
+                Err(PushError::Full | PushError::TooLarge) => break,
             }
             self.waiting.pop_front();
             moved = true;
@@ -308,7 +328,7 @@ impl Outbox {
         if !self.waiting.is_empty() {
             self.ring.want_room();
         }
-        moved
+        failed.map_or(Ok(moved), Err)
     }
 
     pub fn is_blocked(&self) -> bool {

@@ -30,7 +30,7 @@ use crate::time::Time;
 use crate::time::clock::InputTime;
 
 use super::tag::{Tag, finish_phase, tick_phase};
-use super::wake::{Inbox, Outbox, TooLarge};
+use super::wake::{Inbox, Outbox, OutboxError};
 use super::wire::{Frame, SHARD_DONE, SHARD_FAILED, TickEvent, Writer};
 use super::{ShardError, ShardReport};
 
@@ -420,10 +420,16 @@ impl Core {
         self.output.is_blocked() || self.exchange_out.iter().flatten().any(Outbox::is_blocked)
     }
 
+    /// Flushes every outbox; a failure fails the shard (its next round returns it).
     fn flush(&mut self) -> bool {
-        let mut moved = self.output.flush();
-        for outbox in self.exchange_out.iter_mut().flatten() {
-            moved |= outbox.flush();
+        let mut moved = false;
+        for outbox in std::iter::once(&mut self.output).chain(self.exchange_out.iter_mut().flatten()) {
+            match outbox.flush() {
+                Ok(flushed) => moved |= flushed,
+                Err(error) => {
+                    self.error.get_or_insert(error.into());
+                }
+            }
         }
         moved
     }
@@ -908,8 +914,11 @@ impl From<crate::state::arena::ArenaError> for ShardError {
     }
 }
 
-impl From<TooLarge> for ShardError {
-    fn from(e: TooLarge) -> ShardError {
-        ShardError::TooLarge(e.0)
+impl From<OutboxError> for ShardError {
+    fn from(e: OutboxError) -> ShardError {
+        match e {
+            OutboxError::TooLarge(bytes) => ShardError::TooLarge(bytes),
+            OutboxError::NoSpace(error) => ShardError::RingSpace(error),
+        }
     }
 }

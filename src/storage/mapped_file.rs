@@ -12,7 +12,10 @@
 //!    on the same `state_dir` fails to open it instead of sharing it.
 //! 2. **No holes, so no SIGBUS on a full disk.** A file is created at its full length with
 //!    `posix_fallocate`; writing into a mapped hole on a full disk raises SIGBUS rather than an
-//!    error, and a fully allocated file has no holes.
+//!    error, and a fully allocated file has no holes. A ring may give back the pages of bytes it
+//!    holds no frame in ([`give_back`](MappedFile::give_back), a punched hole) and takes them back
+//!    ([`take_back`](MappedFile::take_back), allocated again, a full disk an error) before it
+//!    writes there again: no byte is written through the mapping while its block is a hole.
 //! 3. **Never shrunk while mapped.** The length is set once, before mapping, and nothing in braid
 //!    truncates a mapped file (touching a page past the end of a shrunk file is SIGBUS). A file
 //!    that is no longer needed is unlinked while still mapped, then unmapped.
@@ -299,6 +302,39 @@ impl MappedFile {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Frees the whole pages inside data bytes `[offset, offset + len)`: a hole is punched there,
+    /// so the memory (tmpfs) or blocks behind them go back to the system, and the process's
+    /// resident set no longer counts them. The bytes read as zeros afterwards; nothing may be
+    /// written there before [`take_back`](Self::take_back) (point 2). The partial pages at either
+    /// end stay. Fails on a file system that cannot punch holes (nothing changed then).
+    pub fn give_back(&self, offset: usize, len: usize) -> std::io::Result<()> {
+        let Some((start, len)) = whole_pages(HEADER_LEN + offset, len) else { return Ok(()) };
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: fallocate reads no memory of ours; the descriptor stays open for the call. The
+        // mapping stays valid: a hole inside the file's length reads as zeros.
+        let done = unsafe { libc::fallocate(self.file.as_raw_fd(), mode, start, len) };
+        if done == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+    }
+
+    /// Allocates again the pages [`give_back`](Self::give_back) freed for the same range, so they
+    /// can be written through the mapping; a full disk (or tmpfs) is an error here instead of
+    /// SIGBUS at the write.
+    pub fn take_back(&self, offset: usize, len: usize) -> std::io::Result<()> {
+        let Some((start, len)) = whole_pages(HEADER_LEN + offset, len) else { return Ok(()) };
+        // SAFETY: as in `give_back`; mode 0 only allocates, inside the file's length.
+        let done = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, start, len) };
+        if done == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+    }
+}
+
+/// The whole pages inside file bytes `[start, start + len)`, as fallocate's offset and length.
+fn whole_pages(start: usize, len: usize) -> Option<(libc::off_t, libc::off_t)> {
+    // SAFETY: sysconf reads no memory of ours (the page size comes from the auxiliary vector).
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok().filter(|&p| p > 0)?;
+    let (first, end) = (start.next_multiple_of(page), (start + len) / page * page);
+    let len = end.checked_sub(first).filter(|&len| len > 0)?;
+    Some((libc::off_t::try_from(first).ok()?, libc::off_t::try_from(len).ok()?))
 }
 
 /// The name a file is built under before [`MappedFile::create`] renames it to `path`:
