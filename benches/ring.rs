@@ -21,6 +21,11 @@
 //! that is not copying. `…/ring_no_crc/…` is the same ring made with [`Checksums::Off`], as the
 //! shard runtime makes its rings (nothing recovers them).
 //!
+//! `two_threads/ring_give_back/…` is a 1 MiB ring without crc on `/dev/shm` (as `braid run`
+//! makes them) whose producer keeps to its first eighth while the consumer keeps up and gives
+//! back the pages of the rest ([`Producer::give_back_pages`]), beside `two_threads/ring_no_crc_shm`,
+//! the same ring without: what the early wraps and the occasional excursion cost at full speed.
+//!
 //! Throughput is declared as frames (elements) and payload bytes.
 
 #![allow(clippy::unwrap_used)]
@@ -41,6 +46,8 @@ const BATCH: usize = 256;
 const COMMIT_EVERY: usize = 64;
 const SINGLE_RING: usize = 256 << 10;
 const TWO_THREAD_RING: usize = 64 << 10;
+/// The shard runtime's ring size (`FEED_RING_BYTES`), for the give-back pair.
+const SHARD_RING: usize = 1 << 20;
 
 #[allow(clippy::disallowed_methods, reason = "a bench times itself (iter_custom)")]
 fn now() -> Instant {
@@ -273,6 +280,13 @@ fn bench(c: &mut Criterion) {
         let messages = frames_in(TWO_THREAD_RING, size);
         two_threads(&mut group, "ring", &payload, || ring(dir.path(), "two", TWO_THREAD_RING));
         two_threads(&mut group, "ring_no_crc", &payload, || ring_no_crc(dir.path(), "two_no_crc", TWO_THREAD_RING));
+        let shm = tempfile::tempdir_in(braid::storage::mapped_file::scratch_base()).unwrap();
+        two_threads(&mut group, "ring_no_crc_shm", &payload, || ring_no_crc(shm.path(), "shm", SHARD_RING));
+        two_threads(&mut group, "ring_give_back", &payload, || {
+            let (mut p, c) = ring_no_crc(shm.path(), "give_back", SHARD_RING);
+            p.give_back_pages(SHARD_RING / 16).unwrap();
+            (p, c)
+        });
         two_threads(&mut group, "crossbeam", &payload, || crossbeam_channel::bounded(messages));
         two_threads(&mut group, "std_mpsc", &payload, || mpsc::sync_channel(messages));
         group.finish();

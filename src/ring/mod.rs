@@ -46,14 +46,19 @@
 //! Giving pages back ([`Producer::give_back_pages`], the shard runtime's rings under `braid run`):
 //! a ring cycles through its whole area, so once it has wrapped every page is resident, though
 //! at a gateway's rate it holds a few KiB of frames. A producer that gives pages back splits the
-//! area into chunks (64 KiB of a 1 MiB ring); whenever a write reaches a new chunk, it punches a
-//! hole in every chunk that lies wholly in free space — positions from the end of that write to
-//! `head + capacity`, with `head` loaded afresh (Acquire, so the consumer's reads of those bytes
-//! come before the hole) — and before it writes into a chunk it gave back, it allocates the
-//! chunk again, so a full tmpfs is [`PushError::NoSpace`], never SIGBUS
-//! (storage/mapped_file.rs point 2). Only the producer touches free space, so neither step needs
-//! the consumer: the resident part of a ring is the chunks between the consumer and the producer,
-//! plus one. The consumer is unchanged; the loom model covers a producer giving pages back.
+//! area into chunks (64 KiB of a 1 MiB ring) and keeps its frames in the first two, the window,
+//! while the consumer keeps up: a frame that would end past the window goes to the start instead
+//! (an early wrap marker, read as any other) when at most half a window of frames waits and the
+//! start has room. The chunks beyond the window hold frames only while the consumer lags; whenever
+//! a write reaches a new chunk, the producer punches a hole in every chunk beyond the window that
+//! lies wholly in free space — positions from the end of that write to `head + capacity`, with
+//! `head` loaded afresh (Acquire, so the consumer's reads of those bytes come before the hole) —
+//! and before it writes into a chunk it gave back, it allocates the chunk again, so a full tmpfs
+//! is [`PushError::NoSpace`], never SIGBUS (storage/mapped_file.rs point 2). Only the producer
+//! touches free space, so neither step needs the consumer, which is unchanged. A ring that keeps
+//! up thus holds its window (and the pages at chunk borders) and makes no system call; one that
+//! lags takes back what it needs and gives it back once drained. The loom model covers a
+//! producer giving pages back.
 //!
 //! Recovery ([`Ring::open`]): frames between `head` and `tail` are checked against their crc; a
 //! torn frame (a crash in the middle of a batch cannot leave one, as `tail` moves after the
@@ -375,8 +380,26 @@ struct GivenBack {
     /// The chunk of positions (position / chunk) the last write reached; a write that reaches
     /// another one looks for chunks to give back first.
     reached: u64,
+    /// The chunk of positions at which an early wrap last looked at the consumer's head.
+    looked: u64,
     /// The file system refused a hole: nothing more is given back.
     refused: bool,
+}
+
+/// Chunks at the start of the area a producer keeps its frames in while the consumer keeps up:
+/// never given back.
+const WINDOW_CHUNKS: u64 = 2;
+
+impl GivenBack {
+    fn window(&self) -> u64 {
+        WINDOW_CHUNKS * self.chunk
+    }
+
+    /// The bits of every chunk beyond the window: all given back, there is nothing to look for.
+    fn beyond_window(&self, chunks: u64) -> u64 {
+        let all = if chunks == 64 { u64::MAX } else { (1 << chunks) - 1 };
+        all & !((1 << WINDOW_CHUNKS) - 1)
+    }
 }
 
 /// The most chunks [`Producer::give_back_pages`] tracks (one bit each).
@@ -396,8 +419,9 @@ impl Producer {
             return Err(PushError::TooLarge);
         }
         let size = frame_size(payload.len()) as u64;
-        let wrap = self.ring.room_to_end(self.tail);
-        let need = if size > wrap { size + wrap } else { size };
+        let to_end = self.ring.room_to_end(self.tail);
+        let wraps = size > to_end || self.wraps_early(size, to_end);
+        let need = if wraps { size + to_end } else { size };
         if self.tail + need - self.head_seen > self.ring.capacity {
             self.head_seen = self.ring.counter(HEAD_AT).load(Ordering::Acquire);
             if self.tail + need - self.head_seen > self.ring.capacity {
@@ -405,11 +429,12 @@ impl Producer {
             }
         }
         if self.pages.is_some() {
-            self.pages_for(need).map_err(PushError::NoSpace)?;
+            let skip = if wraps { to_end } else { 0 };
+            self.pages_for(skip, size).map_err(PushError::NoSpace)?;
         }
-        if size > wrap {
+        if wraps {
             self.write_header(WRAP, 0, 0);
-            self.tail += wrap;
+            self.tail += to_end;
         }
         let len = payload.len() as u32;
         let crc = match self.ring.checksums {
@@ -418,47 +443,71 @@ impl Producer {
         };
         self.write_header(kind as u32, len, crc);
         // SAFETY: [tail + 16, tail + size) is inside the area (size ≤ room to the end, ensured
-        // by the wrap above) and free: tail + size ≤ head + capacity, checked above, so the
+        // by the wrap above, which an early wrap only moves to the start) and free: tail + size ≤ head + capacity, checked above, so the
         // consumer has released these bytes and will not read them before the next commit.
         unsafe { self.ring.region.write(self.ring.at(self.tail + FRAME_HEADER as u64), payload) };
         self.tail += size;
         Ok(())
     }
 
-    /// From now on, gives back the pages of every `chunk` bytes of the frame area that hold no
-    /// frame, and takes them back before writing there (module doc "Giving pages back"). `chunk`
-    /// must be a multiple of [`FRAME_HEADER`] dividing the capacity into at most
-    /// [`MAX_GIVE_BACK_CHUNKS`]. Every page of the area is taken back first, so a ring reopened
-    /// after a run that gave pages back has no hole left.
+    /// From now on, keeps its frames in the first two `chunk`s of the area while the consumer
+    /// keeps up, gives back the pages of the chunks beyond them that hold no frame, and takes
+    /// those back before writing there (module doc "Giving pages back"). `chunk` must be a
+    /// multiple of [`FRAME_HEADER`] dividing the capacity into at most [`MAX_GIVE_BACK_CHUNKS`],
+    /// and at least four. Every page of the area is taken back first, so a ring reopened after a
+    /// run that gave pages back has no hole left.
     pub fn give_back_pages(&mut self, chunk: usize) -> std::io::Result<()> {
         let (capacity, chunk) = (self.ring.capacity, chunk as u64);
         if chunk == 0
             || !chunk.is_multiple_of(FRAME_HEADER as u64)
             || !capacity.is_multiple_of(chunk)
             || capacity / chunk > MAX_GIVE_BACK_CHUNKS
+            || capacity / chunk < 4
         {
-            let reason = format!("chunks of {chunk} bytes do not divide a {capacity}-byte ring into at most 64");
+            let reason = format!("chunks of {chunk} bytes do not divide a {capacity}-byte ring into 4 to 64");
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, reason));
         }
         self.ring.region.take_back(0, capacity as usize)?;
-        self.pages = Some(GivenBack { chunk, away: 0, reached: u64::MAX, refused: false });
+        self.pages = Some(GivenBack { chunk, away: 0, reached: u64::MAX, looked: u64::MAX, refused: false });
         Ok(())
     }
 
-    /// Before `need` bytes are written from the tail: when they reach a chunk the last write did
-    /// not, the chunks that lie wholly in free space are given back; then the chunks they touch
-    /// are taken back. Err: the errno of a failed take-back.
-    fn pages_for(&mut self, need: u64) -> Result<(), i32> {
+    /// Whether a frame of `size` bytes that fits before the end of the area goes to its start
+    /// instead: it would end past the window while the consumer keeps up (at most half a window
+    /// of frames wait, and the frame fits at the start). The consumer's head is looked at afresh
+    /// at most once per chunk of positions, so a ring with a backlog pays no atomic per frame.
+    fn wraps_early(&mut self, size: u64, to_end: u64) -> bool {
+        let Some(pages) = &mut self.pages else { return false };
+        let (window, at) = (pages.window(), self.ring.capacity - to_end);
+        if at + size <= window {
+            return false;
+        }
+        let chunk = self.tail / pages.chunk;
+        if self.tail - self.head_seen > window / 2 && pages.looked != chunk {
+            pages.looked = chunk;
+            self.head_seen = self.ring.counter(HEAD_AT).load(Ordering::Acquire);
+        }
+        let waiting = self.tail - self.head_seen;
+        waiting <= window / 2 && waiting + size <= at
+    }
+
+    /// Before a frame of `size` bytes is written `skip` bytes after the tail (a wrap marker at the
+    /// tail when `skip` is not 0): when it reaches a chunk the last write did not, the chunks
+    /// beyond the window that lie wholly in free space are given back; then the chunks the marker
+    /// and the frame touch are taken back (not the ones skipped). Err: the errno of a failed
+    /// take-back.
+    fn pages_for(&mut self, skip: u64, size: u64) -> Result<(), i32> {
         let Some(pages) = &mut self.pages else { return Ok(()) };
         let chunks = self.ring.capacity / pages.chunk;
-        let (first, last) = (self.tail / pages.chunk, (self.tail + need - 1) / pages.chunk);
-        if last != pages.reached && !pages.refused {
-            pages.reached = last;
+        let (start, end) = (self.tail + skip, self.tail + skip + size);
+        if (end - 1) / pages.chunk != pages.reached && !pages.refused && pages.away != pages.beyond_window(chunks) {
+            pages.reached = (end - 1) / pages.chunk;
             // Acquire: the consumer's reads of the bytes given back happen before the hole.
             self.head_seen = self.ring.counter(HEAD_AT).load(Ordering::Acquire);
-            give_back_free(&self.ring, pages, self.tail + need, self.head_seen + self.ring.capacity);
+            give_back_free(&self.ring, pages, end, self.head_seen + self.ring.capacity);
         }
-        for chunk in first..=last {
+        let marker = (skip > 0).then_some(self.tail / pages.chunk);
+        for chunk in marker.into_iter().chain(start / pages.chunk..=(end - 1) / pages.chunk) {
             let bit = 1 << (chunk % chunks);
             if pages.away & bit != 0 {
                 let at = ((chunk % chunks) * pages.chunk) as usize;
@@ -509,16 +558,16 @@ impl Producer {
     }
 }
 
-/// Gives back every chunk not given back yet that lies wholly in positions `[from, to)`: free
-/// space, which the consumer has released (or never held a frame in) and the producer writes
-/// nothing to before a later write takes it back.
+/// Gives back every chunk beyond the window not given back yet that lies wholly in positions
+/// `[from, to)`: free space, which the consumer has released (or never held a frame in) and the
+/// producer writes nothing to before a later write takes it back.
 #[cold]
 fn give_back_free(ring: &Ring, pages: &mut GivenBack, from: u64, to: u64) {
     let chunks = ring.capacity / pages.chunk;
     let mut start = from.next_multiple_of(pages.chunk);
     while start + pages.chunk <= to {
         let index = (start / pages.chunk) % chunks;
-        if pages.away & (1 << index) == 0 {
+        if index >= WINDOW_CHUNKS && pages.away & (1 << index) == 0 {
             match ring.region.give_back((index * pages.chunk) as usize, pages.chunk as usize) {
                 Ok(()) => pages.away |= 1 << index,
                 Err(error) => {

@@ -226,9 +226,9 @@ fn a_producer_giving_pages_back_keeps_only_the_chunks_in_use() {
         });
     }
     assert_eq!(read, sent);
-    // Held: the chunk written last and the one before it, and the pages at chunk borders.
+    // Held: the window (two chunks) and the pages at chunk borders.
     let held = allocated(&path);
-    assert!(held <= 3 * (capacity as u64 / 16) + 17 * 4096, "{held} bytes still allocated");
+    assert!(held <= 2 * (capacity as u64 / 16) + 17 * 4096, "{held} bytes still allocated");
 }
 
 #[test]
@@ -246,10 +246,11 @@ fn a_lagging_consumer_reads_every_frame_while_pages_are_given_back() {
         p.commit();
         let stop = read + (sent - read).div_ceil(2).max(if round % 5 == 4 { sent - read } else { 0 });
         while read < stop {
-            c.read_batch(|f| {
+            let frames = c.read_batch(|f| {
                 assert_eq!(f.payload, numbered(read), "frame {read}");
                 read += 1;
             });
+            assert!(frames > 0, "frame {read} cannot be read (a hole where it waited?)");
         }
     }
     c.read_batch(|f| {
@@ -262,7 +263,7 @@ fn a_lagging_consumer_reads_every_frame_while_pages_are_given_back() {
 #[test]
 fn chunks_that_do_not_divide_the_ring_are_refused() {
     let (_dir, mut p, _c) = ring(4096);
-    for chunk in [0, 8, 1000, 4096 / 128] {
+    for chunk in [0, 8, 1000, 4096 / 128, 2048] {
         let refused = p.give_back_pages(chunk).unwrap_err();
         assert_eq!(refused.kind(), std::io::ErrorKind::InvalidInput, "chunk {chunk}");
     }

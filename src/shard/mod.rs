@@ -247,10 +247,11 @@ pub struct RuntimeOptions<'a> {
     pub trace: Option<Arc<crate::operator::host::Trace>>,
     /// How the threads wait for input ([`Pacing::LOCAL`] by default).
     pub pacing: Pacing,
-    /// The rings give back the pages of the chunks (a sixteenth of a ring) that hold no frame
-    /// (ring/mod.rs "Giving pages back"): `braid run`, whose rings carry a few KiB at a time
-    /// and would otherwise keep every page resident once they have wrapped. Off by default:
-    /// replay and `braid bench` cycle their rings fast, and would punch and refault every chunk.
+    /// The rings keep their frames in their first eighth while the consumer keeps up and give
+    /// back the pages of the rest (ring/mod.rs "Giving pages back"): `braid run`, whose rings
+    /// carry a few KiB at a time and would otherwise keep every page resident once they have
+    /// wrapped. Off by default: replay and `braid bench` run their consumers behind by more than
+    /// that, and would take chunks back and give them back again and again.
     pub give_back_ring_pages: bool,
 }
 

@@ -292,7 +292,7 @@ fn wire(options: &RuntimeOptions<'_>, shards: usize) -> Result<Wiring, RuntimeEr
     Ok(Wiring { bell, sleeper, shard_bells, shard_sleepers, feeds, results, links })
 }
 
-/// A ring's chunks whose pages it gives back when they hold no frame: a sixteenth of the ring.
+/// Chunks a ring is cut into for giving its pages back: the first two are its window.
 const GIVE_BACK_CHUNKS: usize = 16;
 
 /// Has the producer give back the pages of its free chunks; a file system that cannot only
