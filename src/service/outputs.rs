@@ -163,7 +163,7 @@ impl Outputs {
     }
 
     /// Flushes file and stdout sinks (after each batch: a line is never left half-written in a
-    /// buffer for long).
+    /// buffer for long) and wakes MQTT sinks for the results queued since the last flush.
     pub fn flush(&mut self) {
         for sink in &mut self.sinks {
             let flushed = match &mut sink.writer {
@@ -181,7 +181,10 @@ impl Outputs {
                 Writer::Stdout(w) => {
                     w.flush().inspect_err(|error| tracing::warn!(sink = %sink.name, %error, "cannot write"))
                 }
-                Writer::Mqtt { .. } => Ok(()),
+                Writer::Mqtt { uplink, .. } => {
+                    uplink.wake();
+                    Ok(())
+                }
             };
             if flushed.is_err() {
                 self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
@@ -236,7 +239,8 @@ impl Outputs {
                         continue;
                     }
                     let payload = &self.line[..self.line.len() - 1];
-                    match uplink.push(&self.topic, payload, &self.stop) {
+                    // Woken once per batch, in `flush`.
+                    match uplink.queue(&self.topic, payload, &self.stop) {
                         Ok(waited) => self.stalled |= waited,
                         Err(error) => {
                             self.counters.unqueued_at_stop.fetch_add(1, Ordering::Relaxed);

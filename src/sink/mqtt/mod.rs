@@ -87,7 +87,7 @@ pub struct Uplink {
     spool: Mutex<Spool>,
     /// Signalled when records are released: a `push` blocked on a full spool retries.
     space: Condvar,
-    /// Signalled after every push: `run` waiting for data looks again.
+    /// Signalled after a batch of pushes ([`Uplink::wake`]): `run` waiting for data looks again.
     data: Notify,
     sent: AtomicU64,
     connected: AtomicBool,
@@ -146,11 +146,26 @@ impl Uplink {
         }))
     }
 
-    /// Queues one result; whether it had to wait for room. `overflow = "block"`: waits while the
-    /// buffer is full until space is freed, or until `stop` is set (then `Err(Stopped)`, nothing
-    /// queued). `"drop_oldest"`: never waits; the oldest results make room (counted). Allocates
-    /// nothing.
+    /// Queues one result and wakes the forwarding loop: [`queue`](Self::queue), then
+    /// [`wake`](Self::wake).
     pub fn push(&self, topic: &str, payload: &[u8], stop: &AtomicBool) -> Result<bool, UplinkError> {
+        let outcome = self.queue(topic, payload, stop);
+        self.wake();
+        outcome
+    }
+
+    /// Wakes the forwarding loop if it waits for data. The intake queues a round's results and
+    /// wakes it once, at the end of the round: a wake-up of the io thread per result was an
+    /// eventfd write each and as many rounds of the loop.
+    pub fn wake(&self) {
+        self.data.notify_one();
+    }
+
+    /// Queues one result without waking the forwarding loop (call [`wake`](Self::wake) after a
+    /// batch); whether it had to wait for room. `overflow = "block"`: waits while the buffer is
+    /// full until space is freed, or until `stop` is set (then `Err(Stopped)`, nothing queued).
+    /// `"drop_oldest"`: never waits; the oldest results make room (counted). Allocates nothing.
+    pub fn queue(&self, topic: &str, payload: &[u8], stop: &AtomicBool) -> Result<bool, UplinkError> {
         let Ok(topic_len) = u16::try_from(topic.len()) else {
             return Err(UplinkError::TopicTooLong { sink: self.name.clone(), len: topic.len() });
         };
@@ -192,14 +207,13 @@ impl Uplink {
         if waited {
             self.waiting.store(false, Ordering::Release);
         }
-        if outcome.is_ok() {
-            self.data.notify_one();
-        }
         outcome
     }
 
     /// One round of waiting for room (a release or [`STOP_POLL`]); whether records were released.
     fn wait_for_room<'a>(&'a self, spool: MutexGuard<'a, Spool>, waited: &mut bool) -> (MutexGuard<'a, Spool>, bool) {
+        // What was queued without a wake-up is what frees the room: the loop must see it.
+        self.wake();
         if !*waited {
             *waited = true;
             self.waiting.store(true, Ordering::Release);
@@ -258,7 +272,13 @@ impl Uplink {
     fn release_through(&self, seq: u64, count: u64) {
         self.lock().release_through(seq);
         self.sent.fetch_add(count, Ordering::Relaxed);
-        self.space.notify_all();
+        // Only a push that waits for room listens (std's Condvar makes a futex call per notify,
+        // listened to or not: one per settled ack). A pusher raises `waiting` under the lock
+        // before it waits, and this load comes after our release took that lock: a waiting
+        // pusher is always seen, and one that came later found the room itself.
+        if self.waiting.load(Ordering::Acquire) {
+            self.space.notify_all();
+        }
     }
 }
 
