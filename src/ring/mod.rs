@@ -443,8 +443,10 @@ impl Producer {
         };
         self.write_header(kind as u32, len, crc);
         // SAFETY: [tail + 16, tail + size) is inside the area (size ≤ room to the end, ensured
-        // by the wrap above, which an early wrap only moves to the start) and free: tail + size ≤ head + capacity, checked above, so the
-        // consumer has released these bytes and will not read them before the next commit.
+        // by the wrap above; an early wrap only moves the frame to the start) and free: tail +
+        // size ≤ head + capacity, checked above, so the consumer has released these bytes and
+        // will not read them before the next commit. With pages given back, `pages_for` took
+        // back every chunk the header and the payload touch: no byte is written into a hole.
         unsafe { self.ring.region.write(self.ring.at(self.tail + FRAME_HEADER as u64), payload) };
         self.tail += size;
         Ok(())
