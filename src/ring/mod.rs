@@ -382,6 +382,9 @@ struct GivenBack {
     reached: u64,
     /// The chunk of positions at which an early wrap last looked at the consumer's head.
     looked: u64,
+    /// The last early wrap: its marker's position and the bytes it skipped ([`Producer::used_bytes`]
+    /// does not count them). One at most can wait: the next needs the consumer past this one.
+    early_wrap: Option<(u64, u64)>,
     /// The file system refused a hole: nothing more is given back.
     refused: bool,
 }
@@ -433,6 +436,9 @@ impl Producer {
             self.pages_for(skip, size).map_err(PushError::NoSpace)?;
         }
         if wraps {
+            if let Some(pages) = self.pages.as_mut().filter(|_| size <= to_end) {
+                pages.early_wrap = Some((self.tail, to_end));
+            }
             self.write_header(WRAP, 0, 0);
             self.tail += to_end;
         }
@@ -470,7 +476,8 @@ impl Producer {
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, reason));
         }
         self.ring.region.take_back(0, capacity as usize)?;
-        self.pages = Some(GivenBack { chunk, away: 0, reached: u64::MAX, looked: u64::MAX, refused: false });
+        let pages = GivenBack { chunk, away: 0, reached: u64::MAX, looked: u64::MAX, early_wrap: None, refused: false };
+        self.pages = Some(pages);
         Ok(())
     }
 
@@ -554,9 +561,16 @@ impl Producer {
         self.ring.counter(ROOM_WANTED_AT).swap(1, Ordering::AcqRel);
     }
 
-    /// Bytes committed and not yet released by the consumer.
+    /// Bytes committed and not yet released by the consumer, but for the area an early wrap
+    /// skipped (it holds no frame, and the consumer jumps it as soon as it reads the marker).
     pub fn used_bytes(&self) -> u64 {
-        self.committed - self.ring.counter(HEAD_AT).load(Ordering::Acquire)
+        let head = self.ring.counter(HEAD_AT).load(Ordering::Acquire);
+        let skipped = match self.pages.as_ref().and_then(|pages| pages.early_wrap) {
+            // Committed and not passed yet: committed ≥ at + skip + a frame, so no underflow.
+            Some((at, skip)) if head <= at && self.committed > at => skip,
+            _ => 0,
+        };
+        self.committed - head - skipped
     }
 }
 

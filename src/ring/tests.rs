@@ -269,3 +269,21 @@ fn chunks_that_do_not_divide_the_ring_are_refused() {
     }
     p.give_back_pages(256).unwrap();
 }
+
+#[test]
+fn bytes_waiting_leave_out_what_an_early_wrap_skipped() {
+    let dir = tempfile::tempdir_in(crate::storage::mapped_file::scratch_base()).unwrap();
+    let capacity = 256 << 10;
+    let (mut p, mut c) = Ring::create_with(&dir.path().join("r"), capacity, Checksums::Off).unwrap();
+    p.give_back_pages(capacity / 16).unwrap();
+    // Frame by frame over four laps, each read after it is counted: the ring holds one frame
+    // whenever it is looked at, early wraps (one a lap) included.
+    for i in 0..(4 * capacity as u64 / 1024) {
+        let payload = numbered(i);
+        p.push(FrameKind::Row, &payload).unwrap();
+        p.commit();
+        assert_eq!(p.used_bytes(), frame_size(payload.len()) as u64, "frame {i}");
+        assert_eq!(drain(&mut c), [(FrameKind::Row, payload)]);
+        assert_eq!(p.used_bytes(), 0, "frame {i} read");
+    }
+}
