@@ -423,7 +423,8 @@ impl Producer {
         }
         let size = frame_size(payload.len()) as u64;
         let to_end = self.ring.room_to_end(self.tail);
-        let wraps = size > to_end || self.wraps_early(size, to_end);
+        // A ring that gives no pages back pays one test for the early wrap, not a call.
+        let wraps = size > to_end || (self.pages.is_some() && self.wraps_early(size, to_end));
         let need = if wraps { size + to_end } else { size };
         if self.tail + need - self.head_seen > self.ring.capacity {
             self.head_seen = self.ring.counter(HEAD_AT).load(Ordering::Acquire);

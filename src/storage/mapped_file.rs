@@ -309,21 +309,22 @@ impl MappedFile {
     /// written there before [`take_back`](Self::take_back) (point 2). The partial pages at either
     /// end stay. Fails on a file system that cannot punch holes (nothing changed then).
     pub fn give_back(&self, offset: usize, len: usize) -> std::io::Result<()> {
-        let Some((start, len)) = whole_pages(HEADER_LEN + offset, len) else { return Ok(()) };
-        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-        // SAFETY: fallocate reads no memory of ours; the descriptor stays open for the call. The
-        // mapping stays valid: a hole inside the file's length reads as zeros.
-        let done = unsafe { libc::fallocate(self.file.as_raw_fd(), mode, start, len) };
-        if done == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+        self.fallocate_pages(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, offset, len)
     }
 
     /// Allocates again the pages [`give_back`](Self::give_back) freed for the same range, so they
     /// can be written through the mapping; a full disk (or tmpfs) is an error here instead of
     /// SIGBUS at the write.
     pub fn take_back(&self, offset: usize, len: usize) -> std::io::Result<()> {
+        self.fallocate_pages(0, offset, len)
+    }
+
+    /// `fallocate(mode)` over the whole pages inside data bytes `[offset, offset + len)`.
+    fn fallocate_pages(&self, mode: libc::c_int, offset: usize, len: usize) -> std::io::Result<()> {
         let Some((start, len)) = whole_pages(HEADER_LEN + offset, len) else { return Ok(()) };
-        // SAFETY: as in `give_back`; mode 0 only allocates, inside the file's length.
-        let done = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, start, len) };
+        // SAFETY: fallocate reads no memory of ours; the descriptor stays open for the call. The
+        // mapping stays valid: both modes keep the file's length (a hole inside it reads as zeros).
+        let done = unsafe { libc::fallocate(self.file.as_raw_fd(), mode, start, len) };
         if done == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
     }
 }

@@ -89,6 +89,8 @@ pub struct Uplink {
     space: Condvar,
     /// Signalled after a batch of pushes ([`Uplink::wake`]): `run` waiting for data looks again.
     data: Notify,
+    /// Results queued since the last [`Uplink::wake`]: a wake with none wakes nobody.
+    unannounced: AtomicBool,
     sent: AtomicU64,
     connected: AtomicBool,
     reconnects: AtomicU64,
@@ -136,6 +138,7 @@ impl Uplink {
             spool: Mutex::new(spool),
             space: Condvar::new(),
             data: Notify::new(),
+            unannounced: AtomicBool::new(false),
             sent: AtomicU64::new(0),
             connected: AtomicBool::new(false),
             reconnects: AtomicU64::new(0),
@@ -154,11 +157,14 @@ impl Uplink {
         outcome
     }
 
-    /// Wakes the forwarding loop if it waits for data. The intake queues a round's results and
-    /// wakes it once, at the end of the round: a wake-up of the io thread per result was an
-    /// eventfd write each and as many rounds of the loop.
+    /// Wakes the forwarding loop for the results queued since the last wake, if any. The intake
+    /// queues a round's results and wakes it once, at the end of the round: a wake-up of the io
+    /// thread per result was an eventfd write each and as many rounds of the loop, and a round
+    /// that queued nothing wakes nobody.
     pub fn wake(&self) {
-        self.data.notify_one();
+        if self.unannounced.swap(false, Ordering::AcqRel) {
+            self.data.notify_one();
+        }
     }
 
     /// Queues one result without waking the forwarding loop (call [`wake`](Self::wake) after a
@@ -206,6 +212,9 @@ impl Uplink {
         }
         if waited {
             self.waiting.store(false, Ordering::Release);
+        }
+        if outcome.is_ok() {
+            self.unannounced.store(true, Ordering::Release);
         }
         outcome
     }
