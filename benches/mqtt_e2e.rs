@@ -66,7 +66,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use clients::{Subscriber, publish_all, publish_pair, saturation_messages, wall_us};
+use clients::{Subscriber, Timing, publish_all, publish_pair, saturation_messages, wall_us};
 use procs::{ALL_THREADS, Braid, Egress, Memory, Mosquitto, SystemTimes, ThreadTimes, load1, metric, metrics};
 
 /// Messages per saturation phase (a few seconds of mosquitto's rate here).
@@ -249,7 +249,7 @@ impl Baseline {
 
 fn baseline(Load { messages, publishers }: Load) -> Baseline {
     let broker = Mosquitto::start(false);
-    let subscriber = Subscriber::start(broker.port, "devices/#", "/none", false);
+    let subscriber = Subscriber::start(broker.port, "devices/#", "/none", Timing::Off);
     let lists = saturation_messages(messages / 2, publishers, wall_us() / 1000);
     let watch = CpuWatch::start(vec![("mosquitto", broker.pid()), ("bench", std::process::id())]);
     let published = publish_all(broker.port, lists, "a");
@@ -364,7 +364,7 @@ fn watch_ingest(braid: &Braid, from: u64, target: u64, watch: &CpuWatch) -> (Ins
 fn through_braid(bin: &Path, Load { messages, publishers }: Load, egress: Egress) -> ThroughBraid {
     let broker = Mosquitto::start(false);
     let mut braid = Braid::start(bin, broker.port, egress);
-    let results = (egress == Egress::Mqtt).then(|| Subscriber::start(broker.port, "up/#", WARMUP, false));
+    let results = (egress == Egress::Mqtt).then(|| Subscriber::start(broker.port, "up/#", WARMUP, Timing::Off));
     let (from, matched_before) = warm_up(&broker, &braid, results.as_ref());
     let lists = saturation_messages(messages / 2, publishers, wall_us() / 1000);
     let watch =
@@ -422,6 +422,23 @@ struct Fixed {
     cpu: Cpu,
     /// braid's, at the end of the phase (its results all received).
     memory: Memory,
+    /// The same load through the same kind of broker with no braid, run just before.
+    broker_alone: Latency,
+}
+
+/// Publish → receipt times of one run, ms.
+#[derive(Clone, Copy)]
+struct Latency {
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+}
+
+impl Latency {
+    fn of(h: &hdrhistogram::Histogram<u64>) -> Latency {
+        let ms = |us: u64| us as f64 / 1000.0;
+        Latency { p50_ms: ms(h.value_at_quantile(0.5)), p99_ms: ms(h.value_at_quantile(0.99)), max_ms: ms(h.max()) }
+    }
 }
 
 impl Fixed {
@@ -431,7 +448,7 @@ impl Fixed {
 
     fn line(&self) -> String {
         format!(
-            "{}: published {} taken {} ({:.4}) errors {}, {} match results (+{} other): p50 {:.1} ms p99 {:.1} ms max {:.1} ms | braid peak RSS {:.1} MiB, now anonymous {:.1} + files {:.1} + shared {:.1} | {}",
+            "{}: published {} taken {} ({:.4}) errors {}, {} match results (+{} other): p50 {:.1} ms p99 {:.1} ms max {:.1} ms (mosquitto alone {:.1} / {:.1} / {:.1} ms) | braid peak RSS {:.1} MiB, now anonymous {:.1} + files {:.1} + shared {:.1} | {}",
             self.mosquitto(),
             self.published,
             self.taken,
@@ -442,6 +459,9 @@ impl Fixed {
             self.p50_ms,
             self.p99_ms,
             self.max_ms,
+            self.broker_alone.p50_ms,
+            self.broker_alone.p99_ms,
+            self.broker_alone.max_ms,
             mib(self.memory.peak_rss),
             mib(self.memory.anon),
             mib(self.memory.file),
@@ -458,10 +478,37 @@ struct Pace {
     seconds: f64,
 }
 
-fn fixed_load(bin: &Path, Pace { rate, seconds }: Pace, seed: u64, nodelay: bool, sniff: Option<&str>) -> Fixed {
+/// The fixed load through a fresh mosquitto with no braid: a subscriber on the devices' topics
+/// times every message by its `ts`, as a result is timed by its `_ts` (the same ms truncation).
+/// A result crosses the broker twice; this is what one crossing costs on the same machine.
+fn broker_alone(pace: Pace, seed: u64, nodelay: bool) -> Latency {
+    let broker = Mosquitto::start(nodelay);
+    let inputs = Subscriber::start(broker.port, "devices/#", "/none", Timing::Inputs);
+    let (handle, _) =
+        braid::demo::devices::spawn(device_sim(&broker, pace, seed), Arc::new(AtomicBool::new(false))).unwrap();
+    let published = handle.join().unwrap().sent();
+    inputs.wait_for(published, Duration::from_secs(5));
+    Latency::of(&inputs.finish().latency_us)
+}
+
+/// The fixed load's simulated devices, publishing to `broker`.
+fn device_sim(broker: &Mosquitto, Pace { rate, seconds }: Pace, seed: u64) -> braid::demo::devices::DeviceSim {
+    braid::demo::devices::DeviceSim {
+        url_host: "127.0.0.1".into(),
+        port: broker.port,
+        devices: FIXED_DEVICES,
+        rate,
+        seed,
+        qos: rumqttc::QoS::AtLeastOnce,
+        limit: Some((rate * seconds) as u64),
+    }
+}
+
+fn fixed_load(bin: &Path, pace: Pace, seed: u64, nodelay: bool, sniff: Option<&str>) -> Fixed {
+    let broker_alone = broker_alone(pace, seed, nodelay);
     let broker = Mosquitto::start(nodelay);
     let mut braid = Braid::start(bin, broker.port, Egress::Mqtt);
-    let results = Subscriber::start(broker.port, "up/#", WARMUP, true);
+    let results = Subscriber::start(broker.port, "up/#", WARMUP, Timing::Results);
     let (from, _) = warm_up(&broker, &braid, Some(&results));
     let mut sniffer = sniff.map(|file| {
         let child = std::process::Command::new("mosquitto_sub")
@@ -472,15 +519,7 @@ fn fixed_load(bin: &Path, Pace { rate, seconds }: Pace, seed: u64, nodelay: bool
         std::thread::sleep(Duration::from_millis(300));
         child
     });
-    let sim = braid::demo::devices::DeviceSim {
-        url_host: "127.0.0.1".into(),
-        port: broker.port,
-        devices: FIXED_DEVICES,
-        rate,
-        seed,
-        qos: rumqttc::QoS::AtLeastOnce,
-        limit: Some((rate * seconds) as u64),
-    };
+    let sim = device_sim(&broker, pace, seed);
     let watch =
         CpuWatch::start(vec![("braid", braid.pid()), ("mosquitto", broker.pid()), ("bench", std::process::id())]);
     let (handle, _) = braid::demo::devices::spawn(sim, Arc::new(AtomicBool::new(false))).unwrap();
@@ -506,20 +545,20 @@ fn fixed_load(bin: &Path, Pace { rate, seconds }: Pace, seed: u64, nodelay: bool
     let received = results.finish();
     let memory = Memory::read(braid.pid());
     braid.stop();
-    let h = &received.latency_us;
-    let ms = |us: u64| us as f64 / 1000.0;
+    let Latency { p50_ms, p99_ms, max_ms } = Latency::of(&received.latency_us);
     Fixed {
         nodelay,
         published,
         taken,
         errors: stats.errors.load(Ordering::Relaxed),
-        matches: h.len(),
+        matches: received.latency_us.len(),
         unmatched: received.unmatched,
-        p50_ms: ms(h.value_at_quantile(0.5)),
-        p99_ms: ms(h.value_at_quantile(0.99)),
-        max_ms: ms(h.max()),
+        p50_ms,
+        p99_ms,
+        max_ms,
         cpu,
         memory,
+        broker_alone,
     }
 }
 
@@ -564,17 +603,17 @@ fn print_tables(Load { messages, publishers }: Load, saturation: &[Saturation], 
     }
     println!();
     println!(
-        "Fixed load: {} msg/s for {} s, {FIXED_DEVICES} devices. Latency: publish → result received. braid's memory at the end, MiB.",
+        "Fixed load: {} msg/s for {} s, {FIXED_DEVICES} devices. Latency: publish → result received; mosquitto alone: the same load's messages publish → received with no braid, just before (a result crosses the broker twice). braid's memory at the end, MiB.",
         pace.rate, pace.seconds
     );
     println!();
     println!(
-        "| run | mosquitto | load (1 min) | published | taken / published | match results | p50 | p99 | max | CPU braid | CPU mosquitto | braid switches / msg | peak RSS | anonymous | files | shared memory |"
+        "| run | mosquitto | load (1 min) | published | taken / published | match results | p50 | p99 | max | mosquitto alone p50 / p99 / max | CPU braid | CPU mosquitto | braid switches / msg | peak RSS | anonymous | files | shared memory |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (i, f) in fixed.iter().enumerate() {
         println!(
-            "| {} | {} | {:.2} | {} | {:.4} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} µs | {:.1} µs | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            "| {} | {} | {:.2} | {} | {:.4} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} / {:.1} / {:.1} ms | {:.1} µs | {:.1} µs | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} |",
             i / 2 + 1,
             f.mosquitto(),
             f.cpu.load1,
@@ -584,6 +623,9 @@ fn print_tables(Load { messages, publishers }: Load, saturation: &[Saturation], 
             f.p50_ms,
             f.p99_ms,
             f.max_ms,
+            f.broker_alone.p50_ms,
+            f.broker_alone.p99_ms,
+            f.broker_alone.max_ms,
             f.cpu.us_per("braid", f.published),
             f.cpu.us_per("mosquitto", f.published),
             f.cpu.braid_switches as f64 / f.published.max(1) as f64,

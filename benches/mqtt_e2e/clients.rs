@@ -149,7 +149,8 @@ pub struct Received {
     pub count: u64,
     pub first: Option<Instant>,
     pub last: Option<Instant>,
-    /// Results with `_kind` = `match`: receive time − `_ts`, µs (only with `latency`).
+    /// Receive time − `_ts` of results with `_kind` = `match`, or − `ts` of device messages, µs
+    /// (as [`Timing`] says).
     pub latency_us: Histogram<u64>,
     /// Results of another kind (`left_only`: emitted when the watermark passes, not timed).
     pub unmatched: u64,
@@ -175,16 +176,16 @@ pub struct Subscriber {
 }
 
 impl Subscriber {
-    /// Returns once the broker acknowledged the subscription. With `latency`, every payload is
-    /// parsed as a braid result and timed.
-    pub fn start(port: u16, filter: &str, ignore_suffix: &'static str, latency: bool) -> Subscriber {
+    /// Returns once the broker acknowledged the subscription; `timing` says which payloads are
+    /// timed.
+    pub fn start(port: u16, filter: &str, ignore_suffix: &'static str, timing: Timing) -> Subscriber {
         let (count, stop) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
         let ignored = Arc::new(AtomicU64::new(0));
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let opts = options(port, &format!("bench-sub-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
         let counters = Counters { count: Arc::clone(&count), ignored: Arc::clone(&ignored), stop: Arc::clone(&stop) };
-        let (filter, wanted) = (filter.to_owned(), Wanted { ignore_suffix, latency });
+        let (filter, wanted) = (filter.to_owned(), Wanted { ignore_suffix, timing });
         let thread = std::thread::Builder::new()
             .name("bench-sub".into())
             .spawn(move || runtime().block_on(subscribe(opts, filter, wanted, counters, ready_tx)))
@@ -223,7 +224,18 @@ impl Subscriber {
 /// What a subscriber does with a message.
 struct Wanted {
     ignore_suffix: &'static str,
-    latency: bool,
+    timing: Timing,
+}
+
+/// Which payloads a [`Subscriber`] times (publish → receipt, into [`Received::latency_us`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Timing {
+    /// None: it only counts.
+    Off,
+    /// braid's `match` results, by their `_ts`.
+    Results,
+    /// The devices' own messages, by their `ts`: the broker alone, the baseline of `Results`.
+    Inputs,
 }
 
 /// What a subscriber shares with its owner.
@@ -264,8 +276,10 @@ async fn subscribe(
                     got.last = Some(now);
                     got.count += 1;
                     count.store(got.count, Ordering::Relaxed);
-                    if wanted.latency {
-                        time_result(&p.payload, &mut got);
+                    match wanted.timing {
+                        Timing::Off => {}
+                        Timing::Results => time_result(&p.payload, &mut got),
+                        Timing::Inputs => time_input(&p.payload, &mut got),
                     }
                 }
                 Ok(Event::Incoming(Packet::SubAck(_))) => {
@@ -290,6 +304,16 @@ fn time_result(payload: &[u8], got: &mut Received) {
         return;
     }
     if let Some(ts) = v["_ts"].as_i64() {
+        let micros = (wall_us() - ts * 1000).max(1);
+        let _ = got.latency_us.record(u64::try_from(micros).unwrap_or(1));
+    }
+}
+
+/// A device message's publish → receipt time, by its `ts` (the wall clock in ms when it was
+/// made, as a result's `_ts`: the same truncation, so the two compare).
+fn time_input(payload: &[u8], got: &mut Received) {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(payload) else { return };
+    if let Some(ts) = v["ts"].as_i64() {
         let micros = (wall_us() - ts * 1000).max(1);
         let _ = got.latency_us.record(u64::try_from(micros).unwrap_or(1));
     }
