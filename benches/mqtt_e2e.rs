@@ -48,7 +48,10 @@
 //!    alternating. A subscriber on `up/#` times every `match` result: receipt − `_ts` (the later
 //!    row's `ts`, i.e. its publish time). Results carry only the selected fields and `_ts` is in
 //!    ms, so latencies are truncated to the ms (0–1 ms too long). Delivered = messages braid took
-//!    / messages PUBACKed to the simulator.
+//!    / messages PUBACKed to the simulator. Before each, the same load (same seed) goes through a
+//!    fresh mosquitto with no braid and a subscriber on `devices/#` times every message by its
+//!    `ts` (the same truncation): "mosquitto alone", the cost of one broker crossing on this
+//!    machine; a result crosses twice (the device's message in, the result out).
 //!
 //! During every measured phase the bench reads CPU time per process and per braid thread from
 //! `/proc` (`braid`: the feeder; `braid-io`: MQTT source and sink, `/metrics`; `braid-shard-N`)
