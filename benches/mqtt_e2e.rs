@@ -419,9 +419,8 @@ struct Fixed {
     matches: u64,
     /// Results of another kind seen (`left_only` comes ≥ 5.5 s after its command: rarely here).
     unmatched: u64,
-    p50_ms: f64,
-    p99_ms: f64,
-    max_ms: f64,
+    /// Publish → `match` result received.
+    latency: Latency,
     cpu: Cpu,
     /// braid's, at the end of the phase (its results all received).
     memory: Memory,
@@ -444,6 +443,13 @@ impl Latency {
     }
 }
 
+/// "p50 / p99 / max ms".
+impl std::fmt::Display for Latency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.1} / {:.1} / {:.1} ms", self.p50_ms, self.p99_ms, self.max_ms)
+    }
+}
+
 impl Fixed {
     fn mosquitto(&self) -> &'static str {
         if self.nodelay { "set_tcp_nodelay true" } else { "default (Nagle on)" }
@@ -451,7 +457,7 @@ impl Fixed {
 
     fn line(&self) -> String {
         format!(
-            "{}: published {} taken {} ({:.4}) errors {}, {} match results (+{} other): p50 {:.1} ms p99 {:.1} ms max {:.1} ms (mosquitto alone {:.1} / {:.1} / {:.1} ms) | braid peak RSS {:.1} MiB, now anonymous {:.1} + files {:.1} + shared {:.1} | {}",
+            "{}: published {} taken {} ({:.4}) errors {}, {} match results (+{} other): p50 {:.1} ms p99 {:.1} ms max {:.1} ms (mosquitto alone {}) | braid peak RSS {:.1} MiB, now anonymous {:.1} + files {:.1} + shared {:.1} | {}",
             self.mosquitto(),
             self.published,
             self.taken,
@@ -459,12 +465,10 @@ impl Fixed {
             self.errors,
             self.matches,
             self.unmatched,
-            self.p50_ms,
-            self.p99_ms,
-            self.max_ms,
-            self.broker_alone.p50_ms,
-            self.broker_alone.p99_ms,
-            self.broker_alone.max_ms,
+            self.latency.p50_ms,
+            self.latency.p99_ms,
+            self.latency.max_ms,
+            self.broker_alone,
             mib(self.memory.peak_rss),
             mib(self.memory.anon),
             mib(self.memory.file),
@@ -548,7 +552,6 @@ fn fixed_load(bin: &Path, pace: Pace, seed: u64, nodelay: bool, sniff: Option<&s
     let received = results.finish();
     let memory = Memory::read(braid.pid());
     braid.stop();
-    let Latency { p50_ms, p99_ms, max_ms } = Latency::of(&received.latency_us);
     Fixed {
         nodelay,
         published,
@@ -556,9 +559,7 @@ fn fixed_load(bin: &Path, pace: Pace, seed: u64, nodelay: bool, sniff: Option<&s
         errors: stats.errors.load(Ordering::Relaxed),
         matches: received.latency_us.len(),
         unmatched: received.unmatched,
-        p50_ms,
-        p99_ms,
-        max_ms,
+        latency: Latency::of(&received.latency_us),
         cpu,
         memory,
         broker_alone,
@@ -616,19 +617,17 @@ fn print_tables(Load { messages, publishers }: Load, saturation: &[Saturation], 
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (i, f) in fixed.iter().enumerate() {
         println!(
-            "| {} | {} | {:.2} | {} | {:.4} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} / {:.1} / {:.1} ms | {:.1} µs | {:.1} µs | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            "| {} | {} | {:.2} | {} | {:.4} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {} | {:.1} µs | {:.1} µs | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} |",
             i / 2 + 1,
             f.mosquitto(),
             f.cpu.load1,
             f.published,
             f.taken as f64 / f.published.max(1) as f64,
             f.matches,
-            f.p50_ms,
-            f.p99_ms,
-            f.max_ms,
-            f.broker_alone.p50_ms,
-            f.broker_alone.p99_ms,
-            f.broker_alone.max_ms,
+            f.latency.p50_ms,
+            f.latency.p99_ms,
+            f.latency.max_ms,
+            f.broker_alone,
             f.cpu.us_per("braid", f.published),
             f.cpu.us_per("mosquitto", f.published),
             f.cpu.braid_switches as f64 / f.published.max(1) as f64,

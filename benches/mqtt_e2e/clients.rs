@@ -304,8 +304,7 @@ fn time_result(payload: &[u8], got: &mut Received) {
         return;
     }
     if let Some(ts) = v["_ts"].as_i64() {
-        let micros = (wall_us() - ts * 1000).max(1);
-        let _ = got.latency_us.record(u64::try_from(micros).unwrap_or(1));
+        record_since(ts, got);
     }
 }
 
@@ -314,9 +313,14 @@ fn time_result(payload: &[u8], got: &mut Received) {
 fn time_input(payload: &[u8], got: &mut Received) {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(payload) else { return };
     if let Some(ts) = v["ts"].as_i64() {
-        let micros = (wall_us() - ts * 1000).max(1);
-        let _ = got.latency_us.record(u64::try_from(micros).unwrap_or(1));
+        record_since(ts, got);
     }
+}
+
+/// Records now − `ts_ms` (a wall-clock time in ms), in µs, at least 1.
+fn record_since(ts_ms: i64, got: &mut Received) {
+    let micros = (wall_us() - ts_ms * 1000).max(1);
+    let _ = got.latency_us.record(u64::try_from(micros).unwrap_or(1));
 }
 
 /// Publishes one status and one command of device `device` (event time: now) and waits for
