@@ -10,7 +10,8 @@
 //! only: a `mosquitto_sub -t '#'` records every message of the fixed-load runs with its receipt
 //! time in `PREFIX-RUN-nodelay|default`, to split latency into hops; it adds a subscriber to the
 //! broker), `--braid PATH` (another braid binary, e.g. one built from an older commit, to compare
-//! two builds in one session), `--saturation-only` (skip the fixed load). The bench runs only
+//! two builds in one session), `--runtime 'KEY = VALUE'` (a line added to braid's `[runtime]`, e.g.
+//! `checkpoint_interval = "1h"` to see what checkpoints cost), `--saturation-only` (skip the fixed load). The bench runs only
 //! when Cargo passes `--bench`, so `cargo test --benches` builds it
 //! and returns at once: never a timed test.
 //!
@@ -70,7 +71,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clients::{Subscriber, Timing, publish_all, publish_pair, saturation_messages, wall_us};
-use procs::{ALL_THREADS, Braid, Egress, Memory, Mosquitto, SystemTimes, ThreadTimes, load1, metric, metrics};
+use procs::{
+    ALL_THREADS, Braid, BraidRun, Egress, Memory, Mosquitto, SystemTimes, ThreadTimes, load1, metric, metrics,
+};
 
 /// Messages per saturation phase (a few seconds of mosquitto's rate here).
 const MESSAGES: usize = 100_000;
@@ -100,10 +103,16 @@ fn main() {
     let load = Load { messages, publishers: number("--publishers", PUBLISHERS).max(1) };
     let sniff = value("--sniff");
     assert!(Path::new(procs::MOSQUITTO).exists(), "{} is missing: apt-get install -y mosquitto", procs::MOSQUITTO);
-    let bin = value("--braid").map_or_else(procs::braid_binary, std::path::PathBuf::from);
+    let bin = BraidRun {
+        bin: value("--braid").map_or_else(procs::braid_binary, std::path::PathBuf::from),
+        runtime: value("--runtime").unwrap_or_default(),
+    };
     let started = Instant::now();
     println!("mqtt_e2e: {}", procs::machine());
-    println!("mqtt_e2e: braid = {}", bin.display());
+    println!("mqtt_e2e: braid = {}", bin.bin.display());
+    if !bin.runtime.is_empty() {
+        println!("mqtt_e2e: [runtime] adds {}", bin.runtime);
+    }
     println!(
         "mqtt_e2e: saturation: {messages} messages ({} devices × status + command), {} publishers, {runs} runs",
         messages / 2,
@@ -364,7 +373,7 @@ fn watch_ingest(braid: &Braid, from: u64, target: u64, watch: &CpuWatch) -> (Ins
     }
 }
 
-fn through_braid(bin: &Path, Load { messages, publishers }: Load, egress: Egress) -> ThroughBraid {
+fn through_braid(bin: &BraidRun, Load { messages, publishers }: Load, egress: Egress) -> ThroughBraid {
     let broker = Mosquitto::start(false);
     let mut braid = Braid::start(bin, broker.port, egress);
     let results = (egress == Egress::Mqtt).then(|| Subscriber::start(broker.port, "up/#", WARMUP, Timing::Off));
@@ -511,7 +520,7 @@ fn device_sim(broker: &Mosquitto, Pace { rate, seconds }: Pace, seed: u64) -> br
     }
 }
 
-fn fixed_load(bin: &Path, pace: Pace, seed: u64, nodelay: bool, sniff: Option<&str>) -> Fixed {
+fn fixed_load(bin: &BraidRun, pace: Pace, seed: u64, nodelay: bool, sniff: Option<&str>) -> Fixed {
     let broker_alone = broker_alone(pace, seed, nodelay);
     let broker = Mosquitto::start(nodelay);
     let mut braid = Braid::start(bin, broker.port, Egress::Mqtt);

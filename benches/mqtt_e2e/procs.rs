@@ -105,7 +105,8 @@ pub enum Egress {
 
 /// The gateway join of configs/gateway.toml (its streams and operator, as deployed) with its
 /// devices on `mqtt_port` and its results sent where `egress` says.
-pub fn braid_config(mqtt_port: u16, ops_port: u16, state_dir: &Path, egress: Egress) -> String {
+/// `runtime` is a line added to its `[runtime]` (the bench's `--runtime`; "" for none).
+pub fn braid_config(mqtt_port: u16, ops_port: u16, state_dir: &Path, egress: Egress, runtime: &str) -> String {
     let sink = match egress {
         Egress::Mqtt => format!(
             "[sinks.up]\nkind = \"mqtt\"\ninputs = [\"effect\"]\nurl = \"mqtt://127.0.0.1:{mqtt_port}\"\n\
@@ -117,7 +118,7 @@ pub fn braid_config(mqtt_port: u16, ops_port: u16, state_dir: &Path, egress: Egr
         ),
     };
     let deployment = format!(
-        "[runtime]\nshards = \"auto\"\nidle_advance = true\nstate_dir = \"{state}\"\n\n\
+        "[runtime]\nshards = \"auto\"\nidle_advance = true\nstate_dir = \"{state}\"\n{runtime}\n\n\
          [ops]\nlisten = \"127.0.0.1:{ops_port}\"\n\n\
          [sources.devices]\nkind = \"mqtt\"\nurl = \"mqtt://127.0.0.1:{mqtt_port}\"\n\n{sink}",
         state = state_dir.display()
@@ -126,6 +127,12 @@ pub fn braid_config(mqtt_port: u16, ops_port: u16, state_dir: &Path, egress: Egr
     config.retain(|section, _| section == "streams" || section == "operators");
     config.extend(deployment.parse::<toml::Table>().expect("the bench's deployment sections"));
     toml::to_string(&config).expect("a config table")
+}
+
+/// Which braid binary the bench runs, and a line added to its config's `[runtime]` ("" for none).
+pub struct BraidRun {
+    pub bin: PathBuf,
+    pub runtime: String,
 }
 
 /// `braid run` on a fresh state directory; SIGTERM and wait when dropped.
@@ -137,11 +144,13 @@ pub struct Braid {
 
 impl Braid {
     /// Starts `bin` on [`braid_config`]; returns once `/metrics` answers.
-    pub fn start(bin: &Path, mqtt_port: u16, egress: Egress) -> Braid {
+    pub fn start(run: &BraidRun, mqtt_port: u16, egress: Egress) -> Braid {
+        let bin = &run.bin;
         let dir = tempfile::Builder::new().prefix("braid-bench-state-").tempdir().unwrap();
         let ops_port = free_port();
         let config = dir.path().join("braid.toml");
-        std::fs::write(&config, braid_config(mqtt_port, ops_port, &dir.path().join("state"), egress)).unwrap();
+        std::fs::write(&config, braid_config(mqtt_port, ops_port, &dir.path().join("state"), egress, &run.runtime))
+            .unwrap();
         let log = std::fs::File::create(dir.path().join("braid.log")).unwrap();
         let child = Command::new(bin)
             .arg("run")

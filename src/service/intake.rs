@@ -29,6 +29,7 @@ use super::ingest::{Ingest, Message};
 use super::journal::{Journal, JournalError, What};
 use super::outputs::Outputs;
 use super::redelivery::Recent;
+use super::sources::SourceRuntime;
 use super::view::LiveView;
 
 /// Deliveries taken per round before the rings are published and the deliveries confirmed.
@@ -351,8 +352,11 @@ impl<'a> Intake<'a> {
     }
 
     /// Runs until the io thread asks for a stop or a reload; returns which.
-    pub fn run(&mut self, wall_clock: impl Fn() -> i128) -> Result<Request, ServiceError> {
+    /// The sources run on this thread (sources.rs): each round pumps them once, and the round's
+    /// sleep drives them.
+    pub fn run(&mut self, wall_clock: impl Fn() -> i128, sources: &SourceRuntime) -> Result<Request, ServiceError> {
         loop {
+            sources.pump();
             let request = self.control.request();
             if request != Request::Run {
                 return Ok(request);

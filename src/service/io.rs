@@ -1,6 +1,7 @@
 //! The io thread: one tokio current-thread runtime for everything that waits on the network or
-//! on the system — MQTT sources and sinks (rumqttc needs tokio; the shards run on monoio), the
-//! `/metrics` server, signals and systemd notifications. It does no join work.
+//! on the system — MQTT sinks (rumqttc needs tokio; the shards run on monoio), embedded brokers'
+//! start, the `/metrics` server, signals and systemd notifications. It does no join work. The
+//! MQTT sources run on the intake thread (sources.rs); this thread starts them there.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -23,6 +24,7 @@ use crate::source::mqtt::{SourceSettings, SourceStatus, subscription_filter};
 use crate::source::{Confirmations, Delivery, Intake};
 use crate::storage::write_faults;
 
+use super::sources::SourceRuntime;
 use super::view::LiveView;
 use super::{Control, DRAIN, Request, ServiceError, embedded_listen};
 
@@ -74,6 +76,15 @@ impl BrokerLink {
     fn of(broker: &crate::broker::EmbeddedBroker) -> BrokerLink {
         BrokerLink { addr: broker.local_addr(), login: broker.own_login(), refusals: broker.refusals() }
     }
+}
+
+/// Where a generation's sources run and what they feed: the intake thread's runtime, its
+/// channel, its confirmations and its doorbell.
+pub struct SourceFeed<'a> {
+    pub runtime: &'a SourceRuntime,
+    pub intake: crossbeam_channel::Sender<Delivery>,
+    pub confirmations: Arc<Confirmations>,
+    pub doorbell: Arc<Doorbell>,
 }
 
 /// The tasks of one generation.
@@ -134,16 +145,15 @@ impl IoThread {
         Ok(())
     }
 
-    /// Starts the embedded brokers, sources and sinks of a generation.
+    /// Starts the embedded brokers and sinks of a generation, and its sources where `feed` says.
     pub fn start_generation(
         &self,
         plan: &Arc<Plan>,
         state_dir: &std::path::Path,
         uplinks: &[Arc<Uplink>],
-        intake: crossbeam_channel::Sender<Delivery>,
-        confirmations: Arc<Confirmations>,
-        doorbell: Arc<Doorbell>,
+        feed: SourceFeed<'_>,
     ) -> Result<GenerationTasks, ServiceError> {
+        let SourceFeed { runtime: sources, intake, confirmations, doorbell } = feed;
         let (stop_sources, sources_rx) = watch::channel(false);
         let (stop_sinks, sinks_rx) = watch::channel(false);
         let mut tasks = GenerationTasks {
@@ -193,7 +203,7 @@ impl IoThread {
             let future =
                 crate::source::mqtt::run(settings, intake, Arc::clone(&confirmations), status, sources_rx.clone());
             let name = def.name.clone();
-            tasks.sources.push(self.handle.spawn(async move {
+            tasks.sources.push(sources.handle().spawn(async move {
                 if let Err(error) = future.await {
                     tracing::error!(source = %name, %error, "source stopped");
                 }
@@ -297,10 +307,10 @@ impl GenerationTasks {
 
     /// Stops the sources (they disconnect; what they did not hand over stays with the broker)
     /// and waits for them.
-    pub fn stop_sources(&mut self, io: &IoThread) {
+    pub fn stop_sources(&mut self, sources: &SourceRuntime) {
         let _ = self.stop_sources.send(true);
         for task in self.sources.drain(..) {
-            let _ = io.handle.block_on(task);
+            let _ = sources.block_on(task);
         }
     }
 

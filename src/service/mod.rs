@@ -27,6 +27,7 @@ mod journal;
 mod outputs;
 mod redelivery;
 mod scratch;
+mod sources;
 mod taken;
 mod view;
 
@@ -40,6 +41,7 @@ use crate::checkpoint::CheckpointDir;
 use crate::config::{Durability, SinkKind, SourceKind};
 use crate::plan::Plan;
 use crate::shard::{Runtime, RuntimeError, RuntimeOptions};
+use crate::sink::Patience;
 use crate::sink::mqtt::Uplink;
 use crate::source::Confirmations;
 use crate::storage::write_faults;
@@ -51,6 +53,7 @@ use io::IoThread;
 use journal::{Journal, JournalError};
 use outputs::{OutputCounters, OutputError, Outputs};
 use scratch::Scratch;
+use sources::SourceRuntime;
 use taken::Taken;
 pub use view::LiveView;
 
@@ -106,18 +109,21 @@ pub fn run(plan: Plan, options: ServiceOptions) -> Result<(), ServiceError> {
     let view = Arc::clone(&options.view);
     let io = IoThread::start(Arc::clone(&options.control), Arc::clone(&view), options.config_path.clone())?;
     io.serve_ops(&plan.ops_listen)?;
+    let sources =
+        SourceRuntime::new().map_err(|e| ServiceError::Io(format!("cannot build the sources' runtime: {e}")))?;
     let mut plan = Arc::new(plan);
     // The plan that ran before a reload: the fallback when the new one cannot start.
     let mut previous: Option<Arc<Plan>> = None;
     loop {
         let mut started = false;
-        let request = match generation(&plan, &state_dir, &io, &options, &view, &mut started) {
+        let request = match generation(&plan, &state_dir, (&io, &sources), &options, &view, &mut started) {
             Ok(request) => request,
             Err(ServiceError::CannotWrite { site, path, source }) if !started => {
                 // A full disk at the start: no exit (systemd would restart into the same disk).
                 write_faults::failed(&site, &path, &source, "braid cannot start");
                 crate::ops::systemd::Notifier::from_env().extend_timeout(2 * write_faults::RETRY_EVERY);
-                if outputs::sleep_unless_stopped(write_faults::RETRY_EVERY, &options.control.interrupt) {
+                if outputs::sleep_unless_stopped(write_faults::RETRY_EVERY, Patience::idle(&options.control.interrupt))
+                {
                     continue;
                 }
                 break;
@@ -189,7 +195,7 @@ pub fn wall_clock() -> i128 {
 fn generation(
     plan: &Arc<Plan>,
     state_dir: &Path,
-    io: &IoThread,
+    (io, sources): (&IoThread, &SourceRuntime),
     options: &ServiceOptions,
     view: &Arc<LiveView>,
     started: &mut bool,
@@ -203,7 +209,10 @@ fn generation(
     let restored = checkpoints::restorable(&checkpoints, shards);
     let early = restored.as_ref().map(|r| (r.loaded.manifest.epoch, r.early.as_slice()));
     let taken = Taken::open(checkpoints.clone(), early);
-    let outputs = Outputs::open(Arc::clone(plan), &uplinks, Arc::clone(&counters), Arc::clone(&stop), taken)?;
+    let mut outputs = Outputs::open(Arc::clone(plan), &uplinks, Arc::clone(&counters), Arc::clone(&stop), taken)?;
+    // A sink that waits long (a full buffer, a full disk) keeps the sources running, on this thread.
+    let pumped = sources.clone();
+    outputs.meanwhile(Box::new(move || pumped.pump()));
     let journal = Journal::open(&state_dir.join("journal"), plan.runtime.journal_bytes, plan.runtime.journal_retention)
         .map_err(|error| match error.open_write_failure() {
             Some((path, source)) => ServiceError::CannotWrite { site: intake::JOURNAL_SITE.into(), path, source },
@@ -227,7 +236,10 @@ fn generation(
         give_back_ring_pages: true,
         ..RuntimeOptions::new(shards, scratch.path())
     };
-    let runtime = Runtime::start(plan, &runtime_options, start)?;
+    let mut runtime = Runtime::start(plan, &runtime_options, start)?;
+    runtime
+        .sleep_with(|bell| sources.sleeper(bell))
+        .map_err(|e| ServiceError::Io(format!("cannot sleep with the sources: {e}")))?;
     if let Some(restored) = &restored {
         tracing::info!(epoch = restored.loaded.manifest.epoch, "state restored from the last checkpoint");
     }
@@ -248,14 +260,15 @@ fn generation(
     let replayed = intake.replay_journal()?;
     // Logged also when there was nothing after the checkpoint: the start is done either way.
     tracing::info!(entries = replayed, "journal replayed: operator state rebuilt");
-    let mut tasks = io.start_generation(plan, state_dir, &uplinks, intake_tx, confirmations, doorbell)?;
+    let feed = io::SourceFeed { runtime: sources, intake: intake_tx, confirmations, doorbell };
+    let mut tasks = io.start_generation(plan, state_dir, &uplinks, feed)?;
     intake.start_live(wall_clock(), tasks.status().0)?;
     view.set(Arc::clone(plan), counters, tasks.status(), Arc::clone(&options.control));
     view.update_figures(Some(intake.runtime.live_figures()));
     *started = true;
-    let request = intake.run(wall_clock);
+    let request = intake.run(wall_clock, sources);
     // Intake stops first: what the sources still hold is not acknowledged, the broker keeps it.
-    tasks.stop_sources(io);
+    tasks.stop_sources(sources);
     let stopped = intake.stop(SHARD_GRACE).map(drop);
     tasks.stop_sinks(io, DRAIN);
     view.update_figures(None);

@@ -25,6 +25,7 @@ use crate::record::frame::to_row;
 use crate::record::view::RowView;
 use crate::record::{ArchivedRow, Row, Schema, json};
 use crate::shard::Emit;
+use crate::sink::Patience;
 use crate::sink::mqtt::Uplink;
 use crate::sink::topic::TopicTemplate;
 use crate::storage::write_faults;
@@ -96,6 +97,8 @@ pub struct Outputs {
     counters: Arc<OutputCounters>,
     /// Set when the service stops: an MQTT sink with a full buffer stops waiting for room.
     stop: Arc<AtomicBool>,
+    /// Done between the short sleeps of a sink that waits ([`Patience`]).
+    meanwhile: Box<dyn Fn() + Send>,
     line: Vec<u8>,
     topic: String,
     /// What the sinks took since the last checkpoint.
@@ -126,12 +129,19 @@ impl Outputs {
             sinks,
             counters,
             stop,
+            meanwhile: Box::new(|| {}),
             line: Vec::with_capacity(512),
             topic: String::new(),
             taken,
             stalled: false,
             lost_at_stop: false,
         })
+    }
+
+    /// What a sink that waits (a full buffer, a full disk) does between its short sleeps: the
+    /// service runs its sources (sources.rs).
+    pub fn meanwhile(&mut self, meanwhile: Box<dyn Fn() + Send>) {
+        self.meanwhile = meanwhile;
     }
 
     /// Whether a full sink buffer made the intake wait since the last call (the intake then
@@ -224,7 +234,8 @@ impl Outputs {
         for sink in self.sinks.iter_mut().filter(|s| s.targets.contains(&target)) {
             match &mut sink.writer {
                 Writer::File(w, path) => {
-                    let written = write_file_line(w, &self.line, FileSite { site: &sink.site, path }, &self.stop);
+                    let patience = Patience { stop: &self.stop, meanwhile: &*self.meanwhile };
+                    let written = write_file_line(w, &self.line, FileSite { site: &sink.site, path }, patience);
                     if let Err(failures) = written {
                         self.counters.write_errors.fetch_add(failures, Ordering::Relaxed);
                         lost = true;
@@ -240,7 +251,8 @@ impl Outputs {
                     }
                     let payload = &self.line[..self.line.len() - 1];
                     // Woken once per batch, in `flush`.
-                    match uplink.queue(&self.topic, payload, &self.stop) {
+                    let patience = Patience { stop: &self.stop, meanwhile: &*self.meanwhile };
+                    match uplink.queue(&self.topic, payload, patience) {
                         Ok(waited) => self.stalled |= waited,
                         Err(error) => {
                             self.counters.unqueued_at_stop.fetch_add(1, Ordering::Relaxed);
@@ -282,7 +294,7 @@ struct FileSite<'a> {
 /// Writes one line to a file sink; while the file system refuses it (a full disk), the line waits
 /// and is tried again every second — the intake waits with it, so nothing is dropped — until it is
 /// written or the service stops (then `Err(failed attempts)`: the line is not written).
-fn write_file_line(w: &mut BufWriter<impl Write>, line: &[u8], at: FileSite, stop: &AtomicBool) -> Result<(), u64> {
+fn write_file_line(w: &mut BufWriter<impl Write>, line: &[u8], at: FileSite, patience: Patience) -> Result<(), u64> {
     let mut failures = 0;
     loop {
         // A BufWriter that cannot make room writes none of the line (and keeps what it holds).
@@ -296,7 +308,7 @@ fn write_file_line(w: &mut BufWriter<impl Write>, line: &[u8], at: FileSite, sto
             Err(error) => {
                 failures += 1;
                 write_faults::failed(at.site, at.path, &error, FILE_SINK_MEANWHILE);
-                if !sleep_unless_stopped(write_faults::RETRY_EVERY, stop) {
+                if !sleep_unless_stopped(write_faults::RETRY_EVERY, patience) {
                     return Err(failures);
                 }
             }
@@ -304,18 +316,20 @@ fn write_file_line(w: &mut BufWriter<impl Write>, line: &[u8], at: FileSite, sto
     }
 }
 
-/// Sleeps `how_long` in short steps; false as soon as `stop` is set.
-pub fn sleep_unless_stopped(how_long: std::time::Duration, stop: &AtomicBool) -> bool {
+/// Sleeps `how_long` in short steps, doing `patience.meanwhile` after each; false as soon as
+/// `patience.stop` is set.
+pub fn sleep_unless_stopped(how_long: std::time::Duration, patience: Patience) -> bool {
     let step = std::time::Duration::from_millis(50);
     let mut slept = std::time::Duration::ZERO;
     while slept < how_long {
-        if stop.load(Ordering::Relaxed) {
+        if patience.stop.load(Ordering::Relaxed) {
             return false;
         }
         std::thread::sleep(step);
+        (patience.meanwhile)();
         slept += step;
     }
-    !stop.load(Ordering::Relaxed)
+    !patience.stop.load(Ordering::Relaxed)
 }
 
 fn write_line(w: &mut impl Write, line: &[u8], counters: &OutputCounters) {
@@ -489,11 +503,11 @@ mod tests {
         let site = FileSite { site: "file sink diskfull-test", path: Path::new("/x/archive.jsonl") };
         let stop = AtomicBool::new(false);
         let mut w = BufWriter::with_capacity(16, FillingDisk { refuse: 2, written: Vec::new() });
-        write_file_line(&mut w, b"{\"ab\":1}\n", site, &stop).unwrap();
+        write_file_line(&mut w, b"{\"ab\":1}\n", site, Patience::idle(&stop)).unwrap();
         let started = write_faults::now();
         // The second line does not fit beside the first: the buffer must be written, and the
         // disk refuses it twice.
-        write_file_line(&mut w, b"{\"bc\":2}\n", site, &stop).unwrap();
+        write_file_line(&mut w, b"{\"bc\":2}\n", site, Patience::idle(&stop)).unwrap();
         assert!(started.elapsed() >= 2 * write_faults::RETRY_EVERY, "tried again every second");
         w.flush().unwrap();
         assert_eq!(w.get_ref().written, b"{\"ab\":1}\n{\"bc\":2}\n");
@@ -501,9 +515,9 @@ mod tests {
         assert!(write_faults::failures().contains(&("file sink diskfull-test".to_owned(), 2)));
 
         let mut w = BufWriter::with_capacity(16, FillingDisk { refuse: usize::MAX, written: Vec::new() });
-        write_file_line(&mut w, b"{\"ab\":1}\n", site, &stop).unwrap();
+        write_file_line(&mut w, b"{\"ab\":1}\n", site, Patience::idle(&stop)).unwrap();
         stop.store(true, Ordering::Relaxed);
-        assert_eq!(write_file_line(&mut w, b"{\"bc\":2}\n", site, &stop), Err(1));
+        assert_eq!(write_file_line(&mut w, b"{\"bc\":2}\n", site, Patience::idle(&stop)), Err(1));
         assert!(write_faults::is_failing("file sink diskfull-test"));
         assert_eq!(w.buffer(), b"{\"ab\":1}\n", "the line the buffer held is still there");
     }

@@ -107,6 +107,15 @@ impl Runtime {
         Arc::clone(&self.bell)
     }
 
+    /// The calling thread sleeps through a driver from now on, running other work of its own
+    /// while it waits for the shards and for input ([`SleepDriver`](super::wake::SleepDriver)).
+    pub fn sleep_with(
+        &mut self,
+        make: impl FnOnce(std::os::unix::net::UnixStream) -> std::io::Result<Box<dyn super::wake::SleepDriver>>,
+    ) -> std::io::Result<()> {
+        self.sleeper.drive_with(make)
+    }
+
     /// Publishes every frame ingested so far to the shards (a live feeder calls this after each
     /// batch: its rows are then in the shards' rings) and drains results.
     pub fn flush(&mut self, emit: &mut impl Emit) -> Result<(), RuntimeError> {

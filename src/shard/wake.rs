@@ -187,17 +187,44 @@ impl Doorbell {
 pub struct Sleeper {
     socket: UnixStream,
     timeout: Option<Duration>,
+    /// Sleeps instead of the blocking read, running other work of the thread meanwhile.
+    driver: Option<Box<dyn SleepDriver>>,
+}
+
+/// How an owner sleeps when its thread has other work to wait for too: the service's calling
+/// thread runs its MQTT sources while it sleeps (service/sources.rs), so a message that arrives
+/// wakes one thread, not a network thread and then the calling thread.
+pub trait SleepDriver: Send {
+    /// Waits until the bell's socket (its own handle on it, non-blocking) has wake-up bytes or
+    /// `timeout` (at least 1 ms) passed, doing the thread's other work meanwhile; reads the bytes.
+    /// Returns whether it was rung (or the socket failed: either way the owner looks again).
+    fn sleep(&mut self, timeout: Duration) -> bool;
 }
 
 impl Sleeper {
     pub fn new(socket: UnixStream) -> Sleeper {
-        Sleeper { socket, timeout: None }
+        Sleeper { socket, timeout: None, driver: None }
+    }
+
+    /// From now on sleeps through the driver `make` builds on a handle of the socket (the socket
+    /// turns non-blocking: the blocking read is not used any more).
+    pub fn drive_with(
+        &mut self,
+        make: impl FnOnce(UnixStream) -> std::io::Result<Box<dyn SleepDriver>>,
+    ) -> std::io::Result<()> {
+        let socket = self.socket.try_clone()?;
+        socket.set_nonblocking(true)?;
+        self.driver = Some(make(socket)?);
+        Ok(())
     }
 
     /// Reads wake-up bytes, waiting up to `timeout`: false when it passed with none.
     fn read(&mut self, buf: &mut [u8], timeout: Duration) -> bool {
         // A zero timeout would mean "block forever" to the socket.
         let timeout = timeout.max(Duration::from_millis(1));
+        if let Some(driver) = &mut self.driver {
+            return driver.sleep(timeout);
+        }
         if self.timeout != Some(timeout) {
             if self.socket.set_read_timeout(Some(timeout)).is_err() {
                 return true;

@@ -31,6 +31,7 @@ use tokio::sync::Notify;
 pub use self::forward::run;
 use crate::config::SinkDef;
 use crate::mqtt::ConnError;
+use crate::sink::Patience;
 use crate::spool::{Spool, SpoolError, SpoolOptions};
 use crate::storage::write_faults;
 
@@ -152,7 +153,7 @@ impl Uplink {
     /// Queues one result and wakes the forwarding loop: [`queue`](Self::queue), then
     /// [`wake`](Self::wake).
     pub fn push(&self, topic: &str, payload: &[u8], stop: &AtomicBool) -> Result<bool, UplinkError> {
-        let outcome = self.queue(topic, payload, stop);
+        let outcome = self.queue(topic, payload, Patience::idle(stop));
         self.wake();
         outcome
     }
@@ -171,7 +172,7 @@ impl Uplink {
     /// batch); whether it had to wait for room. `overflow = "block"`: waits while the buffer is
     /// full until space is freed, or until `stop` is set (then `Err(Stopped)`, nothing queued).
     /// `"drop_oldest"`: never waits; the oldest results make room (counted). Allocates nothing.
-    pub fn queue(&self, topic: &str, payload: &[u8], stop: &AtomicBool) -> Result<bool, UplinkError> {
+    pub fn queue(&self, topic: &str, payload: &[u8], patience: Patience<'_>) -> Result<bool, UplinkError> {
         let Ok(topic_len) = u16::try_from(topic.len()) else {
             return Err(UplinkError::TopicTooLong { sink: self.name.clone(), len: topic.len() });
         };
@@ -182,10 +183,10 @@ impl Uplink {
         // are released first (their segment becomes the spare, no new file is needed).
         let mut retry_at: Option<Instant> = None;
         let outcome = loop {
-            let stopping = stop.load(Ordering::Relaxed);
+            let stopping = patience.stop.load(Ordering::Relaxed);
             if !stopping && retry_at.is_some_and(|at| write_faults::now() < at) {
                 let released;
-                (spool, released) = self.wait_for_room(spool, &mut waited);
+                (spool, released) = self.wait_for_room(spool, &mut waited, patience.meanwhile);
                 if released {
                     retry_at = None;
                 }
@@ -193,7 +194,9 @@ impl Uplink {
             }
             match spool.append_parts(&parts) {
                 Ok(_) => break Ok(waited),
-                Err(SpoolError::Full) if !stopping => spool = self.wait_for_room(spool, &mut waited).0,
+                Err(SpoolError::Full) if !stopping => {
+                    spool = self.wait_for_room(spool, &mut waited, patience.meanwhile).0
+                }
                 Err(SpoolError::Full) => break Err(UplinkError::Stopped { sink: self.name.clone() }),
                 Err(source) => match source.write_failure() {
                     Some((path, error)) if !stopping => {
@@ -220,7 +223,14 @@ impl Uplink {
     }
 
     /// One round of waiting for room (a release or [`STOP_POLL`]); whether records were released.
-    fn wait_for_room<'a>(&'a self, spool: MutexGuard<'a, Spool>, waited: &mut bool) -> (MutexGuard<'a, Spool>, bool) {
+    /// `meanwhile` runs after the round, with the buffer's lock let go (the forwarding loop
+    /// takes it to release records).
+    fn wait_for_room<'a>(
+        &'a self,
+        spool: MutexGuard<'a, Spool>,
+        waited: &mut bool,
+        meanwhile: &dyn Fn(),
+    ) -> (MutexGuard<'a, Spool>, bool) {
         // What was queued without a wake-up is what frees the room: the loop must see it.
         self.wake();
         if !*waited {
@@ -230,7 +240,9 @@ impl Uplink {
         }
         self.wait_rounds.fetch_add(1, Ordering::Relaxed);
         let (spool, timeout) = self.space.wait_timeout(spool, STOP_POLL).unwrap_or_else(PoisonError::into_inner);
-        (spool, !timeout.timed_out())
+        drop(spool);
+        meanwhile();
+        (self.lock(), !timeout.timed_out())
     }
 
     /// Whether a push waits for room now (backpressure on purpose), and how it stands.

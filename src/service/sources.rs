@@ -1,0 +1,134 @@
+//! Where the MQTT sources run: on the intake thread, in a tokio current-thread runtime of its own
+//! that the intake drives whenever it would wait anyway.
+//!
+//! A device's message used to cross two threads before it reached a ring: the io thread woke for
+//! the socket, handed the message over and rang the intake, which woke in turn — two sleeps and
+//! two wake-ups for every batch the broker sent (BENCHMARKS.md "One thread for a source's
+//! messages"). Now the intake's sleep *is* the sources' wait: it sleeps in [`SourceRuntime`]'s
+//! `block_on` on its doorbell's socket, so the broker's next packet wakes the intake itself, the
+//! source task reads it and hands the deliveries over in the same wake-up. Each round of the
+//! intake also [`pump`](SourceRuntime::pump)s the runtime once without waiting, so a busy intake
+//! still acknowledges (the confirmations it made wake the source tasks) and reads on.
+//!
+//! The intake runs them only between its own steps, and a step never waits on a source, so
+//! nothing here can deadlock: a source whose hand-off channel is full retries on a timer of this
+//! runtime, which the next pump or sleep runs. A wait of the intake that lasts (a full sink
+//! buffer, `overflow = "block"`) pumps too, so the sources keep their connections alive (pings)
+//! through backpressure. Sinks, `/metrics` and signals stay on the io thread (io.rs).
+
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::shard::wake::SleepDriver;
+
+/// The sources' runtime; one per service, kept across reloads. Driven only by the thread that
+/// made it (tokio's current-thread runtime runs its tasks inside `block_on`); never from inside
+/// one of its tasks (a nested `block_on` panics): the intake drives it only from its own steps.
+#[derive(Clone)]
+pub struct SourceRuntime {
+    runtime: Arc<tokio::runtime::Runtime>,
+}
+
+impl SourceRuntime {
+    pub fn new() -> std::io::Result<SourceRuntime> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        Ok(SourceRuntime { runtime: Arc::new(runtime) })
+    }
+
+    /// Where source tasks are spawned (from any thread; they run when this one drives them).
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        self.runtime.handle()
+    }
+
+    /// Runs what is ready without waiting: tasks woken since the last drive, then one look at
+    /// the sockets (the tasks that look wakes run at the next pump or sleep).
+    pub fn pump(&self) {
+        self.runtime.block_on(tokio::task::yield_now());
+    }
+
+    /// Drives the runtime until `future` is done (stopping the sources).
+    pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+
+    /// The intake's way to sleep: on its doorbell's socket, with the sources running meanwhile.
+    pub fn sleeper(&self, socket: UnixStream) -> std::io::Result<Box<dyn SleepDriver>> {
+        let _in_runtime = self.runtime.enter();
+        let bell = tokio::net::UnixStream::from_std(socket)?;
+        Ok(Box::new(SleepWithSources { runtime: Arc::clone(&self.runtime), bell }))
+    }
+}
+
+struct SleepWithSources {
+    runtime: Arc<tokio::runtime::Runtime>,
+    bell: tokio::net::UnixStream,
+}
+
+impl SleepDriver for SleepWithSources {
+    fn sleep(&mut self, timeout: Duration) -> bool {
+        let bell = &self.bell;
+        self.runtime.block_on(async {
+            let rung = async {
+                let mut bytes = [0u8; 64];
+                loop {
+                    if bell.readable().await.is_err() {
+                        return;
+                    }
+                    // Any number of bytes is one wake-up; none (Ok(0), the waker end gone) or a
+                    // failed socket ends the wait too. Would-block: readiness was stale.
+                    match bell.try_read(&mut bytes) {
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                        _read_or_failed => return,
+                    }
+                }
+            };
+            tokio::time::timeout(timeout, rung).await.is_ok()
+        })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // the tests time their own sleeps
+mod tests {
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+
+    use super::SourceRuntime;
+
+    #[test]
+    fn a_sleep_runs_the_sources_and_ends_when_rung() {
+        let sources = SourceRuntime::new().unwrap();
+        let (mut waker, sleeper) = std::os::unix::net::UnixStream::pair().unwrap();
+        sleeper.set_nonblocking(true).unwrap();
+        let mut sleep = sources.sleeper(sleeper).unwrap();
+        // A task spawned from elsewhere runs while the owner sleeps, and its ring ends the sleep.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut ring = waker.try_clone().unwrap();
+        sources.handle().spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            tx.send("ran").unwrap();
+            ring.write_all(&[1]).unwrap();
+        });
+        let since = Instant::now();
+        assert!(sleep.sleep(Duration::from_secs(5)), "rung by the task");
+        assert!(since.elapsed() < Duration::from_secs(4));
+        assert_eq!(rx.try_recv(), Ok("ran"));
+        // Unrung: the sleep ends at its timeout and says so.
+        assert!(!sleep.sleep(Duration::from_millis(30)));
+        // Bytes written meanwhile wake the next sleep at once.
+        waker.write_all(&[1, 1]).unwrap();
+        let since = Instant::now();
+        assert!(sleep.sleep(Duration::from_secs(5)));
+        assert!(since.elapsed() < Duration::from_secs(4));
+    }
+
+    #[test]
+    fn a_pump_runs_the_tasks_that_are_ready_without_waiting() {
+        let sources = SourceRuntime::new().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        sources.handle().spawn(async move { tx.send(1).unwrap() });
+        sources.pump();
+        assert_eq!(rx.try_recv(), Ok(1));
+    }
+}
