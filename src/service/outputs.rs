@@ -521,4 +521,42 @@ mod tests {
         assert!(write_faults::is_failing("file sink diskfull-test"));
         assert_eq!(w.buffer(), b"{\"ab\":1}\n", "the line the buffer held is still there");
     }
+
+    /// The wait for a full disk does what it is given between its short sleeps (the service runs
+    /// its sources there) and ends as soon as that sets the stop.
+    #[test]
+    fn a_file_sink_waiting_for_the_disk_runs_meanwhile_between_its_sleeps() {
+        let site = FileSite { site: "file sink meanwhile-test", path: Path::new("/x/archive.jsonl") };
+        let stop = AtomicBool::new(false);
+        let rounds = std::cell::Cell::new(0);
+        let meanwhile = || {
+            rounds.set(rounds.get() + 1);
+            if rounds.get() == 4 {
+                stop.store(true, Ordering::Relaxed);
+            }
+        };
+        let mut w = BufWriter::with_capacity(16, FillingDisk { refuse: usize::MAX, written: Vec::new() });
+        write_file_line(&mut w, b"{\"ab\":1}\n", site, Patience::idle(&stop)).unwrap();
+        let started = write_faults::now();
+        let patience = Patience { stop: &stop, meanwhile: &meanwhile };
+        let done = AtomicBool::new(false);
+        let written = std::thread::scope(|s| {
+            // Should `meanwhile` never run, the wait would never end: stopped from here after 5 s.
+            s.spawn(|| {
+                for _ in 0..100 {
+                    if done.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                stop.store(true, Ordering::Relaxed);
+            });
+            let written = write_file_line(&mut w, b"{\"bc\":2}\n", site, patience);
+            done.store(true, Ordering::Relaxed);
+            written
+        });
+        assert_eq!(written, Err(1));
+        assert_eq!(rounds.get(), 4, "one `meanwhile` per sleep until it stopped the wait");
+        assert!(started.elapsed() < write_faults::RETRY_EVERY, "stopped at once, not after the retry");
+    }
 }

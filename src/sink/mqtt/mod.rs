@@ -366,6 +366,67 @@ mod tests {
         assert_eq!(uplink.stats().queued_rows, 0);
     }
 
+    /// A push that waits for room in a full buffer does what it is given between its rounds (the
+    /// service runs its sources there, so their connections live through backpressure), with the
+    /// buffer's lock let go, and stops waiting once that sets the stop.
+    #[test]
+    fn a_push_waiting_for_room_runs_meanwhile_between_its_rounds() {
+        let def = SinkDef {
+            name: "meanwhile-test".into(),
+            kind: SinkKind::Mqtt,
+            inputs: vec!["effect".into()],
+            url: Some("mqtt://127.0.0.1:1883".into()),
+            topic: Some("up".into()),
+            qos: 1,
+            buffer: 64 << 10,
+            overflow: Overflow::Block,
+            path: None,
+            conn: MqttConn::default(),
+            status_topic: None,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let uplink = Uplink::open(&def, dir.path()).unwrap();
+        let stop = AtomicBool::new(false);
+        let rounds = std::cell::Cell::new(0);
+        let meanwhile = || {
+            assert!(uplink.spool.try_lock().is_ok(), "the buffer's lock is let go meanwhile");
+            rounds.set(rounds.get() + 1);
+            if rounds.get() == 3 {
+                stop.store(true, Ordering::Relaxed);
+            }
+        };
+        let payload = vec![b'x'; 1000];
+        let mut queued = 0;
+        let done = AtomicBool::new(false);
+        let refused = std::thread::scope(|s| {
+            // Should `meanwhile` never run, the wait would never end: stopped from here after 5 s.
+            s.spawn(|| {
+                for _ in 0..100 {
+                    if done.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                stop.store(true, Ordering::Relaxed);
+            });
+            let refused = loop {
+                match uplink.queue("up/a", &payload, Patience { stop: &stop, meanwhile: &meanwhile }) {
+                    Ok(waited) => {
+                        assert!(!waited, "no wait while there is room");
+                        queued += 1;
+                    }
+                    Err(error) => break error,
+                }
+                assert!(queued < 1000, "a 64 KiB buffer took {queued} results of 1 KB");
+            };
+            done.store(true, Ordering::Relaxed);
+            refused
+        });
+        assert!(matches!(refused, UplinkError::Stopped { .. }), "{refused:?}");
+        assert!(queued > 0);
+        assert_eq!(rounds.get(), 3, "one `meanwhile` per round of the wait until it stopped it");
+    }
+
     #[test]
     fn records_split_into_topic_and_payload() {
         assert_eq!(split_record(b"\x03\x00a/b{\"x\":1}"), Some(("a/b", &b"{\"x\":1}"[..])));
