@@ -1,9 +1,10 @@
 //! `braid run`: the service.
 //!
 //! ```text
-//!  io thread (tokio, current thread)                 intake (the calling thread)
+//!  intake (the calling thread; its sleep drives the sources' tokio runtime, sources.rs)
 //!   MQTT sources ── Delivery (bounded channel) ──────► journal → rows → shard rings
 //!        ▲  PUBACK once confirmed ◄── Confirmations ──   │      (shard/: pinned shards)
+//!  io thread (tokio, current thread)                     │
 //!   MQTT sinks  ◄── outbound spool per sink ◄── results ─┘ → file / stdout sinks
 //!   signals, sd_notify (READY, WATCHDOG, STATUS), /metrics and /healthz
 //! ```

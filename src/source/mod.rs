@@ -1,7 +1,8 @@
 //! Sources: where rows enter braid. [`route`] maps an MQTT topic to the streams whose `topic`
 //! filter it matches and the fields their `+name` levels capture.
 //!
-//! A source's network side (the MQTT client on the io thread) hands each received message to the
+//! A source's network side (the MQTT client, a task the intake thread drives while it waits:
+//! service/sources.rs) hands each received message to the
 //! service's feeder as a [`Delivery`] over a bounded channel, numbered in receive order. The
 //! feeder journals it and puts its row into the shard's ring, then confirms its number through
 //! [`Confirmations`]; only then does the source send the PUBACK (at-least-once: a crash never
@@ -45,8 +46,8 @@ pub struct Delivery {
 /// The source is woken only once [`ACK_WAKE_AFTER`] deliveries wait to be acked. Fewer go out
 /// with the source's next round: the next read from the broker (soon, while messages flow), or
 /// its retry timer (`source::mqtt::HANDOFF_RETRY`) at the latest. A wake-up per confirmation was
-/// a second wake-up of the io thread per read from the broker, and an eventfd write by the
-/// feeder (BENCHMARKS.md "Fewer wake-ups per MQTT message").
+/// a second wake-up of the network thread per read from the broker (the sources ran on the io
+/// thread then), and an eventfd write by the feeder (BENCHMARKS.md "Fewer wake-ups per MQTT message").
 #[derive(Debug)]
 pub struct Confirmations {
     confirmed: Vec<AtomicU64>,
