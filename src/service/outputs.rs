@@ -539,21 +539,9 @@ mod tests {
         write_file_line(&mut w, b"{\"ab\":1}\n", site, Patience::idle(&stop)).unwrap();
         let started = write_faults::now();
         let patience = Patience { stop: &stop, meanwhile: &meanwhile };
-        let done = AtomicBool::new(false);
-        let written = std::thread::scope(|s| {
-            // Should `meanwhile` never run, the wait would never end: stopped from here after 5 s.
-            s.spawn(|| {
-                for _ in 0..100 {
-                    if done.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(50));
-                }
-                stop.store(true, Ordering::Relaxed);
-            });
-            let written = write_file_line(&mut w, b"{\"bc\":2}\n", site, patience);
-            done.store(true, Ordering::Relaxed);
-            written
+        // Should `meanwhile` never run, the wait would never end: stopped after 5 s instead.
+        let written = crate::sink::stopped_after(&stop, std::time::Duration::from_secs(5), || {
+            write_file_line(&mut w, b"{\"bc\":2}\n", site, patience)
         });
         assert_eq!(written, Err(1));
         assert_eq!(rounds.get(), 4, "one `meanwhile` per sleep until it stopped the wait");

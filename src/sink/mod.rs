@@ -19,3 +19,33 @@ impl<'a> Patience<'a> {
         Patience { stop, meanwhile: &|| {} }
     }
 }
+
+/// Runs `wait` (a test's wait that only `stop` ends) with a guard that sets `stop` after `within`
+/// unless the wait ended first: a wait that should have stopped itself fails its test instead of
+/// hanging it.
+#[cfg(test)]
+pub(crate) fn stopped_after<R>(
+    stop: &std::sync::atomic::AtomicBool,
+    within: std::time::Duration,
+    wait: impl FnOnce() -> R,
+) -> R {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let step = std::time::Duration::from_millis(50);
+            let mut waited = std::time::Duration::ZERO;
+            while waited < within {
+                if done.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(step);
+                waited += step;
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        let outcome = wait();
+        done.store(true, Ordering::Relaxed);
+        outcome
+    })
+}

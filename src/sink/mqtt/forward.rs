@@ -356,21 +356,13 @@ impl Forward {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{MqttConn, Overflow, SinkKind};
+    use crate::config::MqttConn;
 
     fn sink(keep_alive_ms: Option<i64>) -> (tempfile::TempDir, Arc<Uplink>, SinkDef) {
         let def = SinkDef {
-            name: "up".into(),
-            kind: SinkKind::Mqtt,
-            inputs: vec!["effect".into()],
-            url: Some("mqtt://127.0.0.1:1883".into()),
             topic: Some("up/{device}".into()),
-            qos: 1,
-            buffer: 1 << 20,
-            overflow: Overflow::Block,
-            path: None,
             conn: MqttConn { keep_alive_ms, ..MqttConn::default() },
-            status_topic: None,
+            ..super::super::tests::blocking_sink("up", 1 << 20)
         };
         let dir = tempfile::tempdir().unwrap();
         let uplink = Uplink::open(&def, dir.path()).unwrap();

@@ -319,25 +319,30 @@ mod tests {
     use crate::storage::faulty::{Fault, Faulty};
     use crate::storage::write_faults;
 
+    /// An MQTT sink `name` to a local broker, `overflow = "block"` with a buffer of `buffer` bytes.
+    pub(super) fn blocking_sink(name: &str, buffer: u64) -> SinkDef {
+        SinkDef {
+            name: name.into(),
+            kind: SinkKind::Mqtt,
+            inputs: vec!["effect".into()],
+            url: Some("mqtt://127.0.0.1:1883".into()),
+            topic: Some("up".into()),
+            qos: 1,
+            buffer,
+            overflow: Overflow::Block,
+            path: None,
+            conn: MqttConn::default(),
+            status_topic: None,
+        }
+    }
+
     /// Expected: while the disk refuses the buffer's first segment, `push` waits — reported as
     /// backpressure from a full disk and as a failing write site, tried again every second — and
     /// queues the result once the disk takes it: no result is dropped. Set `stop` while it waits
     /// and it gives up with `Stopped`, having queued nothing (the caller retracts the row).
     #[test]
     fn a_push_waits_while_the_disk_is_full_and_queues_the_result_once_it_is_not() {
-        let def = SinkDef {
-            name: "diskfull-test".into(),
-            kind: SinkKind::Mqtt,
-            inputs: vec!["effect".into()],
-            url: Some("mqtt://127.0.0.1:1883".into()),
-            topic: Some("up".into()),
-            qos: 1,
-            buffer: 1 << 20,
-            overflow: Overflow::Block,
-            path: None,
-            conn: MqttConn::default(),
-            status_topic: None,
-        };
+        let def = blocking_sink("diskfull-test", 1 << 20);
         let dir = tempfile::tempdir().unwrap();
         let storage = Faulty::mmap();
         let uplink = Uplink::open_on(storage.clone(), &def, dir.path()).unwrap();
@@ -371,19 +376,7 @@ mod tests {
     /// buffer's lock let go, and stops waiting once that sets the stop.
     #[test]
     fn a_push_waiting_for_room_runs_meanwhile_between_its_rounds() {
-        let def = SinkDef {
-            name: "meanwhile-test".into(),
-            kind: SinkKind::Mqtt,
-            inputs: vec!["effect".into()],
-            url: Some("mqtt://127.0.0.1:1883".into()),
-            topic: Some("up".into()),
-            qos: 1,
-            buffer: 64 << 10,
-            overflow: Overflow::Block,
-            path: None,
-            conn: MqttConn::default(),
-            status_topic: None,
-        };
+        let def = blocking_sink("meanwhile-test", 64 << 10);
         let dir = tempfile::tempdir().unwrap();
         let uplink = Uplink::open(&def, dir.path()).unwrap();
         let stop = AtomicBool::new(false);
@@ -397,19 +390,9 @@ mod tests {
         };
         let payload = vec![b'x'; 1000];
         let mut queued = 0;
-        let done = AtomicBool::new(false);
-        let refused = std::thread::scope(|s| {
-            // Should `meanwhile` never run, the wait would never end: stopped from here after 5 s.
-            s.spawn(|| {
-                for _ in 0..100 {
-                    if done.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                stop.store(true, Ordering::Relaxed);
-            });
-            let refused = loop {
+        // Should `meanwhile` never run, the wait would never end: stopped after 5 s instead.
+        let refused = crate::sink::stopped_after(&stop, Duration::from_secs(5), || {
+            loop {
                 match uplink.queue("up/a", &payload, Patience { stop: &stop, meanwhile: &meanwhile }) {
                     Ok(waited) => {
                         assert!(!waited, "no wait while there is room");
@@ -418,9 +401,7 @@ mod tests {
                     Err(error) => break error,
                 }
                 assert!(queued < 1000, "a 64 KiB buffer took {queued} results of 1 KB");
-            };
-            done.store(true, Ordering::Relaxed);
-            refused
+            }
         });
         assert!(matches!(refused, UplinkError::Stopped { .. }), "{refused:?}");
         assert!(queued > 0);
