@@ -11,8 +11,11 @@
 //! time in `PREFIX-RUN-nodelay|default`, to split latency into hops; it adds a subscriber to the
 //! broker), `--braid PATH` (another braid binary, e.g. one built from an older commit, to compare
 //! two builds in one session), `--runtime 'KEY = VALUE'` (a line added to braid's `[runtime]`, e.g.
-//! `checkpoint_interval = "1h"` to see what checkpoints cost), `--saturation-only` (skip the fixed load). The bench runs only
-//! when Cargo passes `--bench`, so `cargo test --benches` builds it
+//! `checkpoint_interval = "1h"` to see what checkpoints cost), `--passes K` (the saturation load K
+//! times through one braid, K ≤ 3, each pass 10 s of event time after the previous and only the
+//! last measured: braid's files and memory as after a while of running — the previous pass's rows
+//! leave the state as the next one's arrive — not fresh), `--saturation-only` (skip the fixed
+//! load). The bench runs only when Cargo passes `--bench`, so `cargo test --benches` builds it
 //! and returns at once: never a timed test.
 //!
 //! Processes: a private mosquitto for every measurement (127.0.0.1, a free port, never 1883; no
@@ -77,6 +80,12 @@ use procs::{
 
 /// Messages per saturation phase (a few seconds of mosquitto's rate here).
 const MESSAGES: usize = 100_000;
+/// Event time between two passes (`--passes`): past the join's upper bound (5 s) and its
+/// out-of-orderness, so a pass's rows leave the state as the next pass's arrive; the passes after
+/// the first are a few seconds ahead of the wall clock, within `max_skew` (30 s) for
+/// [`MAX_PASSES`].
+const PASS_STEP_MS: i64 = 10_000;
+const MAX_PASSES: usize = 3;
 const RUNS: usize = 3;
 /// Load generator clients (`--publishers`).
 const PUBLISHERS: usize = 2;
@@ -100,7 +109,8 @@ fn main() {
     let value = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let number = |name: &str, default: usize| value(name).map_or(default, |v| v.parse().unwrap());
     let (messages, runs) = (number("--messages", MESSAGES) / 2 * 2, number("--runs", RUNS).max(1));
-    let load = Load { messages, publishers: number("--publishers", PUBLISHERS).max(1) };
+    let passes = number("--passes", 1).clamp(1, MAX_PASSES);
+    let load = Load { messages, publishers: number("--publishers", PUBLISHERS).max(1), passes };
     let sniff = value("--sniff");
     assert!(Path::new(procs::MOSQUITTO).exists(), "{} is missing: apt-get install -y mosquitto", procs::MOSQUITTO);
     let bin = BraidRun {
@@ -110,6 +120,9 @@ fn main() {
     let started = Instant::now();
     println!("mqtt_e2e: {}", procs::machine());
     println!("mqtt_e2e: braid = {}", bin.bin.display());
+    if passes > 1 {
+        println!("mqtt_e2e: {passes} passes of the saturation load through each braid, the last measured");
+    }
     if !bin.runtime.is_empty() {
         println!("mqtt_e2e: [runtime] adds {}", bin.runtime);
     }
@@ -230,6 +243,8 @@ impl CpuWatch {
 struct Load {
     messages: usize,
     publishers: usize,
+    /// Passes of the saturation load through one braid, the last measured (`--passes`).
+    passes: usize,
 }
 
 /// One saturation run.
@@ -259,7 +274,7 @@ impl Baseline {
     }
 }
 
-fn baseline(Load { messages, publishers }: Load) -> Baseline {
+fn baseline(Load { messages, publishers, .. }: Load) -> Baseline {
     let broker = Mosquitto::start(false);
     let subscriber = Subscriber::start(broker.port, "devices/#", "/none", Timing::Off);
     let lists = saturation_messages(messages / 2, publishers, wall_us() / 1000);
@@ -337,9 +352,15 @@ fn warm_up(broker: &Mosquitto, braid: &Braid, results: Option<&Subscriber>) -> (
             std::thread::sleep(Duration::from_millis(5));
         }
     }
+    standstill(braid, results.is_some())
+}
+
+/// braid's taken count and match count once they stand still (its figures are copied about once
+/// a second; with MQTT egress the results were seen arriving already, a shorter look will do).
+fn standstill(braid: &Braid, results_seen: bool) -> (u64, u64) {
     let mut last = (taken(braid).unwrap(), matches(braid));
     loop {
-        std::thread::sleep(Duration::from_millis(if results.is_some() { 100 } else { 1100 }));
+        std::thread::sleep(Duration::from_millis(if results_seen { 100 } else { 1100 }));
         let now = (taken(braid).unwrap(), matches(braid));
         if now == last {
             return now;
@@ -373,12 +394,37 @@ fn watch_ingest(braid: &Braid, from: u64, target: u64, watch: &CpuWatch) -> (Ins
     }
 }
 
-fn through_braid(bin: &BraidRun, Load { messages, publishers }: Load, egress: Egress) -> ThroughBraid {
+fn through_braid(bin: &BraidRun, Load { messages, publishers, passes }: Load, egress: Egress) -> ThroughBraid {
     let broker = Mosquitto::start(false);
     let mut braid = Braid::start(bin, broker.port, egress);
-    let results = (egress == Egress::Mqtt).then(|| Subscriber::start(broker.port, "up/#", WARMUP, Timing::Off));
-    let (from, matched_before) = warm_up(&broker, &braid, results.as_ref());
-    let lists = saturation_messages(messages / 2, publishers, wall_us() / 1000);
+    let subscribe = || (egress == Egress::Mqtt).then(|| Subscriber::start(broker.port, "up/#", WARMUP, Timing::Off));
+    let mut results = subscribe();
+    let (mut from, mut matched_before) = warm_up(&broker, &braid, results.as_ref());
+    let first_ts = wall_us() / 1000;
+    let pass_ts = |pass: usize| first_ts + pass as i64 * PASS_STEP_MS;
+    let warm_matches = matched_before;
+    for pass in 0..passes - 1 {
+        publish_all(broker.port, saturation_messages(messages / 2, publishers, pass_ts(pass)), "b");
+        let want = (pass as u64 + 1) * messages as u64 / 2;
+        let arrived = match &results {
+            Some(subscriber) => subscriber.wait_for(want, DRAIN),
+            None => {
+                let since = Instant::now();
+                while matches(&braid) < warm_matches + want && since.elapsed() < DRAIN {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                matches(&braid) >= warm_matches + want
+            }
+        };
+        assert!(arrived, "pass {pass}: not all of its {} results; braid's log:\n{}", messages / 2, braid.log());
+        (from, matched_before) = standstill(&braid, results.is_some());
+    }
+    if passes > 1 {
+        // The measured pass's results on a subscriber of their own (the earlier ones all arrived).
+        results.take().map(Subscriber::finish);
+        results = subscribe();
+    }
+    let lists = saturation_messages(messages / 2, publishers, pass_ts(passes - 1));
     let watch =
         CpuWatch::start(vec![("braid", braid.pid()), ("mosquitto", broker.pid()), ("bench", std::process::id())]);
     let (published, (first, last, cpu)) = std::thread::scope(|s| {
@@ -575,7 +621,7 @@ fn fixed_load(bin: &BraidRun, pace: Pace, seed: u64, nodelay: bool, sniff: Optio
     }
 }
 
-fn print_tables(Load { messages, publishers }: Load, saturation: &[Saturation], pace: Pace, fixed: &[Fixed]) {
+fn print_tables(Load { messages, publishers, .. }: Load, saturation: &[Saturation], pace: Pace, fixed: &[Fixed]) {
     let n = messages as u64;
     println!();
     println!(
