@@ -333,6 +333,16 @@ fn matches(braid: &Braid) -> u64 {
     metrics(braid.ops_port).map_or(0, |m| metric(&m, "braid_operator_results_total", "kind=\"match\""))
 }
 
+/// braid's match count once it reaches `target`, or after [`DRAIN`] (its figures are copied about
+/// once a second).
+fn matches_reach(braid: &Braid, target: u64) -> u64 {
+    let since = Instant::now();
+    while matches(braid) < target && since.elapsed() < DRAIN {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    matches(braid)
+}
+
 /// Publishes warm-up pairs until braid has joined one: its result arrived on `up/#` (MQTT
 /// egress) or braid counted it (file egress). Returns braid's taken count and match count once
 /// they stand still.
@@ -402,26 +412,22 @@ fn through_braid(bin: &BraidRun, Load { messages, publishers, passes }: Load, eg
     let (mut from, mut matched_before) = warm_up(&broker, &braid, results.as_ref());
     let first_ts = wall_us() / 1000;
     let pass_ts = |pass: usize| first_ts + pass as i64 * PASS_STEP_MS;
-    let warm_matches = matched_before;
+    let expected = messages as u64 / 2;
     for pass in 0..passes - 1 {
         publish_all(broker.port, saturation_messages(messages / 2, publishers, pass_ts(pass)), "b");
-        let want = (pass as u64 + 1) * messages as u64 / 2;
         let arrived = match &results {
-            Some(subscriber) => subscriber.wait_for(want, DRAIN),
-            None => {
-                let since = Instant::now();
-                while matches(&braid) < warm_matches + want && since.elapsed() < DRAIN {
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                matches(&braid) >= warm_matches + want
-            }
+            // The subscriber counts every pass's results.
+            Some(subscriber) => subscriber.wait_for((pass as u64 + 1) * expected, DRAIN),
+            None => matches_reach(&braid, matched_before + expected) >= matched_before + expected,
         };
-        assert!(arrived, "pass {pass}: not all of its {} results; braid's log:\n{}", messages / 2, braid.log());
+        assert!(arrived, "pass {pass}: not all of its {expected} results; braid's log:\n{}", braid.log());
         (from, matched_before) = standstill(&braid, results.is_some());
     }
-    if passes > 1 {
+    if passes > 1
+        && let Some(earlier) = results.take()
+    {
         // The measured pass's results on a subscriber of their own (the earlier ones all arrived).
-        results.take().map(Subscriber::finish);
+        earlier.finish();
         results = subscribe();
     }
     let lists = saturation_messages(messages / 2, publishers, pass_ts(passes - 1));
@@ -432,7 +438,6 @@ fn through_braid(bin: &BraidRun, Load { messages, publishers, passes }: Load, eg
         let published = publish_all(broker.port, lists, "b");
         (published, poller.join().unwrap())
     });
-    let expected = messages as u64 / 2;
     let (results, result_rate, done) = match results {
         Some(subscriber) => {
             let all = subscriber.wait_for(expected, DRAIN);
@@ -440,14 +445,7 @@ fn through_braid(bin: &BraidRun, Load { messages, publishers, passes }: Load, eg
             assert!(all, "braid's results: {} of {expected} arrived; its log:\n{}", received.count, braid.log());
             (received.count, received.rate(), received.last.map(|l| l - published.start))
         }
-        None => {
-            // braid's figures are copied about once a second.
-            let since = Instant::now();
-            while matches(&braid) < matched_before + expected && since.elapsed() < DRAIN {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            (matches(&braid) - matched_before, f64::NAN, None)
-        }
+        None => (matches_reach(&braid, matched_before + expected) - matched_before, f64::NAN, None),
     };
     let m = metrics(braid.ops_port).unwrap_or_default();
     braid.stop();
