@@ -111,6 +111,12 @@ pub trait KeyedStore: Send {
     /// scan order; key hashes in no particular order. Fails only if a row kept on the heap does
     /// not encode.
     fn export(&self, visit: &mut dyn FnMut(RowHandle, bool, &[u8])) -> Result<(), FrameError>;
+    /// [`export`](Self::export)'s rows in its order, with their archives' lengths instead of the
+    /// archives: what a snapshot lists before it copies the archives (state/snapshot.rs
+    /// `StoreView`). A store that knows the lengths without reading its rows says so here.
+    fn export_lens(&self, visit: &mut dyn FnMut(RowHandle, bool, usize)) -> Result<(), FrameError> {
+        self.export(&mut |handle, matched, archive| visit(handle, matched, archive.len()))
+    }
     /// Bounds on every handle this store has handed out (for a snapshot): for each kind of
     /// handle it makes, the greatest it may have handed out so far.
     fn handles_issued(&self) -> Vec<RowHandle>;

@@ -216,7 +216,7 @@ impl SnapshotBuffer {
         T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
     {
         let start = self.begin();
-        self.end(start, value)
+        Ok(self.end(start, value)?.0)
     }
 
     /// Appends a snapshot encoded on its own, 16-aligned.
@@ -234,8 +234,9 @@ impl SnapshotBuffer {
     }
 
     /// Appends `value`'s archive and the crc32c of everything from `start` on: a snapshot, or a
-    /// file's payload whose archive comes after the snapshots it indexes.
-    pub fn end<T>(&mut self, start: usize, value: &T) -> Result<InBuffer, SnapshotError>
+    /// file's payload whose archive comes after the snapshots it indexes. Returns where it lies
+    /// and the crc it appended (a file's header crc goes on from it, not over the bytes again).
+    pub fn end<T>(&mut self, start: usize, value: &T) -> Result<(InBuffer, u32), SnapshotError>
     where
         T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
     {
@@ -244,7 +245,7 @@ impl SnapshotBuffer {
             .map_err(|e| SnapshotError::Encode(e.to_string()))?;
         let crc = archive_crc(&self.bytes[start..]);
         self.bytes.extend_from_slice(&crc);
-        Ok(InBuffer { start, len: self.bytes.len() - start })
+        Ok((InBuffer { start, len: self.bytes.len() - start }, u32::from_le_bytes(crc)))
     }
 
     /// The bytes of `level`.
@@ -312,7 +313,10 @@ pub fn save_store(store: &dyn KeyedStore) -> Result<SavedStore, SnapshotError> {
 }
 
 /// A [`KeyedStore`] serialized as its [`SavedStore`], the rows' archives copied from the store
-/// into the archive being written, not into a vector first. (The archive and serialize impls of
+/// into the archive being written, not into a vector first. The list of rows before them comes
+/// from [`export_lens`](KeyedStore::export_lens), which an arena answers from its index: each
+/// row's record is read once, by the copy (reading every record for its length first cost a
+/// shard's snapshot as much again, `benches/store_snapshot.rs`). (The archive and serialize impls of
 /// the views are written out: derived ones with `as` do not resolve through a lifetime.)
 pub struct StoreView<'a> {
     rows: Vec<SavedRow>,
@@ -327,9 +331,7 @@ impl<'a> StoreView<'a> {
     pub fn of(store: &'a dyn KeyedStore) -> Result<StoreView<'a>, SnapshotError> {
         let mut rows = Vec::with_capacity(store.rows());
         store
-            .export(&mut |handle, matched, archive| {
-                rows.push(SavedRow { handle, len: archive.len() as u32, matched });
-            })
+            .export_lens(&mut |handle, matched, len| rows.push(SavedRow { handle, len: len as u32, matched }))
             .map_err(|e| SnapshotError::Encode(e.to_string()))?;
         Ok(StoreView { rows, archives: StoreArchives(store), issued: store.handles_issued() })
     }

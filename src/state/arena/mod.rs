@@ -51,7 +51,8 @@
 //! # Index, handles, counts
 //!
 //! In memory: key hash → the rows with that hash in insertion order, each an entry of 24 bytes
-//! (handle, where the record is, matched flag); a key's first two entries lie in its hash-map slot
+//! (handle, where the record is and its payload's length, matched flag: a snapshot lists the rows
+//! from the index alone, [`KeyedStore::export_lens`]); a key's first two entries lie in its hash-map slot
 //! ([`key_rows`]), the rest in a deque. A row's [`RowHandle`] is `seq << 32 | offset`:
 //! unique for the store's life and the same after a restart. A row restored from a snapshot
 //! ([`KeyedStore::import`], into an empty store) is written to a new place but keeps the handle
@@ -299,11 +300,12 @@ pub struct HighWater {
 /// a key's map slot 104 bytes, not 88: the indexes are the largest part of `braid run`'s private
 /// memory at 10 k devices, BENCHMARKS.md "State in less memory").
 enum Place {
-    /// `size`: the record's bytes, so a row leaving needs no read of its header.
+    /// `len`: the row's archive's bytes (its record's are [`record_size`] of it), so neither a
+    /// row leaving nor a snapshot listing the rows needs to read the record's header.
     Arena {
         slot: u32,
         off: u32,
-        size: u32,
+        len: u32,
         matched: bool,
     },
     Memory {
@@ -318,8 +320,8 @@ struct Entry {
 }
 
 impl Entry {
-    fn in_arena(handle: RowHandle, matched: bool, slot: u32, off: usize, size: usize) -> Entry {
-        Entry { handle, place: Place::Arena { slot, off: off as u32, size: size as u32, matched } }
+    fn in_arena(handle: RowHandle, matched: bool, slot: u32, off: usize, len: usize) -> Entry {
+        Entry { handle, place: Place::Arena { slot, off: off as u32, len: len as u32, matched } }
     }
 
     fn matched(&self) -> bool {
@@ -334,6 +336,9 @@ impl Entry {
         }
     }
 }
+
+/// Rows whose records [`ArenaStore::export`] looks up before it hands the first of them over.
+const EXPORT_BATCH: usize = 16;
 
 /// An index entry's bytes on 64-bit targets, as `key_rows::index_bytes` counts it; in a key's
 /// map slot (`Option<Entry>`, the tag's niche) as in its deque.
@@ -482,15 +487,15 @@ impl ArenaStore {
             let slot = store.segments.slots.len() as u32;
             let seq = segment.seq;
             let (index, rows, bytes) = (&mut store.index, &mut store.rows, &mut store.bytes);
-            let walk = segment.walk(|off, size, matched, row| {
+            let walk = segment.walk(|off, len, matched, row| {
                 let handle = u64::from(seq) << 32 | off as u64;
                 // A fresh index has no emptied keys: no count to keep.
                 index
                     .entry(row.key_hash.to_native())
                     .or_default()
-                    .push_back(Entry::in_arena(handle, matched, slot, off, size));
+                    .push_back(Entry::in_arena(handle, matched, slot, off, len));
                 *rows += 1;
-                *bytes += size;
+                *bytes += record_size(len);
             })?;
             if walk.damaged > 0 {
                 tracing::warn!(path = %segment.path().display(), records = walk.damaged, "Arena records damaged; dropped");
@@ -520,8 +525,9 @@ impl ArenaStore {
     pub fn try_insert(&mut self, row: &Row, matched: bool) -> Result<RowHandle, ArenaError> {
         let payload = self.encoder.encode(row)?;
         let size = record_size(payload.len());
+        let len = payload.len();
         let (slot, off, handle) = self.segments.append(payload, size, row.key_hash, row.ts, matched)?;
-        Ok(self.indexed(slot, off, size, row.key_hash, matched, handle))
+        Ok(self.indexed(slot, off, len, row.key_hash, matched, handle))
     }
 
     /// Stores a row archive as it is (`bytes`: exactly what [`RowEncoder`] wrote for a row
@@ -540,7 +546,7 @@ impl ArenaStore {
         let size = record_size(bytes.len());
         let (slot, off, place_handle) = self.segments.append(bytes, size, key_hash, ts, matched)?;
         let handle = handle.unwrap_or(place_handle);
-        Ok(self.indexed(slot, off, size, key_hash, matched, handle))
+        Ok(self.indexed(slot, off, bytes.len(), key_hash, matched, handle))
     }
 
     /// Indexes a row just appended. Inlined, with [`entries_of`](Self::entries_of), into the
@@ -551,14 +557,14 @@ impl ArenaStore {
         &mut self,
         slot: u32,
         off: usize,
-        size: usize,
+        len: usize,
         key_hash: u64,
         matched: bool,
         handle: RowHandle,
     ) -> RowHandle {
-        self.entries_of(key_hash).push_back(Entry::in_arena(handle, matched, slot, off, size));
+        self.entries_of(key_hash).push_back(Entry::in_arena(handle, matched, slot, off, len));
         self.rows += 1;
-        self.bytes += size;
+        self.bytes += record_size(len);
         if let Some(left) = self.segments.left_active.take() {
             self.note_sparse(left);
         }
@@ -617,9 +623,10 @@ impl ArenaStore {
     /// its segment recycled when that was its last live record, or compacted when it has become
     /// mostly dead (module doc, "Compaction"). Inlined into the three ways a row leaves.
     #[inline(always)]
-    fn release(&mut self, slot: u32, off: u32, size: u32) {
-        let Some(sparse) = self.segments.release(slot, off as usize, size as usize) else { return };
-        self.bytes -= size as usize;
+    fn release(&mut self, slot: u32, off: u32, len: u32) {
+        let size = record_size(len as usize);
+        let Some(sparse) = self.segments.release(slot, off as usize, size) else { return };
+        self.bytes -= size;
         if sparse {
             self.found_sparse(slot);
         }
@@ -685,7 +692,8 @@ impl ArenaStore {
             let moved = self.segments.append(&self.moving, size, key_hash, ts, matched);
             let Ok((new_slot, new_off, _)) = moved else { return };
             if let Some(entry) = self.index.get_mut(&key_hash).and_then(|entries| entries.get_mut(at)) {
-                entry.place = Place::Arena { slot: new_slot, off: new_off as u32, size: size as u32, matched };
+                entry.place =
+                    Place::Arena { slot: new_slot, off: new_off as u32, len: self.moving.len() as u32, matched };
             }
             self.bytes += size;
             if self.segments.release(slot, off, size).is_some() {
@@ -842,9 +850,9 @@ impl KeyedStore for ArenaStore {
                 self.forget_memory_row(&row);
                 *row
             }
-            Place::Arena { slot, off, size, .. } => {
+            Place::Arena { slot, off, len, .. } => {
                 let row = self.segments.row(slot, off).map(frame::to_row)?;
-                self.release(slot, off, size);
+                self.release(slot, off, len);
                 row
             }
         };
@@ -859,11 +867,11 @@ impl KeyedStore for ArenaStore {
                 self.forget_memory_row(&row);
                 visit(RowView::Heap(&row), matched);
             }
-            Place::Arena { slot, off, size, .. } => {
+            Place::Arena { slot, off, len, .. } => {
                 if let Some(row) = self.segments.row(slot, off) {
                     visit(RowView::Archived(row), matched);
                 }
-                self.release(slot, off, size);
+                self.release(slot, off, len);
             }
         }
         true
@@ -874,7 +882,7 @@ impl KeyedStore for ArenaStore {
         let matched = entry.matched();
         match entry.place {
             Place::Memory { row, .. } => self.forget_memory_row(&row),
-            Place::Arena { slot, off, size, .. } => self.release(slot, off, size),
+            Place::Arena { slot, off, len, .. } => self.release(slot, off, len),
         }
         Some(matched)
     }
@@ -895,16 +903,48 @@ impl KeyedStore for ArenaStore {
         }
     }
 
+    /// The rows go by in batches of [`EXPORT_BATCH`]: first every record of the batch is found
+    /// (its length read from its header), then each is handed over. A record lies wherever its
+    /// row arrived, and the index goes by key, so each first read waits for memory; one after
+    /// another they wait together, where a read between two rows' copies waited alone
+    /// (`benches/store_snapshot.rs`).
     fn export(&self, visit: &mut dyn FnMut(RowHandle, bool, &[u8])) -> Result<(), FrameError> {
         let mut encoder = RowEncoder::new();
-        for entries in self.index.values() {
-            for entry in entries.iter() {
-                match &entry.place {
-                    Place::Memory { row, .. } => visit(entry.handle, entry.matched(), encoder.encode(&**row)?),
-                    &Place::Arena { slot, off, .. } => {
-                        if let Some(archive) = self.segments.payload(slot, off) {
-                            visit(entry.handle, entry.matched(), archive);
-                        }
+        let mut batch = heapless::Vec::<&Entry, EXPORT_BATCH>::new();
+        let mut found = heapless::Vec::<Option<&[u8]>, EXPORT_BATCH>::new();
+        let mut entries = self.index.values().flat_map(KeyRows::iter).peekable();
+        while entries.peek().is_some() {
+            batch.clear();
+            batch.extend(entries.by_ref().take(EXPORT_BATCH));
+            found.clear();
+            found.extend(batch.iter().map(|entry| match entry.place {
+                Place::Arena { slot, off, .. } => self.segments.payload(slot, off),
+                Place::Memory { .. } => None,
+            }));
+            for (entry, archive) in batch.iter().zip(&found) {
+                match (&entry.place, archive) {
+                    (Place::Memory { row, .. }, _) => visit(entry.handle, entry.matched(), encoder.encode(&**row)?),
+                    (&Place::Arena { len, .. }, Some(archive)) => {
+                        debug_assert_eq!(archive.len(), len as usize, "the index's length is the record's");
+                        visit(entry.handle, entry.matched(), archive)
+                    }
+                    (Place::Arena { .. }, None) => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// From the index alone, but for a row kept in memory (encoded to be measured).
+    fn export_lens(&self, visit: &mut dyn FnMut(RowHandle, bool, usize)) -> Result<(), FrameError> {
+        let mut encoder = RowEncoder::new();
+        for entry in self.index.values().flat_map(KeyRows::iter) {
+            match &entry.place {
+                Place::Memory { row, .. } => visit(entry.handle, entry.matched(), encoder.encode(&**row)?.len()),
+                // As `export`, which skips a row whose segment is gone (never: `Segments::row`).
+                &Place::Arena { slot, len, .. } => {
+                    if self.segments.get(slot).is_some() {
+                        visit(entry.handle, entry.matched(), len as usize);
                     }
                 }
             }

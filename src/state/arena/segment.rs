@@ -224,7 +224,7 @@ impl Segment {
     }
 
     /// Walks the records (storage/log.rs, "Recovery"): `live` gets every intact live record
-    /// (offset, size, matched flag, row). A record is intact when the log's checks pass,
+    /// (offset, payload length, matched flag, row). A record is intact when the log's checks pass,
     /// [`frame::access`] accepts its payload and the payload's key hash is the header's; dead
     /// records are intact but not handed out. Sets `end` after the last intact record and `live`
     /// to the live records visited.
@@ -240,7 +240,7 @@ impl Segment {
             let key_hash = u64::from_le_bytes(dword(record.header, KEY_HASH_AT));
             match frame::access(record.payload) {
                 Ok(row) if row.key_hash.to_native() == key_hash => {
-                    live(record.off, record.size, record.header[MATCHED_AT] == 1, row);
+                    live(record.off, record.payload.len(), record.header[MATCHED_AT] == 1, row);
                     visited += 1;
                     visited_bytes += record.size;
                     true

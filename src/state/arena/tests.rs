@@ -61,6 +61,21 @@ fn snapshot(store: &ArenaStore) -> Snapshot {
     out
 }
 
+/// What a snapshot lists from the index alone ([`KeyedStore::export_lens`]): (handle, matched
+/// flag, archive length) of each row, in export order.
+fn listed(store: &dyn KeyedStore) -> Vec<(RowHandle, bool, usize)> {
+    let mut rows = Vec::new();
+    store.export_lens(&mut |handle, matched, len| rows.push((handle, matched, len))).unwrap();
+    rows
+}
+
+/// The same from the rows themselves ([`KeyedStore::export`]).
+fn exported(store: &dyn KeyedStore) -> Vec<(RowHandle, bool, usize)> {
+    let mut rows = Vec::new();
+    store.export(&mut |handle, matched, archive| rows.push((handle, matched, archive.len()))).unwrap();
+    rows
+}
+
 /// Scans every key of both stores, compares, then removes every row from both, comparing each
 /// removed row and its matched flag.
 fn drain_and_compare(arena: &mut ArenaStore, model: &mut MemoryStore) {
@@ -214,6 +229,7 @@ fn run_against_model_with(ops: &[Op], compact: bool, config: ArenaConfig) {
         }
         assert_eq!(arena.rows(), model.rows());
         assert_eq!(arena.bytes() == 0, arena.rows() == 0);
+        assert_eq!(listed(&arena), exported(&arena));
     }
     drain_and_compare(&mut arena, &mut model);
     assert!(segment_files(dir.path()) <= 2, "only the active segment and one spare are left");
@@ -726,6 +742,7 @@ fn mostly_dead_segments_are_compacted_and_snapshots_still_name_every_row() {
     let mut restored = ArenaStore::open_with(other.path(), small()).unwrap();
     restored.import(&saved).unwrap();
     assert_eq!(snapshot(&restored), snapshot(&arena));
+    assert_eq!((listed(&arena), listed(&restored)), (exported(&arena), exported(&restored)));
     for &(handle, model_handle) in &kept {
         let (a, m) = (restored.remove(hash3, handle).unwrap(), model.remove(hash3, model_handle).unwrap());
         assert_eq!((a.row, a.matched), (m.row, m.matched));
@@ -820,4 +837,47 @@ fn the_index_gives_back_room_left_by_a_flood_of_keys() {
     for &(handle, hash) in &rows[49_000..] {
         assert!(arena.discard(hash, handle).is_some(), "the rows left are still found");
     }
+}
+
+/// A snapshot's list of rows, taken from the index without reading the rows, names the rows the
+/// export then copies, in its order and with their lengths: rows in segments, rows compaction
+/// moved, a row kept in memory because no segment could be made (a full disk), restored rows.
+#[test]
+fn a_snapshot_lists_every_row_with_its_length_from_the_index() {
+    let storage = crate::storage::faulty::Faulty::mmap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut arena = ArenaStore::open_on(storage.clone(), dir.path(), small()).unwrap();
+    let mut stored = Vec::new();
+    let mut store = |arena: &mut ArenaStore, id: u64, text: usize, matched: bool| {
+        let r = row(id as usize % KEYS, id, text);
+        stored.push((r.key_hash, arena.insert(r, matched)));
+    };
+    for id in 0..30 {
+        store(&mut arena, id, 10 + id as usize * 7, id % 3 == 0);
+    }
+    storage.fail_at(1, crate::storage::faulty::Fault::Enospc);
+    let mut id = 30;
+    while storage.pending() {
+        store(&mut arena, id, 200, false);
+        id += 1;
+    }
+    for id in id..id + 30 {
+        store(&mut arena, id, 40, id % 2 == 0);
+    }
+    let in_memory = |&(_, handle): &(u64, RowHandle)| handle & MEMORY_HANDLE != 0;
+    assert_eq!(stored.iter().filter(|r| in_memory(r)).count(), 1, "one row kept in memory");
+    // Four rows in five go: segments fall under a quarter live and are compacted.
+    for (_, &(key_hash, handle)) in stored.iter().enumerate().filter(|(i, r)| i % 5 != 0 && !in_memory(r)) {
+        assert!(arena.discard(key_hash, handle).is_some());
+    }
+    assert!(arena.compaction_counts().1 > 0, "rows were moved");
+    let listed_rows = listed(&arena);
+    assert_eq!(listed_rows, exported(&arena));
+    assert_eq!(listed_rows.len(), arena.rows());
+    assert!(listed_rows.iter().any(|&(h, _, _)| h & MEMORY_HANDLE != 0), "the row in memory is listed");
+    let saved = crate::state::snapshot::save_store(&arena).unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let mut restored = ArenaStore::open_with(other.path(), small()).unwrap();
+    restored.import(&saved).unwrap();
+    assert_eq!((listed(&restored), snapshot(&restored)), (exported(&restored), snapshot(&arena)));
 }
