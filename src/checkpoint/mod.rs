@@ -39,13 +39,10 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use rkyv::api::high::HighSerializer;
-use rkyv::rancor;
-use rkyv::ser::allocator::ArenaHandle;
 use rkyv::util::AlignedVec;
 
 use crate::plan::Plan;
-use crate::state::snapshot::{self, InBuffer, SnapshotBuffer, SnapshotError};
+use crate::state::snapshot::{self, InBuffer, SnapshotBuffer, SnapshotError, SnapshotSerializer};
 use crate::storage::quarantine::{Action, Lost, quarantine};
 
 /// Bumped whenever any snapshot layout changes: a checkpoint of another version is not read.
@@ -373,7 +370,7 @@ fn read_snapshots(index: ShardIndex, payload: &[u8], path: &Path) -> Result<Shar
 /// read back into).
 fn framed_in<T>(magic: &[u8; 8], value: &T, mut buffer: SnapshotBuffer) -> Result<AlignedVec, SnapshotError>
 where
-    T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
+    T: for<'a> rkyv::Serialize<SnapshotSerializer<'a>>,
 {
     let (_, archive_crc) = buffer.end(HEADER, value)?;
     let mut bytes = buffer.into_bytes();

@@ -28,14 +28,11 @@ use super::KindStateView;
 use super::connect::END_OF_INPUT;
 use super::{ExpiryReason, Operator, Output, Quality, ResultKind};
 use crate::record::{ArchivedRow, Row};
-use crate::state::snapshot::{self, InBuffer, Nest, NestResolver, SnapshotBuffer, SnapshotError};
+use crate::state::snapshot::{self, InBuffer, Nest, NestResolver, SnapshotBuffer, SnapshotError, SnapshotSerializer};
 use crate::state::ttl::{SavedTtl, TtlClock};
 use crate::time::clock::InputTime;
 use crate::time::{OperatorClock, Time};
-use rkyv::api::high::HighSerializer;
 use rkyv::rancor;
-use rkyv::ser::allocator::ArenaHandle;
-use rkyv::util::AlignedVec;
 
 /// What `braid explain` follows: the rows of a few keys (by key hash) through every operator.
 /// Hosts on every shard note into it; the notes are read once the run is over.
@@ -245,11 +242,8 @@ impl rkyv::Archive for HostStateView<'_> {
     }
 }
 
-impl<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>> for HostStateView<'_> {
-    fn serialize(
-        &self,
-        serializer: &mut HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>,
-    ) -> Result<HostStateViewResolver, rancor::Error> {
+impl<'a> rkyv::Serialize<SnapshotSerializer<'a>> for HostStateView<'_> {
+    fn serialize(&self, serializer: &mut SnapshotSerializer<'a>) -> Result<HostStateViewResolver, rancor::Error> {
         Ok((
             self.clock.serialize(serializer)?,
             self.counters.serialize(serializer)?,

@@ -33,12 +33,9 @@ pub mod window_join;
 use crate::record::archiver::RowArchives;
 use crate::record::frame::to_row;
 use crate::record::{ArchivedRow, Row};
-use rkyv::api::high::HighSerializer;
 use rkyv::rancor;
-use rkyv::ser::allocator::ArenaHandle;
-use rkyv::util::AlignedVec;
 
-use crate::state::snapshot::{self, Nest, NestResolver, SnapshotError};
+use crate::state::snapshot::{self, Nest, NestResolver, SnapshotError, SnapshotSerializer};
 use crate::time::Time;
 
 pub use absence::{Absence, AbsenceSpec};
@@ -517,11 +514,8 @@ impl rkyv::Archive for KindStateView<'_> {
     }
 }
 
-impl<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>> for KindStateView<'_> {
-    fn serialize(
-        &self,
-        serializer: &mut HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>,
-    ) -> Result<Self::Resolver, rancor::Error> {
+impl<'a> rkyv::Serialize<SnapshotSerializer<'a>> for KindStateView<'_> {
+    fn serialize(&self, serializer: &mut SnapshotSerializer<'a>) -> Result<Self::Resolver, rancor::Error> {
         Ok((self.kind.serialize(serializer)?, self.state.serialize(serializer)?))
     }
 }
@@ -540,11 +534,8 @@ impl rkyv::Archive for OperatorState<'_> {
     }
 }
 
-impl<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>> for OperatorState<'_> {
-    fn serialize(
-        &self,
-        serializer: &mut HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>,
-    ) -> Result<NestResolver, rancor::Error> {
+impl<'a> rkyv::Serialize<SnapshotSerializer<'a>> for OperatorState<'_> {
+    fn serialize(&self, serializer: &mut SnapshotSerializer<'a>) -> Result<NestResolver, rancor::Error> {
         let encoded = match self.0 {
             Operator::IntervalJoin(op) => {
                 let view = op.snapshot_view().map_err(rancor::Source::new)?;

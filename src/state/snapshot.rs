@@ -9,7 +9,8 @@
 //! bytecheck, so a damaged snapshot — truncated, a byte flipped anywhere — or a foreign one is an
 //! error, never a misread: bytecheck alone would take a flipped byte inside a number for another
 //! number. (Snapshots nest — an operator's inside its host's — so inner ones are checked twice;
-//! crc32c runs at several GB/s, a small price for every layer checking what it reads.)
+//! crc32c runs at several GB/s, a small price for every layer checking what it reads. Writing
+//! sums each byte once: a level's crc combines its inner levels' ([`SnapshotWriter`]).)
 //!
 //! # Stored rows
 //!
@@ -94,7 +95,7 @@ where
 /// (and copies the result out of it: for snapshots taken apart, not a checkpoint's).
 pub fn encode_nesting<T>(value: &T) -> Result<Vec<u8>, SnapshotError>
 where
-    T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
+    T: for<'a> rkyv::Serialize<SnapshotSerializer<'a>>,
 {
     let mut buffer = SnapshotBuffer::with_header(0);
     let level = buffer.write(value)?;
@@ -135,7 +136,62 @@ where
 /// Snapshots written one after another into one buffer, each level after the levels it holds
 /// (module doc, "Nesting without copies").
 pub struct SnapshotBuffer {
+    bytes: SnapshotWriter,
+}
+
+/// What snapshots nesting in place are serialized with ([`SnapshotBuffer`], [`Nest`]).
+pub type SnapshotSerializer<'a> = HighSerializer<SnapshotWriter, ArenaHandle<'a>, rancor::Error>;
+
+/// The bytes of a [`SnapshotBuffer`], and the crc32c of each level written into them so far that
+/// no level around it has summed yet: a level's crc is its inner levels' crcs combined with
+/// those of the bytes between them (`crc32c_combine`), so a checkpoint passes over each byte of a
+/// shard's state once, not once per level around it (four: the operator's, its kind's, its
+/// host's, the file's). rkyv only appends, so every level summed since a level began lies inside
+/// it.
+#[derive(Default)]
+pub struct SnapshotWriter {
     bytes: AlignedVec,
+    /// (start, end, crc) of summed levels, in order, none inside another.
+    summed: Vec<(usize, usize, u32)>,
+}
+
+impl SnapshotWriter {
+    /// Pads to a 16-byte boundary, where the next level begins.
+    fn begin(&mut self) -> usize {
+        let padded = self.bytes.len().next_multiple_of(ARCHIVE_ALIGN);
+        self.bytes.resize(padded, 0);
+        padded
+    }
+
+    /// The crc32c of the bytes from `start` to the end, which from now on stands for the levels
+    /// it covers.
+    fn crc_from(&mut self, start: usize) -> u32 {
+        let inner = self.summed.partition_point(|&(at, _, _)| at < start);
+        let (mut crc, mut at) = (0, start);
+        for &(from, to, summed) in &self.summed[inner..] {
+            crc = crc32c::crc32c_append(crc, &self.bytes[at..from]);
+            crc = crc32c::crc32c_combine(crc, summed, to - from);
+            at = to;
+        }
+        crc = crc32c::crc32c_append(crc, &self.bytes[at..]);
+        debug_assert_eq!(crc, crc32c::crc32c(&self.bytes[start..]), "combined crc of {start}..");
+        self.summed.truncate(inner);
+        self.summed.push((start, self.bytes.len(), crc));
+        crc
+    }
+}
+
+impl rkyv::ser::Positional for SnapshotWriter {
+    fn pos(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+impl<E> rkyv::ser::Writer<E> for SnapshotWriter {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), E> {
+        self.bytes.extend_from_slice(bytes);
+        Ok(())
+    }
 }
 
 /// Where a snapshot lies in a [`SnapshotBuffer`].
@@ -181,22 +237,17 @@ impl<T> rkyv::Archive for Nest<T> {
     }
 }
 
-impl<'a, T> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>> for Nest<T>
+impl<'a, T> rkyv::Serialize<SnapshotSerializer<'a>> for Nest<T>
 where
-    T: rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
+    T: rkyv::Serialize<SnapshotSerializer<'a>>,
 {
-    fn serialize(
-        &self,
-        serializer: &mut HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>,
-    ) -> Result<NestResolver, rancor::Error> {
+    fn serialize(&self, serializer: &mut SnapshotSerializer<'a>) -> Result<NestResolver, rancor::Error> {
         use rkyv::SerializeUnsized;
-        let writer = &mut serializer.writer;
-        let start = writer.len().next_multiple_of(ARCHIVE_ALIGN);
-        writer.resize(start, 0);
+        let start = serializer.writer.begin();
         self.0.serialize_unsized(serializer)?;
-        let crc = archive_crc(&serializer.writer[start..]);
-        serializer.writer.extend_from_slice(&crc);
-        Ok(NestResolver { start, len: serializer.writer.len() - start })
+        let crc = serializer.writer.crc_from(start);
+        serializer.writer.bytes.extend_from_slice(&crc.to_le_bytes());
+        Ok(NestResolver { start, len: serializer.writer.bytes.len() - start })
     }
 }
 
@@ -206,31 +257,24 @@ impl SnapshotBuffer {
         debug_assert!(header.is_multiple_of(ARCHIVE_ALIGN), "an archive after {header} bytes is not aligned");
         let mut bytes = AlignedVec::new();
         bytes.extend_from_slice(&vec![0; header]);
-        SnapshotBuffer { bytes }
+        SnapshotBuffer { bytes: SnapshotWriter { bytes, summed: Vec::new() } }
     }
 
     /// Writes `value`'s snapshot (its archive, 16-aligned, with the levels it nests in place, and
     /// its crc32c) after what the buffer holds.
     pub fn write<T>(&mut self, value: &T) -> Result<InBuffer, SnapshotError>
     where
-        T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
+        T: for<'a> rkyv::Serialize<SnapshotSerializer<'a>>,
     {
-        let start = self.begin();
+        let start = self.bytes.begin();
         Ok(self.end(start, value)?.0)
     }
 
     /// Appends a snapshot encoded on its own, 16-aligned.
     pub fn append(&mut self, snapshot: &[u8]) -> InBuffer {
-        let start = self.begin();
-        self.bytes.extend_from_slice(snapshot);
+        let start = self.bytes.begin();
+        self.bytes.bytes.extend_from_slice(snapshot);
         InBuffer { start, len: snapshot.len() }
-    }
-
-    /// Pads the buffer to a 16-byte boundary, where the next snapshot begins.
-    fn begin(&mut self) -> usize {
-        let padded = self.bytes.len().next_multiple_of(ARCHIVE_ALIGN);
-        self.bytes.resize(padded, 0);
-        padded
     }
 
     /// Appends `value`'s archive and the crc32c of everything from `start` on: a snapshot, or a
@@ -238,23 +282,23 @@ impl SnapshotBuffer {
     /// and the crc it appended (a file's header crc goes on from it, not over the bytes again).
     pub fn end<T>(&mut self, start: usize, value: &T) -> Result<(InBuffer, u32), SnapshotError>
     where
-        T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
+        T: for<'a> rkyv::Serialize<SnapshotSerializer<'a>>,
     {
-        let bytes = std::mem::take(&mut self.bytes);
-        self.bytes = rkyv::api::high::to_bytes_in::<_, rancor::Error>(value, bytes)
+        let writer = std::mem::take(&mut self.bytes);
+        self.bytes = rkyv::api::high::to_bytes_in::<_, rancor::Error>(value, writer)
             .map_err(|e| SnapshotError::Encode(e.to_string()))?;
-        let crc = archive_crc(&self.bytes[start..]);
-        self.bytes.extend_from_slice(&crc);
-        Ok((InBuffer { start, len: self.bytes.len() - start }, u32::from_le_bytes(crc)))
+        let crc = self.bytes.crc_from(start);
+        self.bytes.bytes.extend_from_slice(&crc.to_le_bytes());
+        Ok((InBuffer { start, len: self.bytes.bytes.len() - start }, crc))
     }
 
     /// The bytes of `level`.
     pub fn bytes(&self, level: InBuffer) -> &[u8] {
-        &self.bytes[level.start..level.start + level.len]
+        &self.bytes.bytes[level.start..level.start + level.len]
     }
 
     pub fn into_bytes(self) -> AlignedVec {
-        self.bytes
+        self.bytes.bytes
     }
 }
 
@@ -518,11 +562,8 @@ mod tests {
         }
     }
 
-    impl<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>> for OuterView<'_> {
-        fn serialize(
-            &self,
-            serializer: &mut HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>,
-        ) -> Result<Self::Resolver, rancor::Error> {
+    impl<'a> rkyv::Serialize<SnapshotSerializer<'a>> for OuterView<'_> {
+        fn serialize(&self, serializer: &mut SnapshotSerializer<'a>) -> Result<Self::Resolver, rancor::Error> {
             Ok((self.name.serialize(serializer)?, self.inner.serialize(serializer)?, self.store.serialize(serializer)?))
         }
     }
