@@ -134,7 +134,9 @@ pub struct BenchFlags {
     memory_state: bool,
     /// Take a checkpoint every this many ms of processing time (arrival), as `braid run` does
     /// every `checkpoint_interval`; then also restore the last one into a second runtime and
-    /// time it. 0: no checkpoints.
+    /// time it. 0: no checkpoints. The generated rows' arrival times run far faster than the wall
+    /// clock (every device's rows, as fast as the shards take them): `checkpoints=` says how many
+    /// a run took, so `checkpoint_cpu_share` is what that many cost, not a gateway's share.
     #[arg(long, default_value_t = 0)]
     checkpoint_interval_ms: u64,
     /// Write the checkpoints under this directory (a disk) instead of the bench's scratch
