@@ -136,7 +136,7 @@ where
 /// Snapshots written one after another into one buffer, each level after the levels it holds
 /// (module doc, "Nesting without copies").
 pub struct SnapshotBuffer {
-    bytes: SnapshotWriter,
+    writer: SnapshotWriter,
 }
 
 /// What snapshots nesting in place are serialized with ([`SnapshotBuffer`], [`Nest`]).
@@ -178,6 +178,13 @@ impl SnapshotWriter {
         self.summed.truncate(inner);
         self.summed.push((start, self.bytes.len(), crc));
         crc
+    }
+
+    /// Ends the level that began at `start`: appends its crc32c ([`crc_from`](Self::crc_from)).
+    fn seal(&mut self, start: usize) -> (InBuffer, u32) {
+        let crc = self.crc_from(start);
+        self.bytes.extend_from_slice(&crc.to_le_bytes());
+        (InBuffer { start, len: self.bytes.len() - start }, crc)
     }
 }
 
@@ -245,9 +252,8 @@ where
         use rkyv::SerializeUnsized;
         let start = serializer.writer.begin();
         self.0.serialize_unsized(serializer)?;
-        let crc = serializer.writer.crc_from(start);
-        serializer.writer.bytes.extend_from_slice(&crc.to_le_bytes());
-        Ok(NestResolver { start, len: serializer.writer.bytes.len() - start })
+        let (level, _) = serializer.writer.seal(start);
+        Ok(NestResolver { start, len: level.len })
     }
 }
 
@@ -257,7 +263,7 @@ impl SnapshotBuffer {
         debug_assert!(header.is_multiple_of(ARCHIVE_ALIGN), "an archive after {header} bytes is not aligned");
         let mut bytes = AlignedVec::new();
         bytes.extend_from_slice(&vec![0; header]);
-        SnapshotBuffer { bytes: SnapshotWriter { bytes, summed: Vec::new() } }
+        SnapshotBuffer { writer: SnapshotWriter { bytes, summed: Vec::new() } }
     }
 
     /// Writes `value`'s snapshot (its archive, 16-aligned, with the levels it nests in place, and
@@ -266,14 +272,14 @@ impl SnapshotBuffer {
     where
         T: for<'a> rkyv::Serialize<SnapshotSerializer<'a>>,
     {
-        let start = self.bytes.begin();
+        let start = self.writer.begin();
         Ok(self.end(start, value)?.0)
     }
 
     /// Appends a snapshot encoded on its own, 16-aligned.
     pub fn append(&mut self, snapshot: &[u8]) -> InBuffer {
-        let start = self.bytes.begin();
-        self.bytes.bytes.extend_from_slice(snapshot);
+        let start = self.writer.begin();
+        self.writer.bytes.extend_from_slice(snapshot);
         InBuffer { start, len: snapshot.len() }
     }
 
@@ -284,21 +290,19 @@ impl SnapshotBuffer {
     where
         T: for<'a> rkyv::Serialize<SnapshotSerializer<'a>>,
     {
-        let writer = std::mem::take(&mut self.bytes);
-        self.bytes = rkyv::api::high::to_bytes_in::<_, rancor::Error>(value, writer)
+        let writer = std::mem::take(&mut self.writer);
+        self.writer = rkyv::api::high::to_bytes_in::<_, rancor::Error>(value, writer)
             .map_err(|e| SnapshotError::Encode(e.to_string()))?;
-        let crc = self.bytes.crc_from(start);
-        self.bytes.bytes.extend_from_slice(&crc.to_le_bytes());
-        Ok((InBuffer { start, len: self.bytes.bytes.len() - start }, crc))
+        Ok(self.writer.seal(start))
     }
 
     /// The bytes of `level`.
     pub fn bytes(&self, level: InBuffer) -> &[u8] {
-        &self.bytes.bytes[level.start..level.start + level.len]
+        &self.writer.bytes[level.start..level.start + level.len]
     }
 
     pub fn into_bytes(self) -> AlignedVec {
-        self.bytes.bytes
+        self.writer.bytes
     }
 }
 

@@ -524,8 +524,8 @@ impl ArenaStore {
     /// Stores `row` in the arena; fails (storing nothing) when it cannot.
     pub fn try_insert(&mut self, row: &Row, matched: bool) -> Result<RowHandle, ArenaError> {
         let payload = self.encoder.encode(row)?;
-        let size = record_size(payload.len());
         let len = payload.len();
+        let size = record_size(len);
         let (slot, off, handle) = self.segments.append(payload, size, row.key_hash, row.ts, matched)?;
         Ok(self.indexed(slot, off, len, row.key_hash, matched, handle))
     }
