@@ -213,15 +213,22 @@ fn a_replay_into_a_pipe_sorts_first_and_writes_each_line_once() {
     let fifo = dir.path().join("effect.fifo");
     assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
     // Everything the pipe gets, however many times it is opened, until the test's own last line.
+    // The reader holds the pipe open for reading and writing: its open waits for no writer, and
+    // the pipe never reads as ended between the replay's writes and the last line. (Reopened
+    // after each end, a line could go to a copy of the read end that another test's child
+    // process held between its fork and exec, and be lost with it: the test then hung.)
     const END: &str = "end of the test\n";
     let reader = {
         let fifo = fifo.clone();
         std::thread::spawn(move || {
-            let mut all = String::new();
-            while !all.ends_with(END) {
-                all += &std::fs::read_to_string(&fifo).unwrap();
+            use std::io::Read;
+            let mut pipe = std::fs::OpenOptions::new().read(true).write(true).open(&fifo).unwrap();
+            let (mut all, mut chunk) = (Vec::new(), [0u8; 4096]);
+            while !all.ends_with(END.as_bytes()) {
+                let read = pipe.read(&mut chunk).unwrap();
+                all.extend_from_slice(&chunk[..read]);
             }
-            all.strip_suffix(END).unwrap().to_owned()
+            String::from_utf8(all).unwrap().strip_suffix(END).unwrap().to_owned()
         })
     };
     run(&fifo);
