@@ -39,10 +39,8 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use rkyv::util::AlignedVec;
-
 use crate::plan::Plan;
-use crate::state::snapshot::{self, InBuffer, SnapshotBuffer, SnapshotError, SnapshotSerializer};
+use crate::state::snapshot::{self, InBuffer, SnapshotBuffer, SnapshotBytes, SnapshotError, SnapshotSerializer};
 use crate::storage::quarantine::{Action, Lost, quarantine};
 
 /// Bumped whenever any snapshot layout changes: a checkpoint of another version is not read.
@@ -197,6 +195,12 @@ impl CheckpointDir {
         SnapshotBuffer::with_header(HEADER)
     }
 
+    /// [`shard_buffer`](Self::shard_buffer) in `bytes`: a shard's kept buffer
+    /// ([`SnapshotBytes::kept`]), which holds the pages of its last checkpoint.
+    pub fn shard_buffer_in(bytes: SnapshotBytes) -> Result<SnapshotBuffer, SnapshotError> {
+        SnapshotBuffer::with_header_in(HEADER, bytes)
+    }
+
     /// One shard's snapshots of checkpoint `file.epoch` as a file, and where it goes (its
     /// directory is made); the shard writes it through io_uring from its own thread without
     /// waiting for the disk, or with [`write_file`] under the legacy driver (shard/file_write.rs).
@@ -205,20 +209,20 @@ impl CheckpointDir {
         &self,
         index: &ShardIndex,
         buffer: SnapshotBuffer,
-    ) -> Result<(PathBuf, AlignedVec), CheckpointError> {
+    ) -> Result<(PathBuf, SnapshotBytes), CheckpointError> {
         let dir = self.epoch_dir(index.epoch);
         std::fs::create_dir_all(&dir).map_err(|error| CheckpointError::Io { path: dir.clone(), error })?;
         Ok((self.shard_path(index.epoch, index.shard), framed_in(SHARD_MAGIC, index, buffer)?))
     }
 
     /// [`shard_file_in`](Self::shard_file_in) of snapshots held apart.
-    pub fn shard_file(&self, file: &ShardFile) -> Result<(PathBuf, AlignedVec), CheckpointError> {
+    pub fn shard_file(&self, file: &ShardFile) -> Result<(PathBuf, SnapshotBytes), CheckpointError> {
         let mut buffer = Self::shard_buffer();
         let operators = file
             .operators
             .iter()
-            .map(|o| SnapshotEntry::new(o.name.clone(), o.definition, buffer.append(&o.state)))
-            .collect();
+            .map(|o| Ok(SnapshotEntry::new(o.name.clone(), o.definition, buffer.append(&o.state)?)))
+            .collect::<Result<_, SnapshotError>>()?;
         let index = ShardIndex { epoch: file.epoch, shard: file.shard, shards: file.shards, operators };
         self.shard_file_in(&index, buffer)
     }
@@ -368,7 +372,7 @@ fn read_snapshots(index: ShardIndex, payload: &[u8], path: &Path) -> Result<Shar
 /// `value` encoded after the snapshots in `buffer` (which began with [`HEADER`] zero bytes), then
 /// the header filled in: one buffer, the archive 16-aligned in it (and so in a buffer the file is
 /// read back into).
-fn framed_in<T>(magic: &[u8; 8], value: &T, mut buffer: SnapshotBuffer) -> Result<AlignedVec, SnapshotError>
+fn framed_in<T>(magic: &[u8; 8], value: &T, mut buffer: SnapshotBuffer) -> Result<SnapshotBytes, SnapshotError>
 where
     T: for<'a> rkyv::Serialize<SnapshotSerializer<'a>>,
 {

@@ -28,6 +28,7 @@ use io_uring::{IoUring, opcode, squeue, types};
 
 use super::worker::{NOT_WRITTEN, SnapshotWrite, WRITTEN};
 use crate::checkpoint::{CHECKPOINT_MEANWHILE, CHECKPOINT_SITE, CheckpointError};
+use crate::state::snapshot::SnapshotBytes;
 use crate::storage::write_faults;
 
 /// Completion tags of a chain's operations.
@@ -52,6 +53,8 @@ pub struct FileWrites {
     bell: RawFd,
     in_flight: Option<InFlight>,
     stalled: Duration,
+    /// The bytes of the last file whose outcome is in, for the shard to write its next one into.
+    spent: Option<SnapshotBytes>,
 }
 
 /// A file being written: everything the submitted operations point at lives here until every
@@ -84,7 +87,7 @@ impl FileWrites {
             )
             .ok()
         });
-        FileWrites { ring, bell, in_flight: None, stalled: Duration::ZERO }
+        FileWrites { ring, bell, in_flight: None, stalled: Duration::ZERO, spent: None }
     }
 
     /// Starts writing `write` (one file at a time: the worker hands over the next only once
@@ -103,7 +106,7 @@ impl FileWrites {
                     matches!(error, CheckpointError::Io { error, .. } if write_faults::is_disk_full(error)),
                 );
             }
-            write.outcome.store(if written.is_ok() { WRITTEN } else { NOT_WRITTEN }, Ordering::SeqCst);
+            self.settle(write, if written.is_ok() { WRITTEN } else { NOT_WRITTEN });
         } else {
             match CString::new(write.path.as_os_str().as_bytes()) {
                 Ok(path) => {
@@ -172,7 +175,7 @@ impl FileWrites {
         if let Some((step, errno)) = flight.failed {
             let error = std::io::Error::from_raw_os_error(-errno);
             failed(&flight.write.path, &format!("cannot {step}: {error}"), write_faults::is_disk_full(&error));
-            flight.write.outcome.store(NOT_WRITTEN, Ordering::SeqCst);
+            self.settle(flight.write, NOT_WRITTEN);
             return;
         }
         flight.written += flight.wrote;
@@ -180,7 +183,18 @@ impl FileWrites {
             self.submit(flight);
             return;
         }
-        flight.write.outcome.store(WRITTEN, Ordering::SeqCst);
+        self.settle(flight.write, WRITTEN);
+    }
+
+    /// The file's outcome is in: its bytes go back to the shard for its next file.
+    fn settle(&mut self, write: SnapshotWrite, outcome: u8) {
+        write.outcome.store(outcome, Ordering::SeqCst);
+        self.spent = Some(write.bytes);
+    }
+
+    /// The bytes of the last file whose outcome is in ([`Worker::keep_snapshot_bytes`](super::worker::Worker::keep_snapshot_bytes)).
+    pub fn take_spent(&mut self) -> Option<SnapshotBytes> {
+        self.spent.take()
     }
 
     /// Submits the chain for the rest of `flight`'s bytes: open (truncating only for the first
@@ -223,7 +237,8 @@ impl FileWrites {
         (flight.wrote, flight.failed, flight.outstanding) = (0, None, chain.len() as u32);
         // SAFETY: every operation points at memory that outlives it: the path and the bytes
         // (`flight.path`, `flight.write.bytes`, not touched until the chain completes) are moved
-        // into `self.in_flight` below — moving the `InFlight` moves neither heap buffer — and
+        // into `self.in_flight` below — moving the `InFlight` moves neither the path's heap
+        // buffer nor the bytes (on the heap, or a mapping that stays mapped meanwhile) — and
         // dropped only after all the chain's completions are read (`poll`, or `Drop`, which
         // waits for them); the doorbell's socket belongs to the shard's `Doorbell`, which
         // outlives the shard thread and with it this value; the byte is a static. The file is
@@ -289,13 +304,33 @@ mod tests {
 
     use super::*;
     use crate::shard::wake::Doorbell;
+    use crate::storage::mapped_file::ScratchBytes;
 
-    fn job(path: std::path::PathBuf, bytes: Vec<u8>, sync: bool) -> (SnapshotWrite, Arc<AtomicU8>) {
+    /// A file of `bytes`, written from the buffer of the last one (`files.take_spent()`) when
+    /// there is one, as a shard does.
+    fn job(
+        files: &mut FileWrites,
+        path: std::path::PathBuf,
+        bytes: &[u8],
+        sync: bool,
+    ) -> (SnapshotWrite, Arc<AtomicU8>) {
         let outcome = Arc::new(AtomicU8::new(0));
-        let mut aligned = rkyv::util::AlignedVec::new();
-        aligned.extend_from_slice(&bytes);
-        let bytes = aligned;
+        let mut kept = match files.take_spent() {
+            Some(SnapshotBytes::Kept(kept)) => kept,
+            _ => ScratchBytes::new().unwrap(),
+        };
+        kept.reuse();
+        kept.extend_from_slice(bytes).unwrap();
+        let bytes = SnapshotBytes::Kept(kept);
         (SnapshotWrite { path, bytes, sync, outcome: Arc::clone(&outcome) }, outcome)
+    }
+
+    /// The buffer of the file whose outcome just came in is back, holding that file's bytes.
+    fn spent_holds(files: &mut FileWrites, bytes: &[u8]) {
+        let spent = files.take_spent().expect("a file's buffer comes back whatever its outcome");
+        assert!(matches!(spent, SnapshotBytes::Kept(_)));
+        assert_eq!(&spent[..], bytes);
+        files.spent = Some(spent);
     }
 
     /// Both paths write the whole file (synced or not) and report it; the io_uring one also rings
@@ -311,7 +346,7 @@ mod tests {
             let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
             for (n, sync) in [(0, false), (1, true)] {
                 let path = dir.path().join(format!("{uring}-{n}"));
-                let (write, outcome) = job(path.clone(), bytes.clone(), sync);
+                let (write, outcome) = job(&mut files, path.clone(), &bytes, sync);
                 files.start(write);
                 if files.ring.is_some() {
                     use std::io::Read;
@@ -323,17 +358,19 @@ mod tests {
                 }
                 assert_eq!(outcome.load(Ordering::SeqCst), WRITTEN);
                 assert_eq!(std::fs::read(&path).unwrap(), bytes);
+                spent_holds(&mut files, &bytes);
             }
-            let (write, outcome) = job(dir.path().join("missing/dir/file"), vec![1; 10], false);
+            let (write, outcome) = job(&mut files, dir.path().join("missing/dir/file"), &[1; 10], false);
             files.start(write);
             while outcome.load(Ordering::SeqCst) == 0 {
                 files.poll();
             }
             assert_eq!(outcome.load(Ordering::SeqCst), NOT_WRITTEN);
             assert!(files.in_flight.is_none());
+            spent_holds(&mut files, &[1; 10]);
             // A failed chain leaves the slot and the ring usable.
             let path = dir.path().join(format!("{uring}-after"));
-            let (write, outcome) = job(path.clone(), vec![7; 5000], true);
+            let (write, outcome) = job(&mut files, path.clone(), &[7; 5000], true);
             files.start(write);
             while outcome.load(Ordering::SeqCst) == 0 {
                 files.poll();

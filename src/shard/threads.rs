@@ -423,6 +423,9 @@ impl Shard {
                     return Err(ShardError::Cancelled);
                 }
                 files.poll();
+                if let Some(bytes) = files.take_spent() {
+                    worker.keep_snapshot_bytes(bytes);
+                }
                 let moved = worker.round()?;
                 if let Some(write) = worker.take_snapshot_write() {
                     files.start(write);

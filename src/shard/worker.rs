@@ -25,7 +25,8 @@ use crate::record::frame::to_row;
 use crate::record::{ArchivedKey, ArchivedRow, Key, Row};
 use crate::ring::FrameKind;
 use crate::state::budget::{self, StateGauge};
-use crate::state::snapshot::{InBuffer, SnapshotBuffer};
+use crate::state::snapshot::{InBuffer, SnapshotBuffer, SnapshotBytes};
+use crate::storage::mapped_file::ScratchBytes;
 use crate::time::Time;
 use crate::time::clock::InputTime;
 
@@ -140,6 +141,9 @@ struct Core {
     to_write: Option<SnapshotWrite>,
     /// A shard file being written: its epoch, and where the writer leaves its outcome.
     writing: Option<(u64, Arc<AtomicU8>)>,
+    /// The buffer the last shard file was written from, for the next one: its pages are in
+    /// place already ([`SnapshotBytes::kept`]).
+    kept: Option<ScratchBytes>,
     /// CPU time spent taking snapshots and encoding shard files.
     snapshot_time: std::time::Duration,
 }
@@ -147,7 +151,7 @@ struct Core {
 /// One shard's checkpoint file, to be written off the shard's thread (threads.rs).
 pub struct SnapshotWrite {
     pub path: std::path::PathBuf,
-    pub bytes: rkyv::util::AlignedVec,
+    pub bytes: SnapshotBytes,
     /// Synced after it is written (`durability = "power"`).
     pub sync: bool,
     /// Set by the writer: [`WRITTEN`] or [`NOT_WRITTEN`] (0 while it works).
@@ -236,6 +240,7 @@ impl Worker {
             evict_starved: false,
             to_write: None,
             writing: None,
+            kept: None,
             snapshot_time: std::time::Duration::ZERO,
             plan,
             shards,
@@ -306,6 +311,14 @@ impl Worker {
     /// A checkpoint file the shard wants written (the thread's loop writes it on a task).
     pub fn take_snapshot_write(&mut self) -> Option<SnapshotWrite> {
         self.core.to_write.take()
+    }
+
+    /// The bytes of a checkpoint file written (or not), back from the writer: the next
+    /// checkpoint is written into the same pages.
+    pub fn keep_snapshot_bytes(&mut self, bytes: SnapshotBytes) {
+        if let SnapshotBytes::Kept(kept) = bytes {
+            self.core.kept = Some(kept);
+        }
     }
 
     /// Everything is processed and sent: the end of input went through every operator.
@@ -494,7 +507,11 @@ impl Core {
                     return;
                 }
                 let snapshots = vec![None; self.plan.operators.len()];
-                let buffer = CheckpointDir::shard_buffer();
+                let kept = SnapshotBytes::kept(self.kept.take());
+                let buffer = CheckpointDir::shard_buffer_in(kept).unwrap_or_else(|error| {
+                    tracing::debug!(shard = self.id, %error, "checkpoint buffer on the heap");
+                    CheckpointDir::shard_buffer()
+                });
                 self.barrier = Some(BarrierInFlight { epoch, buffer, snapshots });
                 for op in 0..self.plan.operators.len() {
                     self.dispatch(op, Tag::event(seq), 0, Work::Barrier(epoch));

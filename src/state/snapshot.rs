@@ -57,6 +57,7 @@ use rkyv::vec::{ArchivedVec, VecResolver};
 use thiserror::Error;
 
 use super::{KeyedStore, RowHandle};
+use crate::storage::mapped_file::ScratchBytes;
 
 /// Bytes of the crc32c after the archive.
 const CRC_LEN: usize = 4;
@@ -150,17 +151,102 @@ pub type SnapshotSerializer<'a> = HighSerializer<SnapshotWriter, ArenaHandle<'a>
 /// it.
 #[derive(Default)]
 pub struct SnapshotWriter {
-    bytes: AlignedVec,
+    bytes: SnapshotBytes,
     /// (start, end, crc) of summed levels, in order, none inside another.
     summed: Vec<(usize, usize, u32)>,
 }
 
+/// Where a [`SnapshotBuffer`]'s bytes are: on the heap, or in a shard's [`ScratchBytes`], which
+/// keeps its pages from one checkpoint to the next (a fresh buffer's page faults cost a shard
+/// more than the copy into it).
+pub enum SnapshotBytes {
+    Heap(AlignedVec),
+    Kept(ScratchBytes),
+}
+
+impl Default for SnapshotBytes {
+    fn default() -> SnapshotBytes {
+        SnapshotBytes::Heap(AlignedVec::new())
+    }
+}
+
+impl SnapshotBytes {
+    /// A shard's buffer for its next checkpoint: the pages of its last one when it has them,
+    /// else new ones (on the heap when no memory file can be made).
+    pub fn kept(last: Option<ScratchBytes>) -> SnapshotBytes {
+        match last.map_or_else(ScratchBytes::new, Ok) {
+            Ok(mut kept) => {
+                kept.reuse();
+                SnapshotBytes::Kept(kept)
+            }
+            Err(error) => {
+                tracing::debug!(%error, "no memory file for a checkpoint's buffer; writing it on the heap");
+                SnapshotBytes::default()
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            SnapshotBytes::Heap(bytes) => bytes.len(),
+            SnapshotBytes::Kept(bytes) => bytes.len(),
+        }
+    }
+
+    fn extend_from_slice(&mut self, more: &[u8]) -> std::io::Result<()> {
+        match self {
+            SnapshotBytes::Heap(bytes) => bytes.extend_from_slice(more),
+            SnapshotBytes::Kept(bytes) => bytes.extend_from_slice(more)?,
+        }
+        Ok(())
+    }
+
+    fn zero_fill_to(&mut self, len: usize) -> std::io::Result<()> {
+        match self {
+            SnapshotBytes::Heap(bytes) => bytes.resize(len.max(bytes.len()), 0),
+            SnapshotBytes::Kept(bytes) => bytes.zero_fill_to(len)?,
+        }
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for SnapshotBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            SnapshotBytes::Heap(bytes) => bytes,
+            SnapshotBytes::Kept(bytes) => bytes.as_slice(),
+        }
+    }
+}
+
+impl AsRef<[u8]> for SnapshotBytes {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl std::ops::DerefMut for SnapshotBytes {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            SnapshotBytes::Heap(bytes) => bytes,
+            SnapshotBytes::Kept(bytes) => bytes.as_mut_slice(),
+        }
+    }
+}
+
+/// A buffer that could not grow: the checkpoint fails, the run goes on.
+fn no_room(error: std::io::Error) -> SnapshotError {
+    SnapshotError::Encode(format!("no memory for the snapshot: {error}"))
+}
+
 impl SnapshotWriter {
     /// Pads to a 16-byte boundary, where the next level begins.
-    fn begin(&mut self) -> usize {
+    fn begin(&mut self) -> std::io::Result<usize> {
         let padded = self.bytes.len().next_multiple_of(ARCHIVE_ALIGN);
-        self.bytes.resize(padded, 0);
-        padded
+        self.bytes.zero_fill_to(padded)?;
+        Ok(padded)
     }
 
     /// The crc32c of the bytes from `start` to the end, which from now on stands for the levels
@@ -181,10 +267,10 @@ impl SnapshotWriter {
     }
 
     /// Ends the level that began at `start`: appends its crc32c ([`crc_from`](Self::crc_from)).
-    fn seal(&mut self, start: usize) -> (InBuffer, u32) {
+    fn seal(&mut self, start: usize) -> std::io::Result<(InBuffer, u32)> {
         let crc = self.crc_from(start);
-        self.bytes.extend_from_slice(&crc.to_le_bytes());
-        (InBuffer { start, len: self.bytes.len() - start }, crc)
+        self.bytes.extend_from_slice(&crc.to_le_bytes())?;
+        Ok((InBuffer { start, len: self.bytes.len() - start }, crc))
     }
 }
 
@@ -194,10 +280,9 @@ impl rkyv::ser::Positional for SnapshotWriter {
     }
 }
 
-impl<E> rkyv::ser::Writer<E> for SnapshotWriter {
+impl<E: rancor::Source> rkyv::ser::Writer<E> for SnapshotWriter {
     fn write(&mut self, bytes: &[u8]) -> Result<(), E> {
-        self.bytes.extend_from_slice(bytes);
-        Ok(())
+        self.bytes.extend_from_slice(bytes).map_err(E::new)
     }
 }
 
@@ -250,9 +335,9 @@ where
 {
     fn serialize(&self, serializer: &mut SnapshotSerializer<'a>) -> Result<NestResolver, rancor::Error> {
         use rkyv::SerializeUnsized;
-        let start = serializer.writer.begin();
+        let start = serializer.writer.begin().map_err(rancor::Source::new)?;
         self.0.serialize_unsized(serializer)?;
-        let (level, _) = serializer.writer.seal(start);
+        let (level, _) = serializer.writer.seal(start).map_err(rancor::Source::new)?;
         Ok(NestResolver { start, len: level.len })
     }
 }
@@ -260,9 +345,20 @@ where
 impl SnapshotBuffer {
     /// A buffer whose first `header` bytes (a multiple of 16) are zero, for a file's header.
     pub fn with_header(header: usize) -> SnapshotBuffer {
-        debug_assert!(header.is_multiple_of(ARCHIVE_ALIGN), "an archive after {header} bytes is not aligned");
         let mut bytes = AlignedVec::new();
-        bytes.extend_from_slice(&vec![0; header]);
+        bytes.resize(header, 0);
+        SnapshotBuffer::after_header(header, SnapshotBytes::Heap(bytes))
+    }
+
+    /// [`with_header`](Self::with_header) in `bytes` (empty; a shard's kept buffer).
+    pub fn with_header_in(header: usize, mut bytes: SnapshotBytes) -> Result<SnapshotBuffer, SnapshotError> {
+        debug_assert_eq!(bytes.len(), 0, "a snapshot buffer starts empty");
+        bytes.zero_fill_to(header).map_err(no_room)?;
+        Ok(SnapshotBuffer::after_header(header, bytes))
+    }
+
+    fn after_header(header: usize, bytes: SnapshotBytes) -> SnapshotBuffer {
+        debug_assert!(header.is_multiple_of(ARCHIVE_ALIGN), "an archive after {header} bytes is not aligned");
         SnapshotBuffer { writer: SnapshotWriter { bytes, summed: Vec::new() } }
     }
 
@@ -272,15 +368,15 @@ impl SnapshotBuffer {
     where
         T: for<'a> rkyv::Serialize<SnapshotSerializer<'a>>,
     {
-        let start = self.writer.begin();
+        let start = self.writer.begin().map_err(no_room)?;
         Ok(self.end(start, value)?.0)
     }
 
     /// Appends a snapshot encoded on its own, 16-aligned.
-    pub fn append(&mut self, snapshot: &[u8]) -> InBuffer {
-        let start = self.writer.begin();
-        self.writer.bytes.extend_from_slice(snapshot);
-        InBuffer { start, len: snapshot.len() }
+    pub fn append(&mut self, snapshot: &[u8]) -> Result<InBuffer, SnapshotError> {
+        let start = self.writer.begin().map_err(no_room)?;
+        self.writer.bytes.extend_from_slice(snapshot).map_err(no_room)?;
+        Ok(InBuffer { start, len: snapshot.len() })
     }
 
     /// Appends `value`'s archive and the crc32c of everything from `start` on: a snapshot, or a
@@ -293,7 +389,7 @@ impl SnapshotBuffer {
         let writer = std::mem::take(&mut self.writer);
         self.writer = rkyv::api::high::to_bytes_in::<_, rancor::Error>(value, writer)
             .map_err(|e| SnapshotError::Encode(e.to_string()))?;
-        Ok(self.writer.seal(start))
+        self.writer.seal(start).map_err(no_room)
     }
 
     /// The bytes of `level`.
@@ -301,7 +397,7 @@ impl SnapshotBuffer {
         &self.writer.bytes[level.start..level.start + level.len]
     }
 
-    pub fn into_bytes(self) -> AlignedVec {
+    pub fn into_bytes(self) -> SnapshotBytes {
         self.writer.bytes
     }
 }
@@ -585,11 +681,22 @@ mod tests {
         let name = "a name longer than an inline string".to_owned();
         let view = OuterView { name: name.clone(), inner: Nest(sample), store: StoreView::of(&store).unwrap() };
         let mut buffer = SnapshotBuffer::with_header(32);
-        buffer.append(&[1, 2, 3]);
+        buffer.append(&[1, 2, 3]).unwrap();
         let level = buffer.write(&view).unwrap();
         assert_eq!(level.start, 48, "a level starts 16-aligned");
         let bytes = buffer.bytes(level).to_vec();
         assert_eq!(bytes, encode_nesting(&view).unwrap(), "the same bytes wherever the level starts");
+
+        // A kept buffer whose pages hold an earlier, longer use's bytes writes the same ones: its
+        // header and padding are zeroed, not left as they were.
+        let mut used = ScratchBytes::new().unwrap();
+        used.extend_from_slice(&vec![0xa5; 3 << 20]).unwrap();
+        let mut kept = SnapshotBuffer::with_header_in(32, SnapshotBytes::kept(Some(used))).unwrap();
+        kept.append(&[1, 2, 3]).unwrap();
+        let level = kept.write(&view).unwrap();
+        assert!(matches!(kept.writer.bytes, SnapshotBytes::Kept(_)));
+        assert_eq!(&kept.writer.bytes[..level.start], &buffer.writer.bytes[..level.start], "header and padding");
+        assert_eq!(kept.bytes(level), &bytes[..]);
 
         let sample = view.inner.0;
         let apart = Outer { name, inner: encode(&sample).unwrap(), store: save_store(&store).unwrap() };

@@ -41,6 +41,14 @@
 //!    spool's head slots. An unreadable block is then an EIO error, and the file is quarantined
 //!    (storage/quarantine.rs) instead of being mapped into use.
 //!
+//! 8. **Scratch memory that is kept.** [`ScratchBytes`] maps an anonymous memory file
+//!    (`memfd_create`, close-on-exec): no path names it, so points 1 and 4 hold by construction.
+//!    Point 2 holds as for the rings: a range is allocated (`fallocate`) before the mapping may
+//!    reach it, and pages given back are punched holes beyond the length in use, allocated again
+//!    before they are written. Point 3: the file only grows while mapped; a longer mapping of
+//!    the same file replaces the old one after the file has grown. Point 5: slices are borrowed
+//!    from `&self` or `&mut self`, within the length written so far.
+//!
 //! What this cannot prevent: another program (or a person) truncating or rewriting the file
 //! without taking the lock. Like any database, braid owns its `state_dir`.
 //!
@@ -55,7 +63,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use memmap2::MmapRaw;
+use memmap2::{MmapOptions, MmapRaw, RemapOptions};
 use thiserror::Error;
 
 /// Where throwaway mapped files (a replay's rings and arenas, a benchmark's) go: `/dev/shm` where
@@ -329,6 +337,130 @@ impl MappedFile {
     }
 }
 
+/// A growable byte buffer in memory that keeps its pages from one use to the next (module doc,
+/// point 8). A shard writes each checkpoint into the pages the last one filled: written into
+/// fresh memory, a checkpoint's every 4 KiB page cost a page fault, the kernel zeroing it and,
+/// once the file was written, unmapping it again, which took a shard more time than serializing
+/// (BENCHMARKS.md, "A checkpoint written into the pages of the last one"). A memory file rather
+/// than the heap: the pages are counted as shared memory, like the rings', not as braid's private
+/// memory, and [`reuse`](Self::reuse) gives back what the last use did not need.
+pub struct ScratchBytes {
+    file: File,
+    /// The whole file, mapped; `None` while the file is empty.
+    map: Option<MmapRaw>,
+    /// Bytes written since the last [`reuse`](Self::reuse).
+    len: usize,
+    /// Bytes of the file allocated (`fallocate`d, no hole): the most the mapping may be written.
+    allocated: usize,
+}
+
+/// A [`ScratchBytes`] grows by at least this much, and to a multiple of it.
+const SCRATCH_STEP: usize = 256 << 10;
+
+impl ScratchBytes {
+    pub fn new() -> std::io::Result<ScratchBytes> {
+        // SAFETY: the name is a NUL-terminated literal; memfd_create reads nothing else of ours.
+        let fd = unsafe { libc::memfd_create(c"braid-scratch".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned open by memfd_create and nothing else owns it.
+        let file = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        Ok(ScratchBytes { file, map: None, len: 0, allocated: 0 })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Appends `bytes`; the error is the system's when the buffer cannot grow (out of memory).
+    pub fn extend_from_slice(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        let at = self.len;
+        self.grow_to(at + bytes.len())?;
+        self.as_mut_slice()[at..].copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Appends zeros up to `len` bytes (the pages of an earlier use hold its bytes).
+    pub fn zero_fill_to(&mut self, len: usize) -> std::io::Result<()> {
+        let at = self.len;
+        if len > at {
+            self.grow_to(len)?;
+            self.as_mut_slice()[at..].fill(0);
+        }
+        Ok(())
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        match &self.map {
+            // SAFETY: module doc, points 5 and 8: the mapping is valid while `self` lives and
+            // `len` ≤ `allocated` ≤ its length; writers need `&mut self`.
+            Some(map) => unsafe { std::slice::from_raw_parts(map.as_ptr(), self.len) },
+            None => &[],
+        }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        match &self.map {
+            // SAFETY: as in `as_slice`; the exclusive borrow of `self` makes this the only slice.
+            Some(map) => unsafe { std::slice::from_raw_parts_mut(map.as_mut_ptr(), self.len) },
+            None => &mut [],
+        }
+    }
+
+    /// Starts again from empty, keeping the pages the last use wrote, except when it wrote less
+    /// than half of what is allocated: then the rest goes back to the system (a state that
+    /// shrank does not keep its largest checkpoint's memory). Punched, not truncated: the file
+    /// never shrinks under its mapping (point 3).
+    pub fn reuse(&mut self) {
+        let keep = self.len.next_multiple_of(SCRATCH_STEP);
+        self.len = 0;
+        if keep * 2 > self.allocated {
+            return;
+        }
+        let Some((start, len)) = whole_pages(keep, self.allocated - keep) else { return };
+        // SAFETY: fallocate reads no memory of ours; the descriptor is open. Punching keeps the
+        // file's length, so the mapping stays valid (point 8).
+        let punched = unsafe {
+            libc::fallocate(self.file.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, start, len)
+        };
+        if punched == 0 {
+            self.allocated = keep;
+        }
+    }
+
+    /// Makes `len` bytes writable: allocates and maps more of the file when needed, a quarter
+    /// more than asked (a checkpoint grows its buffer a few times, not once per write).
+    fn grow_to(&mut self, len: usize) -> std::io::Result<()> {
+        if len > self.allocated {
+            let target = len.max(self.allocated + self.allocated / 4).next_multiple_of(SCRATCH_STEP);
+            let off =
+                |n: usize| libc::off_t::try_from(n).map_err(|_| std::io::Error::other("scratch buffer too large"));
+            let (start, more) = (off(self.allocated)?, off(target - self.allocated)?);
+            // SAFETY: fallocate reads no memory of ours; the descriptor is open. It only extends
+            // the file (point 8: grown before it is mapped further).
+            if unsafe { libc::fallocate(self.file.as_raw_fd(), 0, start, more) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            self.allocated = target;
+            match self.map.as_mut() {
+                None => self.map = Some(MmapOptions::new().len(target).map_raw(&self.file)?),
+                // SAFETY: the file is `target` bytes long now (allocated above), so the longer
+                // mapping lies within it (point 8); no slice of the old one is alive (`&mut self`).
+                // mremap keeps the pages already mapped in place: no page fault at their next write.
+                Some(map) if map.len() < target => unsafe { map.remap(target, RemapOptions::new().may_move(true))? },
+                Some(_) => {}
+            }
+        }
+        self.len = len;
+        Ok(())
+    }
+}
+
 /// The whole pages inside file bytes `[start, start + len)`, as fallocate's offset and length.
 fn whole_pages(start: usize, len: usize) -> Option<(libc::off_t, libc::off_t)> {
     // SAFETY: sysconf reads no memory of ours (the page size comes from the auxiliary vector).
@@ -398,6 +530,43 @@ mod tests {
         remove_abandoned(base.path(), "braid-replay-");
         assert!(!dead.exists());
         assert!(live.exists() && other.exists() && not_ours.exists());
+    }
+
+    /// Blocks of the memory file behind a scratch buffer (in bytes): what it holds in memory.
+    fn held(scratch: &ScratchBytes) -> u64 {
+        std::os::unix::fs::MetadataExt::blocks(&scratch.file.metadata().unwrap()) * 512
+    }
+
+    /// A scratch buffer keeps every byte through its growth, keeps its pages (and their place)
+    /// from one use to the next, gives back what a much smaller use left over, and reports a
+    /// size it cannot reach as an error, unchanged.
+    #[test]
+    fn scratch_bytes_grow_keep_their_pages_and_give_back_the_unused() {
+        let mut scratch = ScratchBytes::new().unwrap();
+        let pattern = |i: usize| (i % 251) as u8;
+        let chunk: Vec<u8> = (0..1000).map(pattern).collect();
+        for _ in 0..5_000 {
+            scratch.extend_from_slice(&chunk).unwrap();
+        }
+        assert_eq!(scratch.len(), 5_000_000);
+        assert!(scratch.as_slice().chunks(1000).all(|c| c == chunk), "every byte kept through the growth");
+        let (place, holding) = (scratch.as_slice().as_ptr(), held(&scratch));
+        assert!(holding >= 5_000_000, "allocated, no holes: {holding}");
+
+        scratch.reuse();
+        assert!(scratch.is_empty());
+        scratch.zero_fill_to(4_000_000).unwrap();
+        assert!(scratch.as_slice().iter().all(|&b| b == 0), "zeros over the last use's bytes");
+        assert_eq!((scratch.as_slice().as_ptr(), held(&scratch)), (place, holding), "the same pages, in place");
+
+        scratch.reuse();
+        assert_eq!(held(&scratch), holding, "a use of more than half keeps everything");
+        scratch.extend_from_slice(&chunk).unwrap();
+        scratch.reuse();
+        assert!(held(&scratch) <= (SCRATCH_STEP as u64), "a small use gives back the rest: {}", held(&scratch));
+        scratch.extend_from_slice(&chunk).unwrap();
+        assert!(scratch.zero_fill_to(usize::MAX / 2).is_err());
+        assert_eq!(scratch.as_slice(), &chunk[..], "a failed growth changes nothing");
     }
 
     const MAGIC: [u8; 8] = *b"braidtst";
