@@ -433,30 +433,38 @@ impl ScratchBytes {
         }
     }
 
-    /// Makes `len` bytes writable: allocates and maps more of the file when needed, a quarter
-    /// more than asked (a checkpoint grows its buffer a few times, not once per write).
+    /// Makes `len` bytes writable (a checkpoint writes a row's few bytes at a time: the common
+    /// case is a comparison).
+    #[inline]
     fn grow_to(&mut self, len: usize) -> std::io::Result<()> {
         if len > self.allocated {
-            let target = len.max(self.allocated + self.allocated / 4).next_multiple_of(SCRATCH_STEP);
-            let off =
-                |n: usize| libc::off_t::try_from(n).map_err(|_| std::io::Error::other("scratch buffer too large"));
-            let (start, more) = (off(self.allocated)?, off(target - self.allocated)?);
-            // SAFETY: fallocate reads no memory of ours; the descriptor is open. It only extends
-            // the file (point 8: grown before it is mapped further).
-            if unsafe { libc::fallocate(self.file.as_raw_fd(), 0, start, more) } != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            self.allocated = target;
-            match self.map.as_mut() {
-                None => self.map = Some(MmapOptions::new().len(target).map_raw(&self.file)?),
-                // SAFETY: the file is `target` bytes long now (allocated above), so the longer
-                // mapping lies within it (point 8); no slice of the old one is alive (`&mut self`).
-                // mremap keeps the pages already mapped in place: no page fault at their next write.
-                Some(map) if map.len() < target => unsafe { map.remap(target, RemapOptions::new().may_move(true))? },
-                Some(_) => {}
-            }
+            self.allocate(len)?;
         }
         self.len = len;
+        Ok(())
+    }
+
+    /// Allocates and maps more of the file, a quarter more than asked (a checkpoint grows its
+    /// buffer a few times, not once per write).
+    #[cold]
+    fn allocate(&mut self, len: usize) -> std::io::Result<()> {
+        let target = len.max(self.allocated + self.allocated / 4).next_multiple_of(SCRATCH_STEP);
+        let off = |n: usize| libc::off_t::try_from(n).map_err(|_| std::io::Error::other("scratch buffer too large"));
+        let (start, more) = (off(self.allocated)?, off(target - self.allocated)?);
+        // SAFETY: fallocate reads no memory of ours; the descriptor is open. It only extends the
+        // file (point 8: grown before it is mapped further).
+        if unsafe { libc::fallocate(self.file.as_raw_fd(), 0, start, more) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        self.allocated = target;
+        match self.map.as_mut() {
+            None => self.map = Some(MmapOptions::new().len(target).map_raw(&self.file)?),
+            // SAFETY: the file is `target` bytes long now (allocated above), so the longer mapping
+            // lies within it (point 8); no slice of the old one is alive (`&mut self`). mremap
+            // keeps the pages already mapped in place: no page fault at their next write.
+            Some(map) if map.len() < target => unsafe { map.remap(target, RemapOptions::new().may_move(true))? },
+            Some(_) => {}
+        }
         Ok(())
     }
 }
