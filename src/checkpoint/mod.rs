@@ -41,6 +41,7 @@ use thiserror::Error;
 
 use crate::plan::Plan;
 use crate::state::snapshot::{self, InBuffer, SnapshotBuffer, SnapshotBytes, SnapshotError, SnapshotSerializer};
+use crate::storage::mapped_file::ScratchBytes;
 use crate::storage::quarantine::{Action, Lost, quarantine};
 
 /// Bumped whenever any snapshot layout changes: a checkpoint of another version is not read.
@@ -195,10 +196,10 @@ impl CheckpointDir {
         SnapshotBuffer::with_header(HEADER)
     }
 
-    /// [`shard_buffer`](Self::shard_buffer) in `bytes`: a shard's kept buffer
-    /// ([`SnapshotBytes::kept`]), which holds the pages of its last checkpoint.
-    pub fn shard_buffer_in(bytes: SnapshotBytes) -> Result<SnapshotBuffer, SnapshotError> {
-        SnapshotBuffer::with_header_in(HEADER, bytes)
+    /// [`shard_buffer`](Self::shard_buffer) in the pages of the shard's last checkpoint when it
+    /// has them ([`SnapshotBuffer::kept`]).
+    pub fn shard_buffer_in(last: Option<ScratchBytes>) -> SnapshotBuffer {
+        SnapshotBuffer::kept(HEADER, last)
     }
 
     /// One shard's snapshots of checkpoint `file.epoch` as a file, and where it goes (its

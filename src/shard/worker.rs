@@ -142,7 +142,7 @@ struct Core {
     /// A shard file being written: its epoch, and where the writer leaves its outcome.
     writing: Option<(u64, Arc<AtomicU8>)>,
     /// The buffer the last shard file was written from, for the next one: its pages are in
-    /// place already ([`SnapshotBytes::kept`]).
+    /// place already ([`SnapshotBuffer::kept`]).
     kept: Option<ScratchBytes>,
     /// CPU time spent taking snapshots and encoding shard files.
     snapshot_time: std::time::Duration,
@@ -507,11 +507,7 @@ impl Core {
                     return;
                 }
                 let snapshots = vec![None; self.plan.operators.len()];
-                let kept = SnapshotBytes::kept(self.kept.take());
-                let buffer = CheckpointDir::shard_buffer_in(kept).unwrap_or_else(|error| {
-                    tracing::debug!(shard = self.id, %error, "checkpoint buffer on the heap");
-                    CheckpointDir::shard_buffer()
-                });
+                let buffer = CheckpointDir::shard_buffer_in(self.kept.take());
                 self.barrier = Some(BarrierInFlight { epoch, buffer, snapshots });
                 for op in 0..self.plan.operators.len() {
                     self.dispatch(op, Tag::event(seq), 0, Work::Barrier(epoch));

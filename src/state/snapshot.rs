@@ -171,21 +171,6 @@ impl Default for SnapshotBytes {
 }
 
 impl SnapshotBytes {
-    /// A shard's buffer for its next checkpoint: the pages of its last one when it has them,
-    /// else new ones (on the heap when no memory file can be made).
-    pub fn kept(last: Option<ScratchBytes>) -> SnapshotBytes {
-        match last.map_or_else(ScratchBytes::new, Ok) {
-            Ok(mut kept) => {
-                kept.reuse();
-                SnapshotBytes::Kept(kept)
-            }
-            Err(error) => {
-                tracing::debug!(%error, "no memory file for a checkpoint's buffer; writing it on the heap");
-                SnapshotBytes::default()
-            }
-        }
-    }
-
     fn len(&self) -> usize {
         match self {
             SnapshotBytes::Heap(bytes) => bytes.len(),
@@ -350,11 +335,22 @@ impl SnapshotBuffer {
         SnapshotBuffer::after_header(header, SnapshotBytes::Heap(bytes))
     }
 
-    /// [`with_header`](Self::with_header) in `bytes` (empty; a shard's kept buffer).
-    pub fn with_header_in(header: usize, mut bytes: SnapshotBytes) -> Result<SnapshotBuffer, SnapshotError> {
-        debug_assert_eq!(bytes.len(), 0, "a snapshot buffer starts empty");
-        bytes.zero_fill_to(header).map_err(no_room)?;
-        Ok(SnapshotBuffer::after_header(header, bytes))
+    /// [`with_header`](Self::with_header) for a shard's next checkpoint: in the pages of its
+    /// last one (`last`) when it has them, else in a new memory file, else — no memory file can
+    /// be made or grown — on the heap, as before.
+    pub fn kept(header: usize, last: Option<ScratchBytes>) -> SnapshotBuffer {
+        let kept = last.map_or_else(ScratchBytes::new, Ok).and_then(|mut kept| {
+            kept.reuse();
+            kept.zero_fill_to(header)?;
+            Ok(kept)
+        });
+        match kept {
+            Ok(kept) => SnapshotBuffer::after_header(header, SnapshotBytes::Kept(kept)),
+            Err(error) => {
+                tracing::debug!(%error, "no memory file for a checkpoint's buffer; writing it on the heap");
+                SnapshotBuffer::with_header(header)
+            }
+        }
     }
 
     fn after_header(header: usize, bytes: SnapshotBytes) -> SnapshotBuffer {
@@ -691,7 +687,7 @@ mod tests {
         // header and padding are zeroed, not left as they were.
         let mut used = ScratchBytes::new().unwrap();
         used.extend_from_slice(&vec![0xa5; 3 << 20]).unwrap();
-        let mut kept = SnapshotBuffer::with_header_in(32, SnapshotBytes::kept(Some(used))).unwrap();
+        let mut kept = SnapshotBuffer::kept(32, Some(used));
         kept.append(&[1, 2, 3]).unwrap();
         let level = kept.write(&view).unwrap();
         assert!(matches!(kept.writer.bytes, SnapshotBytes::Kept(_)));
