@@ -153,6 +153,13 @@ impl Intake<'_> {
                 return;
             }
         };
+        // The results before the barrier may still be in a file sink's buffer (collected in this
+        // round): they must be in the file before the manifest lets their input go, or a kill -9
+        // right after the commit would lose them (the next start resumes after the barrier).
+        if !self.outputs.flush() {
+            tracing::warn!(epoch, "A file sink cannot write; checkpoint not committed");
+            return;
+        }
         if self.plan.runtime.durability == Durability::Power
             && let Err(error) = self.outputs.sync()
         {

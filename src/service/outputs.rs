@@ -173,8 +173,10 @@ impl Outputs {
     }
 
     /// Flushes file and stdout sinks (after each batch: a line is never left half-written in a
-    /// buffer for long) and wakes MQTT sinks for the results queued since the last flush.
-    pub fn flush(&mut self) {
+    /// buffer for long) and wakes MQTT sinks for the results queued since the last flush; whether
+    /// the file sinks hold every row handed to them (a checkpoint is committed only then).
+    pub fn flush(&mut self) -> bool {
+        let mut files_written = true;
         for sink in &mut self.sinks {
             let flushed = match &mut sink.writer {
                 // What a failed flush did not write stays in the buffer for the next one.
@@ -198,16 +200,20 @@ impl Outputs {
             };
             if flushed.is_err() {
                 self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
+                files_written &= matches!(sink.writer, Writer::Stdout(_));
             }
         }
         // After the rows: the log names only rows the sinks hold.
         self.taken.flush();
+        files_written
     }
 
     /// `durability = "power"`: forces what the sinks and the log of rows taken hold to the disk,
     /// before a checkpoint lets the journal go of the input that produced it.
     pub fn sync(&mut self) -> std::io::Result<()> {
-        self.flush();
+        if !self.flush() {
+            return Err(std::io::Error::other("a file sink cannot write"));
+        }
         self.taken.sync()?;
         for sink in &mut self.sinks {
             match &mut sink.writer {

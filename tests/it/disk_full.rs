@@ -9,7 +9,7 @@
 //! result, so the MQTT sink's buffer cannot create its first segment; then, with the upstream
 //! broker down, it is full again while the rest of the workload flows, whose payloads carry a
 //! 20 KiB padding field, so the journal (4 MiB segments) needs a new segment. The uplink comes back
-//! before the space does.
+//! before the space does. Last, a file sink that cannot write (`/dev/full`) holds checkpoints.
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
@@ -270,4 +270,57 @@ fn a_start_on_a_full_disk_waits_for_space_instead_of_exiting() {
     braid.wait_log("ready: subscribed", 1, START);
     assert!(poll_until(START, || http_get(ops, "/healthz").is_some_and(|(s, _)| s == 200)), "{}", health());
     assert!(braid.terminate(Duration::from_secs(20)).success());
+}
+
+/// Expected: no checkpoint is committed while a file sink cannot write what its buffer holds
+/// (its file is `/dev/full`: every write fails with ENOSPC). Those rows came before the barrier,
+/// and a commit lets the journal go of the input that made them: a kill -9 right after it would
+/// lose them for good. The same run with a file that takes the rows commits within seconds.
+#[test]
+fn no_checkpoint_is_committed_while_a_file_sink_cannot_write() {
+    for (file, commits) in [(None, true), (Some(PathBuf::from("/dev/full")), false)] {
+        let dir = tempfile::Builder::new().prefix("braid-file-sink-full-").tempdir().unwrap();
+        let (devices, up) = (Mosquitto::start(), Mosquitto::start());
+        let ops = common::mqtt::free_port();
+        let file = file.unwrap_or_else(|| dir.path().join("archive.jsonl"));
+        let setup = Setup {
+            source: Source::Mqtt(devices.url()),
+            upstream_url: &up.url(),
+            topic: "up/effect/{device}",
+            state_dir: &dir.path().join("state"),
+            file: &file,
+            ops_port: ops,
+            max_payload: None,
+            idle_timeout: "1s",
+        };
+        let config = dir.path().join("braid.toml");
+        std::fs::write(&config, gateway_config(&setup)).unwrap();
+        let mut braid = Braid::start(&config, &dir.path().join("braid.log"));
+        braid.wait_log("ready: subscribed", 1, START);
+        // A few results (far less than the sink's 64 KiB buffer, so the intake never waits).
+        let msgs = workload(5, 4, now_ms(), 3_000);
+        publish_all(devices.port(), &mqtt_messages(&msgs), QoS::AtLeastOnce);
+        let metrics = || http_get(ops, "/metrics").map(|(_, m)| m).unwrap_or_default();
+        let epoch = || metric(&metrics(), "braid_checkpoint_last_epoch", "").unwrap_or(0.0);
+        let site = "site=\"file sink archive\",cause=\"disk_full\"";
+        let rows_held = || {
+            if commits {
+                !read_complete_jsonl(&file).is_empty()
+            } else {
+                metric(&metrics(), "braid_storage_write_failing", site) == Some(1.0)
+            }
+        };
+        assert!(poll_until(RESULTS, rows_held), "no rows reached the file sink; log:\n{}", braid.log());
+        let before = epoch();
+        if commits {
+            assert!(poll_until(RESULTS, || epoch() > before), "no checkpoint committed; log:\n{}", braid.log());
+        } else {
+            // Three checkpoint intervals (1 s) with the rows in the sink's buffer.
+            std::thread::sleep(Duration::from_secs(3));
+            assert_eq!(epoch(), before, "committed while rows were unwritten; log:\n{}", braid.log());
+            assert!(braid.log().contains("checkpoint not committed"), "log:\n{}", braid.log());
+            assert!(braid.running(), "braid exited; log:\n{}", braid.log());
+        }
+        braid.kill9();
+    }
 }
