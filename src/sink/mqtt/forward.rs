@@ -34,6 +34,11 @@ pub const SINK_KEEP_ALIVE: Duration = Duration::from_secs(5);
 /// How long a connection attempt (TCP, TLS, CONNECT → CONNACK) may take before it counts as
 /// failed and the backoff retries (rumqttc's default, set here so that it is visible).
 pub const CONNECT_TIMEOUT_SECS: u64 = 5;
+/// How long the broker's acknowledgements may wait in the socket while results are in flight
+/// (unless the window is half full): their records leave the buffer that much later.
+const ACKS_READ_AFTER: Duration = Duration::from_millis(2);
+/// How often a sink with nothing in flight looks at its connection.
+const IDLE_LOOK_AFTER: Duration = Duration::from_millis(100);
 /// At most one "cannot connect" warning per this interval (the rest are counted): a refused
 /// certificate or password must show at the default log level without flooding it.
 const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -70,6 +75,9 @@ pub async fn run(
     // delay by tens of ms (Nagle against a delayed ACK). It is dropped only to reconnect or stop.
     let mut parked = Some(events);
     let mut polling: Option<PendingPoll> = None;
+    let look = sleep(Duration::ZERO);
+    tokio::pin!(look);
+    let mut look_due = true;
     loop {
         // A stopping sink drains only over a live uplink: while it is down, waiting would only
         // delay the stop (the results stay spooled for the next start).
@@ -78,10 +86,19 @@ pub async fn run(
         }
         let room = fwd.feed_and_room();
         if polling.is_none() && !waiting {
-            polling = parked.take().map(poll_owned);
+            if look_due || draining || parked.as_ref().is_some_and(|events| fwd.must_poll(events)) {
+                polling = parked.take().map(poll_owned);
+                look_due = false;
+            } else {
+                let at = Instant::now() + fwd.look_after();
+                if look.is_elapsed() || look.deadline() > at {
+                    look.as_mut().reset(at);
+                }
+            }
         }
         let step = tokio::select! {
             (events, event) = next_event(&mut polling) => Step::Event(events, event),
+            () = &mut look, if polling.is_none() && !waiting && !look_due => Step::Look,
             () = &mut retry, if waiting => Step::Retry,
             () = fwd.uplink.data.notified(), if room => Step::Data,
             changed = shutdown.changed(), if !draining => Step::Shutdown(changed.is_err() || *shutdown.borrow()),
@@ -101,6 +118,7 @@ pub async fn run(
                 waiting = true;
             }
             Step::Retry => waiting = false,
+            Step::Look => look_due = true,
             Step::Data => {}
             Step::Shutdown(stop) => {
                 if stop {
@@ -131,6 +149,7 @@ fn poll_owned(mut events: EventLoop) -> PendingPoll {
 enum Step {
     Event(EventLoop, PollResult),
     Retry,
+    Look,
     Data,
     Shutdown(bool),
 }
@@ -245,6 +264,22 @@ impl Forward {
             self.settle();
         }
         self.inflight.len() < self.window
+    }
+
+    /// Whether the event loop must be polled now: to connect, to write what was handed to it, or
+    /// to hand over events it has read already. Otherwise acknowledgements wait in the socket
+    /// until [`look_after`](Self::look_after), and are read together: read as they come, each
+    /// one would wake the thread, and with a full window (an upstream broker slower than the
+    /// results) each one freed one place, so results went out one per wake-up.
+    fn must_poll(&self, events: &EventLoop) -> bool {
+        !self.connected || !events.state.events.is_empty() || self.inflight.iter().any(|f| !f.written)
+    }
+
+    /// How long the event loop may rest: acknowledgements of what is in flight are read after
+    /// [`ACKS_READ_AFTER`]; with nothing in flight it looks after [`IDLE_LOOK_AFTER`] (pings, a
+    /// broker that closed the connection).
+    fn look_after(&self) -> Duration {
+        if self.inflight.is_empty() { IDLE_LOOK_AFTER } else { ACKS_READ_AFTER }
     }
 
     /// Reacts to one event; whether it was a ConnAck.
