@@ -34,9 +34,12 @@ pub const SINK_KEEP_ALIVE: Duration = Duration::from_secs(5);
 /// How long a connection attempt (TCP, TLS, CONNECT → CONNACK) may take before it counts as
 /// failed and the backoff retries (rumqttc's default, set here so that it is visible).
 pub const CONNECT_TIMEOUT_SECS: u64 = 5;
-/// How long the broker's acknowledgements may wait in the socket while results are in flight
-/// (unless the window is half full): their records leave the buffer that much later.
+/// How long the broker's acknowledgements may wait in the socket while half the window or more is
+/// in flight: their records leave the buffer that much later.
 const ACKS_READ_AFTER: Duration = Duration::from_millis(2);
+/// The same with less than half the window in flight: new results, published as they come, read
+/// the acknowledgements that came before them; this reads the last ones of a burst.
+const ACKS_READ_LATER: Duration = Duration::from_millis(20);
 /// How often a sink with nothing in flight looks at its connection.
 const IDLE_LOOK_AFTER: Duration = Duration::from_millis(100);
 /// At most one "cannot connect" warning per this interval (the rest are counted): a refused
@@ -75,9 +78,11 @@ pub async fn run(
     // delay by tens of ms (Nagle against a delayed ACK). It is dropped only to reconnect or stop.
     let mut parked = Some(events);
     let mut polling: Option<PendingPoll> = None;
+    // While the loop rests (no poll pending), `look` ends the rest [`Forward::look_after`] after
+    // the last poll: acknowledgements are read then, or by a poll for new results before that.
     let look = sleep(Duration::ZERO);
     tokio::pin!(look);
-    let mut look_due = true;
+    let (mut look_due, mut resting) = (true, false);
     loop {
         // A stopping sink drains only over a live uplink: while it is down, waiting would only
         // delay the stop (the results stay spooled for the next start).
@@ -88,12 +93,10 @@ pub async fn run(
         if polling.is_none() && !waiting {
             if look_due || draining || parked.as_ref().is_some_and(|events| fwd.must_poll(events)) {
                 polling = parked.take().map(poll_owned);
-                look_due = false;
-            } else {
-                let at = Instant::now() + fwd.look_after();
-                if look.is_elapsed() || look.deadline() > at {
-                    look.as_mut().reset(at);
-                }
+                (look_due, resting) = (false, false);
+            } else if !resting {
+                look.as_mut().reset(Instant::now() + fwd.look_after());
+                resting = true;
             }
         }
         let step = tokio::select! {
@@ -275,11 +278,16 @@ impl Forward {
         !self.connected || !events.state.events.is_empty() || self.inflight.iter().any(|f| !f.written)
     }
 
-    /// How long the event loop may rest: acknowledgements of what is in flight are read after
-    /// [`ACKS_READ_AFTER`]; with nothing in flight it looks after [`IDLE_LOOK_AFTER`] (pings, a
-    /// broker that closed the connection).
+    /// How long the event loop may rest: with half the window or more in flight, acknowledgements
+    /// are read after [`ACKS_READ_AFTER`] (they make room for more results); with less, after
+    /// [`ACKS_READ_LATER`] (a poll for new results before that reads them too); with nothing in
+    /// flight it looks after [`IDLE_LOOK_AFTER`] (pings, a broker that closed the connection).
     fn look_after(&self) -> Duration {
-        if self.inflight.is_empty() { IDLE_LOOK_AFTER } else { ACKS_READ_AFTER }
+        match self.inflight.len() {
+            0 => IDLE_LOOK_AFTER,
+            n if n * 2 >= self.window => ACKS_READ_AFTER,
+            _ => ACKS_READ_LATER,
+        }
     }
 
     /// Reacts to one event; whether it was a ConnAck.
