@@ -187,6 +187,7 @@ impl Outputs {
                     }
                     Err(error) => {
                         write_faults::failed(&sink.site, path, &error, FILE_SINK_MEANWHILE);
+                        files_written = false;
                         Err(error)
                     }
                 },
@@ -200,7 +201,6 @@ impl Outputs {
             };
             if flushed.is_err() {
                 self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
-                files_written &= matches!(sink.writer, Writer::Stdout(_));
             }
         }
         // After the rows: the log names only rows the sinks hold.

@@ -76,12 +76,25 @@ impl Drop for Tmpfs {
 
 /// Writes the gateway configuration `name` into `dir` (file sink `dir/archive.jsonl`).
 fn write_config(dir: &Path, name: &str, source: Source, up: &Mosquitto, ops: u16, state: &Path) -> PathBuf {
+    write_config_to(dir, name, source, up, ops, state, &dir.join("archive.jsonl"))
+}
+
+/// [`write_config`] with the file sink writing to `file`.
+fn write_config_to(
+    dir: &Path,
+    name: &str,
+    source: Source,
+    up: &Mosquitto,
+    ops: u16,
+    state: &Path,
+    file: &Path,
+) -> PathBuf {
     let setup = Setup {
         source,
         upstream_url: &up.url(),
         topic: "up/effect/{device}",
         state_dir: state,
-        file: &dir.join("archive.jsonl"),
+        file,
         ops_port: ops,
         max_payload: None,
         idle_timeout: "1s",
@@ -283,18 +296,8 @@ fn no_checkpoint_is_committed_while_a_file_sink_cannot_write() {
         let (devices, up) = (Mosquitto::start(), Mosquitto::start());
         let ops = common::mqtt::free_port();
         let file = file.unwrap_or_else(|| dir.path().join("archive.jsonl"));
-        let setup = Setup {
-            source: Source::Mqtt(devices.url()),
-            upstream_url: &up.url(),
-            topic: "up/effect/{device}",
-            state_dir: &dir.path().join("state"),
-            file: &file,
-            ops_port: ops,
-            max_payload: None,
-            idle_timeout: "1s",
-        };
-        let config = dir.path().join("braid.toml");
-        std::fs::write(&config, gateway_config(&setup)).unwrap();
+        let source = Source::Mqtt(devices.url());
+        let config = write_config_to(dir.path(), "braid.toml", source, &up, ops, &dir.path().join("state"), &file);
         let mut braid = Braid::start(&config, &dir.path().join("braid.log"));
         braid.wait_log("ready: subscribed", 1, START);
         // A few results (far less than the sink's 64 KiB buffer, so the intake never waits).

@@ -78,8 +78,9 @@ pub async fn run(
     // delay by tens of ms (Nagle against a delayed ACK). It is dropped only to reconnect or stop.
     let mut parked = Some(events);
     let mut polling: Option<PendingPoll> = None;
-    // While the loop rests (no poll pending), `look` ends the rest [`Forward::look_after`] after
-    // the last poll: acknowledgements are read then, or by a poll for new results before that.
+    // While the loop rests (no poll pending, `resting`), `look` ends the rest
+    // [`Forward::look_after`] after the last poll: acknowledgements are read then, or by a poll
+    // for new results before that.
     let look = sleep(Duration::ZERO);
     tokio::pin!(look);
     let (mut look_due, mut resting) = (true, false);
@@ -101,7 +102,7 @@ pub async fn run(
         }
         let step = tokio::select! {
             (events, event) = next_event(&mut polling) => Step::Event(events, event),
-            () = &mut look, if polling.is_none() && !waiting && !look_due => Step::Look,
+            () = &mut look, if resting => Step::Look,
             () = &mut retry, if waiting => Step::Retry,
             () = fwd.uplink.data.notified(), if room => Step::Data,
             changed = shutdown.changed(), if !draining => Step::Shutdown(changed.is_err() || *shutdown.borrow()),
@@ -121,7 +122,7 @@ pub async fn run(
                 waiting = true;
             }
             Step::Retry => waiting = false,
-            Step::Look => look_due = true,
+            Step::Look => (look_due, resting) = (true, false),
             Step::Data => {}
             Step::Shutdown(stop) => {
                 if stop {
