@@ -379,7 +379,14 @@ fn bad_input_goes_to_dead_letter_and_the_run_goes_on() {
         assert!(found, "result {result} not dead-lettered as bad_topic_value:cmd_id; dead letters: {dead:#?}");
     }
 
-    // /metrics and /healthz while connected.
+    // /metrics and /healthz while connected. The sink reads the broker's PUBACKs together (up to
+    // 20 ms after they came, README "Store and forward upstream"): its count of results sent
+    // catches up with what the subscriber has.
+    let sent_all = || {
+        let text = http_get(rig.ops, "/metrics").map(|(_, text)| text).unwrap_or_default();
+        metric(&text, "braid_sink_sent_total", "sink=\"up\"").is_some_and(|sent| sent >= want.len() as f64)
+    };
+    poll_until(Duration::from_secs(5), sent_all);
     let (status, health) = http_get(rig.ops, "/healthz").unwrap();
     assert_eq!((status, health.trim()), (200, "ok"));
     let (status, text) = http_get(rig.ops, "/metrics").unwrap();
