@@ -75,7 +75,7 @@ use std::time::{Duration, Instant};
 
 use clients::{Subscriber, Timing, publish_all, publish_pair, saturation_messages, wall_us};
 use procs::{
-    ALL_THREADS, Braid, BraidRun, Egress, Memory, Mosquitto, SystemTimes, ThreadTimes, load1, metric, metrics,
+    ALL_THREADS, Braid, BraidRun, Egress, Memory, Mosquitto, Switches, SystemTimes, ThreadTimes, load1, metric, metrics,
 };
 
 /// Messages per saturation phase (a few seconds of mosquitto's rate here).
@@ -171,8 +171,9 @@ struct Cpu {
     processes: Vec<(String, f64)>,
     /// braid's threads: (name, share of one core), busiest first.
     braid_threads: Vec<(String, f64)>,
-    /// Context switches of braid's threads (sleeping and waking: hand-offs between threads).
-    braid_switches: u64,
+    /// Context switches of braid's threads: voluntary (sleeping and waking, hand-offs between
+    /// threads) and involuntary (preempted by the broker or the load generator).
+    braid_switches: Switches,
     load1: f64,
 }
 
@@ -198,7 +199,12 @@ impl Cpu {
             (self.cores_busy - ours).max(0.0)
         );
         if !threads.is_empty() {
-            line += &format!("; braid threads: {}; {} context switches", threads.join(", "), self.braid_switches);
+            let Switches { voluntary, involuntary } = self.braid_switches;
+            line += &format!(
+                "; braid threads: {}; {} context switches ({voluntary} voluntary, {involuntary} involuntary)",
+                threads.join(", "),
+                voluntary + involuntary
+            );
         }
         line
     }
@@ -628,12 +634,12 @@ fn print_tables(Load { messages, publishers, .. }: Load, saturation: &[Saturatio
     );
     println!();
     println!(
-        "| run | load (1 min) | (a) mosquitto → subscriber | (b) braid ingest | **(b)/(a)** | (b) results out | (c) braid ingest, results to a file | (c)/(a) | CPU (a) mosquitto | CPU (b) mosquitto | CPU (b) braid | **braid / mosquitto (b)** | CPU (c) mosquitto | CPU (c) braid | **braid / mosquitto (c)** | braid switches / msg (b) / (c) |"
+        "| run | load (1 min) | (a) mosquitto → subscriber | (b) braid ingest | **(b)/(a)** | (b) results out | (c) braid ingest, results to a file | (c)/(a) | CPU (a) mosquitto | CPU (b) mosquitto | CPU (b) braid | **braid / mosquitto (b)** | CPU (c) mosquitto | CPU (c) braid | **braid / mosquitto (c)** | braid switches / msg (b) / (c) | of which voluntary (b) / (c) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (i, Saturation { a, b, c }) in saturation.iter().enumerate() {
         println!(
-            "| {} | {:.2} / {:.2} / {:.2} | {:.0} | {:.0} | **{:.2}** | {:.0} | {:.0} | {:.2} | {:.1} | {:.1} | {:.1} | **{:.2}** | {:.1} | {:.1} | **{:.2}** | {:.2} / {:.2} |",
+            "| {} | {:.2} / {:.2} / {:.2} | {:.0} | {:.0} | **{:.2}** | {:.0} | {:.0} | {:.2} | {:.1} | {:.1} | {:.1} | **{:.2}** | {:.1} | {:.1} | **{:.2}** | {:.2} / {:.2} | {:.2} / {:.2} |",
             i + 1,
             a.cpu.load1,
             b.cpu.load1,
@@ -651,8 +657,10 @@ fn print_tables(Load { messages, publishers, .. }: Load, saturation: &[Saturatio
             c.cpu.us_per("mosquitto", n),
             c.cpu.us_per("braid", n),
             c.cpu.us_per("braid", n) / c.cpu.us_per("mosquitto", n),
-            b.cpu.braid_switches as f64 / n as f64,
-            c.cpu.braid_switches as f64 / n as f64,
+            b.cpu.braid_switches.total() as f64 / n as f64,
+            c.cpu.braid_switches.total() as f64 / n as f64,
+            b.cpu.braid_switches.voluntary as f64 / n as f64,
+            c.cpu.braid_switches.voluntary as f64 / n as f64,
         );
     }
     if fixed.is_empty() {
@@ -665,12 +673,12 @@ fn print_tables(Load { messages, publishers, .. }: Load, saturation: &[Saturatio
     );
     println!();
     println!(
-        "| run | mosquitto | load (1 min) | published | taken / published | match results | p50 | p99 | max | mosquitto alone p50 / p99 / max | CPU braid | CPU mosquitto | braid switches / msg | peak RSS | anonymous | files | shared memory |"
+        "| run | mosquitto | load (1 min) | published | taken / published | match results | p50 | p99 | max | mosquitto alone p50 / p99 / max | CPU braid | CPU mosquitto | braid switches / msg (voluntary) | peak RSS | anonymous | files | shared memory |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (i, f) in fixed.iter().enumerate() {
         println!(
-            "| {} | {} | {:.2} | {} | {:.4} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {} | {:.1} µs | {:.1} µs | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            "| {} | {} | {:.2} | {} | {:.4} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {} | {:.1} µs | {:.1} µs | {:.2} ({:.2}) | {:.1} | {:.1} | {:.1} | {:.1} |",
             i / 2 + 1,
             f.mosquitto(),
             f.cpu.load1,
@@ -683,7 +691,8 @@ fn print_tables(Load { messages, publishers, .. }: Load, saturation: &[Saturatio
             f.broker_alone,
             f.cpu.us_per("braid", f.published),
             f.cpu.us_per("mosquitto", f.published),
-            f.cpu.braid_switches as f64 / f.published.max(1) as f64,
+            f.cpu.braid_switches.total() as f64 / f.published.max(1) as f64,
+            f.cpu.braid_switches.voluntary as f64 / f.published.max(1) as f64,
             mib(f.memory.peak_rss),
             mib(f.memory.anon),
             mib(f.memory.file),

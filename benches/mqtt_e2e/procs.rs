@@ -237,8 +237,31 @@ pub struct ThreadTimes {
     /// (process label, thread name) → ticks, summed over threads of the same name; the thread
     /// name [`ALL_THREADS`] holds the whole process, threads that already ended included.
     ticks: BTreeMap<(String, String), u64>,
-    /// Process label → context switches (voluntary + involuntary) of its living threads.
-    switches: BTreeMap<String, u64>,
+    /// Process label → context switches of its living threads.
+    switches: BTreeMap<String, Switches>,
+}
+
+/// Context switches of a process's threads. Voluntary ones are its own: a thread went to sleep
+/// (a hand-off it waits for, a read that would block). Involuntary ones are the scheduler's: a
+/// runnable thread preempted by another process, which on a 2-core machine shared with the broker
+/// and the load generator says more about the machine than about braid.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Switches {
+    pub voluntary: u64,
+    pub involuntary: u64,
+}
+
+impl Switches {
+    pub fn total(self) -> u64 {
+        self.voluntary + self.involuntary
+    }
+
+    fn since(self, before: Switches) -> Switches {
+        Switches {
+            voluntary: self.voluntary.saturating_sub(before.voluntary),
+            involuntary: self.involuntary.saturating_sub(before.involuntary),
+        }
+    }
 }
 
 /// A process's memory (`/proc/PID/status`, KiB): DESIGN.md's memory target reads its peak
@@ -296,14 +319,12 @@ impl ThreadTimes {
                     *ticks.entry((label.to_owned(), name)).or_insert(0) += used;
                 }
                 let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
-                let n: u64 = status
-                    .lines()
-                    .filter(|l| {
-                        l.starts_with("voluntary_ctxt_switches:") || l.starts_with("nonvoluntary_ctxt_switches:")
-                    })
-                    .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                    .sum();
-                *switches.entry(label.to_owned()).or_insert(0) += n;
+                let count = |field: &str| -> u64 {
+                    status.lines().find_map(|l| l.strip_prefix(field)?.trim().parse().ok()).unwrap_or(0)
+                };
+                let process: &mut Switches = switches.entry(label.to_owned()).or_default();
+                process.voluntary += count("voluntary_ctxt_switches:");
+                process.involuntary += count("nonvoluntary_ctxt_switches:");
             }
         }
         ThreadTimes { ticks, switches }
@@ -311,9 +332,9 @@ impl ThreadTimes {
 
     /// Context switches of `process`'s threads since `before` (threads that ended in between are
     /// not counted).
-    pub fn switches_since(&self, before: &ThreadTimes, process: &str) -> u64 {
-        let now = self.switches.get(process).copied().unwrap_or(0);
-        now.saturating_sub(before.switches.get(process).copied().unwrap_or(0))
+    pub fn switches_since(&self, before: &ThreadTimes, process: &str) -> Switches {
+        let now = self.switches.get(process).copied().unwrap_or_default();
+        now.since(before.switches.get(process).copied().unwrap_or_default())
     }
 
     /// Per (process, thread name or [`ALL_THREADS`]): the share of one core used between
