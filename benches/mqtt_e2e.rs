@@ -49,13 +49,15 @@
 //!    most followed by a status change 0.2–3 s later; `ts` = wall clock when the message is made)
 //!    paced by its token bucket at min(½ × median baseline, 5 000 msg/s) for 5 s, into mosquitto
 //!    as configured above (Nagle's algorithm on, its default) and with `set_tcp_nodelay true`,
-//!    alternating. A subscriber on `up/#` times every `match` result: receipt − `_ts` (the later
-//!    row's `ts`, i.e. its publish time). Results carry only the selected fields and `_ts` is in
-//!    ms, so latencies are truncated to the ms (0–1 ms too long). Delivered = messages braid took
-//!    / messages PUBACKed to the simulator. Before each, the same load (same seed) goes through a
-//!    fresh mosquitto with no braid and a subscriber on `devices/#` times every message by its
-//!    `ts` (the same truncation): "mosquitto alone", the cost of one broker crossing on this
-//!    machine; a result crosses twice (the device's message in, the result out).
+//!    alternating. A subscriber on `up/#` times every `match` result: receipt − the making time
+//!    of its later row, which the simulator notes to the µs ([`MadeAt`]; the result names its
+//!    command by `cmd_id`, its status by device and `seq`), and receipt − `_ts` (the later row's
+//!    `ts`, the same time truncated to the ms: 0–1 ms too long; the bench's only figure before
+//!    BENCHMARKS.md "Latency timed to the µs"). Delivered = messages braid took / messages PUBACKed to the simulator. Before
+//!    each, the same load (same seed) goes through a fresh mosquitto with no braid and a
+//!    subscriber on `devices/#` times every message the same two ways: "mosquitto alone", the
+//!    cost of one broker crossing on this machine; a result crosses twice (the device's message
+//!    in, the result out).
 //!
 //! During every measured phase the bench reads CPU time per process and per braid thread from
 //! `/proc` (`braid`: the feeder; `braid-io`: MQTT source and sink, `/metrics`; `braid-shard-N`)
@@ -73,6 +75,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use braid::demo::devices::MadeAt;
 use clients::{Subscriber, Timing, publish_all, publish_pair, saturation_messages, wall_us};
 use procs::{
     ALL_THREADS, Braid, BraidRun, Egress, Memory, Mosquitto, Switches, SystemTimes, ThreadTimes, load1, metric, metrics,
@@ -479,12 +482,26 @@ struct Fixed {
     /// Results of another kind seen (`left_only` comes ≥ 5.5 s after its command: rarely here).
     unmatched: u64,
     /// Publish → `match` result received.
-    latency: Latency,
+    latency: Timed,
     cpu: Cpu,
     /// braid's, at the end of the phase (its results all received).
     memory: Memory,
     /// The same load through the same kind of broker with no braid, run just before.
-    broker_alone: Latency,
+    broker_alone: Timed,
+}
+
+/// Publish → receipt, timed two ways: from `ts` (the making time in ms, as the payloads carry
+/// it: 0–1 ms too long) and from the making time the simulator noted to the µs.
+#[derive(Clone, Copy)]
+struct Timed {
+    ts: Latency,
+    made: Latency,
+}
+
+impl Timed {
+    fn of(received: &clients::Received) -> Timed {
+        Timed { ts: Latency::of(&received.latency_us), made: Latency::of(&received.made_latency_us) }
+    }
 }
 
 /// Publish → receipt times of one run, ms.
@@ -524,10 +541,10 @@ impl Fixed {
             self.errors,
             self.matches,
             self.unmatched,
-            self.latency.p50_ms,
-            self.latency.p99_ms,
-            self.latency.max_ms,
-            self.broker_alone,
+            self.latency.made.p50_ms,
+            self.latency.made.p99_ms,
+            self.latency.made.max_ms,
+            self.broker_alone.made,
             mib(self.memory.peak_rss),
             mib(self.memory.anon),
             mib(self.memory.file),
@@ -545,20 +562,29 @@ struct Pace {
 }
 
 /// The fixed load through a fresh mosquitto with no braid: a subscriber on the devices' topics
-/// times every message by its `ts`, as a result is timed by its `_ts` (the same ms truncation).
-/// A result crosses the broker twice; this is what one crossing costs on the same machine.
-fn broker_alone(pace: Pace, seed: u64, nodelay: bool) -> Latency {
+/// times every message by its `ts` and its noted making time, as a result is timed by its `_ts`
+/// and its later row's. A result crosses the broker twice; this is what one crossing costs on
+/// the same machine.
+fn broker_alone(pace: Pace, seed: u64, nodelay: bool) -> Timed {
     let broker = Mosquitto::start(nodelay);
-    let inputs = Subscriber::start(broker.port, "devices/#", "/none", Timing::Inputs);
+    let made_at = Arc::new(MadeAt::default());
+    let inputs = Subscriber::start_timed(broker.port, "devices/#", "/none", Timing::Inputs, Some(Arc::clone(&made_at)));
     let (handle, _) =
-        braid::demo::devices::spawn(device_sim(&broker, pace, seed), Arc::new(AtomicBool::new(false))).unwrap();
+        braid::demo::devices::spawn(device_sim(&broker, pace, seed, made_at), Arc::new(AtomicBool::new(false)))
+            .unwrap();
     let published = handle.join().unwrap().sent();
     inputs.wait_for(published, Duration::from_secs(5));
-    Latency::of(&inputs.finish().latency_us)
+    Timed::of(&inputs.finish())
 }
 
-/// The fixed load's simulated devices, publishing to `broker`.
-fn device_sim(broker: &Mosquitto, Pace { rate, seconds }: Pace, seed: u64) -> braid::demo::devices::DeviceSim {
+/// The fixed load's simulated devices, publishing to `broker` and noting when each message was
+/// made in `made_at`.
+fn device_sim(
+    broker: &Mosquitto,
+    Pace { rate, seconds }: Pace,
+    seed: u64,
+    made_at: Arc<MadeAt>,
+) -> braid::demo::devices::DeviceSim {
     braid::demo::devices::DeviceSim {
         url_host: "127.0.0.1".into(),
         port: broker.port,
@@ -567,6 +593,7 @@ fn device_sim(broker: &Mosquitto, Pace { rate, seconds }: Pace, seed: u64) -> br
         seed,
         qos: rumqttc::QoS::AtLeastOnce,
         limit: Some((rate * seconds) as u64),
+        made_at: Some(made_at),
     }
 }
 
@@ -574,7 +601,8 @@ fn fixed_load(bin: &BraidRun, pace: Pace, seed: u64, nodelay: bool, sniff: Optio
     let broker_alone = broker_alone(pace, seed, nodelay);
     let broker = Mosquitto::start(nodelay);
     let mut braid = Braid::start(bin, broker.port, Egress::Mqtt);
-    let results = Subscriber::start(broker.port, "up/#", WARMUP, Timing::Results);
+    let made_at = Arc::new(MadeAt::default());
+    let results = Subscriber::start_timed(broker.port, "up/#", WARMUP, Timing::Results, Some(Arc::clone(&made_at)));
     let (from, _) = warm_up(&broker, &braid, Some(&results));
     let mut sniffer = sniff.map(|file| {
         let child = std::process::Command::new("mosquitto_sub")
@@ -585,7 +613,7 @@ fn fixed_load(bin: &BraidRun, pace: Pace, seed: u64, nodelay: bool, sniff: Optio
         std::thread::sleep(Duration::from_millis(300));
         child
     });
-    let sim = device_sim(&broker, pace, seed);
+    let sim = device_sim(&broker, pace, seed, made_at);
     let watch =
         CpuWatch::start(vec![("braid", braid.pid()), ("mosquitto", broker.pid()), ("bench", std::process::id())]);
     let (handle, _) = braid::demo::devices::spawn(sim, Arc::new(AtomicBool::new(false))).unwrap();
@@ -618,7 +646,7 @@ fn fixed_load(bin: &BraidRun, pace: Pace, seed: u64, nodelay: bool, sniff: Optio
         errors: stats.errors.load(Ordering::Relaxed),
         matches: received.latency_us.len(),
         unmatched: received.unmatched,
-        latency: Latency::of(&received.latency_us),
+        latency: Timed::of(&received),
         cpu,
         memory,
         broker_alone,
@@ -668,27 +696,29 @@ fn print_tables(Load { messages, publishers, .. }: Load, saturation: &[Saturatio
     }
     println!();
     println!(
-        "Fixed load: {} msg/s for {} s, {FIXED_DEVICES} devices. Latency: publish → result received; mosquitto alone: the same load's messages publish → received with no braid, just before (a result crosses the broker twice). braid's memory at the end, MiB.",
+        "Fixed load: {} msg/s for {} s, {FIXED_DEVICES} devices. Latency: publish → result received, from the later row's making time as the simulator noted it (µs), then from its `ts` (ms: 0–1 ms too long); mosquitto alone: the same load's messages publish → received with no braid, just before (a result crosses the broker twice). braid's memory at the end, MiB.",
         pace.rate, pace.seconds
     );
     println!();
     println!(
-        "| run | mosquitto | load (1 min) | published | taken / published | match results | p50 | p99 | max | mosquitto alone p50 / p99 / max | CPU braid | CPU mosquitto | braid switches / msg (voluntary) | peak RSS | anonymous | files | shared memory |"
+        "| run | mosquitto | load (1 min) | published | taken / published | match results | p50 | p99 | max | mosquitto alone p50 / p99 / max | by `ts` (ms): p50 / p99 / max | mosquitto alone by `ts` | CPU braid | CPU mosquitto | braid switches / msg (voluntary) | peak RSS | anonymous | files | shared memory |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (i, f) in fixed.iter().enumerate() {
         println!(
-            "| {} | {} | {:.2} | {} | {:.4} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {} | {:.1} µs | {:.1} µs | {:.2} ({:.2}) | {:.1} | {:.1} | {:.1} | {:.1} |",
+            "| {} | {} | {:.2} | {} | {:.4} | {} | {:.2} ms | {:.2} ms | {:.1} ms | {} | {} | {} | {:.1} µs | {:.1} µs | {:.2} ({:.2}) | {:.1} | {:.1} | {:.1} | {:.1} |",
             i / 2 + 1,
             f.mosquitto(),
             f.cpu.load1,
             f.published,
             f.taken as f64 / f.published.max(1) as f64,
             f.matches,
-            f.latency.p50_ms,
-            f.latency.p99_ms,
-            f.latency.max_ms,
-            f.broker_alone,
+            f.latency.made.p50_ms,
+            f.latency.made.p99_ms,
+            f.latency.made.max_ms,
+            f.broker_alone.made,
+            f.latency.ts,
+            f.broker_alone.ts,
             f.cpu.us_per("braid", f.published),
             f.cpu.us_per("mosquitto", f.published),
             f.cpu.braid_switches.total() as f64 / f.published.max(1) as f64,

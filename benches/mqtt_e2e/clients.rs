@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use braid::demo::devices::MadeAt;
 use hdrhistogram::Histogram;
 use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Outgoing, Packet, QoS};
 
@@ -152,6 +153,9 @@ pub struct Received {
     /// Receive time − `_ts` of results with `_kind` = `match`, or − `ts` of device messages, µs
     /// (as [`Timing`] says).
     pub latency_us: Histogram<u64>,
+    /// The same, from the making time the simulator noted to the µs ([`MadeAt`]; for a result,
+    /// of the later of its two rows) instead of the ms of `ts`: empty without a [`MadeAt`].
+    pub made_latency_us: Histogram<u64>,
     /// Results of another kind (`left_only`: emitted when the watermark passes, not timed).
     pub unmatched: u64,
 }
@@ -179,13 +183,24 @@ impl Subscriber {
     /// Returns once the broker acknowledged the subscription; `timing` says which payloads are
     /// timed.
     pub fn start(port: u16, filter: &str, ignore_suffix: &'static str, timing: Timing) -> Subscriber {
+        Subscriber::start_timed(port, filter, ignore_suffix, timing, None)
+    }
+
+    /// [`start`](Self::start), timing also from the making times in `made_at`.
+    pub fn start_timed(
+        port: u16,
+        filter: &str,
+        ignore_suffix: &'static str,
+        timing: Timing,
+        made_at: Option<Arc<MadeAt>>,
+    ) -> Subscriber {
         let (count, stop) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
         let ignored = Arc::new(AtomicU64::new(0));
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let opts = options(port, &format!("bench-sub-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
         let counters = Counters { count: Arc::clone(&count), ignored: Arc::clone(&ignored), stop: Arc::clone(&stop) };
-        let (filter, wanted) = (filter.to_owned(), Wanted { ignore_suffix, timing });
+        let (filter, wanted) = (filter.to_owned(), Wanted { ignore_suffix, timing, made_at });
         let thread = std::thread::Builder::new()
             .name("bench-sub".into())
             .spawn(move || runtime().block_on(subscribe(opts, filter, wanted, counters, ready_tx)))
@@ -225,6 +240,7 @@ impl Subscriber {
 struct Wanted {
     ignore_suffix: &'static str,
     timing: Timing,
+    made_at: Option<Arc<MadeAt>>,
 }
 
 /// Which payloads a [`Subscriber`] times (publish → receipt, into [`Received::latency_us`]).
@@ -260,6 +276,7 @@ async fn subscribe(
         first: None,
         last: None,
         latency_us: Histogram::new_with_bounds(1, 600_000_000, 3).unwrap(),
+        made_latency_us: Histogram::new_with_bounds(1, 600_000_000, 3).unwrap(),
         unmatched: 0,
     };
     let mut check = tokio::time::interval(Duration::from_millis(20));
@@ -278,8 +295,8 @@ async fn subscribe(
                     count.store(got.count, Ordering::Relaxed);
                     match wanted.timing {
                         Timing::Off => {}
-                        Timing::Results => time_result(&p.payload, &mut got),
-                        Timing::Inputs => time_input(&p.payload, &mut got),
+                        Timing::Results => time_result(&p.topic, &p.payload, wanted.made_at.as_deref(), &mut got),
+                        Timing::Inputs => time_input(&p.topic, &p.payload, wanted.made_at.as_deref(), &mut got),
                     }
                 }
                 Ok(Event::Incoming(Packet::SubAck(_))) => {
@@ -296,31 +313,51 @@ async fn subscribe(
 }
 
 /// A `match` result's publish → receipt time: `_ts` is the later of its two rows' `ts`, the wall
-/// clock in ms when that row was made, so this is truncated to the ms (0 … 1 ms too long).
-fn time_result(payload: &[u8], got: &mut Received) {
+/// clock in ms when that row was made, so this is truncated to the ms (0 … 1 ms too long). With
+/// `made_at`, also from the later row's making time to the µs: the result names its command by
+/// `cmd_id` and its status by the device (the last level of its topic, `up/effect/{device}`) and
+/// `seq`.
+fn time_result(topic: &str, payload: &[u8], made_at: Option<&MadeAt>, got: &mut Received) {
+    let now = wall_us();
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(payload) else { return };
     if v["_kind"].as_str() != Some("match") {
         got.unmatched += 1;
         return;
     }
     if let Some(ts) = v["_ts"].as_i64() {
-        record_since(ts, got);
+        record(&mut got.latency_us, now - ts * 1000);
+    }
+    let device = topic.rsplit('/').next().unwrap_or_default();
+    let made = |key: Option<String>| made_at.zip(key).and_then(|(m, key)| m.get(&key));
+    let command = made(v["cmd_id"].as_str().map(MadeAt::command_key));
+    let status = made(v["seq"].as_u64().map(|seq| MadeAt::status_key(device, seq)));
+    if let (Some(command), Some(status)) = (command, status) {
+        record(&mut got.made_latency_us, now - command.max(status));
     }
 }
 
 /// A device message's publish → receipt time, by its `ts` (the wall clock in ms when it was
-/// made, as a result's `_ts`: the same truncation, so the two compare).
-fn time_input(payload: &[u8], got: &mut Received) {
+/// made, as a result's `_ts`: the same truncation, so the two compare), and with `made_at` to
+/// the µs (a status by its device and `seq`, a command by its `cmd_id`).
+fn time_input(topic: &str, payload: &[u8], made_at: Option<&MadeAt>, got: &mut Received) {
+    let now = wall_us();
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(payload) else { return };
     if let Some(ts) = v["ts"].as_i64() {
-        record_since(ts, got);
+        record(&mut got.latency_us, now - ts * 1000);
+    }
+    let key = match (v["cmd_id"].as_str(), v["device"].as_str(), v["seq"].as_u64()) {
+        (Some(cmd_id), _, _) => Some(MadeAt::command_key(cmd_id)),
+        (None, Some(device), Some(seq)) if topic.ends_with("/status") => Some(MadeAt::status_key(device, seq)),
+        _ => None,
+    };
+    if let Some(made) = made_at.zip(key).and_then(|(m, key)| m.get(&key)) {
+        record(&mut got.made_latency_us, now - made);
     }
 }
 
-/// Records now − `ts_ms` (a wall-clock time in ms), in µs, at least 1.
-fn record_since(ts_ms: i64, got: &mut Received) {
-    let micros = (wall_us() - ts_ms * 1000).max(1);
-    let _ = got.latency_us.record(u64::try_from(micros).unwrap_or(1));
+/// Records a latency in µs, at least 1.
+fn record(histogram: &mut Histogram<u64>, micros: i64) {
+    let _ = histogram.record(u64::try_from(micros.max(1)).unwrap_or(1));
 }
 
 /// Publishes one status and one command of device `device` (event time: now) and waits for

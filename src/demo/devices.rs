@@ -11,7 +11,8 @@
 //! for the rest, `left_only` rows. The other statuses are periodic reports with a drifting temp.
 //!
 //! Pacing is a token bucket refilled every [`TICK`] at `rate` messages per second (bursts of at
-//! most [`TICK`]'s worth). Memory is bounded: at most [`WINDOW`] publishes are in flight (written
+//! most [`TICK`]'s worth: devices publish about evenly, not in bursts that would queue behind one
+//! another on the simulator's one connection). Memory is bounded: at most [`WINDOW`] publishes are in flight (written
 //! or waiting for their PUBACK), and at most [`MAX_FOLLOW_UPS`] follow-ups wait.
 //!
 //! No silent loss: a message counts as sent when its PUBACK arrives (QoS 1) or when it was
@@ -36,8 +37,10 @@ pub const FOLLOW_DELAY_MS: (u64, u64) = (200, 3_000);
 pub const WINDOW: u16 = 100;
 /// Follow-up statuses waiting at most (a command finding this full gets none).
 pub const MAX_FOLLOW_UPS: usize = 4_096;
-/// How often the token bucket is refilled.
-pub const TICK: Duration = Duration::from_millis(10);
+/// How often the token bucket is refilled. At 10 ms, 5 000 msg/s left in bursts of 50 stamped in
+/// the same ms, and the last of a burst reached the broker 1–2 ms after its `ts`
+/// (BENCHMARKS.md, "Latency timed to the µs").
+pub const TICK: Duration = Duration::from_millis(1);
 /// How long the simulator waits for the last PUBACKs after `limit` or `stop`.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -57,6 +60,33 @@ pub struct DeviceSim {
     pub qos: QoS,
     /// Stop after this many messages.
     pub limit: Option<u64>,
+    /// When set, each message's making time is noted there ([`MadeAt`]).
+    pub made_at: Option<Arc<MadeAt>>,
+}
+
+/// When each message was made, µs since the Unix epoch (its `ts` is the same time in ms), by
+/// [`MadeAt::status_key`] or [`MadeAt::command_key`]: for benches that time publish → receipt
+/// to the µs, which a `ts` truncated to the ms cannot (it adds 0–1 ms).
+#[derive(Debug, Default)]
+pub struct MadeAt(std::sync::Mutex<std::collections::HashMap<String, i64>>);
+
+impl MadeAt {
+    pub fn status_key(device: &str, seq: u64) -> String {
+        format!("{device}#{seq}")
+    }
+
+    pub fn command_key(cmd_id: &str) -> String {
+        cmd_id.to_owned()
+    }
+
+    /// The making time noted under `key`, µs.
+    pub fn get(&self, key: &str) -> Option<i64> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).copied()
+    }
+
+    fn note(&self, key: String, made_us: i64) {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, made_us);
+    }
 }
 
 /// Counters of a running simulator, readable while it runs.
@@ -99,12 +129,12 @@ pub fn spawn(
     Ok((handle, stats))
 }
 
-/// The simulator's wall clock in ms since the epoch: device timestamps are live (the one place
+/// The simulator's wall clock in µs since the epoch: device timestamps are live (the one place
 /// the demo reads it).
 #[allow(clippy::disallowed_methods)]
-fn wall_clock_ms() -> i64 {
+fn wall_clock_us() -> i64 {
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+    i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -228,7 +258,11 @@ impl Publisher {
     /// Publishes while tokens, window and limit allow.
     fn publish(&mut self, client: &AsyncClient) {
         while self.tokens >= 1.0 && self.inflight.len() < usize::from(WINDOW) && !self.done_making() {
-            let (kind, topic, payload) = self.fleet.next_message(wall_clock_ms());
+            let made_us = wall_clock_us();
+            let (kind, topic, payload, key) = self.fleet.next_message(made_us.div_euclid(1000));
+            if let Some(made_at) = &self.sim.made_at {
+                made_at.note(key, made_us);
+            }
             self.tokens -= 1.0;
             self.made += 1;
             match client.try_publish(topic, self.sim.qos, false, payload) {
@@ -299,9 +333,9 @@ impl Fleet {
         Fleet { devices, follow_ups: VecDeque::new(), rng, next_cmd: 0 }
     }
 
-    /// The next message at wall-clock `now`: a follow-up that is due, else a command or a
-    /// periodic status of a random device.
-    fn next_message(&mut self, now: i64) -> (Kind, String, Vec<u8>) {
+    /// The next message at wall-clock `now` (ms): a follow-up that is due, else a command or a
+    /// periodic status of a random device; with its [`MadeAt`] key.
+    fn next_message(&mut self, now: i64) -> (Kind, String, Vec<u8>, String) {
         if self.follow_ups.front().is_some_and(|f| f.0 <= now)
             && let Some((_, dev, state)) = self.follow_ups.pop_front()
         {
@@ -312,17 +346,18 @@ impl Fleet {
         if self.rng.unit() < COMMAND_SHARE { self.command(dev, now) } else { self.status(dev, now) }
     }
 
-    fn status(&mut self, dev: usize, now: i64) -> (Kind, String, Vec<u8>) {
+    fn status(&mut self, dev: usize, now: i64) -> (Kind, String, Vec<u8>, String) {
         let drift = (self.rng.unit() - 0.5) * 0.6;
         let d = &mut self.devices[dev];
         d.seq += 1;
         d.temp = (d.temp + drift).clamp(-20.0, 90.0);
         let temp = (d.temp * 10.0).round() / 10.0;
         let body = serde_json::json!({"device": d.id, "ts": now, "temp": temp, "state": d.state, "seq": d.seq});
-        (Kind::Status, format!("devices/{}/status", d.id), body.to_string().into_bytes())
+        let key = MadeAt::status_key(&d.id, d.seq);
+        (Kind::Status, format!("devices/{}/status", d.id), body.to_string().into_bytes(), key)
     }
 
-    fn command(&mut self, dev: usize, now: i64) -> (Kind, String, Vec<u8>) {
+    fn command(&mut self, dev: usize, now: i64) -> (Kind, String, Vec<u8>, String) {
         let (cmd, effect) = COMMANDS[self.rng.below(COMMANDS.len())];
         let arg = (1 + self.rng.below(5)).to_string();
         self.next_cmd += 1;
@@ -336,7 +371,8 @@ impl Fleet {
         }
         let id = &self.devices[dev].id;
         let body = serde_json::json!({"device": id, "ts": now, "cmd": cmd, "arg": arg, "cmd_id": cmd_id});
-        (Kind::Command, format!("devices/{id}/command"), body.to_string().into_bytes())
+        let key = MadeAt::command_key(&cmd_id);
+        (Kind::Command, format!("devices/{id}/command"), body.to_string().into_bytes(), key)
     }
 }
 
@@ -396,7 +432,7 @@ mod tests {
         // 20 s of messages at 50 per second.
         for i in 0..1_000 {
             let now = 1_796_040_000_000 + i * 20;
-            let (kind, topic, payload) = fleet.next_message(now);
+            let (kind, topic, payload, _) = fleet.next_message(now);
             assert_eq!(check_schema(&topic, &payload), kind);
             let v: serde_json::Value = serde_json::from_slice(&payload).unwrap();
             match kind {
@@ -429,6 +465,7 @@ mod tests {
             seed: 1,
             qos: QoS::AtLeastOnce,
             limit: Some(1),
+            made_at: None,
         };
         assert!(spawn(sim.clone(), Arc::default()).is_err());
         assert!(spawn(DeviceSim { devices: 1, rate: f64::NAN, ..sim }, Arc::default()).is_err());
@@ -453,6 +490,7 @@ mod tests {
                 seed: 42,
                 qos: QoS::AtLeastOnce,
                 limit: Some(limit),
+                made_at: None,
             };
             let (handle, stats) = spawn(sim, Arc::default()).unwrap();
             let got = bt::receive(&mut el, limit as usize).await;

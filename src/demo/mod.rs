@@ -92,6 +92,7 @@ pub fn run(mut plan: Plan, flags: &DemoFlags) -> anyhow::Result<()> {
             seed: 7,
             qos: rumqttc::QoS::AtLeastOnce,
             limit: None,
+            made_at: None,
         };
         let duration = flags.duration;
         move || drive(sim, &control, &view, &stop_devices, duration)
