@@ -1,7 +1,7 @@
 //! `/metrics` and `/healthz` over HTTP/1.1 (CONTRACT.md "Metrics", `[ops] listen`).
 //!
-//! Design: the server runs on the io thread's tokio current-thread runtime, next to the MQTT
-//! sinks' event loops, so it must never let a client hold that thread or its memory:
+//! Design: the server runs on the io thread's tokio current-thread runtime, next to the signal
+//! handlers and systemd's watchdog, so it must never let a client hold that thread or its memory:
 //!
 //! - at most [`MAX_CONNECTIONS`] connections at once; further clients wait in the kernel's
 //!   accept backlog until one ends (a Prometheus server needs one, a curl from a shell another);
@@ -230,7 +230,7 @@ fn journal_reader(view: &dyn OpsView, loopback: bool) -> Result<JournalReader, (
 }
 
 /// Runs the reader on tokio's blocking pool (it waits for the intake thread and converts every
-/// payload): the io thread's sinks go on meanwhile.
+/// payload): the io thread's other work goes on meanwhile.
 async fn journal_answer(read: JournalReader) -> Response<Full<Bytes>> {
     match tokio::task::spawn_blocking(read).await {
         Ok(Ok(lines)) => response(StatusCode::OK, NDJSON, lines),

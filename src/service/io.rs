@@ -1,7 +1,8 @@
-//! The io thread: one tokio current-thread runtime for everything that waits on the network or
-//! on the system — MQTT sinks (rumqttc needs tokio; the shards run on monoio), embedded brokers'
-//! start, the `/metrics` server, signals and systemd notifications. It does no join work. The
-//! MQTT sources run on the intake thread (sources.rs); this thread starts them there.
+//! The io thread: one tokio current-thread runtime for what waits on the network or on the
+//! system apart from braid's MQTT clients — embedded brokers' start, the `/metrics` server,
+//! signals and systemd notifications. It does no join work. The MQTT sources and sinks (rumqttc
+//! needs tokio; the shards run on monoio) run on the intake thread (sources.rs); this thread
+//! starts them there.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -213,7 +214,7 @@ impl IoThread {
             let name = uplink.name().to_owned();
             let Some(def) = plan.sinks.iter().find(|s| s.name == name).cloned() else { continue };
             let future = crate::sink::mqtt::run(Arc::clone(uplink), def, sinks_rx.clone(), DRAIN);
-            tasks.sinks.push(self.handle.spawn(async move {
+            tasks.sinks.push(sources.handle().spawn(async move {
                 if let Err(error) = future.await {
                     tracing::error!(sink = %name, %error, "sink stopped");
                 }
@@ -315,12 +316,12 @@ impl GenerationTasks {
     }
 
     /// Stops the sinks: each drains its buffer while connected, for at most `drain`.
-    pub fn stop_sinks(&mut self, io: &IoThread, drain: Duration) {
+    pub fn stop_sinks(&mut self, sources: &SourceRuntime, drain: Duration) {
         let _ = self.stop_sinks.send(true);
         let deadline = Instant::now() + drain + Duration::from_secs(2);
         for task in self.sinks.drain(..) {
             let left = deadline.saturating_duration_since(Instant::now());
-            let _ = io.handle.block_on(async { tokio::time::timeout(left, task).await });
+            let _ = sources.block_on(async { tokio::time::timeout(left, task).await });
         }
     }
 }

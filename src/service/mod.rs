@@ -1,11 +1,11 @@
 //! `braid run`: the service.
 //!
 //! ```text
-//!  intake (the calling thread; its sleep drives the sources' tokio runtime, sources.rs)
+//!  intake (the calling thread; its sleep drives the MQTT clients' tokio runtime, sources.rs)
 //!   MQTT sources ── Delivery (bounded channel) ──────► journal → rows → shard rings
 //!        ▲  PUBACK once confirmed ◄── Confirmations ──   │      (shard/: pinned shards)
-//!  io thread (tokio, current thread)                     │
 //!   MQTT sinks  ◄── outbound spool per sink ◄── results ─┘ → file / stdout sinks
+//!  io thread (tokio, current thread)
 //!   signals, sd_notify (READY, WATCHDOG, STATUS), /metrics and /healthz
 //! ```
 //!
@@ -211,9 +211,10 @@ fn generation(
     let early = restored.as_ref().map(|r| (r.loaded.manifest.epoch, r.early.as_slice()));
     let taken = Taken::open(checkpoints.clone(), early);
     let mut outputs = Outputs::open(Arc::clone(plan), &uplinks, Arc::clone(&counters), Arc::clone(&stop), taken)?;
-    // A sink that waits long (a full buffer, a full disk) keeps the sources running, on this thread.
-    let pumped = sources.clone();
-    outputs.meanwhile(Box::new(move || pumped.pump()));
+    // A sink that waits (a full buffer, a full disk) runs the sources and the MQTT sinks, on this
+    // thread: the sink that frees the room among them.
+    let running = sources.clone();
+    outputs.meanwhile(Box::new(move |how_long| running.run_for(how_long)));
     let journal = Journal::open(&state_dir.join("journal"), plan.runtime.journal_bytes, plan.runtime.journal_retention)
         .map_err(|error| match error.open_write_failure() {
             Some((path, source)) => ServiceError::CannotWrite { site: intake::JOURNAL_SITE.into(), path, source },
@@ -271,7 +272,7 @@ fn generation(
     // Intake stops first: what the sources still hold is not acknowledged, the broker keeps it.
     tasks.stop_sources(sources);
     let stopped = intake.stop(SHARD_GRACE).map(drop);
-    tasks.stop_sinks(io, DRAIN);
+    tasks.stop_sinks(sources, DRAIN);
     view.update_figures(None);
     stopped?;
     request

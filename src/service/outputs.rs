@@ -25,9 +25,9 @@ use crate::record::frame::to_row;
 use crate::record::view::RowView;
 use crate::record::{ArchivedRow, Row, Schema, json};
 use crate::shard::Emit;
-use crate::sink::Patience;
 use crate::sink::mqtt::Uplink;
 use crate::sink::topic::TopicTemplate;
+use crate::sink::{Meanwhile, Patience};
 use crate::storage::write_faults;
 
 #[derive(Debug, Error)]
@@ -97,8 +97,8 @@ pub struct Outputs {
     counters: Arc<OutputCounters>,
     /// Set when the service stops: an MQTT sink with a full buffer stops waiting for room.
     stop: Arc<AtomicBool>,
-    /// Done between the short sleeps of a sink that waits ([`Patience`]).
-    meanwhile: Box<dyn Fn() + Send>,
+    /// How a sink that waits spends the rounds of its wait ([`Meanwhile::Run`]); `None`: asleep.
+    meanwhile: Option<Box<dyn Fn(std::time::Duration) + Send>>,
     line: Vec<u8>,
     topic: String,
     /// What the sinks took since the last checkpoint.
@@ -129,7 +129,7 @@ impl Outputs {
             sinks,
             counters,
             stop,
-            meanwhile: Box::new(|| {}),
+            meanwhile: None,
             line: Vec::with_capacity(512),
             topic: String::new(),
             taken,
@@ -138,10 +138,10 @@ impl Outputs {
         })
     }
 
-    /// What a sink that waits (a full buffer, a full disk) does between its short sleeps: the
-    /// service runs its sources (sources.rs).
-    pub fn meanwhile(&mut self, meanwhile: Box<dyn Fn() + Send>) {
-        self.meanwhile = meanwhile;
+    /// How a sink that waits (a full buffer, a full disk) spends the rounds of its wait: the
+    /// service runs its sources and MQTT sinks (sources.rs) for the given time.
+    pub fn meanwhile(&mut self, meanwhile: Box<dyn Fn(std::time::Duration) + Send>) {
+        self.meanwhile = Some(meanwhile);
     }
 
     /// Whether a full sink buffer made the intake wait since the last call (the intake then
@@ -240,7 +240,7 @@ impl Outputs {
         for sink in self.sinks.iter_mut().filter(|s| s.targets.contains(&target)) {
             match &mut sink.writer {
                 Writer::File(w, path) => {
-                    let patience = Patience { stop: &self.stop, meanwhile: &*self.meanwhile };
+                    let patience = Patience { stop: &self.stop, meanwhile: meanwhile_of(&self.meanwhile) };
                     let written = write_file_line(w, &self.line, FileSite { site: &sink.site, path }, patience);
                     if let Err(failures) = written {
                         self.counters.write_errors.fetch_add(failures, Ordering::Relaxed);
@@ -257,7 +257,7 @@ impl Outputs {
                     }
                     let payload = &self.line[..self.line.len() - 1];
                     // Woken once per batch, in `flush`.
-                    let patience = Patience { stop: &self.stop, meanwhile: &*self.meanwhile };
+                    let patience = Patience { stop: &self.stop, meanwhile: meanwhile_of(&self.meanwhile) };
                     match uplink.queue(&self.topic, payload, patience) {
                         Ok(waited) => self.stalled |= waited,
                         Err(error) => {
@@ -322,8 +322,12 @@ fn write_file_line(w: &mut BufWriter<impl Write>, line: &[u8], at: FileSite, pat
     }
 }
 
-/// Sleeps `how_long` in short steps, doing `patience.meanwhile` after each; false as soon as
-/// `patience.stop` is set.
+fn meanwhile_of(run: &Option<Box<dyn Fn(std::time::Duration) + Send>>) -> Meanwhile<'_> {
+    run.as_deref().map_or(Meanwhile::Sleep, |run| Meanwhile::Run(run))
+}
+
+/// Waits `how_long` in short steps, each asleep or spent as `patience.meanwhile` says; false as
+/// soon as `patience.stop` is set.
 pub fn sleep_unless_stopped(how_long: std::time::Duration, patience: Patience) -> bool {
     let step = std::time::Duration::from_millis(50);
     let mut slept = std::time::Duration::ZERO;
@@ -331,8 +335,10 @@ pub fn sleep_unless_stopped(how_long: std::time::Duration, patience: Patience) -
         if patience.stop.load(Ordering::Relaxed) {
             return false;
         }
-        std::thread::sleep(step);
-        (patience.meanwhile)();
+        match patience.meanwhile {
+            Meanwhile::Sleep => std::thread::sleep(step),
+            Meanwhile::Run(run) => run(step),
+        }
         slept += step;
     }
     !patience.stop.load(Ordering::Relaxed)
@@ -535,7 +541,7 @@ mod tests {
         let site = FileSite { site: "file sink meanwhile-test", path: Path::new("/x/archive.jsonl") };
         let stop = AtomicBool::new(false);
         let rounds = std::cell::Cell::new(0);
-        let meanwhile = || {
+        let meanwhile = |_| {
             rounds.set(rounds.get() + 1);
             if rounds.get() == 4 {
                 stop.store(true, Ordering::Relaxed);
@@ -544,7 +550,7 @@ mod tests {
         let mut w = BufWriter::with_capacity(16, FillingDisk { refuse: usize::MAX, written: Vec::new() });
         write_file_line(&mut w, b"{\"ab\":1}\n", site, Patience::idle(&stop)).unwrap();
         let started = write_faults::now();
-        let patience = Patience { stop: &stop, meanwhile: &meanwhile };
+        let patience = Patience { stop: &stop, meanwhile: Meanwhile::Run(&meanwhile) };
         // Should `meanwhile` never run, the wait would never end: stopped after 5 s instead.
         let written = crate::sink::stopped_after(&stop, std::time::Duration::from_secs(5), || {
             write_file_line(&mut w, b"{\"bc\":2}\n", site, patience)

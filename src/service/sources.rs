@@ -1,5 +1,5 @@
-//! Where the MQTT sources run: on the intake thread, in a tokio current-thread runtime of its own
-//! that the intake drives whenever it would wait anyway.
+//! Where the MQTT sources and sinks run: on the intake thread, in a tokio current-thread runtime
+//! of its own that the intake drives whenever it would wait anyway.
 //!
 //! A device's message used to cross two threads before it reached a ring: the io thread woke for
 //! the socket, handed the message over and rang the intake, which woke in turn — two sleeps and
@@ -10,11 +10,18 @@
 //! intake also [`pump`](SourceRuntime::pump)s the runtime once without waiting, so a busy intake
 //! still acknowledges (the confirmations it made wake the source tasks) and reads on.
 //!
+//! The MQTT sinks' forwarding loops (sink/mqtt/forward.rs) run here too: the intake collects a
+//! result and the same thread publishes it at its next pump or sleep, where on the io thread each
+//! batch of results cost that thread a wake-up and a result waited for it (BENCHMARKS.md
+//! "Latency timed to the µs").
+//!
 //! The intake runs them only between its own steps, and a step never waits on a source, so
 //! nothing here can deadlock: a source whose hand-off channel is full retries on a timer of this
 //! runtime, which the next pump or sleep runs. A wait of the intake that lasts (a full sink
-//! buffer, `overflow = "block"`) pumps too, so the sources keep their connections alive (pings)
-//! through backpressure. Sinks, `/metrics` and signals stay on the io thread (io.rs).
+//! buffer, `overflow = "block"`; a full disk) spends its rounds running this runtime
+//! ([`run_for`](SourceRuntime::run_for)): the sink that frees the room runs then, and the sources
+//! keep their connections alive (pings) through backpressure. `/metrics` and signals stay on the
+//! io thread (io.rs).
 
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -47,7 +54,14 @@ impl SourceRuntime {
         self.runtime.block_on(tokio::task::yield_now());
     }
 
-    /// Drives the runtime until `future` is done (stopping the sources).
+    /// Drives the runtime for `how_long`: what a sink's wait does with its rounds (the sinks
+    /// that free its room run here).
+    pub fn run_for(&self, how_long: Duration) {
+        // Made inside: a sleep needs the runtime's timer when it is created.
+        self.runtime.block_on(async { tokio::time::sleep(how_long).await });
+    }
+
+    /// Drives the runtime until `future` is done (stopping the sources, draining the sinks).
     pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
         self.runtime.block_on(future)
     }
@@ -130,5 +144,21 @@ mod tests {
         sources.handle().spawn(async move { tx.send(1).unwrap() });
         sources.pump();
         assert_eq!(rx.try_recv(), Ok(1));
+    }
+
+    /// A sink's wait for room spends its rounds here: the tasks (the sink that frees the room)
+    /// run all through it, timers included, and it lasts what it was given.
+    #[test]
+    fn run_for_runs_the_tasks_for_that_long() {
+        let sources = SourceRuntime::new().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        sources.handle().spawn(async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            tx.send("ran").unwrap();
+        });
+        let since = Instant::now();
+        sources.run_for(Duration::from_millis(40));
+        assert!(since.elapsed() >= Duration::from_millis(40));
+        assert_eq!(rx.try_recv(), Ok("ran"));
     }
 }

@@ -4,19 +4,29 @@
 pub mod mqtt;
 pub mod topic;
 
-/// How a sink's writer waits while it cannot go on (a full buffer, a full disk): until `stop` is
-/// set, doing `meanwhile` between its short sleeps — the service runs its MQTT sources there, on
-/// the waiting thread (service/sources.rs), so their connections live through the wait.
+/// How a sink's writer waits while it cannot go on (a full buffer, a full disk): in short rounds
+/// until `stop` is set, each spent as `meanwhile` says.
 #[derive(Clone, Copy)]
 pub struct Patience<'a> {
     pub stop: &'a std::sync::atomic::AtomicBool,
-    pub meanwhile: &'a dyn Fn(),
+    pub meanwhile: Meanwhile<'a>,
+}
+
+/// What a waiting writer does with each round of its wait.
+#[derive(Clone, Copy)]
+pub enum Meanwhile<'a> {
+    /// Sleeps it (on the buffer's condition variable, where another thread frees the room).
+    Sleep,
+    /// Spends it running, for at most the given time, what goes on on the waiting thread: the
+    /// service's MQTT sources and sinks (service/sources.rs). The sink that frees a full buffer
+    /// runs only there, and the sources keep their connections alive through the wait.
+    Run(&'a dyn Fn(std::time::Duration)),
 }
 
 impl<'a> Patience<'a> {
     /// Waits with nothing to do meanwhile.
     pub fn idle(stop: &'a std::sync::atomic::AtomicBool) -> Patience<'a> {
-        Patience { stop, meanwhile: &|| {} }
+        Patience { stop, meanwhile: Meanwhile::Sleep }
     }
 }
 

@@ -1,8 +1,10 @@
 //! The upstream MQTT sink: results are stored in a [`Spool`] and forwarded to the broker, and a
 //! result leaves the spool only after the broker's PUBACK (DESIGN.md "Delivery").
 //!
-//! Two sides share an [`Uplink`]: the feeder thread calls [`Uplink::push`] for every result, and
-//! [`run`] (a task on the io thread's tokio current-thread runtime) publishes what the spool holds.
+//! Two sides share an [`Uplink`]: the intake thread queues every result ([`Uplink::queue`]), and
+//! [`run`] (a task on the tokio current-thread runtime that the same thread drives between its
+//! steps, service/sources.rs) publishes what the spool holds. (The two sides may also run on two
+//! threads: the push then waits for room on a condition variable, [`Meanwhile::Sleep`].)
 //!
 //! - **The spool is the only store.** The connection uses a clean session: with
 //!   `session_present = false` rumqttc silently discards its own un-acked publishes (research
@@ -31,12 +33,15 @@ use tokio::sync::Notify;
 pub use self::forward::run;
 use crate::config::SinkDef;
 use crate::mqtt::ConnError;
-use crate::sink::Patience;
+use crate::sink::{Meanwhile, Patience};
 use crate::spool::{Spool, SpoolError, SpoolOptions};
 use crate::storage::write_faults;
 
 /// How long a blocked [`Uplink::push`] sleeps between looks at its `stop` flag.
 const STOP_POLL: Duration = Duration::from_millis(50);
+/// A round of a push's wait for room that runs the forwarding loop on the pushing thread: the
+/// push looks for room that often (the loop sends and frees records all the while).
+const RUN_STEP: Duration = Duration::from_millis(5);
 /// What a sink does while its disk is full (storage/write_faults.rs).
 const DISK_FULL_MEANWHILE: &str =
     "the sink's next result waits in memory and the intake with it; the brokers keep the devices' messages";
@@ -222,14 +227,15 @@ impl Uplink {
         outcome
     }
 
-    /// One round of waiting for room (a release or [`STOP_POLL`]); whether records were released.
-    /// `meanwhile` runs after the round, with the buffer's lock let go (the forwarding loop
-    /// takes it to release records).
+    /// One round of waiting for room; whether records were released meanwhile. Asleep until a
+    /// release or [`STOP_POLL`] (`Meanwhile::Sleep`), or running the forwarding loop, when it
+    /// runs on this thread, for [`RUN_STEP`] (`Meanwhile::Run`), with the buffer's lock let go
+    /// (the loop takes it to release records).
     fn wait_for_room<'a>(
         &'a self,
         spool: MutexGuard<'a, Spool>,
         waited: &mut bool,
-        meanwhile: &dyn Fn(),
+        meanwhile: Meanwhile<'_>,
     ) -> (MutexGuard<'a, Spool>, bool) {
         // What was queued without a wake-up is what frees the room: the loop must see it.
         self.wake();
@@ -239,10 +245,19 @@ impl Uplink {
             tracing::debug!(sink = %self.name, "Buffer full or its disk full: intake waits for room");
         }
         self.wait_rounds.fetch_add(1, Ordering::Relaxed);
-        let (spool, timeout) = self.space.wait_timeout(spool, STOP_POLL).unwrap_or_else(PoisonError::into_inner);
-        drop(spool);
-        meanwhile();
-        (self.lock(), !timeout.timed_out())
+        match meanwhile {
+            Meanwhile::Sleep => {
+                let (spool, timeout) =
+                    self.space.wait_timeout(spool, STOP_POLL).unwrap_or_else(PoisonError::into_inner);
+                (spool, !timeout.timed_out())
+            }
+            Meanwhile::Run(run) => {
+                let sent = self.sent.load(Ordering::Relaxed);
+                drop(spool);
+                run(RUN_STEP);
+                (self.lock(), self.sent.load(Ordering::Relaxed) != sent)
+            }
+        }
     }
 
     /// Whether a push waits for room now (backpressure on purpose), and how it stands.
@@ -371,9 +386,10 @@ mod tests {
         assert_eq!(uplink.stats().queued_rows, 0);
     }
 
-    /// A push that waits for room in a full buffer does what it is given between its rounds (the
-    /// service runs its sources there, so their connections live through backpressure), with the
-    /// buffer's lock let go, and stops waiting once that sets the stop.
+    /// A push that waits for room in a full buffer spends its rounds running what it is given (the
+    /// service runs its sources and sinks there: the sink that frees the room, and the sources'
+    /// connections through backpressure), with the buffer's lock let go, and stops waiting once
+    /// that sets the stop.
     #[test]
     fn a_push_waiting_for_room_runs_meanwhile_between_its_rounds() {
         let def = blocking_sink("meanwhile-test", 64 << 10);
@@ -381,7 +397,8 @@ mod tests {
         let uplink = Uplink::open(&def, dir.path()).unwrap();
         let stop = AtomicBool::new(false);
         let rounds = std::cell::Cell::new(0);
-        let meanwhile = || {
+        let meanwhile = |step: Duration| {
+            assert_eq!(step, RUN_STEP);
             assert!(uplink.spool.try_lock().is_ok(), "the buffer's lock is let go meanwhile");
             rounds.set(rounds.get() + 1);
             if rounds.get() == 3 {
@@ -393,7 +410,7 @@ mod tests {
         // Should `meanwhile` never run, the wait would never end: stopped after 5 s instead.
         let refused = crate::sink::stopped_after(&stop, Duration::from_secs(5), || {
             loop {
-                match uplink.queue("up/a", &payload, Patience { stop: &stop, meanwhile: &meanwhile }) {
+                match uplink.queue("up/a", &payload, Patience { stop: &stop, meanwhile: Meanwhile::Run(&meanwhile) }) {
                     Ok(waited) => {
                         assert!(!waited, "no wait while there is room");
                         queued += 1;
