@@ -60,9 +60,11 @@
 //!    in, the result out).
 //!
 //! During every measured phase the bench reads CPU time per process and per braid thread from
-//! `/proc` (`braid`: the feeder; `braid-io`: MQTT source and sink, `/metrics`; `braid-shard-N`)
-//! and the cores' busy time from `/proc/stat` ("others": work of other processes on the
-//! machine). On a 2-core machine braid, mosquitto and the load generator share the CPU.
+//! `/proc` (`braid`: the intake — MQTT sources and sinks, journal, feeder, collector;
+//! `braid-io`: `/metrics`, signals; `braid-shard-N`) and the cores' busy time from `/proc/stat`
+//! ("others": work of other processes on the machine), and each braid thread's voluntary and
+//! involuntary context switches from `/proc/PID/task/*/status`. On a 2-core machine braid,
+//! mosquitto and the load generator share the CPU.
 #![allow(clippy::unwrap_used, clippy::print_stdout, clippy::disallowed_methods)]
 
 #[path = "mqtt_e2e/clients.rs"]
