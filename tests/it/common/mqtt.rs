@@ -41,6 +41,46 @@ pub struct Mosquitto {
     port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
+    /// While stopped or killed: the port, held for the next start ([`PortHold`]).
+    hold: Option<PortHold>,
+}
+
+/// Keeps a stopped broker's port from other tests: a listener that accepts each connection and
+/// closes it at once, which a client sees as a broker that is down. With the port free instead,
+/// another test's `free_port` could take it meanwhile (seen: a braid's `[ops] listen` answered
+/// a source's CONNECT with `HTTP/1.1 400`, and the restarted mosquitto could not bind).
+struct PortHold {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl PortHold {
+    /// `None` when the port cannot be bound (taken in the moment since the broker let it go).
+    fn bind(port: u16) -> Option<PortHold> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).ok()?;
+        listener.set_nonblocking(true).ok()?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((connection, _)) => drop(connection),
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Some(PortHold { stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for PortHold {
+    /// Closes the listener (its thread owns it) before returning, so the port can be bound again.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl Mosquitto {
@@ -67,7 +107,7 @@ impl Mosquitto {
             conf = format!("per_listener_settings true\n{conf}{listener}");
         }
         std::fs::write(dir.path().join("mosquitto.conf"), conf).expect("writing mosquitto.conf");
-        let mut m = Mosquitto { port, dir, child: None };
+        let mut m = Mosquitto { port, dir, child: None, hold: None };
         m.spawn();
         m
     }
@@ -91,7 +131,7 @@ impl Mosquitto {
     }
 
     /// SIGTERM and wait: mosquitto saves its persistence file (sessions, queued messages) on the
-    /// way out.
+    /// way out. Its port stays held until the next start ([`PortHold`]).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let pid = libc::pid_t::try_from(child.id()).expect("pid fits pid_t");
@@ -99,6 +139,7 @@ impl Mosquitto {
             // still ours.
             unsafe { libc::kill(pid, libc::SIGTERM) };
             wait_exit(&mut child);
+            self.hold = PortHold::bind(self.port);
         }
     }
 
@@ -108,15 +149,18 @@ impl Mosquitto {
         self.spawn();
     }
 
-    /// SIGKILL and wait: no persistence saved beyond the last autosave (every second).
+    /// SIGKILL and wait: no persistence saved beyond the last autosave (every second). Its port
+    /// stays held until the next start ([`PortHold`]).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+            self.hold = PortHold::bind(self.port);
         }
     }
 
     fn spawn(&mut self) {
+        self.hold = None;
         let conf = self.dir.path().join("mosquitto.conf");
         let child = Command::new(MOSQUITTO)
             .arg("-c")
@@ -161,7 +205,10 @@ pub fn wait_accepting(port: u16, broker: &Mosquitto) {
 
 impl Drop for Mosquitto {
     fn drop(&mut self) {
-        self.kill();
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
