@@ -12,8 +12,9 @@
 //!
 //! Pacing is a token bucket refilled every [`TICK`] at `rate` messages per second (bursts of at
 //! most [`TICK`]'s worth: devices publish about evenly, not in bursts that would queue behind one
-//! another on the simulator's one connection). Memory is bounded: at most [`WINDOW`] publishes are in flight (written
-//! or waiting for their PUBACK), and at most [`MAX_FOLLOW_UPS`] follow-ups wait.
+//! another on the simulator's one connection). Memory is bounded: at most [`WINDOW`] publishes
+//! are in flight (written or waiting for their PUBACK), and at most [`MAX_FOLLOW_UPS`] follow-ups
+//! wait.
 //!
 //! No silent loss: a message counts as sent when its PUBACK arrives (QoS 1) or when it was
 //! written to the socket (QoS 0). The simulator uses a clean session, so when the connection
@@ -259,9 +260,9 @@ impl Publisher {
     fn publish(&mut self, client: &AsyncClient) {
         while self.tokens >= 1.0 && self.inflight.len() < usize::from(WINDOW) && !self.done_making() {
             let made_us = wall_clock_us();
-            let (kind, topic, payload, key) = self.fleet.next_message(made_us.div_euclid(1000));
+            let (kind, topic, payload, id) = self.fleet.next_message(made_us.div_euclid(1000));
             if let Some(made_at) = &self.sim.made_at {
-                made_at.note(key, made_us);
+                made_at.note(id.key(), made_us);
             }
             self.tokens -= 1.0;
             self.made += 1;
@@ -334,8 +335,8 @@ impl Fleet {
     }
 
     /// The next message at wall-clock `now` (ms): a follow-up that is due, else a command or a
-    /// periodic status of a random device; with its [`MadeAt`] key.
-    fn next_message(&mut self, now: i64) -> (Kind, String, Vec<u8>, String) {
+    /// periodic status of a random device; with what names it in a [`MadeAt`].
+    fn next_message(&mut self, now: i64) -> (Kind, String, Vec<u8>, MessageId<'_>) {
         if self.follow_ups.front().is_some_and(|f| f.0 <= now)
             && let Some((_, dev, state)) = self.follow_ups.pop_front()
         {
@@ -346,18 +347,18 @@ impl Fleet {
         if self.rng.unit() < COMMAND_SHARE { self.command(dev, now) } else { self.status(dev, now) }
     }
 
-    fn status(&mut self, dev: usize, now: i64) -> (Kind, String, Vec<u8>, String) {
+    fn status(&mut self, dev: usize, now: i64) -> (Kind, String, Vec<u8>, MessageId<'_>) {
         let drift = (self.rng.unit() - 0.5) * 0.6;
         let d = &mut self.devices[dev];
         d.seq += 1;
         d.temp = (d.temp + drift).clamp(-20.0, 90.0);
         let temp = (d.temp * 10.0).round() / 10.0;
         let body = serde_json::json!({"device": d.id, "ts": now, "temp": temp, "state": d.state, "seq": d.seq});
-        let key = MadeAt::status_key(&d.id, d.seq);
-        (Kind::Status, format!("devices/{}/status", d.id), body.to_string().into_bytes(), key)
+        let topic = format!("devices/{}/status", d.id);
+        (Kind::Status, topic, body.to_string().into_bytes(), MessageId::Status(&d.id, d.seq))
     }
 
-    fn command(&mut self, dev: usize, now: i64) -> (Kind, String, Vec<u8>, String) {
+    fn command(&mut self, dev: usize, now: i64) -> (Kind, String, Vec<u8>, MessageId<'_>) {
         let (cmd, effect) = COMMANDS[self.rng.below(COMMANDS.len())];
         let arg = (1 + self.rng.below(5)).to_string();
         self.next_cmd += 1;
@@ -371,8 +372,22 @@ impl Fleet {
         }
         let id = &self.devices[dev].id;
         let body = serde_json::json!({"device": id, "ts": now, "cmd": cmd, "arg": arg, "cmd_id": cmd_id});
-        let key = MadeAt::command_key(&cmd_id);
-        (Kind::Command, format!("devices/{id}/command"), body.to_string().into_bytes(), key)
+        (Kind::Command, format!("devices/{id}/command"), body.to_string().into_bytes(), MessageId::Command(cmd_id))
+    }
+}
+
+/// What names a message in a [`MadeAt`]; its key is made only when a time is noted.
+enum MessageId<'a> {
+    Status(&'a str, u64),
+    Command(String),
+}
+
+impl MessageId<'_> {
+    fn key(&self) -> String {
+        match self {
+            MessageId::Status(device, seq) => MadeAt::status_key(device, *seq),
+            MessageId::Command(cmd_id) => MadeAt::command_key(cmd_id),
+        }
     }
 }
 
