@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use braid::checkpoint::{CheckpointDir, Completed, Manifest};
+use braid::checkpoint::{Chain, CheckpointDir, Completed, Manifest};
 use braid::operator::{ExpiryReason, OperatorSpec, ResultKind};
 use braid::plan::{OperatorDef, Plan};
 use braid::record::{Row, Value};
@@ -147,6 +147,8 @@ pub(super) struct Checkpoints {
     shards: u32,
     durations: Vec<Duration>,
     bytes: Vec<u64>,
+    /// Chains of deltas, as `braid run` takes them (checkpoint/mod.rs, "Chains").
+    chain: Chain,
 }
 
 impl Meter {
@@ -161,7 +163,8 @@ impl Meter {
         self.checkpoints.shards = shards as u32;
         self.checkpoints.dir.get_or_insert_with(|| dir.clone());
         self.checkpoints.sent = Some(wall_clock());
-        runtime.checkpoint(self.checkpoints.epoch, Vec::new(), self)?;
+        let base = self.checkpoints.chain.begin(self.checkpoints.epoch);
+        runtime.checkpoint(self.checkpoints.epoch, base, Vec::new(), self)?;
         Ok(())
     }
 
@@ -198,8 +201,11 @@ impl Emit for Meter {
     fn checkpointed(&mut self, done: Completed) {
         let c = &mut self.checkpoints;
         let Some(dir) = &c.dir else { return };
-        let manifest = Manifest { epoch: done.epoch, shards: c.shards, feeder: done.feeder, driver: done.driver };
+        let chain_from = c.chain.chain_from(done.epoch);
+        let manifest =
+            Manifest { epoch: done.epoch, shards: c.shards, feeder: done.feeder, driver: done.driver, chain_from };
         if dir.commit(&manifest).is_ok() {
+            c.chain.committed(done.epoch);
             if let Some(sent) = c.sent.take() {
                 c.durations.push(wall_clock().saturating_duration_since(sent));
             }

@@ -33,7 +33,25 @@
 //! payload: its operators' snapshots, each 16-aligned, then the archive of the index that names
 //! where each lies); anything else — another
 //! version, a torn or damaged file — is set aside with a message, never misread.
+//!
+//! # Chains
+//!
+//! A checkpoint of `braid run` need not copy all the state again: the barrier names a base — the
+//! checkpoint before it, once committed — and an operator that can tell what changed since its
+//! snapshot there writes a delta of it (state/snapshot.rs, "Deltas"; [`SnapshotEntry::base`]).
+//! Reading a delta reads the base's shard file first, and its base's, back to a whole snapshot
+//! ([`OperatorSnapshot::earlier`]). After [`MAX_DELTAS`] deltas the next checkpoint is whole
+//! again ([`Chain`]), as it is after one that was not committed, at a start, and whenever an
+//! operator's notes are not whole. A manifest names the oldest checkpoint its chains reach
+//! ([`Manifest::chain_from`]). A damaged file fails every checkpoint whose chain reaches it, so
+//! the fallback for a chain is the newest checkpoint before it, with that one's own chain: a
+//! commit keeps both chains and deletes the rest, and the service's journal keeps what came
+//! after the fallback's barrier (service/checkpoints.rs). With `checkpoint_interval = "1s"` a
+//! start may thus replay up to [`MAX_DELTAS`] + 1 seconds of journal more than it would with
+//! whole checkpoints only — and only when it found a file damaged. A replay's checkpoints are
+//! all whole.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -50,9 +68,12 @@ use crate::storage::quarantine::{Action, Lost, quarantine};
 ///    (free slots, each key's waiting rows).
 /// 5: a shard file holds its operators' snapshots one after the other, then an index of where
 ///    each lies ([`ShardIndex`]), instead of an archive holding copies of them.
-pub const FORMAT_VERSION: u32 = 5;
+/// 6: a snapshot may be a delta of the one before it ([`SnapshotEntry::base`]); a manifest names
+///    the oldest checkpoint its chains reach ([`Manifest::chain_from`]).
+pub const FORMAT_VERSION: u32 = 6;
 /// The oldest version still read: version 4's shard files are one archive holding copies of the
-/// snapshots ([`ShardFile`]'s own layout), which read as well; nothing else changed.
+/// snapshots ([`ShardFile`]'s own layout), version 5's an index without bases, and both
+/// versions' manifests one without `chain_from` ([`v5`]); their snapshots are all whole.
 const OLDEST_READ: u32 = 4;
 /// Magic, version, crc, payload length, zeros: 32 bytes, so the archive after it is 16-aligned.
 const HEADER: usize = 32;
@@ -76,6 +97,17 @@ pub struct OperatorSnapshot {
     /// [`definition_hash`] of the operator that wrote it.
     pub definition: u64,
     pub state: Vec<u8>,
+    /// When `state` is a delta: the snapshots it applies to, the whole one first, each delta
+    /// after the one it applies to ("Chains"). Filled by the loader; never in a file.
+    #[rkyv(with = rkyv::with::Skip)]
+    pub earlier: Vec<Vec<u8>>,
+}
+
+impl OperatorSnapshot {
+    /// The whole snapshot and the deltas after it, `state` last.
+    pub fn chain(&self) -> Vec<&[u8]> {
+        self.earlier.iter().chain(std::iter::once(&self.state)).map(Vec::as_slice).collect()
+    }
 }
 
 /// Where one operator's snapshot lies in its shard file's payload.
@@ -86,12 +118,16 @@ pub struct SnapshotEntry {
     pub definition: u64,
     pub start: u64,
     pub len: u64,
+    /// 0: a whole snapshot. Else a delta of this operator's snapshot in checkpoint `base` (the
+    /// one before), which is read first ("Chains").
+    pub base: u64,
 }
 
 impl SnapshotEntry {
-    /// The entry of a snapshot written at `level` of a [`CheckpointDir::shard_buffer`].
-    pub fn new(name: String, definition: u64, level: InBuffer) -> SnapshotEntry {
-        SnapshotEntry { name, definition, start: (level.start - HEADER) as u64, len: level.len as u64 }
+    /// The entry of a snapshot written at `level` of a [`CheckpointDir::shard_buffer`]; `base`
+    /// as [`SnapshotEntry::base`].
+    pub fn new(name: String, definition: u64, level: InBuffer, base: u64) -> SnapshotEntry {
+        SnapshotEntry { name, definition, start: (level.start - HEADER) as u64, len: level.len as u64, base }
     }
 }
 
@@ -144,6 +180,9 @@ pub struct Manifest {
     pub feeder: Vec<u8>,
     /// The driver's (replay: input position and outputs; service: journal and sinks).
     pub driver: Vec<u8>,
+    /// The oldest checkpoint a delta in this one may reach back to ("Chains"): kept while this
+    /// one is. `epoch` itself when every snapshot in it is whole.
+    pub chain_from: u64,
 }
 
 /// A committed checkpoint read back.
@@ -162,6 +201,44 @@ pub fn definition_hash(plan: &Plan, op: usize) -> u64 {
         def.inputs.iter().map(|&node| (plan.node_name(node), format!("{:?}", plan.node_schema(node)))).collect();
     let text = format!("{FORMAT_VERSION}|{:?}|{:?}|{inputs:?}", def.spec, def.output);
     xxhash_rust::xxh3::xxh3_64(text.as_bytes())
+}
+
+/// Deltas a chain holds at most after its whole checkpoint: the next is whole again, so a
+/// restart reads at most this many more files per shard, and the checkpoints kept on disk stay
+/// few ("Chains").
+pub const MAX_DELTAS: u64 = 8;
+
+/// Which checkpoint the next one's deltas may apply to ("Chains"): the last one, once it is
+/// committed, while its chain is shorter than [`MAX_DELTAS`]; else none (whole snapshots).
+#[derive(Debug, Default)]
+pub struct Chain {
+    /// The last committed checkpoint and the oldest its chain reaches.
+    committed: Option<(u64, u64)>,
+    /// The checkpoint under way and the oldest its chain reaches.
+    under_way: Option<(u64, u64)>,
+}
+
+impl Chain {
+    /// The base checkpoint `epoch` may write deltas of (0: none), noting it under way.
+    pub fn begin(&mut self, epoch: u64) -> u64 {
+        let base = match self.committed {
+            Some((last, from)) if last + 1 == epoch && last - from < MAX_DELTAS => last,
+            _ => 0,
+        };
+        let from = if base == 0 { epoch } else { self.committed.map_or(epoch, |(_, from)| from) };
+        self.under_way = Some((epoch, from));
+        base
+    }
+
+    /// [`Manifest::chain_from`] of checkpoint `epoch`.
+    pub fn chain_from(&self, epoch: u64) -> u64 {
+        self.under_way.filter(|&(e, _)| e == epoch).map_or(epoch, |(_, from)| from)
+    }
+
+    /// Checkpoint `epoch` is committed.
+    pub fn committed(&mut self, epoch: u64) {
+        self.committed = Some((epoch, self.chain_from(epoch)));
+    }
 }
 
 /// The checkpoints of one run under a directory.
@@ -222,7 +299,7 @@ impl CheckpointDir {
         let operators = file
             .operators
             .iter()
-            .map(|o| Ok(SnapshotEntry::new(o.name.clone(), o.definition, buffer.append(&o.state)?)))
+            .map(|o| Ok(SnapshotEntry::new(o.name.clone(), o.definition, buffer.append(&o.state)?, 0)))
             .collect::<Result<_, SnapshotError>>()?;
         let index = ShardIndex { epoch: file.epoch, shard: file.shard, shards: file.shards, operators };
         self.shard_file_in(&index, buffer)
@@ -246,10 +323,14 @@ impl CheckpointDir {
             sync_dir(&dir)?;
             sync_dir(&self.root)?;
         }
-        // The committed one before stays, for when this one is found damaged at the next start.
-        let committed = |e: &u64| self.epoch_dir(*e).join("manifest").exists();
-        let previous = self.epochs().into_iter().filter(|&e| e < manifest.epoch).filter(committed).max();
-        self.remove_epochs_except(&[Some(manifest.epoch), previous]);
+        // This one's chain stays, and so does the newest committed checkpoint before it with its
+        // own chain: the one a start falls back to when a file of this chain is found damaged
+        // ("Chains"; for a whole checkpoint, the one before it).
+        let committed = |e: u64| self.epoch_dir(e).join("manifest").exists();
+        let fallback = self.epochs().into_iter().filter(|&e| e < manifest.chain_from && committed(e)).max();
+        let fallback_from = fallback.map(|e| self.read_manifest(e).ok().flatten().map_or(e, |m| m.chain_from));
+        let keep_from = fallback_from.map_or(manifest.chain_from, |from| from.min(manifest.chain_from));
+        self.remove_epochs(|e| e < manifest.epoch && (e < keep_from || !committed(e)));
         Ok(())
     }
 
@@ -261,12 +342,12 @@ impl CheckpointDir {
 
     /// Deletes every checkpoint (a finished replay keeps none). Best effort.
     pub fn clear(&self) {
-        self.remove_epochs_except(&[]);
+        self.remove_epochs(|_| true);
     }
 
-    fn remove_epochs_except(&self, keep: &[Option<u64>]) {
+    fn remove_epochs(&self, remove: impl Fn(u64) -> bool) {
         for epoch in self.epochs() {
-            if !keep.contains(&Some(epoch)) {
+            if remove(epoch) {
                 let dir = self.epoch_dir(epoch);
                 if let Err(error) = std::fs::remove_dir_all(&dir) {
                     tracing::warn!(path = %dir.display(), %error, "Cannot delete an old checkpoint");
@@ -327,33 +408,83 @@ impl CheckpointDir {
 
     /// Checkpoint `epoch`, or `None` when it was never committed.
     fn load(&self, epoch: u64) -> Result<Option<Loaded>, CheckpointError> {
+        let Some(manifest) = self.read_manifest(epoch)? else { return Ok(None) };
+        let shards = (0..manifest.shards)
+            .map(|shard| self.load_shard(epoch, shard, manifest.shards, &mut HashMap::new()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Some(Loaded { manifest, shards }))
+    }
+
+    /// The manifest of checkpoint `epoch`, or `None` when it has none.
+    fn read_manifest(&self, epoch: u64) -> Result<Option<Manifest>, CheckpointError> {
         let path = self.epoch_dir(epoch).join("manifest");
         let bytes = match std::fs::read(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(error) => return Err(CheckpointError::Io { path, error }),
         };
-        let manifest: Manifest = snapshot::decode(unframed(MANIFEST_MAGIC, &bytes, &path)?.1)?;
-        let shards = (0..manifest.shards)
-            .map(|shard| {
-                let path = self.shard_path(epoch, shard);
-                let bytes = std::fs::read(&path).map_err(|error| CheckpointError::Io { path: path.clone(), error })?;
-                let file = match unframed(SHARD_MAGIC, &bytes, &path)? {
-                    (4, payload) => snapshot::decode::<ShardFile>(payload)?,
-                    (_, payload) => read_snapshots(snapshot::decode(payload)?, payload, &path)?,
-                };
-                if file.epoch != epoch || file.shard != shard || file.shards != manifest.shards {
-                    return Err(CheckpointError::Unreadable { path, reason: "another checkpoint's shard file".into() });
-                }
-                Ok(file)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Some(Loaded { manifest, shards }))
+        Ok(Some(match unframed(MANIFEST_MAGIC, &bytes, &path)? {
+            (..=5, payload) => snapshot::decode::<v5::Manifest>(payload)?.into(),
+            (_, payload) => snapshot::decode(payload)?,
+        }))
+    }
+
+    /// Shard `shard`'s file of checkpoint `epoch` (of `shards`), each delta in it with the
+    /// snapshots it applies to ([`OperatorSnapshot::earlier`]); `read` holds the files of
+    /// earlier checkpoints already read for this shard.
+    fn load_shard(
+        &self,
+        epoch: u64,
+        shard: u32,
+        shards: u32,
+        read: &mut HashMap<u64, ShardFile>,
+    ) -> Result<ShardFile, CheckpointError> {
+        let path = self.shard_path(epoch, shard);
+        let (mut file, bases) = read_shard_file(&path)?;
+        if file.epoch != epoch || file.shard != shard || file.shards != shards {
+            return Err(CheckpointError::Unreadable { path, reason: "another checkpoint's shard file".into() });
+        }
+        for (operator, base) in file.operators.iter_mut().zip(bases) {
+            if base == 0 {
+                continue;
+            }
+            if base >= epoch {
+                let reason = format!("operator {}'s snapshot is a delta of a later checkpoint", operator.name);
+                return Err(CheckpointError::Unreadable { path, reason });
+            }
+            if !read.contains_key(&base) {
+                let earlier = self.load_shard(base, shard, shards, read)?;
+                read.insert(base, earlier);
+            }
+            let of_base = read[&base].operators.iter().find(|o| o.name == operator.name);
+            let Some(of_base) = of_base.filter(|o| o.definition == operator.definition) else {
+                let reason =
+                    format!("operator {}'s delta has no snapshot in checkpoint {base} to apply to", operator.name);
+                return Err(CheckpointError::Unreadable { path, reason });
+            };
+            operator.earlier = of_base.chain().into_iter().map(<[u8]>::to_vec).collect();
+        }
+        Ok(file)
     }
 }
 
-/// The snapshots `index` names, taken out of `payload`.
-fn read_snapshots(index: ShardIndex, payload: &[u8], path: &Path) -> Result<ShardFile, CheckpointError> {
+/// A shard file read and checked, and each of its snapshots' [`SnapshotEntry::base`].
+fn read_shard_file(path: &Path) -> Result<(ShardFile, Vec<u64>), CheckpointError> {
+    let bytes = std::fs::read(path).map_err(|error| CheckpointError::Io { path: path.to_owned(), error })?;
+    match unframed(SHARD_MAGIC, &bytes, path)? {
+        (4, payload) => {
+            let file = snapshot::decode::<ShardFile>(payload)?;
+            let bases = vec![0; file.operators.len()];
+            Ok((file, bases))
+        }
+        (5, payload) => read_snapshots(snapshot::decode::<v5::ShardIndex>(payload)?.into(), payload, path),
+        (_, payload) => read_snapshots(snapshot::decode(payload)?, payload, path),
+    }
+}
+
+/// The snapshots `index` names, taken out of `payload`, and their bases.
+fn read_snapshots(index: ShardIndex, payload: &[u8], path: &Path) -> Result<(ShardFile, Vec<u64>), CheckpointError> {
+    let bases = index.operators.iter().map(|entry| entry.base).collect();
     let operators = index
         .operators
         .into_iter()
@@ -364,10 +495,67 @@ fn read_snapshots(index: ShardIndex, payload: &[u8], path: &Path) -> Result<Shar
                 let reason = format!("operator {}'s snapshot lies outside the file", entry.name);
                 return Err(CheckpointError::Unreadable { path: path.to_owned(), reason });
             };
-            Ok(OperatorSnapshot { name: entry.name, definition: entry.definition, state: state.to_vec() })
+            let (name, definition, state) = (entry.name, entry.definition, state.to_vec());
+            Ok(OperatorSnapshot { name, definition, state, earlier: Vec::new() })
         })
         .collect::<Result<_, _>>()?;
-    Ok(ShardFile { epoch: index.epoch, shard: index.shard, shards: index.shards, operators })
+    Ok((ShardFile { epoch: index.epoch, shard: index.shard, shards: index.shards, operators }, bases))
+}
+
+/// Version 5's manifest and shard index, as they were before chains: read, never written.
+mod v5 {
+    #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+    pub struct Manifest {
+        pub epoch: u64,
+        pub shards: u32,
+        pub feeder: Vec<u8>,
+        pub driver: Vec<u8>,
+    }
+
+    impl From<Manifest> for super::Manifest {
+        fn from(m: Manifest) -> super::Manifest {
+            super::Manifest {
+                epoch: m.epoch,
+                shards: m.shards,
+                feeder: m.feeder,
+                driver: m.driver,
+                chain_from: m.epoch,
+            }
+        }
+    }
+
+    #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+    pub struct SnapshotEntry {
+        pub name: String,
+        pub definition: u64,
+        pub start: u64,
+        pub len: u64,
+    }
+
+    #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+    pub struct ShardIndex {
+        pub epoch: u64,
+        pub shard: u32,
+        pub shards: u32,
+        pub operators: Vec<SnapshotEntry>,
+    }
+
+    impl From<ShardIndex> for super::ShardIndex {
+        fn from(index: ShardIndex) -> super::ShardIndex {
+            let operators = index
+                .operators
+                .into_iter()
+                .map(|e| super::SnapshotEntry {
+                    name: e.name,
+                    definition: e.definition,
+                    start: e.start,
+                    len: e.len,
+                    base: 0,
+                })
+                .collect();
+            super::ShardIndex { epoch: index.epoch, shard: index.shard, shards: index.shards, operators }
+        }
+    }
 }
 
 /// `value` encoded after the snapshots in `buffer` (which began with [`HEADER`] zero bytes), then

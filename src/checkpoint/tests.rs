@@ -1,7 +1,12 @@
 use super::*;
 
 fn shard_file(epoch: u64, shard: u32, shards: u32) -> ShardFile {
-    let operators = vec![OperatorSnapshot { name: "effect".into(), definition: 7, state: vec![epoch as u8; 40] }];
+    let operators = vec![OperatorSnapshot {
+        name: "effect".into(),
+        definition: 7,
+        state: vec![epoch as u8; 40],
+        earlier: Vec::new(),
+    }];
     ShardFile { epoch, shard, shards, operators }
 }
 
@@ -15,8 +20,110 @@ fn commit(dir: &CheckpointDir, epoch: u64, shards: u32) {
     for shard in 0..shards {
         write_shard(dir, &shard_file(epoch, shard, shards));
     }
-    let manifest = Manifest { epoch, shards, feeder: vec![1, 2], driver: vec![epoch as u8] };
+    let manifest = Manifest { epoch, shards, feeder: vec![1, 2], driver: vec![epoch as u8], chain_from: epoch };
     dir.commit(&manifest).unwrap();
+}
+
+/// Checkpoint `epoch` of one shard whose operator `effect` wrote `state`, a delta of its
+/// snapshot in `base` (0: whole), committed with `chain_from`.
+fn commit_chained(dir: &CheckpointDir, epoch: u64, base: u64, chain_from: u64) {
+    let mut buffer = CheckpointDir::shard_buffer();
+    let level = buffer.append(&[epoch as u8; 24]).unwrap();
+    let operators = vec![SnapshotEntry::new("effect".into(), 7, level, base)];
+    let (path, bytes) = dir.shard_file_in(&ShardIndex { epoch, shard: 0, shards: 1, operators }, buffer).unwrap();
+    write_file(&path, &bytes, false).unwrap();
+    let manifest = Manifest { epoch, shards: 1, feeder: Vec::new(), driver: Vec::new(), chain_from };
+    dir.commit(&manifest).unwrap();
+}
+
+/// A delta reads back with the snapshots it applies to, whole first; a commit keeps every
+/// checkpoint the newest and the previous one's chains reach, and no more.
+#[test]
+fn a_chain_reads_back_to_its_whole_snapshot_and_is_kept_while_reached() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = CheckpointDir::new(tmp.path().join("checkpoints"), false);
+    commit_chained(&dir, 1, 0, 1);
+    commit_chained(&dir, 2, 1, 1);
+    commit_chained(&dir, 3, 2, 1);
+    assert_eq!(dir.epochs(), vec![1, 2, 3]);
+    let loaded = dir.latest().unwrap();
+    let effect = &loaded.shards[0].operators[0];
+    assert_eq!(effect.chain(), [&[1u8; 24][..], &[2; 24], &[3; 24]]);
+    commit_chained(&dir, 4, 0, 4);
+    assert_eq!(dir.epochs(), vec![1, 2, 3, 4], "the previous one's chain stays, for a fallback");
+    assert_eq!(dir.latest().unwrap().shards[0].operators[0].chain(), [&[4u8; 24][..]]);
+    commit_chained(&dir, 5, 4, 4);
+    assert_eq!(dir.epochs(), vec![1, 2, 3, 4, 5], "3 with its chain is the fallback of 4's chain");
+    commit_chained(&dir, 6, 0, 6);
+    assert_eq!(dir.epochs(), vec![4, 5, 6]);
+    commit_chained(&dir, 7, 6, 6);
+
+    // A damaged whole snapshot fails the deltas of it: the start falls back past them, to the
+    // newest checkpoint before the chain, whose files are its own.
+    let path = dir.shard_path(6, 0);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[HEADER] ^= 1;
+    std::fs::write(&path, bytes).unwrap();
+    let loaded = dir.latest().unwrap();
+    assert_eq!(loaded.manifest.epoch, 5, "7 is a delta of 6, and 6 is damaged");
+    assert_eq!(loaded.shards[0].operators[0].chain(), [&[4u8; 24][..], &[5; 24]]);
+}
+
+/// A delta whose base does not hold its operator, or names a later checkpoint, is refused.
+#[test]
+fn a_delta_without_its_base_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = CheckpointDir::new(tmp.path().join("checkpoints"), false);
+    commit_chained(&dir, 1, 0, 1);
+    commit_chained(&dir, 2, 3, 1);
+    assert_eq!(dir.latest().unwrap().manifest.epoch, 1, "a delta of a later checkpoint");
+    commit_chained(&dir, 3, 2, 1);
+    assert_eq!(dir.latest().unwrap().manifest.epoch, 1, "its base was set aside");
+}
+
+/// Which base the next checkpoint gets: the last one once committed, for at most
+/// `MAX_DELTAS` deltas in a row; none after one that was not committed.
+#[test]
+fn a_chain_grows_from_committed_checkpoints_and_is_cut_after_max_deltas() {
+    let mut chain = Chain::default();
+    assert_eq!(chain.begin(1), 0, "the first is whole");
+    assert_eq!(chain.chain_from(1), 1);
+    chain.committed(1);
+    for epoch in 2..=MAX_DELTAS + 1 {
+        assert_eq!(chain.begin(epoch), epoch - 1);
+        assert_eq!(chain.chain_from(epoch), 1);
+        chain.committed(epoch);
+    }
+    let next = MAX_DELTAS + 2;
+    assert_eq!(chain.begin(next), 0, "whole again after {MAX_DELTAS} deltas");
+    chain.committed(next);
+    assert_eq!(chain.begin(next + 1), next);
+    // Not committed: the next one is whole.
+    assert_eq!(chain.begin(next + 2), 0);
+    assert_eq!(chain.chain_from(next + 2), next + 2);
+}
+
+/// A checkpoint of version 5 (no bases, no `chain_from`) reads as one of whole snapshots.
+#[test]
+fn a_version_5_checkpoint_is_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = CheckpointDir::new(tmp.path().join("checkpoints"), false);
+    std::fs::create_dir_all(dir.epoch_dir(1)).unwrap();
+    let mut buffer = CheckpointDir::shard_buffer();
+    let level = buffer.append(&[5; 24]).unwrap();
+    let entry =
+        v5::SnapshotEntry { name: "effect".into(), definition: 7, start: (level.start - HEADER) as u64, len: 24 };
+    let index = v5::ShardIndex { epoch: 1, shard: 0, shards: 1, operators: vec![entry] };
+    let mut shard = framed_in(SHARD_MAGIC, &index, buffer).unwrap();
+    shard[8..12].copy_from_slice(&5u32.to_le_bytes());
+    std::fs::write(dir.shard_path(1, 0), &shard).unwrap();
+    let manifest = v5::Manifest { epoch: 1, shards: 1, feeder: vec![1], driver: vec![2] };
+    let mut manifest = framed_in(MANIFEST_MAGIC, &manifest, SnapshotBuffer::with_header(HEADER)).unwrap();
+    manifest[8..12].copy_from_slice(&5u32.to_le_bytes());
+    std::fs::write(dir.epoch_dir(1).join("manifest"), &manifest).unwrap();
+    let loaded = dir.latest().unwrap();
+    assert_eq!((loaded.manifest.chain_from, &loaded.manifest.driver[..]), (1, &[2u8][..]));
+    assert_eq!(loaded.shards[0].operators[0].chain(), [&[5u8; 24][..]]);
 }
 
 #[test]

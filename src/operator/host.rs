@@ -496,29 +496,49 @@ impl OperatorHost {
 
     /// Everything this instance's output depends on, for a checkpoint (state/snapshot.rs).
     pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
-        snapshot::encode_nesting(&self.snapshot_view())
+        snapshot::encode_nesting(&self.snapshot_view(false)?)
     }
 
     /// [`snapshot`](Self::snapshot) written into `buffer`, a shard's checkpoint file, with the
     /// operator's nested in place: the state is copied once, into the file's bytes
-    /// (state/snapshot.rs, "Nesting without copies").
-    pub fn snapshot_into(&self, buffer: &mut SnapshotBuffer) -> Result<InBuffer, SnapshotError> {
-        buffer.write(&self.snapshot_view())
+    /// (state/snapshot.rs, "Nesting without copies"). With `delta` the operator's part holds
+    /// only what changed since this instance's last snapshot where it can tell ("Deltas");
+    /// returns whether it does. The host's own part is always whole.
+    pub fn snapshot_into(&self, buffer: &mut SnapshotBuffer, delta: bool) -> Result<(InBuffer, bool), SnapshotError> {
+        let view = self.snapshot_view(delta)?;
+        let wrote_delta = view.operator.0.is_delta();
+        Ok((buffer.write(&view)?, wrote_delta))
     }
 
-    fn snapshot_view(&self) -> HostStateView<'_> {
-        HostStateView {
+    /// A snapshot of this instance went into a checkpoint: changes are noted from here for the
+    /// next one's delta.
+    pub fn note_snapshot(&mut self) {
+        self.operator.note_snapshot();
+    }
+
+    fn snapshot_view(&self, delta: bool) -> Result<HostStateView<'_>, SnapshotError> {
+        Ok(HostStateView {
             clock: self.clock.clone(),
             counters: self.counters.clone(),
             broadcast_inputs: self.broadcast_inputs,
             ttl: self.ttl.as_ref().map(|t| t.save()),
-            operator: Nest(self.operator.snapshot_view()),
-        }
+            operator: Nest(self.operator.snapshot_view(delta)?),
+        })
     }
 
     /// Takes up a [`snapshot`](Self::snapshot) of this operator; `self` is freshly built.
     pub fn restore(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
-        let saved: HostState = snapshot::decode(bytes)?;
+        self.restore_chain(&[bytes])
+    }
+
+    /// Takes up a whole snapshot and the deltas after it, in order: the host's own state from
+    /// the last, the operator's from all of them ([`Operator::restore_chain`]).
+    pub fn restore_chain(&mut self, chain: &[&[u8]]) -> Result<(), SnapshotError> {
+        let saved = chain.iter().map(|bytes| snapshot::decode::<HostState>(bytes)).collect::<Result<Vec<_>, _>>()?;
+        let operator: Vec<&[u8]> = saved.iter().map(|s| s.operator.as_slice()).collect();
+        let Some(saved) = saved.last() else {
+            return Err(SnapshotError::Decode("an empty chain of snapshots".into()));
+        };
         let inputs = self.counters.rows_in.len();
         if saved.counters.rows_in.len() != inputs {
             return Err(SnapshotError::Mismatch {
@@ -526,13 +546,13 @@ impl OperatorHost {
                 found: format!("one of {}", saved.counters.rows_in.len()),
             });
         }
-        self.operator.restore(&saved.operator)?;
-        self.clock = saved.clock;
-        self.counters = saved.counters;
+        self.operator.restore_chain(&operator)?;
+        self.clock = saved.clock.clone();
+        self.counters = saved.counters.clone();
         self.broadcast_inputs = saved.broadcast_inputs;
         // A ttl added since the checkpoint starts its clock now; one removed is dropped.
-        if let (Some(ttl), Some(saved)) = (&mut self.ttl, saved.ttl) {
-            ttl.restore(saved);
+        if let (Some(ttl), Some(saved)) = (&mut self.ttl, &saved.ttl) {
+            ttl.restore(saved.clone());
         }
         Ok(())
     }

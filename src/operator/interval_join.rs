@@ -29,7 +29,7 @@ use crate::record::frame::to_row;
 use crate::record::id::{IdHasher, PairIds};
 use crate::record::view::RowView;
 use crate::record::{ArchivedRow, Row};
-use crate::state::snapshot::{self, SavedStore, SnapshotError, StoreView};
+use crate::state::snapshot::{self, SavedStore, SnapshotError, StoreDelta, StoreView};
 use crate::state::ttl::{Due, StoredRow};
 use crate::state::{KeyedStore, MemoryStore, RowHandle};
 use crate::time::Time;
@@ -185,7 +185,7 @@ fn finish(
 }
 
 /// A stored row's eviction time.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 struct Timer {
     last_chance: Time,
     seq: u64,
@@ -209,6 +209,11 @@ pub struct IntervalJoin {
     /// Pair ids (`match` results), the operator's part of them written once.
     pair_ids: PairIds,
     quality: Quality,
+    /// The timers armed since the last snapshot, which name the rows stored since: what a delta
+    /// snapshot copies (state/snapshot.rs, "Deltas"). `None` until a snapshot is taken, and once
+    /// they outgrow `armed_bound` (snapshots stopped coming): the next snapshot is a whole one.
+    armed_since: Option<Vec<Timer>>,
+    armed_bound: usize,
 }
 
 /// [`IntervalJoinState`] as a snapshot writes it: the stored rows serialized from the stores.
@@ -267,6 +272,8 @@ impl IntervalJoin {
             seq: 0,
             ids: IdHasher::default(),
             quality: Quality::default(),
+            armed_since: None,
+            armed_bound: 0,
         }
     }
 
@@ -312,7 +319,14 @@ impl IntervalJoin {
     #[inline(always)]
     fn arm(&mut self, input: usize, last_chance: Time, key_hash: u64, handle: RowHandle, out: &mut Output) {
         self.seq += 1;
-        self.timers.push(input, Timer { last_chance, seq: self.seq, input, key_hash, handle });
+        let timer = Timer { last_chance, seq: self.seq, input, key_hash, handle };
+        self.timers.push(input, timer);
+        if let Some(armed) = &mut self.armed_since {
+            armed.push(timer);
+            if armed.len() > self.armed_bound {
+                self.armed_since = None;
+            }
+        }
         out.stored.push(StoredRow { input: input as u32, key_hash, handle });
     }
 
@@ -472,10 +486,63 @@ impl IntervalJoin {
         Ok(IntervalJoinStateView { watermark: self.watermark, rows, timers, seq: self.seq, quality: self.quality })
     }
 
+    /// What changed since the last snapshot ([`note_snapshot`](Self::note_snapshot)): the
+    /// stores' deltas and the timers of the rows stored since; `None` when that cannot be told
+    /// (no snapshot yet, or the notes outgrew their bound) and the snapshot must be whole.
+    pub(crate) fn snapshot_delta(&self) -> Result<Option<IntervalJoinDelta>, SnapshotError> {
+        let Some(armed) = &self.armed_since else { return Ok(None) };
+        let mut rows = Vec::with_capacity(self.state.len());
+        for (input, store) in self.state.iter().enumerate() {
+            let added = armed.iter().filter(|t| t.input == input).map(|t| (t.key_hash, t.handle));
+            let Some(delta) = snapshot::save_delta(store.as_ref(), added)? else { return Ok(None) };
+            rows.push(delta);
+        }
+        // The timers of the rows still stored: each input's added rows are its armed timers'
+        // rows in the same order, less those that left.
+        let mut next = [0usize; 2];
+        let timers = armed
+            .iter()
+            .filter(|t| {
+                let added = &rows[t.input].added.rows;
+                let kept = added.get(next[t.input]).is_some_and(|r| r.handle == t.handle);
+                next[t.input] += usize::from(kept);
+                kept
+            })
+            .copied()
+            .collect();
+        let (watermark, seq, quality) = (self.watermark, self.seq, self.quality);
+        Ok(Some(IntervalJoinDelta { watermark, rows, timers, seq, quality }))
+    }
+
+    /// A snapshot was taken (whole or delta): changes are noted from here for the next one.
+    pub(crate) fn note_snapshot(&mut self) {
+        for store in &mut self.state {
+            store.note_changes();
+        }
+        self.armed_bound = (2 * self.state_rows()).max(16 * crate::state::KEPT_CAPACITY);
+        let armed = self.armed_since.get_or_insert_with(Vec::new);
+        armed.clear();
+    }
+
     /// Takes up a [`snapshot`](Self::snapshot); `self` is freshly built from the same spec.
     pub fn restore(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
-        let saved: IntervalJoinState = snapshot::decode(bytes)?;
+        self.restore_chain(bytes, &[])
+    }
+
+    /// Takes up a whole snapshot and the deltas after it, in order ([`snapshot_delta`]'s,
+    /// each of the snapshot before it). Rows come back under their handles with their timers;
+    /// a timer whose row had already left (`ttl`, the budget) is not kept: it would find
+    /// nothing when it fired (a delta does not name them).
+    pub fn restore_chain(&mut self, whole: &[u8], deltas: &[&[u8]]) -> Result<(), SnapshotError> {
+        let mut saved: IntervalJoinState = snapshot::decode(whole)?;
         snapshot::expect_len("inputs", 2, saved.rows.len())?;
+        for bytes in deltas {
+            let delta: IntervalJoinDelta = snapshot::decode(bytes)?;
+            snapshot::expect_len("inputs", 2, delta.rows.len())?;
+            saved.rows = saved.rows.iter().zip(&delta.rows).map(|(base, d)| snapshot::apply_delta(base, d)).collect();
+            saved.timers.extend(delta.timers);
+            (saved.watermark, saved.seq, saved.quality) = (delta.watermark, delta.seq, delta.quality);
+        }
         if let Some(timer) = saved.timers.iter().find(|t| t.input > RIGHT) {
             return Err(SnapshotError::Decode(format!("a timer of input {}", timer.input)));
         }
@@ -486,7 +553,14 @@ impl IntervalJoin {
             snapshot::load_store(store.as_mut(), rows)?;
         }
         self.watermark = saved.watermark;
+        let stored: std::collections::HashSet<(usize, RowHandle)> = saved
+            .rows
+            .iter()
+            .enumerate()
+            .flat_map(|(input, rows)| rows.rows.iter().map(move |r| (input, r.handle)))
+            .collect();
         let mut timers = saved.timers;
+        timers.retain(|t| stored.contains(&(t.input, t.handle)));
         timers.sort_unstable();
         for timer in timers {
             self.timers.push(timer.input, timer);
@@ -495,6 +569,20 @@ impl IntervalJoin {
         self.quality = saved.quality;
         Ok(())
     }
+}
+
+/// What a delta snapshot keeps of an interval join (state/snapshot.rs, "Deltas"): what
+/// [`IntervalJoinState`] keeps, but of the stored rows and their timers only what changed since
+/// the snapshot before.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub(crate) struct IntervalJoinDelta {
+    watermark: Time,
+    /// Per input.
+    rows: Vec<StoreDelta>,
+    /// The timers of the rows stored since (their `rows[..].added`).
+    timers: Vec<Timer>,
+    seq: u64,
+    quality: Quality,
 }
 
 #[cfg(test)]
@@ -774,5 +862,142 @@ mod tests {
             "counted as it is decided"
         );
         assert_eq!(j.output_watermark(), Time::ms(700));
+    }
+}
+
+/// A delta chain restores what a whole snapshot taken at its end restores: the same rows under
+/// the same handles with the same matched flags, the same timers, and from there the same
+/// output, whatever the rows, watermarks and early evictions before (state/snapshot.rs,
+/// "Deltas").
+#[cfg(test)]
+mod delta_tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::record::{Key, Value};
+    use crate::state::arena::ArenaStore;
+
+    /// Row `id` of key `k` at `ts`.
+    fn keyed_row(k: u8, ts: i64, id: u64) -> Row {
+        let key = Key::Str(format!("k{k}").into());
+        let key_hash = crate::record::id::key_hash(&key);
+        Row { ts, key, key_hash, id, values: Box::new([Value::Int(id as i64)]) }
+    }
+
+    /// One step: a row (input, key, time offset), a watermark step, or an early eviction.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Row(usize, u8, i64),
+        Watermark(i64),
+        EvictOldest,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            6 => (0usize..2, 0u8..4, -4i64..12).prop_map(|(input, key, dt)| Step::Row(input, key, dt)),
+            3 => (0i64..6).prop_map(Step::Watermark),
+            1 => Just(Step::EvictOldest),
+        ]
+    }
+
+    /// What the join emitted: results (kind, ts, id), late rows' ids, evicted rows' ids.
+    type Emitted = Vec<(String, i64, u64)>;
+
+    fn run(j: &mut IntervalJoin, steps: &[(usize, Step)], now: &mut i64) -> Emitted {
+        let mut emitted = Vec::new();
+        for (i, step) in steps {
+            let mut out = Output::default();
+            match *step {
+                Step::Row(input, key, dt) => j.on_row(input, keyed_row(key, *now + dt, *i as u64), &mut out),
+                Step::Watermark(dt) => {
+                    *now += dt;
+                    j.on_watermark(Time::ms(*now), &mut out);
+                }
+                Step::EvictOldest => {
+                    let mut oldest = None::<(i64, u64, usize, u64, u64)>;
+                    j.visit_evictable(&mut |input, ts, id, key_hash, handle| {
+                        let this = (ts, id, input, key_hash, handle);
+                        oldest = Some(oldest.map_or(this, |o| o.min(this)));
+                    });
+                    if let Some((_, _, input, key_hash, handle)) = oldest
+                        && let Some(row) = j.evict(input, key_hash, handle)
+                    {
+                        emitted.push(("evicted".into(), row.ts, row.id));
+                    }
+                }
+            }
+            emitted
+                .extend(out.archived.iter().map(|(k, r)| (k.as_str().to_owned(), r.ts.to_native(), r.id.to_native())));
+            emitted.extend(out.late.iter().map(|(_, r)| ("late".to_owned(), r.ts, r.id)));
+        }
+        emitted
+    }
+
+    fn encoded<T: for<'a> rkyv::Serialize<snapshot::SnapshotSerializer<'a>>>(value: &T) -> Vec<u8> {
+        snapshot::encode_nesting(value).unwrap()
+    }
+
+    /// Each input's rows as (handle, matched, archive), in handle order.
+    fn stored(j: &IntervalJoin) -> Vec<Vec<(RowHandle, bool, Vec<u8>)>> {
+        j.state
+            .iter()
+            .map(|store| {
+                let mut rows = Vec::new();
+                store.export(&mut |handle, matched, archive| rows.push((handle, matched, archive.to_vec()))).unwrap();
+                rows.sort();
+                rows
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #[test]
+        fn a_chain_of_deltas_restores_what_a_whole_snapshot_does(
+            steps in prop::collection::vec(step(), 1..160),
+            cuts in prop::collection::vec(0.0f64..1.0, 3),
+            lower in -4i64..=0,
+            upper in 0i64..=6,
+            kind in prop_oneof![Just(JoinType::Inner), Just(JoinType::Left), Just(JoinType::Full)],
+        ) {
+            let steps: Vec<(usize, Step)> = steps.into_iter().enumerate().collect();
+            let mut cuts: Vec<usize> = cuts.iter().map(|c| (c * steps.len() as f64) as usize).collect();
+            cuts.sort_unstable();
+            let dir = tempfile::tempdir().unwrap();
+            let mut arenas = (0..).map(|n| -> Box<dyn KeyedStore> {
+                Box::new(ArenaStore::open(&dir.path().join(format!("s{n}"))).unwrap())
+            });
+            let spec = IntervalJoinSpec {
+                name: "j".into(), lower, upper, join: kind, condition: None,
+                projection: Projection::key_and_first_values(),
+            };
+            let mut live = IntervalJoin::with_state(spec.clone(), [arenas.next().unwrap(), arenas.next().unwrap()]);
+            let mut now = 0;
+            run(&mut live, &steps[..cuts[0]], &mut now);
+            let whole = encoded(&live.snapshot_view().unwrap());
+            live.note_snapshot();
+            let mut deltas = Vec::new();
+            for pair in cuts.windows(2) {
+                run(&mut live, &steps[pair[0]..pair[1]], &mut now);
+                deltas.push(encoded(&live.snapshot_delta().unwrap().expect("notes are whole")));
+                live.note_snapshot();
+            }
+            let at_end = encoded(&live.snapshot_view().unwrap());
+            let deltas: Vec<&[u8]> = deltas.iter().map(Vec::as_slice).collect();
+
+            let mut chained = IntervalJoin::with_state(spec.clone(), [arenas.next().unwrap(), arenas.next().unwrap()]);
+            chained.restore_chain(&whole, &deltas).unwrap();
+            let mut from_whole = IntervalJoin::new(spec);
+            from_whole.restore(&at_end).unwrap();
+            prop_assert_eq!(stored(&chained), stored(&from_whole));
+            let timers = |j: &IntervalJoin| { let mut t: Vec<Timer> = j.timers.iter().copied().collect(); t.sort(); t };
+            prop_assert_eq!(timers(&chained), timers(&from_whole));
+
+            let rest = &steps[cuts[2]..];
+            let (mut now_a, mut now_b, mut now_c) = (now, now, now);
+            let expected = run(&mut live, rest, &mut now_a);
+            prop_assert_eq!(&run(&mut chained, rest, &mut now_b), &expected);
+            prop_assert_eq!(&run(&mut from_whole, rest, &mut now_c), &expected);
+        }
     }
 }

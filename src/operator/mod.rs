@@ -35,7 +35,7 @@ use crate::record::frame::to_row;
 use crate::record::{ArchivedRow, Row};
 use rkyv::rancor;
 
-use crate::state::snapshot::{self, Nest, NestResolver, SnapshotError, SnapshotSerializer};
+use crate::state::snapshot::{self, NestResolver, SnapshotError, SnapshotSerializer};
 use crate::time::Time;
 
 pub use absence::{Absence, AbsenceSpec};
@@ -521,9 +521,13 @@ impl<'a> rkyv::Serialize<SnapshotSerializer<'a>> for KindStateView<'_> {
 }
 
 /// An operator's state, serialized as the `Vec<u8>` of its snapshot: the interval join's nested
-/// in place, its stored rows read from its stores; the other kinds' encoded on their own and
-/// copied in (state/snapshot.rs, "Nesting without copies").
-pub(crate) struct OperatorState<'a>(&'a Operator);
+/// in place, its stored rows read from its stores, or its delta; the other kinds' encoded on
+/// their own and copied in (state/snapshot.rs, "Nesting without copies", "Deltas").
+pub(crate) enum OperatorState<'a> {
+    IntervalJoin(interval_join::IntervalJoinStateView<'a>),
+    IntervalJoinDelta(interval_join::IntervalJoinDelta),
+    Other(&'a Operator),
+}
 
 impl rkyv::Archive for OperatorState<'_> {
     type Archived = rkyv::vec::ArchivedVec<u8>;
@@ -536,20 +540,33 @@ impl rkyv::Archive for OperatorState<'_> {
 
 impl<'a> rkyv::Serialize<SnapshotSerializer<'a>> for OperatorState<'_> {
     fn serialize(&self, serializer: &mut SnapshotSerializer<'a>) -> Result<NestResolver, rancor::Error> {
-        let encoded = match self.0 {
-            Operator::IntervalJoin(op) => {
-                let view = op.snapshot_view().map_err(rancor::Source::new)?;
-                return Nest(view).serialize(serializer);
-            }
-            Operator::Union(op) => op.snapshot(),
-            Operator::Connect(op) => op.snapshot(),
-            Operator::WindowJoin(op) => op.snapshot(),
-            Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.snapshot(),
-            Operator::TemporalJoin(op) => op.snapshot(),
-            Operator::Absence(op) => op.snapshot(),
+        let encoded = match self {
+            OperatorState::IntervalJoin(view) => return snapshot::nest(view, serializer),
+            OperatorState::IntervalJoinDelta(delta) => return snapshot::nest(delta, serializer),
+            OperatorState::Other(op) => match op {
+                Operator::Union(op) => op.snapshot(),
+                Operator::Connect(op) => op.snapshot(),
+                Operator::WindowJoin(op) => op.snapshot(),
+                Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.snapshot(),
+                Operator::TemporalJoin(op) => op.snapshot(),
+                Operator::Absence(op) => op.snapshot(),
+                Operator::IntervalJoin(op) => op.snapshot(),
+            },
         };
         NestResolver::copy(&encoded.map_err(rancor::Source::new)?, serializer)
     }
+}
+
+impl KindStateView<'_> {
+    /// Whether it holds a delta.
+    pub(crate) fn is_delta(&self) -> bool {
+        matches!(self.state, OperatorState::IntervalJoinDelta(_))
+    }
+}
+
+/// The kind name of a delta snapshot of kind `kind`.
+fn delta_kind(kind: &str) -> String {
+    format!("{kind} delta")
 }
 
 /// One shard's instance of an operator.
@@ -706,29 +723,65 @@ impl Operator {
 
     /// Everything this instance's output depends on (state/snapshot.rs), tagged with its kind.
     pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
-        snapshot::encode_nesting(&self.snapshot_view())
+        snapshot::encode_nesting(&self.snapshot_view(false)?)
     }
 
-    /// What [`snapshot`](Self::snapshot) encodes, to nest it in its host's in place.
-    pub(crate) fn snapshot_view(&self) -> KindStateView<'_> {
-        KindStateView { kind: self.kind().name().to_owned(), state: OperatorState(self) }
+    /// What [`snapshot`](Self::snapshot) encodes, to nest it in its host's in place; with
+    /// `delta`, only what changed since the last snapshot where this instance can tell
+    /// (state/snapshot.rs, "Deltas"), tagged as a delta of its kind.
+    pub(crate) fn snapshot_view(&self, delta: bool) -> Result<KindStateView<'_>, SnapshotError> {
+        let kind = self.kind().name();
+        Ok(match self {
+            Operator::IntervalJoin(op) => match delta.then(|| op.snapshot_delta()).transpose()?.flatten() {
+                Some(delta) => KindStateView { kind: delta_kind(kind), state: OperatorState::IntervalJoinDelta(delta) },
+                None => {
+                    KindStateView { kind: kind.to_owned(), state: OperatorState::IntervalJoin(op.snapshot_view()?) }
+                }
+            },
+            _ => KindStateView { kind: kind.to_owned(), state: OperatorState::Other(self) },
+        })
+    }
+
+    /// A snapshot of this instance was taken: what changes from here is noted for a delta.
+    pub(crate) fn note_snapshot(&mut self) {
+        if let Operator::IntervalJoin(op) = self {
+            op.note_snapshot();
+        }
     }
 
     /// Takes up a [`snapshot`](Self::snapshot) of an instance of the same operator; `self` is
     /// freshly built from the same spec (its stores empty).
     pub fn restore(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
-        let saved: KindState = snapshot::decode(bytes)?;
+        self.restore_chain(&[bytes])
+    }
+
+    /// Takes up a whole snapshot followed by the deltas taken after it, each of the one before
+    /// (state/snapshot.rs, "Deltas"). Only the interval join writes deltas.
+    pub fn restore_chain(&mut self, chain: &[&[u8]]) -> Result<(), SnapshotError> {
+        let saved = chain.iter().map(|bytes| snapshot::decode::<KindState>(bytes)).collect::<Result<Vec<_>, _>>()?;
+        let Some((whole, deltas)) = saved.split_first() else {
+            return Err(SnapshotError::Decode("an empty chain of snapshots".into()));
+        };
         let kind = self.kind().name();
-        if saved.kind != kind {
-            return Err(SnapshotError::Mismatch { expected: kind.to_owned(), found: saved.kind });
+        if whole.kind != kind {
+            return Err(SnapshotError::Mismatch { expected: kind.to_owned(), found: whole.kind.clone() });
         }
-        let state = &saved.state;
+        if let Some(other) = deltas.iter().find(|d| d.kind != delta_kind(kind)) {
+            return Err(SnapshotError::Mismatch { expected: delta_kind(kind), found: other.kind.clone() });
+        }
+        let state = &whole.state;
         match self {
+            Operator::IntervalJoin(op) => {
+                let deltas: Vec<&[u8]> = deltas.iter().map(|d| d.state.as_slice()).collect();
+                op.restore_chain(state, &deltas)
+            }
+            _ if !deltas.is_empty() => {
+                Err(SnapshotError::Mismatch { expected: "a whole snapshot".into(), found: delta_kind(kind) })
+            }
             Operator::Union(op) => op.restore(state),
             Operator::Connect(op) => op.restore(state),
             Operator::WindowJoin(op) => op.restore(state),
             Operator::CoGroup(op) | Operator::WindowAggregate(op) => op.restore(state),
-            Operator::IntervalJoin(op) => op.restore(state),
             Operator::TemporalJoin(op) => op.restore(state),
             Operator::Absence(op) => op.restore(state),
         }

@@ -287,7 +287,7 @@ fn replay(plan: &Plan, args: &ReplayArgs<'_>, observer: &mut dyn Observer, order
                 let position = snapshot::encode(&position).map_err(|e| RuntimeError::Checkpoint(e.to_string()))?;
                 // Told first: the barrier may pass and its checkpoint complete within the call.
                 sinks.outputs.barrier(true);
-                if !runtime.checkpoint(epoch, position, &mut sinks)? {
+                if !runtime.checkpoint(epoch, 0, position, &mut sinks)? {
                     sinks.outputs.barrier(false);
                 }
                 next_checkpoint = Some(arrival + interval);

@@ -191,7 +191,14 @@ impl<'p> Outputs<'p> {
             files.push(out.file.checkpoint(committer.sync).map_err(|e| e.to_string())?);
         }
         let driver = snapshot::encode(&ReplayCheckpoint { position: done.driver, files }).map_err(|e| e.to_string())?;
-        let manifest = Manifest { epoch: done.epoch, shards: committer.shards, feeder: done.feeder, driver };
+        // Whole snapshots only: the chain is the checkpoint itself.
+        let manifest = Manifest {
+            epoch: done.epoch,
+            shards: committer.shards,
+            feeder: done.feeder,
+            driver,
+            chain_from: done.epoch,
+        };
         committer.dir.commit(&manifest).map_err(|e| e.to_string())?;
         self.committed = Some(done.epoch);
         if committer.exit_after == Some(done.epoch) {

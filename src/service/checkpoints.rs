@@ -3,14 +3,16 @@
 //! besides the runtime's state, where the journal stood at the barrier (a restart replays only
 //! what came after), the processing time then, the fingerprints of the messages last taken
 //! (redelivery.rs) and the rows the sinks took after the barrier (taken.rs). Once it is
-//! committed the journal lets go of what the checkpoint before it covers (the newest may be found
-//! damaged at the next start; [`restorable`] then falls back to that one): `journal_retention` and `journal_bytes` bound
-//! the journal only while checkpoints fail.
+//! committed the journal lets go of what the newest checkpoint before its chain covers (a file
+//! of the chain may be found damaged at the next start; [`restorable`] then falls back to that
+//! one, whose files are its own: checkpoint/mod.rs, "Chains"): `journal_retention` and
+//! `journal_bytes` bound the journal only while checkpoints fail.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::checkpoint::{CHECKPOINT_MEANWHILE, CHECKPOINT_SITE, CheckpointDir, Loaded, Manifest};
+use crate::checkpoint::{CHECKPOINT_MEANWHILE, CHECKPOINT_SITE, Chain, CheckpointDir, Loaded, Manifest};
 use crate::config::Durability;
 use crate::state::snapshot;
 use crate::storage::write_faults;
@@ -85,10 +87,13 @@ pub struct Schedule {
     /// Processing time the checkpoint under way began at.
     began: i128,
     shards: u32,
-    /// The journal position of the barrier of the last committed checkpoint: a commit releases
-    /// the journal only up to the one before it, so a start that finds the newest checkpoint
-    /// damaged falls back to the previous one without losing input (quarantine.rs).
-    pub kept_from: u64,
+    /// The journal position of the barrier of each committed checkpoint a start may still fall
+    /// back to: a commit releases the journal only up to the newest one before its chain, so a
+    /// start that finds a file of the chain damaged falls back to that one without losing input
+    /// (quarantine.rs).
+    journal_at: BTreeMap<u64, u64>,
+    /// Which checkpoint the next one may write deltas of (checkpoint/mod.rs, "Chains").
+    chain: Chain,
 }
 
 impl Schedule {
@@ -96,7 +101,34 @@ impl Schedule {
     pub fn new(dir: &CheckpointDir, interval_ms: i64, now: i128, shards: usize) -> Schedule {
         let epoch = dir.epochs().last().copied().unwrap_or(0);
         let interval = i128::from(interval_ms);
-        Schedule { interval, next_due: now + interval, epoch, began: now, shards: shards as u32, kept_from: 0 }
+        Schedule {
+            interval,
+            next_due: now + interval,
+            epoch,
+            began: now,
+            shards: shards as u32,
+            journal_at: BTreeMap::new(),
+            chain: Chain::default(),
+        }
+    }
+}
+
+impl Schedule {
+    /// The run goes on from checkpoint `epoch`, whose barrier stood at `journal_next`.
+    pub fn resumed(&mut self, epoch: u64, journal_next: u64) {
+        self.journal_at.insert(epoch, journal_next);
+    }
+
+    /// Checkpoint `epoch` is committed: the journal lets go of what the newest checkpoint
+    /// before its chain covers (module doc).
+    fn committed(&mut self, epoch: u64, journal_next: u64, journal: &mut crate::service::journal::Journal) {
+        let chain_from = self.chain.chain_from(epoch);
+        self.chain.committed(epoch);
+        self.journal_at.insert(epoch, journal_next);
+        if let Some((&fallback, &position)) = self.journal_at.range(..chain_from).next_back() {
+            journal.release_before(position);
+            self.journal_at = self.journal_at.split_off(&fallback);
+        }
     }
 }
 
@@ -125,7 +157,8 @@ impl Intake<'_> {
         let epoch = self.schedule.epoch + 1;
         // Told first: the barrier may pass and its checkpoint complete within the call.
         self.outputs.taken.barrier(true);
-        let sent = self.runtime.checkpoint(epoch, barrier, &mut self.outputs)?;
+        let base = self.schedule.chain.begin(epoch);
+        let sent = self.runtime.checkpoint(epoch, base, barrier, &mut self.outputs)?;
         if sent {
             self.schedule.epoch = epoch;
             self.schedule.began = self.now;
@@ -169,7 +202,9 @@ impl Intake<'_> {
         let committed = snapshot::encode(&ServiceCheckpoint { barrier: done.driver, early })
             .map_err(|e| e.to_string())
             .and_then(|driver| {
-                let manifest = Manifest { epoch, shards: self.schedule.shards, feeder: done.feeder, driver };
+                let chain_from = self.schedule.chain.chain_from(epoch);
+                let manifest =
+                    Manifest { epoch, shards: self.schedule.shards, feeder: done.feeder, driver, chain_from };
                 self.outputs.taken.dir().commit(&manifest).map_err(|e| e.to_string())
             });
         if let Err(error) = committed {
@@ -179,8 +214,7 @@ impl Intake<'_> {
             return;
         }
         write_faults::recovered(CHECKPOINT_SITE);
-        self.journal.release_before(self.schedule.kept_from);
-        self.schedule.kept_from = barrier.journal_next;
+        self.schedule.committed(epoch, barrier.journal_next, &mut self.journal);
         let control = &self.control;
         control.checkpoint_epoch.store(epoch, Ordering::Relaxed);
         let took = u64::try_from(self.now - self.schedule.began).unwrap_or(0);

@@ -228,12 +228,12 @@ impl<'a> Intake<'a> {
 
     /// Goes on from a checkpoint's barrier: its processing time, the messages last taken, and
     /// only the journal entries after it to replay.
-    pub fn resume_from(&mut self, barrier: &ServiceBarrier) {
+    pub fn resume_from(&mut self, epoch: u64, barrier: &ServiceBarrier) {
         self.now = self.now.max(barrier.now);
         self.last_shown = self.now;
         self.last_release = self.now;
         self.journal_from = barrier.journal_next;
-        self.schedule.kept_from = barrier.journal_next;
+        self.schedule.resumed(epoch, barrier.journal_next);
         let held = self.journal.positions().start;
         if held > barrier.journal_next {
             // The checkpoint the start fell back to is older than what the journal holds.

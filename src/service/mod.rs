@@ -243,7 +243,9 @@ fn generation(
         .sleep_with(|bell| sources.sleeper(bell))
         .map_err(|e| ServiceError::Io(format!("cannot sleep with the sources: {e}")))?;
     if let Some(restored) = &restored {
-        tracing::info!(epoch = restored.loaded.manifest.epoch, "state restored from the last checkpoint");
+        let manifest = &restored.loaded.manifest;
+        let (epoch, chain_from) = (manifest.epoch, manifest.chain_from);
+        tracing::info!(epoch, chain_from, "state restored from the last checkpoint");
     }
     let doorbell = runtime.doorbell();
     let (intake_tx, intake_rx) = crossbeam_channel::bounded(INTAKE);
@@ -257,7 +259,7 @@ fn generation(
     let schedule = Schedule::new(&checkpoints, plan.runtime.checkpoint_interval, start, shards);
     let mut intake = Intake::new(plan, runtime, journal, outputs, links, start, schedule);
     if let Some(restored) = &restored {
-        intake.resume_from(&restored.barrier);
+        intake.resume_from(restored.loaded.manifest.epoch, &restored.barrier);
     }
     let replayed = intake.replay_journal()?;
     // Logged also when there was nothing after the checkpoint: the start is done either way.

@@ -44,15 +44,23 @@ impl Runtime {
     /// Starts checkpoint `epoch` right here, between two events (call it after
     /// [`advance_to`](Self::advance_to), so the barrier follows a tick boundary): `driver` is the
     /// driver's state at this point (where its input stands), handed back with the completed
-    /// checkpoint ([`Emit::checkpointed`]). Returns false, starting nothing, when checkpoints are
-    /// off or the previous one is still under way.
-    pub fn checkpoint(&mut self, epoch: u64, driver: Vec<u8>, emit: &mut impl Emit) -> Result<bool, RuntimeError> {
+    /// checkpoint ([`Emit::checkpointed`]). `base`: a committed checkpoint, the last one taken,
+    /// that operators may write deltas of (checkpoint/mod.rs, "Chains"); 0 for whole snapshots.
+    /// Returns false, starting nothing, when checkpoints are off or the previous one is still
+    /// under way.
+    pub fn checkpoint(
+        &mut self,
+        epoch: u64,
+        base: u64,
+        driver: Vec<u8>,
+        emit: &mut impl Emit,
+    ) -> Result<bool, RuntimeError> {
         if !self.checkpoints || self.in_flight.is_some() {
             return Ok(false);
         }
         let feeder = self.feeder_snapshot().map_err(|e| RuntimeError::Frame(e.to_string()))?;
         self.seq += 1;
-        self.writer.barrier(self.seq, epoch);
+        self.writer.barrier(self.seq, epoch, base);
         self.in_flight = Some(InFlight {
             epoch,
             passed: vec![vec![false; self.op_inputs.len()]; self.shards],

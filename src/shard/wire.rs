@@ -13,7 +13,7 @@
 //! | `Frontier` | operator u32, pad, tag | |
 //! | `TickDone` | operator u32, pad, seq u64, watermark i128 | |
 //! | `Output` | operator u32, side u32 ([`Side::code`](crate::operator::Side): a result, a late or expired row, a too-large stand-in), pad | archived row |
-//! | `Barrier` | seq u64, epoch u64 | |
+//! | `Barrier` | seq u64, epoch u64, base u64 (the checkpoint a snapshot may be a delta of; 0: none) | |
 //! | `Passed` | operator u32 ([`SHARD_DONE`]: the whole shard), pad, epoch u64 | |
 //!
 //! Reading is unchecked (no crc, no bytecheck: STYLE.md 8), so [`read`] is an `unsafe fn`: its
@@ -110,10 +110,11 @@ impl Writer {
         &self.buf
     }
 
-    pub fn barrier(&mut self, seq: u64, epoch: u64) -> &[u8] {
+    pub fn barrier(&mut self, seq: u64, epoch: u64, base: u64) -> &[u8] {
         let b = self.start();
         b.extend_from_slice(&seq.to_le_bytes());
         b.extend_from_slice(&epoch.to_le_bytes());
+        b.extend_from_slice(&base.to_le_bytes());
         &self.buf
     }
 
@@ -226,6 +227,7 @@ pub enum Frame<'a> {
     Barrier {
         seq: u64,
         epoch: u64,
+        base: u64,
     },
     Passed {
         op: u32,
@@ -311,7 +313,7 @@ pub unsafe fn read(kind: FrameKind, p: &[u8]) -> Frame<'_> {
         FrameKind::Output => {
             Frame::Output { op: u32_at(p, 0) as usize, side: Side::of(u32_at(p, 4)), row: row(8), archive: archive(8) }
         }
-        FrameKind::Barrier => Frame::Barrier { seq: u64_at(p, 0), epoch: u64_at(p, 8) },
+        FrameKind::Barrier => Frame::Barrier { seq: u64_at(p, 0), epoch: u64_at(p, 8), base: u64_at(p, 16) },
         FrameKind::Passed => Frame::Passed { op: u64_at(p, 0) as u32, epoch: u64_at(p, 8) },
     }
 }

@@ -146,6 +146,9 @@ struct Core {
     kept: Option<ScratchBytes>,
     /// CPU time spent taking snapshots and encoding shard files.
     snapshot_time: std::time::Duration,
+    /// Per operator: the checkpoint its last snapshot went into (0: none yet), which a delta
+    /// applies to (checkpoint/mod.rs, "Chains").
+    snapshot_epochs: Vec<u64>,
 }
 
 /// One shard's checkpoint file, to be written off the shard's thread (threads.rs).
@@ -165,11 +168,14 @@ pub const NOT_WRITTEN: u8 = 2;
 /// A checkpoint barrier on its way through a shard's operators.
 struct BarrierInFlight {
     epoch: u64,
+    /// The checkpoint a snapshot may be a delta of (0: every snapshot whole).
+    base: u64,
     /// The shard's file being written: each operator's snapshot goes in when the barrier
     /// reaches it (state/snapshot.rs, "Nesting without copies").
     buffer: SnapshotBuffer,
-    /// Per operator: where its snapshot lies in `buffer`, once the barrier has reached it.
-    snapshots: Vec<Option<InBuffer>>,
+    /// Per operator: where its snapshot lies in `buffer`, once the barrier has reached it,
+    /// and the checkpoint it is a delta of (0: whole).
+    snapshots: Vec<Option<(InBuffer, u64)>>,
 }
 
 pub struct Worker {
@@ -242,6 +248,7 @@ impl Worker {
             writing: None,
             kept: None,
             snapshot_time: std::time::Duration::ZERO,
+            snapshot_epochs: vec![0; ops],
             plan,
             shards,
         };
@@ -500,7 +507,7 @@ impl Core {
                 }
             }
             Frame::Progress { seq } => self.feeder_frontier = self.feeder_frontier.max(Tag::event(seq + 1)),
-            Frame::Barrier { seq, epoch } => {
+            Frame::Barrier { seq, epoch, base } => {
                 self.feeder_frontier = Tag::event(seq + 1);
                 if self.barrier.is_some() || self.checkpoints.is_none() {
                     self.fail(ShardError::Protocol("a checkpoint barrier the shard cannot take"));
@@ -508,7 +515,7 @@ impl Core {
                 }
                 let snapshots = vec![None; self.plan.operators.len()];
                 let buffer = CheckpointDir::shard_buffer_in(self.kept.take());
-                self.barrier = Some(BarrierInFlight { epoch, buffer, snapshots });
+                self.barrier = Some(BarrierInFlight { epoch, base, buffer, snapshots });
                 for op in 0..self.plan.operators.len() {
                     self.dispatch(op, Tag::event(seq), 0, Work::Barrier(epoch));
                 }
@@ -650,10 +657,17 @@ impl Core {
             return;
         };
         let began = crate::time::cpu::thread();
-        let snapshot = self.hosts[op].snapshot_into(&mut barrier.buffer);
+        // A delta only of this operator's snapshot in the checkpoint the barrier names.
+        let delta = barrier.base != 0 && self.snapshot_epochs[op] == barrier.base;
+        let snapshot = self.hosts[op].snapshot_into(&mut barrier.buffer, delta);
+        if snapshot.is_ok() {
+            self.hosts[op].note_snapshot();
+            self.snapshot_epochs[op] = epoch;
+        }
         self.snapshot_time += crate::time::cpu::thread().saturating_sub(began);
         let snapshot = match snapshot {
-            Ok(level) => level,
+            Ok((level, false)) => (level, 0),
+            Ok((level, true)) => (level, barrier.base),
             Err(error) => {
                 let name = &self.plan.operators[op].name;
                 self.fail(ShardError::State(format!("snapshot of operator {name}: {error}")));
@@ -683,7 +697,8 @@ impl Core {
             .enumerate()
             .map(|(op, level)| {
                 let name = self.plan.operators[op].name.clone();
-                SnapshotEntry::new(name, definition_hash(&self.plan, op), level.unwrap_or_default())
+                let (level, base) = level.unwrap_or_default();
+                SnapshotEntry::new(name, definition_hash(&self.plan, op), level, base)
             })
             .collect();
         let index = ShardIndex { epoch, shard: self.id as u32, shards: self.shards as u32, operators };
@@ -915,7 +930,7 @@ fn restore(plan: &Plan, hosts: &mut [OperatorHost], file: &ShardFile) -> Result<
             }
             continue;
         };
-        host.restore(&saved.state)
+        host.restore_chain(&saved.chain())
             .map_err(|error| ShardError::State(format!("restoring operator {name} from its checkpoint: {error}")))?;
     }
     Ok(())

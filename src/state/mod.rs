@@ -142,6 +142,73 @@ pub trait KeyedStore: Send {
     fn visit_ages(&self, visit: &mut dyn FnMut(i64, u64, u64, RowHandle));
     /// Whether the row `handle` is still stored.
     fn contains(&self, key_hash: u64, handle: RowHandle) -> bool;
+    /// Hands `visit` row `handle`'s matched flag and archive (as [`export`](Self::export) does);
+    /// false when it is not stored. For a delta snapshot's rows stored since the last one.
+    fn export_row(
+        &self,
+        key_hash: u64,
+        handle: RowHandle,
+        visit: &mut dyn FnMut(bool, &[u8]),
+    ) -> Result<bool, FrameError>;
+    /// Starts noting, from now on, which rows leave and which become matched
+    /// ([`StoreChanges`]): a snapshot of this store was just taken.
+    fn note_changes(&mut self);
+    /// What [`note_changes`](Self::note_changes) noted since it was called; `None` when it
+    /// never was, or the notes outgrew their bound (the next snapshot is then a whole one).
+    fn changes(&self) -> Option<&StoreChanges>;
+}
+
+/// What a store noted since its last snapshot, for the next one to name only what changed
+/// (state/snapshot.rs, "Deltas"): the handles of rows that left and of rows that became
+/// matched. (Rows stored since are named by their operator, which knows what it stored.) Notes
+/// cost a push per row that leaves; past twice the rows the store held when noting began (at
+/// least [`KEPT_CAPACITY`] × 16) they are dropped and noting stops, so a store whose snapshots
+/// stopped coming (checkpoints off, a long interval) does not grow them without bound.
+#[derive(Debug, Default)]
+pub struct StoreChanges {
+    noting: bool,
+    bound: usize,
+    pub removed: Vec<RowHandle>,
+    pub matched: Vec<RowHandle>,
+}
+
+impl StoreChanges {
+    /// Notes afresh, for a store of `rows` rows.
+    pub fn restart(&mut self, rows: usize) {
+        self.noting = true;
+        self.bound = (2 * rows).max(16 * KEPT_CAPACITY);
+        self.removed.clear();
+        self.matched.clear();
+    }
+
+    /// Row `handle` left the store.
+    #[inline]
+    pub fn removed(&mut self, handle: RowHandle) {
+        if self.noting {
+            self.removed.push(handle);
+            self.check_bound();
+        }
+    }
+
+    /// Row `handle` became matched.
+    #[inline]
+    pub fn matched(&mut self, handle: RowHandle) {
+        if self.noting {
+            self.matched.push(handle);
+            self.check_bound();
+        }
+    }
+
+    fn check_bound(&mut self) {
+        if self.removed.len() + self.matched.len() > self.bound {
+            *self = StoreChanges::default();
+        }
+    }
+
+    /// The notes, if they are whole.
+    pub fn noted(&self) -> Option<&StoreChanges> {
+        self.noting.then_some(self)
+    }
 }
 
 /// Bytes of a row's index entry in [`MemoryStore`] (the arena's are its own `ENTRY_BYTES`).
@@ -180,6 +247,7 @@ pub struct MemoryStore {
     next_handle: RowHandle,
     rows: usize,
     bytes: usize,
+    changes: StoreChanges,
 }
 
 impl KeyedStore for MemoryStore {
@@ -195,8 +263,9 @@ impl KeyedStore for MemoryStore {
     fn scan_key(&mut self, key: KeyRef<'_>, key_hash: u64, visit: &mut dyn FnMut(RowView<'_>) -> bool) {
         let Some(entries) = self.by_hash.get_mut(&key_hash) else { return };
         for entry in entries.iter_mut().filter(|e| e.row.key.key_ref() == key) {
-            if visit(RowView::Heap(&entry.row)) {
+            if visit(RowView::Heap(&entry.row)) && !entry.matched {
                 entry.matched = true;
+                self.changes.matched(entry.handle);
             }
         }
     }
@@ -211,6 +280,7 @@ impl KeyedStore for MemoryStore {
         }
         self.rows -= 1;
         self.bytes -= row.size_bytes();
+        self.changes.removed(handle);
         Some(Removed { row, matched })
     }
 
@@ -274,6 +344,26 @@ impl KeyedStore for MemoryStore {
 
     fn contains(&self, key_hash: u64, handle: RowHandle) -> bool {
         self.by_hash.get(&key_hash).is_some_and(|entries| entries.iter().any(|e| e.handle == handle))
+    }
+
+    fn export_row(
+        &self,
+        key_hash: u64,
+        handle: RowHandle,
+        visit: &mut dyn FnMut(bool, &[u8]),
+    ) -> Result<bool, FrameError> {
+        let entry = self.by_hash.get(&key_hash).and_then(|entries| entries.iter().rev().find(|e| e.handle == handle));
+        let Some(entry) = entry else { return Ok(false) };
+        visit(entry.matched, RowEncoder::new().encode(&entry.row)?);
+        Ok(true)
+    }
+
+    fn note_changes(&mut self) {
+        self.changes.restart(self.rows);
+    }
+
+    fn changes(&self) -> Option<&StoreChanges> {
+        self.changes.noted()
     }
 }
 

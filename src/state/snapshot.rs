@@ -39,6 +39,19 @@
 //! state's size, its rows copied once. (Kinds other than the interval join still encode their
 //! own level apart and have it copied in.)
 //!
+//! # Deltas
+//!
+//! A checkpoint need not copy every stored row each time: a store notes the handles of the rows
+//! that leave it and of those that become matched since its last snapshot
+//! ([`KeyedStore::note_changes`]), its operator knows the rows it stored since, and a delta
+//! ([`StoreDelta`]) names just those — the rows stored since copied, the rest by handle. A delta
+//! applies to the snapshot before it ([`apply_delta`]); a restart reads the chain back to the whole
+//! snapshot it starts from (checkpoint/mod.rs, "Chains"). Notes are bounded
+//! ([`StoreChanges`](super::StoreChanges)); when they are not whole, or the checkpoint asks for
+//! it, the snapshot is a whole one. Only the interval join writes deltas so far (its state is
+//! what grows with the traffic); every other kind writes whole snapshots, which a chain takes as
+//! they are.
+//!
 //! # Restoring
 //!
 //! `restore` takes a snapshot into a freshly built instance of the same operator spec. Each kind
@@ -319,12 +332,20 @@ where
     T: rkyv::Serialize<SnapshotSerializer<'a>>,
 {
     fn serialize(&self, serializer: &mut SnapshotSerializer<'a>) -> Result<NestResolver, rancor::Error> {
-        use rkyv::SerializeUnsized;
-        let start = serializer.writer.begin().map_err(rancor::Source::new)?;
-        self.0.serialize_unsized(serializer)?;
-        let (level, _) = serializer.writer.seal(start).map_err(rancor::Source::new)?;
-        Ok(NestResolver { start, len: level.len })
+        nest(&self.0, serializer)
     }
+}
+
+/// What [`Nest`] of `value` writes, from a reference to it.
+pub fn nest<'a, T>(value: &T, serializer: &mut SnapshotSerializer<'a>) -> Result<NestResolver, rancor::Error>
+where
+    T: rkyv::Serialize<SnapshotSerializer<'a>>,
+{
+    use rkyv::SerializeUnsized;
+    let start = serializer.writer.begin().map_err(rancor::Source::new)?;
+    value.serialize_unsized(serializer)?;
+    let (level, _) = serializer.writer.seal(start).map_err(rancor::Source::new)?;
+    Ok(NestResolver { start, len: level.len })
 }
 
 impl SnapshotBuffer {
@@ -526,6 +547,63 @@ where
         written?;
         Ok(NestResolver { start, len: serializer.pos() - start })
     }
+}
+
+/// What changed in a store since its last snapshot (module doc, "Deltas"): the rows that left
+/// and the rows that became matched, by handle, and the rows stored since that are still there,
+/// as a [`SavedStore`] of them (its `issued` the store's, as a whole snapshot's).
+#[derive(Clone, Debug, Default, PartialEq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct StoreDelta {
+    pub removed: Vec<RowHandle>,
+    pub matched: Vec<RowHandle>,
+    pub added: SavedStore,
+}
+
+/// The delta of `store` since its last snapshot, whose operator names the rows it stored since
+/// (`added`: key hash and handle, in the order they were stored; rows that left since are
+/// skipped). `None` when the store's notes are not whole ([`KeyedStore::changes`]): the
+/// snapshot must be a whole one.
+pub fn save_delta(
+    store: &dyn KeyedStore,
+    added: impl Iterator<Item = (u64, RowHandle)>,
+) -> Result<Option<StoreDelta>, SnapshotError> {
+    let Some(changes) = store.changes() else { return Ok(None) };
+    let mut rows = Vec::new();
+    let mut archives = Vec::new();
+    for (key_hash, handle) in added {
+        store
+            .export_row(key_hash, handle, &mut |matched, archive| {
+                rows.push(SavedRow { handle, len: archive.len() as u32, matched });
+                archives.extend_from_slice(archive);
+            })
+            .map_err(|e| SnapshotError::Encode(e.to_string()))?;
+    }
+    let added = SavedStore { rows, archives, issued: store.handles_issued() };
+    Ok(Some(StoreDelta { removed: changes.removed.clone(), matched: changes.matched.clone(), added }))
+}
+
+/// `base` with `delta` applied: its rows that left dropped, the ones that became matched marked,
+/// the rows stored since after them (so each key's rows keep their order: a row stored later
+/// has a greater handle, and lies after every row of its key stored before). Handles the delta
+/// names that `base` does not hold are rows that came and went between two snapshots.
+pub fn apply_delta(base: &SavedStore, delta: &StoreDelta) -> SavedStore {
+    let removed: std::collections::HashSet<RowHandle> = delta.removed.iter().copied().collect();
+    let matched: std::collections::HashSet<RowHandle> = delta.matched.iter().copied().collect();
+    let mut applied = SavedStore {
+        rows: Vec::with_capacity(base.rows.len() + delta.added.rows.len()),
+        archives: Vec::with_capacity(base.archives.len() + delta.added.archives.len()),
+        issued: delta.added.issued.clone(),
+    };
+    for (handle, was_matched, archive) in base.iter() {
+        if !removed.contains(&handle) {
+            let matched = was_matched || matched.contains(&handle);
+            applied.rows.push(SavedRow { handle, len: archive.len() as u32, matched });
+            applied.archives.extend_from_slice(archive);
+        }
+    }
+    applied.rows.extend_from_slice(&delta.added.rows);
+    applied.archives.extend_from_slice(&delta.added.archives);
+    applied
 }
 
 /// Checks that `saved` can be imported into `store`: the store is empty (a freshly built

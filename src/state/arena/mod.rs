@@ -392,6 +392,7 @@ pub struct ArenaStore {
     compactions: usize,
     moved_rows: usize,
     recovery: Recovery,
+    changes: super::StoreChanges,
 }
 
 impl ArenaStore {
@@ -481,6 +482,7 @@ impl ArenaStore {
             compactions: 0,
             moved_rows: 0,
             recovery: Recovery::default(),
+            changes: super::StoreChanges::default(),
         };
         let last = ordered.len().checked_sub(1);
         for (i, (_, mut segment)) in ordered.into_iter().enumerate() {
@@ -600,6 +602,7 @@ impl ArenaStore {
             }
         }
         self.rows -= 1;
+        self.changes.removed(handle);
         Some(entry)
     }
 
@@ -820,7 +823,7 @@ impl KeyedStore for ArenaStore {
 
     fn scan_key(&mut self, key: KeyRef<'_>, key_hash: u64, visit: &mut dyn FnMut(RowView<'_>) -> bool) {
         let Some(entries) = self.index.get_mut(&key_hash) else { return };
-        let segments = &mut self.segments;
+        let (segments, changes) = (&mut self.segments, &mut self.changes);
         entries.for_each_mut(|entry| {
             let hit = match &entry.place {
                 Place::Memory { row, .. } => row.key.key_ref() == key && visit(RowView::Heap(row)),
@@ -831,6 +834,7 @@ impl KeyedStore for ArenaStore {
             };
             if hit && !entry.matched() {
                 entry.set_matched(true);
+                changes.matched(entry.handle);
                 // Only a reopened store reads the flag in the record (a scratch one never is).
                 if let Place::Arena { slot, off, .. } = entry.place
                     && segments.config.recoverable
@@ -1018,6 +1022,33 @@ impl KeyedStore for ArenaStore {
 
     fn contains(&self, key_hash: u64, handle: RowHandle) -> bool {
         self.index.get(&key_hash).is_some_and(|entries| entries.iter().any(|e| e.handle == handle))
+    }
+
+    fn export_row(
+        &self,
+        key_hash: u64,
+        handle: RowHandle,
+        visit: &mut dyn FnMut(bool, &[u8]),
+    ) -> Result<bool, FrameError> {
+        let entries = self.index.get(&key_hash);
+        let Some(entry) = entries.and_then(|e| e.get(e.position(handle)?)) else { return Ok(false) };
+        match &entry.place {
+            Place::Memory { row, .. } => visit(entry.matched(), RowEncoder::new().encode(&**row)?),
+            &Place::Arena { slot, off, .. } => {
+                // As `export`, which skips a row whose segment is gone (never: `Segments::row`).
+                let Some(archive) = self.segments.payload(slot, off) else { return Ok(false) };
+                visit(entry.matched(), archive);
+            }
+        }
+        Ok(true)
+    }
+
+    fn note_changes(&mut self) {
+        self.changes.restart(self.rows);
+    }
+
+    fn changes(&self) -> Option<&super::StoreChanges> {
+        self.changes.noted()
     }
 }
 
