@@ -206,7 +206,7 @@ pub fn definition_hash(plan: &Plan, op: usize) -> u64 {
 /// Deltas a chain holds at most after its whole checkpoint: the next is whole again, so a
 /// restart reads at most this many more files per shard, and the checkpoints kept on disk stay
 /// few ("Chains").
-pub const MAX_DELTAS: u64 = 8;
+pub const MAX_DELTAS: u64 = 4;
 
 /// Which checkpoint the next one's deltas may apply to ("Chains"): the last one, once it is
 /// committed, while its chain is shorter than [`MAX_DELTAS`]; else none (whole snapshots).
