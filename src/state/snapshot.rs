@@ -45,7 +45,7 @@
 //! that leave it and of those that become matched since its last snapshot
 //! ([`KeyedStore::note_changes`]), its operator knows the rows it stored since, and a delta
 //! ([`StoreDelta`]) names just those — the rows stored since copied, the rest by handle. A delta
-//! applies to the snapshot before it ([`apply_delta`]); a restart reads the chain back to the whole
+//! applies to the snapshot before it ([`apply_deltas`]); a restart reads the chain back to the whole
 //! snapshot it starts from (checkpoint/mod.rs, "Chains"). Notes are bounded
 //! ([`StoreChanges`](super::StoreChanges)); when they are not whole, or the checkpoint asks for
 //! it, the snapshot is a whole one. Only the interval join writes deltas so far (its state is
@@ -582,27 +582,32 @@ pub fn save_delta(
     Ok(Some(StoreDelta { removed: changes.removed.clone(), matched: changes.matched.clone(), added }))
 }
 
-/// `base` with `delta` applied: its rows that left dropped, the ones that became matched marked,
-/// the rows stored since after them (so each key's rows keep their order: a row stored later
-/// has a greater handle, and lies after every row of its key stored before). Handles the delta
-/// names that `base` does not hold are rows that came and went between two snapshots.
-pub fn apply_delta(base: &SavedStore, delta: &StoreDelta) -> SavedStore {
-    let removed: std::collections::HashSet<RowHandle> = delta.removed.iter().copied().collect();
-    let matched: std::collections::HashSet<RowHandle> = delta.matched.iter().copied().collect();
+/// `base` with `deltas` applied, in one pass: the rows that left dropped, the ones that became
+/// matched marked, each delta's rows stored since after those before them (so each key's rows
+/// keep their order: a row stored later has a greater handle, and lies after every row of its
+/// key stored before). A delta names only rows stored before it, never later ones, so its
+/// handles apply to all that came before at once. Handles a delta names that nothing before it
+/// holds are rows that came and went between two snapshots.
+pub fn apply_deltas(base: &SavedStore, deltas: &[&StoreDelta]) -> SavedStore {
+    let Some(last) = deltas.last() else { return base.clone() };
+    let removed: std::collections::HashSet<RowHandle> = deltas.iter().flat_map(|d| d.removed.iter().copied()).collect();
+    let matched: std::collections::HashSet<RowHandle> = deltas.iter().flat_map(|d| d.matched.iter().copied()).collect();
+    let rows = base.rows.len() + deltas.iter().map(|d| d.added.rows.len()).sum::<usize>();
+    let bytes = base.archives.len() + deltas.iter().map(|d| d.added.archives.len()).sum::<usize>();
     let mut applied = SavedStore {
-        rows: Vec::with_capacity(base.rows.len() + delta.added.rows.len()),
-        archives: Vec::with_capacity(base.archives.len() + delta.added.archives.len()),
-        issued: delta.added.issued.clone(),
+        rows: Vec::with_capacity(rows.saturating_sub(removed.len())),
+        archives: Vec::with_capacity(bytes),
+        issued: last.added.issued.clone(),
     };
-    for (handle, was_matched, archive) in base.iter() {
+    for (handle, was_matched, archive) in
+        std::iter::once(base).chain(deltas.iter().map(|d| &d.added)).flat_map(SavedStore::iter)
+    {
         if !removed.contains(&handle) {
             let matched = was_matched || matched.contains(&handle);
             applied.rows.push(SavedRow { handle, len: archive.len() as u32, matched });
             applied.archives.extend_from_slice(archive);
         }
     }
-    applied.rows.extend_from_slice(&delta.added.rows);
-    applied.archives.extend_from_slice(&delta.added.archives);
     applied
 }
 
