@@ -29,7 +29,7 @@ use crate::record::frame::to_row;
 use crate::record::id::{IdHasher, PairIds};
 use crate::record::view::RowView;
 use crate::record::{ArchivedRow, Row};
-use crate::state::snapshot::{self, SavedStore, SnapshotError, StoreDelta, StoreView};
+use crate::state::snapshot::{self, SavedStore, SnapshotError, StoreDelta, StoreDeltaView, StoreView};
 use crate::state::ttl::{Due, StoredRow};
 use crate::state::{KeyedStore, MemoryStore, RowHandle};
 use crate::time::Time;
@@ -487,31 +487,25 @@ impl IntervalJoin {
     }
 
     /// What changed since the last snapshot ([`note_snapshot`](Self::note_snapshot)): the
-    /// stores' deltas and the timers of the rows stored since; `None` when that cannot be told
-    /// (no snapshot yet, or the notes outgrew their bound) and the snapshot must be whole.
-    pub(crate) fn snapshot_delta(&self) -> Result<Option<IntervalJoinDelta>, SnapshotError> {
-        let Some(armed) = &self.armed_since else { return Ok(None) };
-        let mut rows = Vec::with_capacity(self.state.len());
-        for (input, store) in self.state.iter().enumerate() {
-            let added = armed.iter().filter(|t| t.input == input).map(|t| (t.key_hash, t.handle));
-            let Some(delta) = snapshot::save_delta(store.as_ref(), added)? else { return Ok(None) };
-            rows.push(delta);
-        }
-        // The timers of the rows still stored: each input's added rows are its armed timers'
-        // rows in the same order, less those that left.
-        let mut next = [0usize; 2];
-        let timers = armed
-            .iter()
-            .filter(|t| {
-                let added = &rows[t.input].added.rows;
-                let kept = added.get(next[t.input]).is_some_and(|r| r.handle == t.handle);
-                next[t.input] += usize::from(kept);
-                kept
+    /// stores' deltas and the timers of the rows stored since that are still there; `None` when
+    /// that cannot be told (no snapshot yet, or the notes outgrew their bound) and the snapshot
+    /// must be whole. The rows are copied from the stores as it is serialized.
+    pub(crate) fn snapshot_delta(&self) -> Option<IntervalJoinDeltaView<'_>> {
+        let armed = self.armed_since.as_ref()?;
+        let rows = (0..self.state.len())
+            .map(|input| {
+                let added = armed.iter().filter(|t| t.input == input).map(|t| (t.key_hash, t.handle));
+                StoreDeltaView::of(self.state[input].as_ref(), added)
             })
-            .copied()
-            .collect();
+            .collect::<Option<Vec<_>>>()?;
+        // The timers of the rows still stored: each input's are its armed timers' rows in the
+        // same order, less those that left.
+        let timers = {
+            let mut still = [rows[LEFT].added().peekable(), rows[RIGHT].added().peekable()];
+            armed.iter().filter(|t| still[t.input].next_if_eq(&t.handle).is_some()).copied().collect()
+        };
         let (watermark, seq, quality) = (self.watermark, self.seq, self.quality);
-        Ok(Some(IntervalJoinDelta { watermark, rows, timers, seq, quality }))
+        Some(IntervalJoinDeltaView { watermark, rows, timers, seq, quality })
     }
 
     /// A snapshot was taken (whole or delta): changes are noted from here for the next one.
@@ -572,6 +566,46 @@ impl IntervalJoin {
         self.seq = saved.seq;
         self.quality = saved.quality;
         Ok(())
+    }
+}
+
+/// [`IntervalJoinDelta`] as a snapshot writes it: the rows stored since serialized from the
+/// stores.
+pub(crate) struct IntervalJoinDeltaView<'a> {
+    watermark: Time,
+    rows: Vec<StoreDeltaView<'a>>,
+    timers: Vec<Timer>,
+    seq: u64,
+    quality: Quality,
+}
+
+impl rkyv::Archive for IntervalJoinDeltaView<'_> {
+    type Archived = ArchivedIntervalJoinDelta;
+    type Resolver = IntervalJoinDeltaResolver;
+
+    fn resolve(&self, resolver: Self::Resolver, out: rkyv::Place<ArchivedIntervalJoinDelta>) {
+        rkyv::munge::munge!(let ArchivedIntervalJoinDelta { watermark, rows, timers, seq, quality } = out);
+        self.watermark.resolve(resolver.watermark, watermark);
+        self.rows.resolve(resolver.rows, rows);
+        self.timers.resolve(resolver.timers, timers);
+        self.seq.resolve((), seq);
+        self.quality.resolve(resolver.quality, quality);
+    }
+}
+
+impl<S> rkyv::Serialize<S> for IntervalJoinDeltaView<'_>
+where
+    S: rkyv::rancor::Fallible + rkyv::ser::Writer + rkyv::ser::Allocator + ?Sized,
+    S::Error: rkyv::rancor::Source,
+{
+    fn serialize(&self, serializer: &mut S) -> Result<Self::Resolver, S::Error> {
+        Ok(IntervalJoinDeltaResolver {
+            watermark: self.watermark.serialize(serializer)?,
+            rows: self.rows.serialize(serializer)?,
+            timers: self.timers.serialize(serializer)?,
+            seq: self.seq.serialize(serializer)?,
+            quality: self.quality.serialize(serializer)?,
+        })
     }
 }
 
@@ -983,7 +1017,7 @@ mod delta_tests {
             let mut deltas = Vec::new();
             for pair in cuts.windows(2) {
                 run(&mut live, &steps[pair[0]..pair[1]], &mut now);
-                deltas.push(encoded(&live.snapshot_delta().unwrap().expect("notes are whole")));
+                deltas.push(encoded(&live.snapshot_delta().expect("notes are whole")));
                 live.note_snapshot();
             }
             let at_end = encoded(&live.snapshot_view().unwrap());

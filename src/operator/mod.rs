@@ -525,7 +525,7 @@ impl<'a> rkyv::Serialize<SnapshotSerializer<'a>> for KindStateView<'_> {
 /// their own and copied in (state/snapshot.rs, "Nesting without copies", "Deltas").
 pub(crate) enum OperatorState<'a> {
     IntervalJoin(interval_join::IntervalJoinStateView<'a>),
-    IntervalJoinDelta(interval_join::IntervalJoinDelta),
+    IntervalJoinDelta(interval_join::IntervalJoinDeltaView<'a>),
     Other(&'a Operator),
 }
 
@@ -732,7 +732,7 @@ impl Operator {
     pub(crate) fn snapshot_view(&self, delta: bool) -> Result<KindStateView<'_>, SnapshotError> {
         let kind = self.kind().name();
         Ok(match self {
-            Operator::IntervalJoin(op) => match delta.then(|| op.snapshot_delta()).transpose()?.flatten() {
+            Operator::IntervalJoin(op) => match delta.then(|| op.snapshot_delta()).flatten() {
                 Some(delta) => KindStateView { kind: delta_kind(kind), state: OperatorState::IntervalJoinDelta(delta) },
                 None => {
                     KindStateView { kind: kind.to_owned(), state: OperatorState::IntervalJoin(op.snapshot_view()?) }

@@ -150,6 +150,13 @@ pub trait KeyedStore: Send {
         handle: RowHandle,
         visit: &mut dyn FnMut(bool, &[u8]),
     ) -> Result<bool, FrameError>;
+    /// Row `handle`'s matched flag and the length of its archive, if it is stored (a delta lists
+    /// its rows before it copies them). An arena answers from its index.
+    fn stored_len(&self, key_hash: u64, handle: RowHandle) -> Option<(bool, usize)> {
+        let mut found = None;
+        self.export_row(key_hash, handle, &mut |matched, archive| found = Some((matched, archive.len()))).ok()?;
+        found
+    }
     /// Starts noting, from now on, which rows leave and which become matched
     /// ([`StoreChanges`]): a snapshot of this store was just taken.
     fn note_changes(&mut self);

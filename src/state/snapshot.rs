@@ -559,27 +559,105 @@ pub struct StoreDelta {
     pub added: SavedStore,
 }
 
-/// The delta of `store` since its last snapshot, whose operator names the rows it stored since
-/// (`added`: key hash and handle, in the order they were stored; rows that left since are
-/// skipped). `None` when the store's notes are not whole ([`KeyedStore::changes`]): the
-/// snapshot must be a whole one.
-pub fn save_delta(
-    store: &dyn KeyedStore,
-    added: impl Iterator<Item = (u64, RowHandle)>,
-) -> Result<Option<StoreDelta>, SnapshotError> {
-    let Some(changes) = store.changes() else { return Ok(None) };
-    let mut rows = Vec::new();
-    let mut archives = Vec::new();
-    for (key_hash, handle) in added {
-        store
-            .export_row(key_hash, handle, &mut |matched, archive| {
-                rows.push(SavedRow { handle, len: archive.len() as u32, matched });
-                archives.extend_from_slice(archive);
-            })
-            .map_err(|e| SnapshotError::Encode(e.to_string()))?;
+/// A [`StoreDelta`] as a snapshot writes it, the rows stored since copied from the store into the
+/// archive being written (as [`StoreView`] does for a whole store), not into vectors first.
+pub struct StoreDeltaView<'a> {
+    store: &'a dyn KeyedStore,
+    changes: &'a super::StoreChanges,
+    /// The rows stored since that are still there, in the order they were stored, and their
+    /// key hashes.
+    rows: Vec<SavedRow>,
+    key_hashes: Vec<u64>,
+}
+
+impl<'a> StoreDeltaView<'a> {
+    /// The delta of `store` since its last snapshot, whose operator names the rows it stored
+    /// since (`added`: key hash and handle, in the order they were stored; rows that left since
+    /// are skipped). `None` when the store's notes are not whole ([`KeyedStore::changes`]): the
+    /// snapshot must be a whole one.
+    pub fn of(store: &'a dyn KeyedStore, added: impl Iterator<Item = (u64, RowHandle)>) -> Option<StoreDeltaView<'a>> {
+        let changes = store.changes()?;
+        let (mut rows, mut key_hashes) = (Vec::new(), Vec::new());
+        for (key_hash, handle) in added {
+            if let Some((matched, len)) = store.stored_len(key_hash, handle) {
+                rows.push(SavedRow { handle, len: len as u32, matched });
+                key_hashes.push(key_hash);
+            }
+        }
+        Some(StoreDeltaView { store, changes, rows, key_hashes })
     }
-    let added = SavedStore { rows, archives, issued: store.handles_issued() };
-    Ok(Some(StoreDelta { removed: changes.removed.clone(), matched: changes.matched.clone(), added }))
+
+    /// The handles of the rows stored since that are still there, in the order they were stored.
+    pub fn added(&self) -> impl Iterator<Item = RowHandle> + '_ {
+        self.rows.iter().map(|row| row.handle)
+    }
+}
+
+pub struct DeltaViewResolver {
+    removed: VecResolver,
+    matched: VecResolver,
+    rows: VecResolver,
+    archives: NestResolver,
+    issued: VecResolver,
+    issued_len: usize,
+}
+
+impl rkyv::Archive for StoreDeltaView<'_> {
+    type Archived = ArchivedStoreDelta;
+    type Resolver = DeltaViewResolver;
+
+    fn resolve(&self, resolver: DeltaViewResolver, out: rkyv::Place<ArchivedStoreDelta>) {
+        rkyv::munge::munge!(let ArchivedStoreDelta { removed, matched, added } = out);
+        ArchivedVec::resolve_from_len(self.changes.removed.len(), resolver.removed, removed);
+        ArchivedVec::resolve_from_len(self.changes.matched.len(), resolver.matched, matched);
+        rkyv::munge::munge!(let ArchivedSavedStore { rows, archives, issued } = added);
+        ArchivedVec::resolve_from_len(self.rows.len(), resolver.rows, rows);
+        resolver.archives.resolve(archives);
+        ArchivedVec::resolve_from_len(resolver.issued_len, resolver.issued, issued);
+    }
+}
+
+impl<S> rkyv::Serialize<S> for StoreDeltaView<'_>
+where
+    S: rancor::Fallible + rkyv::ser::Writer + rkyv::ser::Allocator + ?Sized,
+    S::Error: rancor::Source,
+{
+    /// In the order of the fields, as validation reads them: each field's bytes after the last's.
+    fn serialize(&self, serializer: &mut S) -> Result<DeltaViewResolver, S::Error> {
+        let removed = ArchivedVec::serialize_from_slice(&self.changes.removed, serializer)?;
+        let matched = ArchivedVec::serialize_from_slice(&self.changes.matched, serializer)?;
+        let rows = ArchivedVec::serialize_from_slice(&self.rows, serializer)?;
+        let start = serializer.pos();
+        let mut written = Ok(());
+        for (row, &key_hash) in self.rows.iter().zip(&self.key_hashes) {
+            let found = self
+                .store
+                .export_row(key_hash, row.handle, &mut |_, archive| {
+                    if written.is_ok() {
+                        written = serializer.write(archive);
+                    }
+                })
+                .map_err(<S::Error as rancor::Source>::new)?;
+            if !found {
+                return Err(<S::Error as rancor::Source>::new(SnapshotError::Encode("a stored row left".into())));
+            }
+        }
+        written?;
+        let archives = NestResolver { start, len: serializer.pos() - start };
+        let expected: usize = self.rows.iter().map(|row| row.len as usize).sum();
+        if archives.len != expected {
+            return Err(<S::Error as rancor::Source>::new(SnapshotError::Encode("a stored row changed".into())));
+        }
+        let issued = self.store.handles_issued();
+        Ok(DeltaViewResolver {
+            removed,
+            matched,
+            rows,
+            archives,
+            issued: ArchivedVec::serialize_from_slice(&issued, serializer)?,
+            issued_len: issued.len(),
+        })
+    }
 }
 
 /// `base` with `deltas` applied, in one pass: the rows that left dropped, the ones that became

@@ -1043,6 +1043,17 @@ impl KeyedStore for ArenaStore {
         Ok(true)
     }
 
+    /// From the index, but for a row kept in memory (encoded to be measured).
+    fn stored_len(&self, key_hash: u64, handle: RowHandle) -> Option<(bool, usize)> {
+        let entries = self.index.get(&key_hash)?;
+        let entry = entries.get(entries.position(handle)?)?;
+        match &entry.place {
+            Place::Memory { row, .. } => Some((entry.matched(), RowEncoder::new().encode(&**row).ok()?.len())),
+            // As `export`, which skips a row whose segment is gone (never: `Segments::row`).
+            &Place::Arena { slot, len, .. } => self.segments.get(slot).map(|_| (entry.matched(), len as usize)),
+        }
+    }
+
     fn note_changes(&mut self) {
         self.changes.restart(self.rows);
     }
