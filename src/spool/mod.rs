@@ -342,6 +342,11 @@ impl Spool {
                     created
                 }
             };
+            // The one before is full or rolled: its pages go from the resident set until the
+            // start that may read them (a journal kept for a fallback checkpoint holds seconds).
+            if let Some(full) = self.segments.back() {
+                full.forget_pages();
+            }
             self.segments.push_back(segment);
             self.recycle_released();
         }

@@ -129,6 +129,11 @@ impl Segment {
         self.log.flush()
     }
 
+    /// Written no more: its pages leave the resident set (they stay in the page cache).
+    pub(super) fn forget_pages(&self) {
+        self.log.forget_pages();
+    }
+
     pub(super) fn path(&self) -> &Path {
         self.log.path()
     }

@@ -558,6 +558,11 @@ impl Segment {
         self.file.remove()
     }
 
+    /// Lets the resident set go of the file's pages (a full segment: [`StoredFile::forget_pages`]).
+    pub fn forget_pages(&self) {
+        self.file.forget_pages();
+    }
+
     pub fn path(&self) -> &Path {
         self.file.path()
     }

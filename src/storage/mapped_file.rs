@@ -311,6 +311,21 @@ impl MappedFile {
         &self.path
     }
 
+    /// Drops this mapping's pages from the process's page tables (`madvise(MADV_DONTNEED)`), so
+    /// the resident set no longer counts them. The file's bytes do not change: a shared file
+    /// mapping reads them back from the page cache, dirty pages included, at the next access. For
+    /// a file written no more and seldom read (a full spool segment kept until it is released).
+    /// Best effort: a refusal only leaves the pages counted.
+    pub fn forget_pages(&self) {
+        // SAFETY: the mapping is a shared one of the file (`MmapRaw::map_raw`): MADV_DONTNEED
+        // drops only page-table entries, and the next read faults the same bytes back in from
+        // the page cache (dirty ones included), so no slice of the mapping sees them change. The
+        // range is the whole mapping, which stays mapped.
+        if let Err(error) = unsafe { self.map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) } {
+            tracing::debug!(path = %self.path.display(), %error, "pages of a mapped file stay resident");
+        }
+    }
+
     /// Frees the whole pages inside data bytes `[offset, offset + len)`: a hole is punched there,
     /// so the memory (tmpfs) or blocks behind them go back to the system, and the process's
     /// resident set no longer counts them. The bytes read as zeros afterwards; nothing may be
@@ -578,6 +593,28 @@ mod tests {
     }
 
     const MAGIC: [u8; 8] = *b"braidtst";
+
+    /// Pages forgotten leave the resident set and read back as they were written.
+    #[test]
+    fn forgotten_pages_read_back_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = MappedFile::create(&dir.path().join("f"), *b"braidtst", 1, 1 << 20).unwrap();
+        let bytes: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 251) as u8).collect();
+        file.data_mut().copy_from_slice(&bytes);
+        // This mapping's resident KiB, from its block of /proc/self/smaps.
+        let resident = |file: &MappedFile| -> u64 {
+            let start = format!("{:x}-", file.map.as_ptr() as usize);
+            let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+            let block = smaps.split_once(&start).expect("the mapping in smaps").1;
+            let rss = block.lines().find(|l| l.starts_with("Rss:")).expect("its Rss line");
+            rss.split_whitespace().nth(1).unwrap().parse().unwrap()
+        };
+        let before = resident(&file);
+        file.forget_pages();
+        let after = resident(&file);
+        assert!(before >= 1024 && after < 64, "resident {before} KiB before, {after} KiB after");
+        assert_eq!(file.data(), &bytes[..]);
+    }
 
     #[test]
     fn create_then_open_round_trips_data() {

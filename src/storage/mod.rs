@@ -93,6 +93,11 @@ pub trait StoredFile: Send + Sync {
     /// Makes data bytes `at..at + len` durable (`msync(MS_SYNC)` for the mmap backend).
     fn sync(&self, at: usize, len: usize) -> Result<(), MappedFileError>;
 
+    /// Lets the process's resident set go of the file's pages, for a file written no more and
+    /// seldom read (a full spool segment): they stay in the page cache and come back as they are
+    /// read ([`MappedFile::forget_pages`]). Nothing for a backend without a mapping.
+    fn forget_pages(&self) {}
+
     /// Deletes the file: unlinked while still mapped and locked, then unmapped — never truncated
     /// under a mapping.
     fn remove(self: Box<Self>) -> Result<(), MappedFileError>;
@@ -169,6 +174,10 @@ impl StoredFile for MappedFile {
 
     fn memory_mut(&mut self) -> Option<&mut [u8]> {
         Some(self.data_mut())
+    }
+
+    fn forget_pages(&self) {
+        MappedFile::forget_pages(self);
     }
 
     fn sync(&self, at: usize, len: usize) -> Result<(), MappedFileError> {
