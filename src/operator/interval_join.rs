@@ -513,7 +513,7 @@ impl IntervalJoin {
         for store in &mut self.state {
             store.note_changes();
         }
-        self.armed_bound = (2 * self.state_rows()).max(16 * crate::state::KEPT_CAPACITY);
+        self.armed_bound = (2 * self.state_rows()).max(crate::state::KEPT_CAPACITY);
         let armed = self.armed_since.get_or_insert_with(Vec::new);
         armed.clear();
     }

@@ -169,7 +169,7 @@ pub trait KeyedStore: Send {
 /// (state/snapshot.rs, "Deltas"): the handles of rows that left and of rows that became
 /// matched. (Rows stored since are named by their operator, which knows what it stored.) Notes
 /// cost a push per row that leaves; past twice the rows the store held when noting began (at
-/// least [`KEPT_CAPACITY`] × 16) they are dropped and noting stops, so a store whose snapshots
+/// least [`KEPT_CAPACITY`]) they are dropped and noting stops, so a store whose snapshots
 /// stopped coming (checkpoints off, a long interval) does not grow them without bound.
 #[derive(Debug, Default)]
 pub struct StoreChanges {
@@ -183,7 +183,7 @@ impl StoreChanges {
     /// Notes afresh, for a store of `rows` rows.
     pub fn restart(&mut self, rows: usize) {
         self.noting = true;
-        self.bound = (2 * rows).max(16 * KEPT_CAPACITY);
+        self.bound = (2 * rows).max(KEPT_CAPACITY);
         self.removed.clear();
         self.matched.clear();
     }
@@ -381,6 +381,28 @@ mod tests {
 
     fn row(key: &str, hash: u64, ts: i64) -> Row {
         Row { ts, key: Key::Str(key.into()), key_hash: hash, id: ts as u64, values: Box::new([Value::Int(ts)]) }
+    }
+
+    /// Notes begin with a snapshot, name removals and new matches, and stop once they outgrow
+    /// their bound (the next snapshot is then whole).
+    #[test]
+    fn changes_are_noted_from_a_snapshot_and_dropped_past_their_bound() {
+        let mut store = MemoryStore::default();
+        let handles: Vec<RowHandle> = (0..3).map(|i| store.insert(row("a", 1, i), false)).collect();
+        assert!(store.changes().is_none(), "nothing noted before a snapshot");
+        store.note_changes();
+        store.scan_key(Key::Str("a".into()).key_ref(), 1, &mut |r| r.ts() == 1);
+        store.scan_key(Key::Str("a".into()).key_ref(), 1, &mut |r| r.ts() == 1);
+        store.remove(1, handles[2]);
+        let changes = store.changes().unwrap();
+        assert_eq!((&changes.removed[..], &changes.matched[..]), (&[handles[2]][..], &[handles[1]][..]));
+        for i in 0..KEPT_CAPACITY as i64 {
+            let handle = store.insert(row("b", 2, i), false);
+            store.remove(2, handle);
+        }
+        assert!(store.changes().is_none(), "past {KEPT_CAPACITY} notes");
+        store.note_changes();
+        assert!(store.changes().is_some_and(|c| c.removed.is_empty()), "noted afresh at the next snapshot");
     }
 
     #[test]
