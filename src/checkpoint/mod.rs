@@ -41,8 +41,9 @@
 //! snapshot there writes a delta of it (state/snapshot.rs, "Deltas"; [`SnapshotEntry::base`]).
 //! Reading a delta reads the base's shard file first, and its base's, back to a whole snapshot
 //! ([`OperatorSnapshot::earlier`]). After [`MAX_DELTAS`] deltas the next checkpoint is whole
-//! again ([`Chain`]), as it is after one that was not committed, at a start, and whenever an
-//! operator's notes are not whole. A manifest names the oldest checkpoint its chains reach
+//! again ([`Chain`]; fewer in `braid run` when its journal's retention would not cover the
+//! fallback below, [`Chain::within_retention`]), as it is after one that was not committed, at a
+//! start, and whenever an operator's notes are not whole. A manifest names the oldest checkpoint its chains reach
 //! ([`Manifest::chain_from`]). A damaged file fails every checkpoint whose chain reaches it, so
 //! the fallback for a chain is the newest checkpoint before it, with that one's own chain: a
 //! commit keeps both chains and deletes the rest, and the service's journal keeps what came
@@ -209,20 +210,43 @@ pub fn definition_hash(plan: &Plan, op: usize) -> u64 {
 pub const MAX_DELTAS: u64 = 4;
 
 /// Which checkpoint the next one's deltas may apply to ("Chains"): the last one, once it is
-/// committed, while its chain is shorter than [`MAX_DELTAS`]; else none (whole snapshots).
-#[derive(Debug, Default)]
+/// committed, while its chain holds fewer deltas than its bound ([`MAX_DELTAS`] by default);
+/// else none (whole snapshots).
+#[derive(Debug)]
 pub struct Chain {
     /// The last committed checkpoint and the oldest its chain reaches.
     committed: Option<(u64, u64)>,
     /// The checkpoint under way and the oldest its chain reaches.
     under_way: Option<(u64, u64)>,
+    max_deltas: u64,
+}
+
+impl Default for Chain {
+    fn default() -> Chain {
+        Chain::with_max_deltas(MAX_DELTAS)
+    }
 }
 
 impl Chain {
+    /// Chains of at most `max_deltas` deltas (0: every checkpoint whole).
+    pub fn with_max_deltas(max_deltas: u64) -> Chain {
+        Chain { committed: None, under_way: None, max_deltas }
+    }
+
+    /// The longest chains whose fallback's input a journal keeping `retention_ms` still holds,
+    /// with a checkpoint every `interval_ms`: a start that falls back past a chain replays the
+    /// journal from the barrier of the checkpoint before it, up to `max_deltas + 2` intervals
+    /// back (one more for the margin), and the journal lets go of entries older than its
+    /// retention whatever the checkpoints do. At most [`MAX_DELTAS`].
+    pub fn within_retention(retention_ms: i64, interval_ms: i64) -> Chain {
+        let intervals = if interval_ms > 0 { retention_ms / interval_ms } else { 0 };
+        Chain::with_max_deltas((intervals.saturating_sub(3).max(0) as u64).min(MAX_DELTAS))
+    }
+
     /// The base checkpoint `epoch` may write deltas of (0: none), noting it under way.
     pub fn begin(&mut self, epoch: u64) -> u64 {
         let base = match self.committed {
-            Some((last, from)) if last + 1 == epoch && last - from < MAX_DELTAS => last,
+            Some((last, from)) if last + 1 == epoch && last - from < self.max_deltas => last,
             _ => 0,
         };
         let from = if base == 0 { epoch } else { self.committed.map_or(epoch, |(_, from)| from) };

@@ -101,6 +101,15 @@ fn a_chain_grows_from_committed_checkpoints_and_is_cut_after_max_deltas() {
     // Not committed: the next one is whole.
     assert_eq!(chain.begin(next + 2), 0);
     assert_eq!(chain.chain_from(next + 2), next + 2);
+
+    // As many deltas as the journal's retention covers with their fallback.
+    let deltas = |retention, interval| Chain::within_retention(retention, interval).max_deltas;
+    assert_eq!(deltas(600_000, 1_000), MAX_DELTAS);
+    assert_eq!((deltas(2_000, 500), deltas(3_000, 1_000), deltas(1_000, 1_000), deltas(1_000, 0)), (1, 0, 0, 0));
+    let mut short = Chain::within_retention(3_000, 1_000);
+    assert_eq!(short.begin(1), 0);
+    short.committed(1);
+    assert_eq!(short.begin(2), 0, "no deltas: every checkpoint whole");
 }
 
 /// A checkpoint of version 5 (no bases, no `chain_from`) reads as one of whole snapshots.

@@ -97,8 +97,9 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// Epochs go on after every one already in `dir` (committed or not).
-    pub fn new(dir: &CheckpointDir, interval_ms: i64, now: i128, shards: usize) -> Schedule {
+    /// Epochs go on after every one already in `dir` (committed or not); chains as long as the
+    /// journal's retention (`retention_ms`) covers ([`Chain::within_retention`]).
+    pub fn new(dir: &CheckpointDir, interval_ms: i64, retention_ms: i64, now: i128, shards: usize) -> Schedule {
         let epoch = dir.epochs().last().copied().unwrap_or(0);
         let interval = i128::from(interval_ms);
         Schedule {
@@ -108,7 +109,7 @@ impl Schedule {
             began: now,
             shards: shards as u32,
             journal_at: BTreeMap::new(),
-            chain: Chain::default(),
+            chain: Chain::within_retention(retention_ms, interval_ms),
         }
     }
 }

@@ -256,7 +256,8 @@ fn generation(
         control: Arc::clone(&options.control),
         view: Arc::clone(view),
     };
-    let schedule = Schedule::new(&checkpoints, plan.runtime.checkpoint_interval, start, shards);
+    let (interval, retention) = (plan.runtime.checkpoint_interval, plan.runtime.journal_retention);
+    let schedule = Schedule::new(&checkpoints, interval, retention, start, shards);
     let mut intake = Intake::new(plan, runtime, journal, outputs, links, start, schedule);
     if let Some(restored) = &restored {
         intake.resume_from(restored.loaded.manifest.epoch, &restored.barrier);
