@@ -480,7 +480,7 @@ impl CheckpointDir {
                 let earlier = self.load_shard(base, shard, shards, read)?;
                 read.insert(base, earlier);
             }
-            let of_base = read[&base].operators.iter().find(|o| o.name == operator.name);
+            let of_base = read.get(&base).and_then(|file| file.operators.iter().find(|o| o.name == operator.name));
             let Some(of_base) = of_base.filter(|o| o.definition == operator.definition) else {
                 let reason =
                     format!("operator {}'s delta has no snapshot in checkpoint {base} to apply to", operator.name);
