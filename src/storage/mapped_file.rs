@@ -63,7 +63,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use memmap2::{MmapOptions, MmapRaw, RemapOptions};
+use memmap2::{Advice, MmapOptions, MmapRaw, RemapOptions};
 use thiserror::Error;
 
 /// Where throwaway mapped files (a replay's rings and arenas, a benchmark's) go: `/dev/shm` where
@@ -358,9 +358,11 @@ impl MappedFile {
 /// once the file was written, unmapping it again, which took a shard more time than serializing
 /// (BENCHMARKS.md, "A checkpoint written into the pages of the last one"). A memory file rather
 /// than the heap: the pages are counted as shared memory, like the rings', not as braid's private
-/// memory, and [`reuse`](Self::reuse) gives back what the last use did not need.
+/// memory, and [`reuse`](Self::reuse) gives back what recent uses did not need.
 pub struct ScratchBytes {
     file: File,
+    /// Uses in a row, up to the last, that wrote less than half of what is allocated.
+    small_uses: u32,
     /// The whole file, mapped; `None` while the file is empty.
     map: Option<MmapRaw>,
     /// Bytes written since the last [`reuse`](Self::reuse).
@@ -372,6 +374,12 @@ pub struct ScratchBytes {
 /// A [`ScratchBytes`] grows by at least this much, and to a multiple of it.
 const SCRATCH_STEP: usize = 256 << 10;
 
+/// Small uses in a row after which a [`ScratchBytes`] gives back what they left over: more than
+/// a checkpoint chain's deltas (checkpoint/mod.rs, `MAX_DELTAS`), so a shard's buffer keeps the
+/// pages of the whole checkpoint that comes after them instead of giving them back at each delta
+/// and faulting them in again at the next whole one.
+const SMALL_USES_BEFORE_SHRINK: u32 = 8;
+
 impl ScratchBytes {
     pub fn new() -> std::io::Result<ScratchBytes> {
         // SAFETY: the name is a NUL-terminated literal; memfd_create reads nothing else of ours.
@@ -381,7 +389,7 @@ impl ScratchBytes {
         }
         // SAFETY: `fd` was just returned open by memfd_create and nothing else owns it.
         let file = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        Ok(ScratchBytes { file, map: None, len: 0, allocated: 0 })
+        Ok(ScratchBytes { file, small_uses: 0, map: None, len: 0, allocated: 0 })
     }
 
     pub fn len(&self) -> usize {
@@ -427,16 +435,23 @@ impl ScratchBytes {
         }
     }
 
-    /// Starts again from empty, keeping the pages the last use wrote, except when it wrote less
-    /// than half of what is allocated: then the rest goes back to the system (a state that
-    /// shrank does not keep its largest checkpoint's memory). Punched, not truncated: the file
-    /// never shrinks under its mapping (point 3).
+    /// Starts again from empty, keeping the pages the last use wrote, except when it and the
+    /// [`SMALL_USES_BEFORE_SHRINK`] before it each wrote less than half of what is allocated:
+    /// then the rest goes back to the system (a state that shrank does not keep its largest
+    /// checkpoint's memory). Punched, not truncated: the file never shrinks under its mapping
+    /// (point 3).
     pub fn reuse(&mut self) {
         let keep = self.len.next_multiple_of(SCRATCH_STEP);
         self.len = 0;
         if keep * 2 > self.allocated {
+            self.small_uses = 0;
             return;
         }
+        self.small_uses += 1;
+        if self.small_uses < SMALL_USES_BEFORE_SHRINK {
+            return;
+        }
+        self.small_uses = 0;
         let Some((start, len)) = whole_pages(keep, self.allocated - keep) else { return };
         // SAFETY: fallocate reads no memory of ours; the descriptor is open. Punching keeps the
         // file's length, so the mapping stays valid (point 8).
@@ -463,9 +478,10 @@ impl ScratchBytes {
     /// buffer a few times, not once per write).
     #[cold]
     fn allocate(&mut self, len: usize) -> std::io::Result<()> {
-        let target = len.max(self.allocated + self.allocated / 4).next_multiple_of(SCRATCH_STEP);
+        let (from, target) =
+            (self.allocated, len.max(self.allocated + self.allocated / 4).next_multiple_of(SCRATCH_STEP));
         let off = |n: usize| libc::off_t::try_from(n).map_err(|_| std::io::Error::other("scratch buffer too large"));
-        let (start, more) = (off(self.allocated)?, off(target - self.allocated)?);
+        let (start, more) = (off(from)?, off(target - from)?);
         // SAFETY: fallocate reads no memory of ours; the descriptor is open. It only extends the
         // file (point 8: grown before it is mapped further).
         if unsafe { libc::fallocate(self.file.as_raw_fd(), 0, start, more) } != 0 {
@@ -479,6 +495,11 @@ impl ScratchBytes {
             // keeps the pages already mapped in place: no page fault at their next write.
             Some(map) if map.len() < target => unsafe { map.remap(target, RemapOptions::new().may_move(true))? },
             Some(_) => {}
+        }
+        if let Some(map) = &self.map {
+            // The new pages mapped in one call rather than one page fault each as the checkpoint
+            // reaches them. Only a hint: a kernel without it (before 5.14) faults them in.
+            let _ = map.advise_range(Advice::PopulateWrite, from, target - from);
         }
         Ok(())
     }
@@ -584,9 +605,16 @@ mod tests {
 
         scratch.reuse();
         assert_eq!(held(&scratch), holding, "a use of more than half keeps everything");
+        // Small uses between large ones (a chain's deltas between its whole checkpoints) keep
+        // the pages; only a run of them gives the rest back.
+        for _ in 1..SMALL_USES_BEFORE_SHRINK {
+            scratch.extend_from_slice(&chunk).unwrap();
+            scratch.reuse();
+            assert_eq!(held(&scratch), holding, "a few small uses keep everything");
+        }
         scratch.extend_from_slice(&chunk).unwrap();
         scratch.reuse();
-        assert!(held(&scratch) <= (SCRATCH_STEP as u64), "a small use gives back the rest: {}", held(&scratch));
+        assert!(held(&scratch) <= (SCRATCH_STEP as u64), "a run of small uses gives back the rest: {}", held(&scratch));
         scratch.extend_from_slice(&chunk).unwrap();
         assert!(scratch.zero_fill_to(usize::MAX / 2).is_err());
         assert_eq!(scratch.as_slice(), &chunk[..], "a failed growth changes nothing");
