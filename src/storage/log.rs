@@ -558,6 +558,11 @@ impl Segment {
         self.file.remove()
     }
 
+    /// Maps the file's pages in one call (a new segment that will be filled: [`StoredFile::populate_pages`]).
+    pub fn populate_pages(&self) {
+        self.file.populate_pages();
+    }
+
     /// Lets the resident set go of the file's pages (a full segment: [`StoredFile::forget_pages`]).
     pub fn forget_pages(&self) {
         self.file.forget_pages();

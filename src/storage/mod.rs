@@ -98,6 +98,11 @@ pub trait StoredFile: Send + Sync {
     /// read ([`MappedFile::forget_pages`]). Nothing for a backend without a mapping.
     fn forget_pages(&self) {}
 
+    /// Maps the file's pages into the process in one call, for a file about to be written from
+    /// end to end (a new arena segment), instead of one page fault each as writes reach them
+    /// ([`MappedFile::populate_pages`]). Nothing for a backend without a mapping.
+    fn populate_pages(&self) {}
+
     /// Deletes the file: unlinked while still mapped and locked, then unmapped — never truncated
     /// under a mapping.
     fn remove(self: Box<Self>) -> Result<(), MappedFileError>;
@@ -178,6 +183,10 @@ impl StoredFile for MappedFile {
 
     fn forget_pages(&self) {
         MappedFile::forget_pages(self);
+    }
+
+    fn populate_pages(&self) {
+        MappedFile::populate_pages(self);
     }
 
     fn sync(&self, at: usize, len: usize) -> Result<(), MappedFileError> {

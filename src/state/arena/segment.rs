@@ -84,6 +84,8 @@ impl Segment {
     ) -> Result<Segment, MappedFileError> {
         let format = if recoverable { &FORMAT } else { &SCRATCH_FORMAT };
         let log = log::Segment::create(storage, path, format, u64::from(seq), data_len)?;
+        // Rows fill a segment from its start to its end, one page fault per page otherwise.
+        log.populate_pages();
         Ok(Segment { log, seq, end: SEGMENT_HEADER, live: 0, live_bytes: 0 })
     }
 
