@@ -184,6 +184,18 @@ pub struct Spool {
     dropped: u64,
     /// Records skipped as damaged when the segments were opened.
     damaged: u64,
+    /// What the next [`sync`](Spool::sync) must write besides the records appended since: the
+    /// head file (written by a release) and the directory (a segment file made or deleted).
+    unsynced: Unsynced,
+}
+
+/// Parts of a spool changed since its last [`Spool::sync`]. A sync per batch of acknowledgements
+/// (`durability = "power"`) would otherwise rewrite the head file's page and flush the directory
+/// (a device cache flush) each time, although most batches only append.
+#[derive(Clone, Copy, Default)]
+struct Unsynced {
+    head: bool,
+    dir: bool,
 }
 
 impl Spool {
@@ -217,6 +229,8 @@ impl Spool {
             queued: 0,
             dropped: state.dropped,
             damaged,
+            // The first sync writes all: what an earlier run or this opening changed included.
+            unsynced: Unsynced { head: true, dir: true },
         };
         spool.adopt(found);
         if head_lost {
@@ -339,6 +353,7 @@ impl Spool {
                     let data_len = (self.options.segment_bytes - HEADER_LEN).max(data_len_for(size));
                     let created = Segment::create(&*self.storage, &path, self.end, data_len)?;
                     self.next_file += 1;
+                    self.unsynced.dir = true;
                     created
                 }
             };
@@ -392,6 +407,7 @@ impl Spool {
         self.queued -= self.bytes_in(self.first, to);
         self.first = to;
         self.head.write(HeadState { first: self.first, dropped: self.dropped });
+        self.unsynced.head = true;
         self.recycle_released();
     }
 
@@ -419,7 +435,8 @@ impl Spool {
     }
 
     /// Unlinks the file while it is still mapped, then unmaps it (never truncated while mapped).
-    fn delete(&self, segment: Segment) {
+    fn delete(&mut self, segment: Segment) {
+        self.unsynced.dir = true;
         let path = segment.path().to_owned();
         if let Err(error) = segment.remove() {
             tracing::warn!(path = %path.display(), %error, "Spool segment could not be deleted");
@@ -428,12 +445,26 @@ impl Spool {
 
     /// Writes everything appended and released so far to disk (`msync(MS_SYNC)`), and the
     /// directory, so segment files created or deleted since are there after a power loss too.
+    /// The head file and the directory only when they changed since the last sync.
     pub fn sync(&mut self) -> std::io::Result<()> {
         for segment in &mut self.segments {
             segment.flush().map_err(std::io::Error::other)?;
         }
-        self.head.flush().map_err(std::io::Error::other)?;
-        std::fs::File::open(&self.dir)?.sync_all()
+        if self.unsynced.head {
+            self.head.flush().map_err(std::io::Error::other)?;
+            self.unsynced.head = false;
+        }
+        if self.unsynced.dir {
+            std::fs::File::open(&self.dir)?.sync_all()?;
+            self.unsynced.dir = false;
+        }
+        Ok(())
+    }
+
+    /// Whether the next sync writes the head file and flushes the directory.
+    #[cfg(test)]
+    fn unsynced(&self) -> (bool, bool) {
+        (self.unsynced.head, self.unsynced.dir)
     }
 
     /// Bytes the unreleased records take (headers and padding included).

@@ -93,6 +93,45 @@ fn a_second_opener_is_refused() {
     assert!(matches!(second, Err(SpoolError::File(MappedFileError::Locked(_)))));
 }
 
+/// A sync writes the head file after a release and flushes the directory after a segment file
+/// was made or deleted, and skips both when the records appended since are all that changed.
+#[test]
+fn a_sync_writes_the_head_and_the_directory_only_when_they_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
+    assert_eq!(spool.unsynced(), (true, true), "an opened spool syncs everything first");
+    spool.append(&payload(0)).unwrap();
+    spool.sync().unwrap();
+    assert_eq!(spool.unsynced(), (false, false));
+    spool.append(&payload(1)).unwrap();
+    assert_eq!(spool.unsynced(), (false, false), "an append within the segment changes neither");
+    // Appends until a segment file is made; the seq of the last append.
+    let mut next = 2;
+    let mut fill_one = |spool: &mut Spool| {
+        let files = segment_files(dir.path());
+        while segment_files(dir.path()) == files {
+            spool.append(&payload(next)).unwrap();
+            next += 1;
+        }
+        next - 1
+    };
+    let second_starts = fill_one(&mut spool);
+    assert_eq!(spool.unsynced(), (false, true), "a new segment file");
+    spool.sync().unwrap();
+    let third_starts = fill_one(&mut spool);
+    spool.sync().unwrap();
+    spool.release_through(0);
+    assert_eq!(spool.unsynced(), (true, false), "a release within the first segment");
+    spool.sync().unwrap();
+    spool.release_through(second_starts - 1);
+    assert_eq!(spool.unsynced(), (true, false), "the first segment released: kept as the spare, no file deleted");
+    spool.sync().unwrap();
+    spool.release_through(third_starts - 1);
+    assert_eq!(spool.unsynced(), (true, true), "the second released too: its file deleted");
+    spool.sync().unwrap();
+    assert_eq!(spool.unsynced(), (false, false));
+}
+
 #[test]
 fn releases_persist_and_recycle_segments() {
     let dir = tempfile::tempdir().unwrap();
