@@ -445,11 +445,11 @@ impl ScratchBytes {
         }
     }
 
-    /// Starts again from empty, keeping the pages the last use wrote, except when it and the
-    /// [`SMALL_USES_BEFORE_SHRINK`] before it each wrote less than half of what is allocated:
-    /// then the rest goes back to the system (a state that shrank does not keep its largest
-    /// checkpoint's memory). Punched, not truncated: the file never shrinks under its mapping
-    /// (point 3).
+    /// Starts again from empty, keeping the pages the last use wrote, except when it ends a run
+    /// of [`SMALL_USES_BEFORE_SHRINK`] uses in a row that each wrote less than half of what is
+    /// allocated: then the rest goes back to the system (a state that shrank does not keep its
+    /// largest checkpoint's memory). Punched, not truncated: the file never shrinks under its
+    /// mapping (point 3).
     pub fn reuse(&mut self) {
         let keep = self.len.next_multiple_of(SCRATCH_STEP);
         self.len = 0;
