@@ -240,7 +240,7 @@ impl Chain {
     /// retention whatever the checkpoints do. At most [`MAX_DELTAS`].
     pub fn within_retention(retention_ms: i64, interval_ms: i64) -> Chain {
         let intervals = if interval_ms > 0 { retention_ms / interval_ms } else { 0 };
-        Chain::with_max_deltas((intervals.saturating_sub(3).max(0) as u64).min(MAX_DELTAS))
+        Chain::with_max_deltas(u64::try_from(intervals.saturating_sub(3)).unwrap_or(0).min(MAX_DELTAS))
     }
 
     /// The base checkpoint `epoch` may write deltas of (0: none), noting it under way.
