@@ -80,7 +80,8 @@ use std::time::{Duration, Instant};
 use braid::demo::devices::MadeAt;
 use clients::{Subscriber, Timing, publish_all, publish_pair, saturation_messages, wall_us};
 use procs::{
-    ALL_THREADS, Braid, BraidRun, Egress, Memory, Mosquitto, Switches, SystemTimes, ThreadTimes, load1, metric, metrics,
+    ALL_THREADS, Braid, BraidRun, Egress, Memory, Mosquitto, Switches, SystemTimes, ThreadTimes, histogram_bound,
+    load1, metric, metrics,
 };
 
 /// Messages per saturation phase (a few seconds of mosquitto's rate here).
@@ -442,6 +443,8 @@ fn through_braid(bin: &BraidRun, Load { messages, publishers, passes }: Load, eg
         results = subscribe();
     }
     let lists = saturation_messages(messages / 2, publishers, pass_ts(passes - 1));
+    // For a profiler to attach to the measured pass alone (the earlier ones grow the state).
+    eprintln!("mqtt_e2e: measured pass begins, braid pid {}", braid.pid());
     let watch =
         CpuWatch::start(vec![("braid", braid.pid()), ("mosquitto", broker.pid()), ("bench", std::process::id())]);
     let (published, (first, last, cpu)) = std::thread::scope(|s| {
@@ -490,6 +493,10 @@ struct Fixed {
     memory: Memory,
     /// The same load through the same kind of broker with no braid, run just before.
     broker_alone: Timed,
+    /// How long braid's shards held a result at p99, by wall time and by their CPU time over
+    /// it, from the histograms' buckets (µs; upper bounds: `braid_shard_result_latency_seconds`,
+    /// `braid_shard_result_cpu_seconds`).
+    shard_held_us: (Option<f64>, Option<f64>),
 }
 
 /// Publish → receipt, timed two ways: from `ts` (the making time in ms, as the payloads carry
@@ -640,6 +647,9 @@ fn fixed_load(bin: &BraidRun, pace: Pace, seed: u64, nodelay: bool, sniff: Optio
     }
     let received = results.finish();
     let memory = Memory::read(braid.pid());
+    let held = metrics(braid.ops_port).unwrap_or_default();
+    let held_us = |name| histogram_bound(&held, name, 0.99).map(|s| s * 1e6);
+    let shard_held_us = (held_us("braid_shard_result_latency_seconds"), held_us("braid_shard_result_cpu_seconds"));
     braid.stop();
     Fixed {
         nodelay,
@@ -652,6 +662,7 @@ fn fixed_load(bin: &BraidRun, pace: Pace, seed: u64, nodelay: bool, sniff: Optio
         cpu,
         memory,
         broker_alone,
+        shard_held_us,
     }
 }
 
@@ -703,12 +714,12 @@ fn print_tables(Load { messages, publishers, .. }: Load, saturation: &[Saturatio
     );
     println!();
     println!(
-        "| run | mosquitto | load (1 min) | published | taken / published | match results | p50 | p99 | max | mosquitto alone p50 / p99 / max | by `ts` (ms): p50 / p99 / max | mosquitto alone by `ts` | CPU braid | CPU mosquitto | braid switches / msg (voluntary) | peak RSS | anonymous | files | shared memory |"
+        "| run | mosquitto | load (1 min) | published | taken / published | match results | p50 | p99 | max | mosquitto alone p50 / p99 / max | by `ts` (ms): p50 / p99 / max | mosquitto alone by `ts` | braid's shards held a result, p99 wall / CPU (µs, at most) | CPU braid | CPU mosquitto | braid switches / msg (voluntary) | peak RSS | anonymous | files | shared memory |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (i, f) in fixed.iter().enumerate() {
         println!(
-            "| {} | {} | {:.2} | {} | {:.4} | {} | {:.2} ms | {:.2} ms | {:.1} ms | {} | {} | {} | {:.1} µs | {:.1} µs | {:.2} ({:.2}) | {:.1} | {:.1} | {:.1} | {:.1} |",
+            "| {} | {} | {:.2} | {} | {:.4} | {} | {:.2} ms | {:.2} ms | {:.1} ms | {} | {} | {} | {} / {} | {:.1} µs | {:.1} µs | {:.2} ({:.2}) | {:.1} | {:.1} | {:.1} | {:.1} |",
             i / 2 + 1,
             f.mosquitto(),
             f.cpu.load1,
@@ -721,6 +732,8 @@ fn print_tables(Load { messages, publishers, .. }: Load, saturation: &[Saturatio
             f.broker_alone.made,
             f.latency.ts,
             f.broker_alone.ts,
+            bound(f.shard_held_us.0),
+            bound(f.shard_held_us.1),
             f.cpu.us_per("braid", f.published),
             f.cpu.us_per("mosquitto", f.published),
             f.cpu.braid_switches.total() as f64 / f.published.max(1) as f64,
@@ -731,6 +744,11 @@ fn print_tables(Load { messages, publishers, .. }: Load, saturation: &[Saturatio
             mib(f.memory.shmem),
         );
     }
+}
+
+/// A histogram bucket bound for the table: `na` without one, `inf` above the last.
+fn bound(us: Option<f64>) -> String {
+    us.map_or_else(|| "na".to_owned(), |us| if us.is_finite() { format!("{us:.0}") } else { "inf".to_owned() })
 }
 
 fn mib(kib: u64) -> f64 {

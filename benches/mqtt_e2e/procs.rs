@@ -231,6 +231,22 @@ pub fn metric(text: &str, name: &str, labels: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
+/// The `le` bound (s; infinite for `+Inf`) of the first bucket of Prometheus histogram `name`
+/// that holds quantile `q` of its count; `None` without samples.
+pub fn histogram_bound(text: &str, name: &str, q: f64) -> Option<f64> {
+    let prefix = format!("{name}_bucket{{le=\"");
+    let buckets: Vec<(f64, f64)> = text
+        .lines()
+        .filter_map(|l| {
+            let (le, count) = l.strip_prefix(&prefix)?.split_once("\"} ")?;
+            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            Some((le, count.trim().parse().ok()?))
+        })
+        .collect();
+    let total = buckets.last()?.1;
+    (total > 0.0).then(|| buckets.iter().find(|&&(_, below)| below >= (total * q).ceil()).map(|&(le, _)| le))?
+}
+
 /// CPU time (user + system, clock ticks) of some processes, in all and per thread name.
 #[derive(Clone, Debug, Default)]
 pub struct ThreadTimes {

@@ -80,6 +80,7 @@ use thiserror::Error;
 use braid::checkpoint::CheckpointDir;
 use braid::operator::{OperatorSpec, ResultKind};
 use braid::plan::Plan;
+use braid::shard::result_latency::HeldResults;
 use braid::shard::wake::BellCounts;
 use braid::shard::{Figures, Runtime, RuntimeError, RuntimeOptions};
 
@@ -244,6 +245,9 @@ pub struct Report {
     pub match_fanout: Option<f64>,
     /// p50, p99, max in ns; `None` when no result was traced to its row.
     pub latency_ns: Option<(u64, u64, u64)>,
+    /// How long the shards held their results (shard/result_latency.rs): DESIGN.md's "a matched
+    /// pair leaves the shard" figure, as an upper bound per result.
+    pub shard_results_held: HeldResults,
     pub peak_rss_kib: Option<u64>,
     pub rss_end_kib: Option<u64>,
     pub anon_rss_start_kib: Option<u64>,
@@ -423,6 +427,7 @@ pub fn run(plan: &Plan, args: &BenchArgs) -> Result<Report, BenchError> {
         late_rows,
         match_fanout,
         latency_ns,
+        shard_results_held: figures.as_ref().map_or_else(HeldResults::default, |f| f.shard_results_held),
         peak_rss_kib: status.read().kib("VmHWM"),
         rss_end_kib,
         anon_rss_start_kib,
@@ -578,6 +583,9 @@ mod tests {
         let fanout = report.match_fanout.unwrap();
         assert!((1.5..2.5).contains(&fanout), "fanout {fanout}");
         assert!(report.results_at_ingest > 0 && report.latency_ns.is_some());
+        // Every result left a shard in some round, and was counted there once.
+        assert_eq!(report.shard_results_held.wall.count(), report.results());
+        assert_eq!(report.shard_results_held.cpu.count(), report.results());
         let mut text = Vec::new();
         report.write_figures(&mut text).unwrap();
         let text = String::from_utf8(text).unwrap();

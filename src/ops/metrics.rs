@@ -7,6 +7,7 @@ use std::fmt::Write;
 use crate::operator::{ExpiryReason, ResultKind};
 use crate::plan::{NodeRef, Plan};
 use crate::shard::Figures;
+use crate::shard::result_latency::{HeldResults, ResultLatency};
 
 /// One metric family: its HELP and TYPE lines, then a sample per (labels, value); empty labels
 /// write the bare name.
@@ -250,5 +251,34 @@ pub fn render(plan: &Plan, figures: &Figures) -> String {
             per_shard(&|_, full| u8::from(full).to_string()),
         );
     }
+    write_results_held(&mut out, &figures.shard_results_held);
     out
+}
+
+/// How long the shards held their results, two histograms over all shards: each result counted
+/// with the stretch of the shard's work that made and committed it, by wall time and by the
+/// shard thread's CPU time (shard/result_latency.rs).
+fn write_results_held(out: &mut String, held: &HeldResults) {
+    write_histogram(
+        out,
+        "braid_shard_result_latency_seconds",
+        "How long a shard held each result after reading the input that made it (wall time, an upper bound).",
+        &held.wall,
+    );
+    write_histogram(
+        out,
+        "braid_shard_result_cpu_seconds",
+        "The shard thread's CPU time over the same stretch as braid_shard_result_latency_seconds (its own work, without preemptions).",
+        &held.cpu,
+    );
+}
+
+fn write_histogram(out: &mut String, name: &str, help: &str, latency: &ResultLatency) {
+    // Writing into a String cannot fail.
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    for (bound, count) in latency.cumulative() {
+        let le = bound.map_or_else(|| "+Inf".to_owned(), |us| format!("{}", us as f64 / 1e6));
+        let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {count}");
+    }
+    let _ = writeln!(out, "{name}_sum {:.9}\n{name}_count {}", latency.sum().as_secs_f64(), latency.count());
 }

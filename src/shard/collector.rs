@@ -12,6 +12,7 @@ use crate::ring::FrameKind;
 use crate::time::Time;
 
 use super::driver::Driver;
+use super::result_latency::HeldResults;
 use super::wake::{BellCounts, Inbox, NUDGE_AFTER};
 use super::wire::Frame;
 use super::{Runtime, RuntimeError};
@@ -75,6 +76,8 @@ pub struct Figures {
     /// time handing the files to the disk ([`ShardReport`]).
     pub checkpoint_snapshot: std::time::Duration,
     pub checkpoint_stall: std::time::Duration,
+    /// Over all shard threads: how long they held their results (result_latency.rs).
+    pub shard_results_held: HeldResults,
     /// Per shard: its state bytes as the budget counts them, and whether it is full
     /// (state/budget.rs; all zero without `state_budget`).
     pub shard_state: Vec<(u64, bool)>,
@@ -106,6 +109,8 @@ pub struct ShardReport {
     /// shard/file_write.rs).
     pub checkpoint_snapshot: std::time::Duration,
     pub checkpoint_stall: std::time::Duration,
+    /// How long the shard held its results (result_latency.rs).
+    pub held: HeldResults,
 }
 
 impl Runtime {
@@ -243,6 +248,10 @@ impl Runtime {
             hot_keys: self.hot_keys.iter().map(|h| h.report(HOT_KEY_MIN_ROWS)).collect(),
             checkpoint_snapshot: reports.iter().map(|r| r.checkpoint_snapshot).sum(),
             checkpoint_stall: reports.iter().map(|r| r.checkpoint_stall).sum(),
+            shard_results_held: reports.iter().fold(HeldResults::default(), |mut all, r| {
+                all.add(&r.held);
+                all
+            }),
             shard_state: self.shard_state(),
             feeder_bell: self.bell.counts(),
             shard_bells: self.shard_bells.iter().map(|b| b.counts()).collect(),

@@ -33,6 +33,7 @@ pub mod driver;
 mod feeder;
 mod file_write;
 pub mod hot_keys;
+pub mod result_latency;
 pub mod tag;
 mod threads;
 pub mod wake;

@@ -30,6 +30,7 @@ use crate::storage::mapped_file::ScratchBytes;
 use crate::time::Time;
 use crate::time::clock::InputTime;
 
+use super::result_latency::{HeldResults, Stretch};
 use super::tag::{Tag, finish_phase, tick_phase};
 use super::wake::{Inbox, Outbox, OutboxError};
 use super::wire::{Frame, SHARD_DONE, SHARD_FAILED, TickEvent, Writer};
@@ -149,6 +150,10 @@ struct Core {
     /// Per operator: the checkpoint its last snapshot went into (0: none yet), which a delta
     /// applies to (checkpoint/mod.rs, "Chains").
     snapshot_epochs: Vec<u64>,
+    /// Results made since the last commit to the collector's ring, and how long the commits
+    /// held theirs (result_latency.rs).
+    stretch: Stretch,
+    held: HeldResults,
 }
 
 /// One shard's checkpoint file, to be written off the shard's thread (threads.rs).
@@ -249,6 +254,8 @@ impl Worker {
             kept: None,
             snapshot_time: std::time::Duration::ZERO,
             snapshot_epochs: vec![0; ops],
+            stretch: Stretch::default(),
+            held: HeldResults::default(),
             plan,
             shards,
         };
@@ -279,6 +286,7 @@ impl Worker {
     pub fn round(&mut self) -> Result<bool, ShardError> {
         let core = &mut self.core;
         core.work_done = 0;
+        core.stretch.restart(core.chained_waiting());
         let mut moved = core.check_snapshot_written();
         moved |= core.flush();
         for (from, inbox) in &mut self.exchange_in {
@@ -297,7 +305,7 @@ impl Worker {
         core.first_level_done();
         core.run_chained();
         core.announce();
-        moved |= core.flush();
+        moved |= core.commit_results();
         core.account();
         if self.ticks_shown != self.ticks_seen {
             self.ticks_shown = self.ticks_seen;
@@ -358,6 +366,7 @@ impl Worker {
             driver: self.driver,
             checkpoint_snapshot: self.core.snapshot_time,
             checkpoint_stall: self.checkpoint_stall,
+            held: self.core.held,
         }
     }
 
@@ -454,12 +463,48 @@ impl Core {
         moved
     }
 
+    /// Commits what the shard sent since the last commit (`flush`), counting how long its
+    /// results waited for it (result_latency.rs).
+    fn commit_results(&mut self) -> bool {
+        let moved = self.flush();
+        self.stretch.committed(&mut self.held);
+        moved
+    }
+
+    /// [`commit_results`](Self::commit_results) in the middle of a round: what is read next
+    /// starts a new stretch.
+    fn commit_midway(&mut self) {
+        self.commit_results();
+        self.stretch.restart(self.chained_waiting());
+    }
+
+    /// Input read earlier waits in a chained operator's queue.
+    fn chained_waiting(&self) -> bool {
+        self.pending.iter().any(|queue| !queue.is_empty())
+    }
+
     fn fail(&mut self, error: ShardError) {
         self.error.get_or_insert(error);
     }
 
-    /// A feeder event: first-level operators run it now, chained ones queue it.
+    /// A feeder event. The results made so far leave before the work of a tick, a barrier or the
+    /// end (evictions, snapshots), and after every
+    /// [`COMMIT_EVERY_ROWS`](super::result_latency::COMMIT_EVERY_ROWS) rows, so none waits for a
+    /// whole round's work (result_latency.rs).
     fn on_event(&mut self, frame: Frame<'_>) {
+        let row = matches!(frame, Frame::Row { .. });
+        if !row && !matches!(frame, Frame::Progress { .. }) && self.stretch.holds_results() {
+            self.commit_midway();
+        }
+        let long_enough = self.stretch.read(row);
+        self.on_feeder_frame(frame);
+        if long_enough {
+            self.commit_midway();
+        }
+    }
+
+    /// First-level operators run a feeder event now, chained ones queue it.
+    fn on_feeder_frame(&mut self, frame: Frame<'_>) {
         match frame {
             Frame::Row { seq, stream, row, bytes } => {
                 self.feeder_frontier = Tag::event(seq + 1);
@@ -540,6 +585,7 @@ impl Core {
 
     /// A frame from shard `from`.
     fn on_exchange(&mut self, from: usize, frame: Frame<'_>) {
+        self.stretch.read(false);
         match frame {
             Frame::Exchange { op, input, tag, row } => {
                 let work = Work::Row { input, row: to_row(row) };
@@ -813,6 +859,7 @@ impl Core {
         }
         let readers = self.plan.readers(NodeRef::Operator(op)).len();
         let heap = out.results.len();
+        self.stretch.made((heap + out.archived.len()) as u64);
         for (index, (_, row)) in out.results.drain(..).enumerate() {
             // A result too large for the rings is a dead letter, and reaches no reader either.
             if self.send_output(op, Side::Result, &row) && readers > 0 {

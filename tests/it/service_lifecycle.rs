@@ -562,6 +562,21 @@ fn healthz_and_metrics_follow_the_source_broker() {
     assert_eq!(code, 200);
     assert!(metrics.contains("braid_source_connected{source=\"devices\"} 1"), "{metrics}");
     assert!(metrics.contains("braid_shard_ring_used_bytes{shard=\"0\"} "), "CONTRACT.md metric missing: {metrics}");
+    // Every result the shards sent is counted in the histogram of how long they held it (the
+    // shards' figures reach /metrics once per tick).
+    assert!(joined(&broker, &gateway.results("a"), "held"), "no results; stderr:\n{}", service.stderr());
+    let counted = |text: &str, line: &str| common::service::metric(text, line, "").unwrap_or(0.0);
+    let held = poll_until(Duration::from_secs(5), || {
+        let (_, text) = gateway.get("/metrics")?;
+        (counted(&text, "braid_shard_result_latency_seconds_count") >= 5.0).then_some(text)
+    });
+    let text = held.unwrap_or_else(|| panic!("results not counted: {:?}", gateway.get("/metrics")));
+    let all = counted(&text, "braid_shard_result_latency_seconds_count");
+    for held in ["braid_shard_result_latency_seconds", "braid_shard_result_cpu_seconds"] {
+        assert_eq!(counted(&text, &format!("{held}_bucket{{le=\"+Inf\"}}")), all, "{text}");
+        assert_eq!(counted(&text, &format!("{held}_count")), all, "{text}");
+        assert!(counted(&text, &format!("{held}_sum")) > 0.0, "{text}");
+    }
 
     broker.kill();
     let degraded = poll_until(Duration::from_secs(10), || gateway.get("/healthz").filter(|(code, _)| *code == 503));

@@ -1,0 +1,227 @@
+//! How long a shard holds a result: DESIGN.md's "a matched pair leaves the shard ≤ 10 µs (p99)
+//! after its second row is read", measured on every shard of every run.
+//!
+//! A shard commits the results it made to the collector's ring at the end of each round, before
+//! the work of a tick, a barrier or the end, and every [`COMMIT_EVERY_ROWS`] rows of a long round
+//! (`Worker::round`, `Core::on_event`). A result therefore leaves the shard at most one
+//! [`Stretch`] after the input that made it was read: each commit counts the stretch's duration
+//! once per result it carries, a histogram of upper bounds in fixed buckets. Two of them: wall
+//! time, what a result waits, preemptions by other threads of the machine included; and the
+//! shard thread's CPU time over the same stretch, the shard's own work. `/metrics` shows them as
+//! Prometheus histograms (`braid_shard_result_latency_seconds`, `braid_shard_result_cpu_seconds`),
+//! `braid bench` and the MQTT bench read quantiles from them. A few clock reads a round, none per
+//! row.
+
+use std::time::{Duration, Instant};
+
+/// Bucket upper bounds in µs (the last bucket, above them, is unbounded). Dense around the
+/// 10 µs target; wide enough above to show a round held by a checkpoint's snapshot.
+pub const BOUNDS_US: [u64; 14] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 100_000];
+
+/// Results counted per bucket of round duration, and their durations summed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResultLatency {
+    /// `counts[i]`: results of rounds of at most `BOUNDS_US[i]` µs (above the last bound: the
+    /// last entry); not cumulative.
+    counts: [u64; BOUNDS_US.len() + 1],
+    /// Over all results counted: the round's duration in ns, once per result.
+    sum_ns: u128,
+}
+
+impl ResultLatency {
+    /// A round of `took` produced `results` results.
+    pub fn record(&mut self, took: Duration, results: u64) {
+        let ns = took.as_nanos();
+        let bucket = BOUNDS_US.iter().position(|&bound| ns <= u128::from(bound) * 1000).unwrap_or(BOUNDS_US.len());
+        self.counts[bucket] += results;
+        self.sum_ns += took.as_nanos() * u128::from(results);
+    }
+
+    /// Adds another shard's counts.
+    pub fn add(&mut self, other: &ResultLatency) {
+        for (mine, theirs) in self.counts.iter_mut().zip(other.counts) {
+            *mine += theirs;
+        }
+        self.sum_ns += other.sum_ns;
+    }
+
+    /// Results counted.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// The round durations summed over every result counted.
+    pub fn sum(&self) -> Duration {
+        Duration::from_nanos(u64::try_from(self.sum_ns).unwrap_or(u64::MAX))
+    }
+
+    /// Cumulative counts per bucket bound, `None` standing for +Inf (a Prometheus histogram's
+    /// `le` buckets).
+    pub fn cumulative(&self) -> impl Iterator<Item = (Option<u64>, u64)> + '_ {
+        let bounds = BOUNDS_US.iter().map(|&b| Some(b)).chain(std::iter::once(None));
+        bounds.zip(self.counts.iter().scan(0, |total, &n| {
+            *total += n;
+            Some(*total)
+        }))
+    }
+
+    /// The bound of the bucket that holds quantile `q` (0 < q ≤ 1) of the results: at least
+    /// that share of them left their shard within it. `None` without results, or when the
+    /// quantile lies above the last bound.
+    pub fn quantile_bound_us(&self, q: f64) -> Option<u64> {
+        let total = self.count();
+        if total == 0 {
+            return None;
+        }
+        let wanted = ((total as f64) * q).ceil().max(1.0) as u64;
+        self.cumulative().find(|&(_, below)| below >= wanted).and_then(|(bound, _)| bound)
+    }
+}
+
+/// Input rows after which a shard commits the results made so far, even in the middle of what
+/// its ring holds: under a burst a round reads thousands of rows, and the first ones' results
+/// would wait for all of them (milliseconds). 64 rows' work is tens of µs; a commit is a store
+/// to the ring's head and a look at the collector's flag.
+pub const COMMIT_EVERY_ROWS: u32 = 64;
+
+/// How long a shard held its results, by wall time and by its own CPU time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeldResults {
+    pub wall: ResultLatency,
+    pub cpu: ResultLatency,
+}
+
+impl HeldResults {
+    pub fn add(&mut self, other: &HeldResults) {
+        self.wall.add(&other.wall);
+        self.cpu.add(&other.cpu);
+    }
+}
+
+/// What a shard made since its last commit, and since when: every input those results came of
+/// was read after `began` (the shard's CPU clock is read at the first one, so a round that reads
+/// nothing costs one wall clock read).
+#[derive(Debug)]
+pub struct Stretch {
+    results: u64,
+    rows: u32,
+    began: Instant,
+    cpu_began: Option<Duration>,
+}
+
+impl Default for Stretch {
+    fn default() -> Stretch {
+        Stretch { results: 0, rows: 0, began: now(), cpu_began: None }
+    }
+}
+
+impl Stretch {
+    /// A new stretch begins now, unless `carried`: input read before still waits to be worked on
+    /// (a chained operator's queue), and its results must count from when it was read.
+    pub fn restart(&mut self, carried: bool) {
+        self.rows = 0;
+        if !carried {
+            self.began = now();
+            self.cpu_began = None;
+        }
+    }
+
+    /// An input frame is being handled; for a row, whether the stretch has run long enough to
+    /// commit after it ([`COMMIT_EVERY_ROWS`]).
+    pub fn read(&mut self, row: bool) -> bool {
+        if self.cpu_began.is_none() {
+            self.cpu_began = Some(crate::time::cpu::thread());
+        }
+        self.rows += u32::from(row);
+        self.rows >= COMMIT_EVERY_ROWS
+    }
+
+    /// `n` results were made and sent to the collector's ring (not committed yet).
+    pub fn made(&mut self, n: u64) {
+        self.results += n;
+    }
+
+    /// Whether results wait for a commit.
+    pub fn holds_results(&self) -> bool {
+        self.results > 0
+    }
+
+    /// The results made so far were committed: each counts the stretch so far into `held`.
+    pub fn committed(&mut self, held: &mut HeldResults) {
+        if self.results == 0 {
+            return;
+        }
+        held.wall.record(now().saturating_duration_since(self.began), self.results);
+        if let Some(cpu_began) = self.cpu_began {
+            held.cpu.record(crate::time::cpu::thread().saturating_sub(cpu_began), self.results);
+        }
+        self.results = 0;
+    }
+}
+
+/// The clock of the stretches (a figure, never a decision of the operators).
+#[allow(clippy::disallowed_methods)]
+fn now() -> Instant {
+    Instant::now()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{COMMIT_EVERY_ROWS, HeldResults, ResultLatency, Stretch};
+
+    #[test]
+    fn each_result_counts_its_rounds_duration_in_the_first_bucket_that_holds_it() {
+        let mut latency = ResultLatency::default();
+        latency.record(Duration::from_nanos(900), 3);
+        latency.record(Duration::from_micros(10), 96);
+        latency.record(Duration::from_nanos(10_001), 1);
+        let cumulative: Vec<_> = latency.cumulative().collect();
+        assert_eq!(cumulative[0], (Some(1), 3));
+        assert_eq!(cumulative[3], (Some(10), 99), "a bound includes itself");
+        assert_eq!(cumulative[4], (Some(20), 100));
+        assert_eq!(cumulative.last(), Some(&(None, 100)));
+        assert_eq!(latency.quantile_bound_us(0.5), Some(10));
+        assert_eq!(latency.quantile_bound_us(0.99), Some(10));
+        assert_eq!(latency.quantile_bound_us(1.0), Some(20));
+        assert_eq!(latency.sum(), Duration::from_nanos(900 * 3 + 10_000 * 96 + 10_001));
+    }
+
+    #[test]
+    fn shards_add_up_and_beyond_the_last_bound_is_unbounded() {
+        let mut one = ResultLatency::default();
+        one.record(Duration::from_millis(150), 2);
+        let mut all = ResultLatency::default();
+        assert_eq!(all.quantile_bound_us(0.99), None, "no results, no figure");
+        all.record(Duration::from_micros(3), 2);
+        all.add(&one);
+        assert_eq!(all.count(), 4);
+        assert_eq!(all.quantile_bound_us(0.5), Some(5));
+        assert_eq!(all.quantile_bound_us(0.99), None, "above 100 ms");
+    }
+
+    #[test]
+    fn a_stretch_counts_its_results_once_at_their_commit_and_asks_for_one_after_enough_rows() {
+        let mut stretch = Stretch::default();
+        let mut held = HeldResults::default();
+        stretch.committed(&mut held);
+        assert_eq!(held.wall.count(), 0, "nothing made, nothing counted");
+        for _ in 1..COMMIT_EVERY_ROWS {
+            assert!(!stretch.read(true));
+        }
+        assert!(!stretch.read(false), "a tick is no row");
+        assert!(stretch.read(true), "the 64th row asks for a commit");
+        stretch.made(3);
+        assert!(stretch.holds_results());
+        stretch.committed(&mut held);
+        stretch.committed(&mut held);
+        assert_eq!((held.wall.count(), held.cpu.count()), (3, 3), "counted once");
+        stretch.restart(false);
+        assert!(!stretch.read(true), "a restart starts the count of rows again");
+        stretch.made(2);
+        stretch.restart(true);
+        stretch.committed(&mut held);
+        assert_eq!(held.wall.count(), 5);
+    }
+}
