@@ -648,6 +648,10 @@ fn fixed_load(bin: &BraidRun, pace: Pace, seed: u64, nodelay: bool, sniff: Optio
     let received = results.finish();
     let memory = Memory::read(braid.pid());
     let held = metrics(braid.ops_port).unwrap_or_default();
+    for name in ["braid_shard_result_latency_seconds", "braid_shard_result_cpu_seconds"] {
+        let buckets: Vec<&str> = held.lines().filter(|l| l.starts_with(&format!("{name}_bucket"))).collect();
+        println!("  {name}: {}", buckets.join(" · "));
+    }
     let held_us = |name| histogram_bound(&held, name, 0.99).map(|s| s * 1e6);
     let shard_held_us = (held_us("braid_shard_result_latency_seconds"), held_us("braid_shard_result_cpu_seconds"));
     braid.stop();

@@ -488,17 +488,18 @@ impl Core {
     }
 
     /// A feeder event. The results made so far leave before the work of a tick, a barrier or the
-    /// end (evictions, snapshots), and after every
+    /// end (evictions, snapshots), those of that work right after it, and the rest after every
     /// [`COMMIT_EVERY_ROWS`](super::result_latency::COMMIT_EVERY_ROWS) rows, so none waits for a
-    /// whole round's work (result_latency.rs).
+    /// whole round's work or for another input's evictions (result_latency.rs).
     fn on_event(&mut self, frame: Frame<'_>) {
         let row = matches!(frame, Frame::Row { .. });
-        if !row && !matches!(frame, Frame::Progress { .. }) && self.stretch.holds_results() {
-            self.commit_midway();
+        let control = !row && !matches!(frame, Frame::Progress { .. });
+        if control && self.stretch.holds_results() {
+            self.commit_results();
         }
         let long_enough = self.stretch.read(row);
         self.on_feeder_frame(frame);
-        if long_enough {
+        if long_enough || control {
             self.commit_midway();
         }
     }
