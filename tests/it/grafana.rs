@@ -37,12 +37,16 @@ fn exported() -> BTreeSet<String> {
     let out = crate::logs::gateway_replay(dir.path()).arg("--metrics").arg(&metrics).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = fs::read_to_string(&metrics).unwrap();
-    // Names of families with samples or at least a TYPE line.
-    let mut names: BTreeSet<String> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .map(|l| l.split(' ').next().unwrap().to_owned())
-        .collect();
+    // Names of families with samples or at least a TYPE line; a histogram's series are its
+    // name's `_bucket`, `_sum` and `_count`.
+    let mut names = BTreeSet::new();
+    for family in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+        let (name, kind) = family.split_once(' ').unwrap();
+        if kind == "histogram" {
+            names.extend(["_bucket", "_sum", "_count"].map(|series| format!("{name}{series}")));
+        }
+        names.insert(name.to_owned());
+    }
     assert!(names.contains("braid_operator_matched_total"), "{text}");
     let view = fs::read_to_string(root().join("src/service/view.rs")).unwrap();
     names
@@ -103,6 +107,8 @@ fn dashboard_queries_use_only_exported_metrics_and_cover_them() {
         "braid_source_connected",
         "braid_journal_bytes",
         "braid_shard_ring_used_bytes",
+        "braid_shard_result_latency_seconds_bucket",
+        "braid_shard_result_cpu_seconds_bucket",
         "braid_operator_input_watermark_lag_seconds",
         "braid_warning_active",
     ] {
