@@ -584,8 +584,9 @@ mod tests {
         assert!((1.5..2.5).contains(&fanout), "fanout {fanout}");
         assert!(report.results_at_ingest > 0 && report.latency_ns.is_some());
         // Every result left a shard in some round, and was counted there once.
-        assert_eq!(report.shard_results_held.wall.count(), report.results());
-        assert_eq!(report.shard_results_held.cpu.count(), report.results());
+        let held = &report.shard_results_held;
+        assert_eq!(held.wall.count(), report.results());
+        assert!((1..held.wall.count()).contains(&held.cpu.count()), "a sample: {:?}", held.cpu);
         let mut text = Vec::new();
         report.write_figures(&mut text).unwrap();
         let text = String::from_utf8(text).unwrap();

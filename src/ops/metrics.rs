@@ -268,7 +268,7 @@ fn write_results_held(out: &mut String, held: &HeldResults) {
     write_histogram(
         out,
         "braid_shard_result_cpu_seconds",
-        "The shard thread's CPU time over the same stretch as braid_shard_result_latency_seconds (its own work, without preemptions).",
+        "The shard thread's CPU time over the same stretch as braid_shard_result_latency_seconds (its own work, without preemptions), for one stretch in 16.",
         &held.cpu,
     );
 }

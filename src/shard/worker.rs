@@ -464,11 +464,11 @@ impl Core {
     }
 
     /// Commits what the shard sent since the last commit (`flush`), counting how long its
-    /// results waited for it (result_latency.rs).
+    /// results waited for it (result_latency.rs): up to the commit, which makes them the
+    /// collector's; the wake-up it may write after it is the collector's latency, not the shard's.
     fn commit_results(&mut self) -> bool {
-        let moved = self.flush();
         self.stretch.committed(&mut self.held);
-        moved
+        self.flush()
     }
 
     /// [`commit_results`](Self::commit_results) in the middle of a round: what is read next
