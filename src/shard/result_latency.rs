@@ -93,12 +93,15 @@ pub const CPU_SAMPLE_EVERY: u32 = 16;
 pub struct HeldResults {
     pub wall: ResultLatency,
     pub cpu: ResultLatency,
+    /// Commits that carried results.
+    pub commits: u64,
 }
 
 impl HeldResults {
     pub fn add(&mut self, other: &HeldResults) {
         self.wall.add(&other.wall);
         self.cpu.add(&other.cpu);
+        self.commits += other.commits;
     }
 }
 
@@ -168,6 +171,7 @@ impl Stretch {
             held.cpu.record(crate::time::cpu::thread().saturating_sub(cpu_began), self.results);
         }
         self.results = 0;
+        held.commits += 1;
     }
 }
 
@@ -229,6 +233,7 @@ mod tests {
         stretch.committed(&mut held);
         stretch.committed(&mut held);
         assert_eq!((held.wall.count(), held.cpu.count()), (3, 0), "counted once; the CPU clock not sampled yet");
+        assert_eq!(held.commits, 1);
         stretch.restart(false);
         assert!(!stretch.read(true), "a restart starts the count of rows again");
         stretch.made(2);

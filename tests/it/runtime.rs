@@ -924,6 +924,43 @@ fn a_row_too_large_for_the_rings_is_refused_and_the_run_goes_on() {
     assert_eq!(rows_counted, 1, "only the row that went in is counted (the caller counts the dead letter)");
 }
 
+/// A shard does not hold a round's first results until it has worked through everything its ring
+/// holds: it commits them every 64 rows (shard/result_latency.rs), so 1 000 matching commands
+/// read in one round leave in about 16 commits, each counted with its results.
+#[test]
+fn a_shard_commits_its_results_every_64_rows_of_a_long_round() {
+    let plan = braid::config::parse("gateway.toml", include_str!("../../configs/gateway.toml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let devices = 0..1000;
+    let status: String = devices
+        .clone()
+        .map(|d| format!("{{\"device\":\"dev-{d}\",\"ts\":{BASE_TS},\"temp\":1.5,\"state\":\"on\",\"seq\":{d}}}\n"))
+        .collect();
+    let command: String = devices
+        .map(|d| {
+            format!("{{\"device\":\"dev-{d}\",\"ts\":{BASE_TS},\"cmd\":\"start\",\"arg\":\"1\",\"cmd_id\":\"c{d}\"}}\n")
+        })
+        .collect();
+    let inputs = write_inputs(dir.path(), [("status", status), ("command", command)]);
+    let (rows, start) = decoded_rows(&plan, &inputs);
+    let figures = within(Duration::from_secs(30), move || {
+        let rings = ring_dir();
+        // Held: every row is in the ring before the shard reads any, in one round.
+        let options = RuntimeOptions { hold: true, ..RuntimeOptions::new(1, rings.path()) };
+        let mut out = Collected::default();
+        let mut runtime = Runtime::start(&plan, &options, start).unwrap();
+        for (stream, row, arrival) in &rows {
+            runtime.advance_to(*arrival, &mut out).unwrap();
+            runtime.ingest(*stream, row, *arrival, &mut out).unwrap();
+        }
+        runtime.finish(&mut out).unwrap()
+    })
+    .unwrap();
+    let held = figures.shard_results_held;
+    assert_eq!(held.wall.count(), 1000, "every match counted once: {held:?}");
+    assert!((15..=20).contains(&held.commits), "1 000 results in {} commits", held.commits);
+}
+
 /// Streams `a` and `b` (key `k`, a big `pad`) joined into results re-keyed by `g` and read by an
 /// absence operator: a pair of 300 KiB rows makes a result larger than the rings carry.
 const OVERSIZED_CONFIG: &str = "\
