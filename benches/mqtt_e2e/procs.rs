@@ -232,10 +232,11 @@ pub fn metric(text: &str, name: &str, labels: &str) -> u64 {
 }
 
 /// The `le` bound (s; infinite for `+Inf`) of the first bucket of Prometheus histogram `name`
-/// that holds quantile `q` of its count; `None` without samples.
+/// that holds quantile `q` of its count (braid's rule: `result_latency::quantile_bucket`); `None`
+/// without samples.
 pub fn histogram_bound(text: &str, name: &str, q: f64) -> Option<f64> {
     let prefix = format!("{name}_bucket{{le=\"");
-    let buckets: Vec<(f64, f64)> = text
+    let buckets: Vec<(f64, u64)> = text
         .lines()
         .filter_map(|l| {
             let (le, count) = l.strip_prefix(&prefix)?.split_once("\"} ")?;
@@ -243,8 +244,7 @@ pub fn histogram_bound(text: &str, name: &str, q: f64) -> Option<f64> {
             Some((le, count.trim().parse().ok()?))
         })
         .collect();
-    let total = buckets.last()?.1;
-    (total > 0.0).then(|| buckets.iter().find(|&&(_, below)| below >= (total * q).ceil()).map(|&(le, _)| le))?
+    braid::shard::result_latency::quantile_bucket(&buckets, q)
 }
 
 /// CPU time (user + system, clock ticks) of some processes, in all and per thread name.

@@ -273,9 +273,11 @@ fn write_results_held(out: &mut String, held: &HeldResults) {
     );
 }
 
+/// A histogram family: its HELP and TYPE lines ([`write_family`]), then its `le` buckets, sum
+/// and count.
 fn write_histogram(out: &mut String, name: &str, help: &str, latency: &ResultLatency) {
+    write_family(out, name, "histogram", help, Vec::new());
     // Writing into a String cannot fail.
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
     for (bound, count) in latency.cumulative() {
         let le = bound.map_or_else(|| "+Inf".to_owned(), |us| format!("{}", us as f64 / 1e6));
         let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {count}");

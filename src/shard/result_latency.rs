@@ -19,23 +19,24 @@ use std::time::{Duration, Instant};
 /// 10 µs target; wide enough above to show a round held by a checkpoint's snapshot.
 pub const BOUNDS_US: [u64; 14] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 100_000];
 
-/// Results counted per bucket of round duration, and their durations summed.
+/// Results counted per bucket of the duration of the stretch that held them, and those durations
+/// summed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ResultLatency {
-    /// `counts[i]`: results of rounds of at most `BOUNDS_US[i]` µs (above the last bound: the
-    /// last entry); not cumulative.
+    /// `counts[i]`: results held at most `BOUNDS_US[i]` µs (above the last bound: the last
+    /// entry); not cumulative.
     counts: [u64; BOUNDS_US.len() + 1],
-    /// Over all results counted: the round's duration in ns, once per result.
+    /// Over all results counted: their stretch's duration in ns, once per result.
     sum_ns: u128,
 }
 
 impl ResultLatency {
-    /// A round of `took` produced `results` results.
+    /// A stretch of `took` carried `results` results.
     pub fn record(&mut self, took: Duration, results: u64) {
         let ns = took.as_nanos();
         let bucket = BOUNDS_US.iter().position(|&bound| ns <= u128::from(bound) * 1000).unwrap_or(BOUNDS_US.len());
         self.counts[bucket] += results;
-        self.sum_ns += took.as_nanos() * u128::from(results);
+        self.sum_ns += ns * u128::from(results);
     }
 
     /// Adds another shard's counts.
@@ -51,7 +52,7 @@ impl ResultLatency {
         self.counts.iter().sum()
     }
 
-    /// The round durations summed over every result counted.
+    /// The stretches' durations summed over every result counted.
     pub fn sum(&self) -> Duration {
         Duration::from_nanos(u64::try_from(self.sum_ns).unwrap_or(u64::MAX))
     }
@@ -70,13 +71,22 @@ impl ResultLatency {
     /// that share of them left their shard within it. `None` without results, or when the
     /// quantile lies above the last bound.
     pub fn quantile_bound_us(&self, q: f64) -> Option<u64> {
-        let total = self.count();
-        if total == 0 {
-            return None;
-        }
-        let wanted = ((total as f64) * q).ceil().max(1.0) as u64;
-        self.cumulative().find(|&(_, below)| below >= wanted).and_then(|(bound, _)| bound)
+        let cumulative: Vec<_> = self.cumulative().collect();
+        quantile_bucket(&cumulative, q).flatten()
     }
+}
+
+/// Of a histogram's buckets, (upper bound, cumulative count) in rising order, the bound of the
+/// first that holds quantile `q` (0 < q ≤ 1) of the count: at least that share of the values lie
+/// within it. `None` without values. The rule `braid bench` and the MQTT bench (which reads the
+/// histogram back from `/metrics`) both read a quantile by.
+pub fn quantile_bucket<B: Copy>(cumulative: &[(B, u64)], q: f64) -> Option<B> {
+    let total = cumulative.last().map_or(0, |&(_, count)| count);
+    if total == 0 {
+        return None;
+    }
+    let wanted = ((total as f64) * q).ceil().max(1.0) as u64;
+    cumulative.iter().find(|&&(_, below)| below >= wanted).map(|&(bound, _)| bound)
 }
 
 /// Input rows after which a shard commits the results made so far, even in the middle of what
@@ -185,7 +195,7 @@ fn now() -> Instant {
 mod tests {
     use std::time::Duration;
 
-    use super::{COMMIT_EVERY_ROWS, CPU_SAMPLE_EVERY, HeldResults, ResultLatency, Stretch};
+    use super::{COMMIT_EVERY_ROWS, CPU_SAMPLE_EVERY, HeldResults, ResultLatency, Stretch, quantile_bucket};
 
     #[test]
     fn each_result_counts_its_rounds_duration_in_the_first_bucket_that_holds_it() {
@@ -215,6 +225,11 @@ mod tests {
         assert_eq!(all.count(), 4);
         assert_eq!(all.quantile_bound_us(0.5), Some(5));
         assert_eq!(all.quantile_bound_us(0.99), None, "above 100 ms");
+        // The same rule over buckets read back from Prometheus text (the MQTT bench).
+        let read_back = [(1e-6, 0), (5e-6, 2), (0.1, 2), (f64::INFINITY, 4)];
+        assert_eq!(quantile_bucket(&read_back, 0.5), Some(5e-6));
+        assert_eq!(quantile_bucket(&read_back, 0.99), Some(f64::INFINITY));
+        assert_eq!(quantile_bucket(&[(1e-6, 0), (f64::INFINITY, 0)], 0.5), None);
     }
 
     #[test]
