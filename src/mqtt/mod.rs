@@ -1,5 +1,6 @@
 //! What MQTT sources and MQTT sinks share: how to reach a broker ([`conn`]: URL, client id,
-//! credentials, TLS) and how long to wait before reconnecting ([`backoff`]).
+//! credentials, TLS), how long to wait before reconnecting ([`backoff`]) and what of a broken
+//! connection to forget ([`forget_stale_events`]).
 //!
 //! Both sides drive one `rumqttc` v4 (MQTT 3.1.1) event loop each; docs/edge-io-research.md
 //! explains why v4 and lists the rumqttc traps the callers work around.
@@ -9,3 +10,36 @@ pub mod conn;
 
 pub use backoff::Backoff;
 pub use conn::{ConnError, Endpoint, default_client_id, endpoint, options, persistent_client_id};
+
+/// Forgets the events rumqttc read or made on a connection that broke and has not handed out
+/// yet. It keeps them across the break and hands them out first after the next ConnAck: a
+/// publish parsed in the same read as the packet that broke the link, an outgoing PUBACK. Their
+/// packet ids belong to the old connection; matched to the new one they ack the wrong message or
+/// wait for an ack that never comes. The broker sends every un-acked QoS 1 message again, so
+/// only incoming QoS 0 publishes are kept: nobody would send those again.
+pub fn forget_stale_events(eventloop: &mut rumqttc::EventLoop) {
+    use rumqttc::{Event, Packet, QoS};
+    eventloop
+        .state
+        .events
+        .retain(|event| matches!(event, Event::Incoming(Packet::Publish(p)) if p.qos == QoS::AtMostOnce));
+}
+
+#[cfg(test)]
+mod tests {
+    use rumqttc::{AsyncClient, Event, MqttOptions, Outgoing, Packet, PubAck, Publish, QoS};
+
+    #[test]
+    fn only_incoming_qos0_publishes_outlive_a_broken_connection() {
+        let (_client, mut eventloop) = AsyncClient::new(MqttOptions::new("stale", "127.0.0.1", 1883), 4);
+        let publish = |qos| Event::Incoming(Packet::Publish(Publish::new("devices/d1/status", qos, "1")));
+        eventloop.state.events.extend([
+            publish(QoS::AtLeastOnce),
+            publish(QoS::AtMostOnce),
+            Event::Incoming(Packet::PubAck(PubAck::new(7))),
+            Event::Outgoing(Outgoing::PubAck(3)),
+        ]);
+        super::forget_stale_events(&mut eventloop);
+        assert_eq!(eventloop.state.events.into_iter().collect::<Vec<_>>(), [publish(QoS::AtMostOnce)]);
+    }
+}

@@ -211,6 +211,7 @@ pub async fn run(
             match event {
                 Ok(event) => source.on_event(event, &mut eventloop.mqtt_options, &mut backoff),
                 Err(error) => {
+                    crate::mqtt::forget_stale_events(&mut eventloop);
                     reconnect.after(source.on_error(&error, &mut eventloop.mqtt_options, &mut backoff));
                     break;
                 }
@@ -226,6 +227,7 @@ pub async fn run(
         if let Err(error) = source.send_requests(&mut eventloop).await {
             // What a failed poll does inside rumqttc: the next poll reconnects.
             eventloop.clean();
+            crate::mqtt::forget_stale_events(&mut eventloop);
             reconnect.after(source.on_error(&error, &mut eventloop.mqtt_options, &mut backoff));
         }
     }

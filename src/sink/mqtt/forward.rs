@@ -116,12 +116,8 @@ pub async fn run(
                 }
             }
             Step::Event(mut events, Err(error)) => {
-                // Events rumqttc read or made before the connection broke and has not handed out
-                // yet (it hands them out first, after the next ConnAck): PUBACKs and publishes
-                // written on a connection that is gone. Every result in flight is sent again from
-                // the spool, so they would only be matched to the new connection's flights, which
-                // then wait for acknowledgements that never come.
-                events.state.events.clear();
+                // Every result in flight is sent again from the spool.
+                crate::mqtt::forget_stale_events(&mut events);
                 (polling, parked) = (None, Some(events));
                 fwd.on_disconnect(&error);
                 retry.as_mut().reset(Instant::now() + backoff.next());
