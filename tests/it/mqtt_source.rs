@@ -337,9 +337,9 @@ async fn qos0_messages_arrive() {
 
 /// (f) Messages read in the same batch as an oversized packet are handed out once. rumqttc
 /// queues the packets it parsed before the one that broke the connection and would hand them
-/// out after the next ConnAck, with the old connection's packet ids; the broker redelivers them
-/// anyway. The queue is built by a backlog: the broker sends it right after the ConnAck, so the
-/// small messages and the oversized one's header arrive in one read.
+/// out after the next ConnAck, with the old connection's packet ids, while the broker redelivers
+/// them anyway. The backlog the broker sends right after the ConnAck reaches the source through
+/// [`Gathering`], in one write: the small messages and the oversized one's header in one read.
 #[tokio::test]
 async fn messages_read_with_an_oversized_one_are_handed_out_once() {
     let broker = Mosquitto::start();
@@ -352,7 +352,12 @@ async fn messages_read_with_an_oversized_one_are_handed_out_once() {
     messages.push((topic, b"after".to_vec(), QoS::AtLeastOnce));
     publish(broker.port, messages).await;
 
-    let source = Running::start(settings(&broker, client_id, max_payload), 1024).await;
+    let gathering = Gathering::start(broker.port);
+    let via = SourceSettings {
+        url: format!("mqtt://127.0.0.1:{}", gathering.port),
+        ..settings(&broker, client_id, max_payload)
+    };
+    let source = Running::start(via, 1024).await;
     let mut seen = source.take_all_of(&["0", "1", "2", "3", "4", "after"].map(String::from).into()).await;
     source.wait_until("all acked", |s| s.acked.load(Ordering::Relaxed) >= 7).await;
     // Anything handed out twice would be in the channel by now.
@@ -365,4 +370,58 @@ async fn messages_read_with_an_oversized_one_are_handed_out_once() {
     assert_eq!(source.status.oversized_relayed.load(Ordering::Relaxed), 1);
     assert_eq!(source.status.received.load(Ordering::Relaxed), 7);
     source.stop().await;
+}
+
+/// A loopback TCP proxy to a broker that passes what the client sends at once and what the
+/// broker sends in gathered writes: everything that arrives within [`Gathering::WINDOW`] of a
+/// first byte goes on in one write, so the client reads it in one go.
+struct Gathering {
+    port: u16,
+}
+
+impl Gathering {
+    const WINDOW: Duration = Duration::from_millis(100);
+
+    fn start(broker_port: u16) -> Gathering {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(broker) = TcpStream::connect(("127.0.0.1", broker_port)) else { return };
+                let (mut to_broker, mut from_client) = (broker.try_clone().unwrap(), client.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from_client, &mut to_broker);
+                    let _ = to_broker.shutdown(std::net::Shutdown::Write);
+                });
+                std::thread::spawn(move || Gathering::pass_gathered(broker, client));
+            }
+        });
+        Gathering { port }
+    }
+
+    fn pass_gathered(mut broker: TcpStream, mut client: TcpStream) {
+        use std::io::{Read, Write};
+        let mut chunk = vec![0; 1 << 20];
+        loop {
+            broker.set_read_timeout(None).unwrap();
+            let mut gathered = match broker.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => chunk[..n].to_vec(),
+            };
+            broker.set_read_timeout(Some(Gathering::WINDOW)).unwrap();
+            let mut open = true;
+            while open {
+                match broker.read(&mut chunk) {
+                    Ok(0) => open = false,
+                    Ok(n) => gathered.extend_from_slice(&chunk[..n]),
+                    Err(_) => break,
+                }
+            }
+            if client.write_all(&gathered).is_err() || !open {
+                break;
+            }
+        }
+        let _ = client.shutdown(std::net::Shutdown::Write);
+    }
 }
