@@ -5,11 +5,11 @@
 //! the work of a tick, a barrier or the end, and every [`COMMIT_EVERY_ROWS`] rows of a long round
 //! (`Worker::round`, `Core::on_event`). A result therefore leaves the shard at most one
 //! [`Stretch`] after the input that made it was read: each commit counts the stretch's duration,
-//! from its first input read, once per result it carries, a histogram of upper bounds in fixed buckets. Two of them: wall
-//! time, what a result waits, preemptions by other threads of the machine included; and the
-//! shard thread's CPU time over the same stretch, the shard's own work, for one stretch in
-//! [`CPU_SAMPLE_EVERY`] (a thread's CPU clock is a system call, about 1 µs here, where the wall
-//! clock costs 30 ns). `/metrics` shows them as Prometheus histograms
+//! from its first input read, once per result it carries, a histogram of upper bounds in fixed
+//! buckets. Two of them: wall time, what a result waits, preemptions by other threads of the
+//! machine included; and the shard thread's CPU time over the same stretch, the shard's own
+//! work, for one stretch in [`CPU_SAMPLE_EVERY`] (a thread's CPU clock is a system call, about
+//! 1 µs here, where the wall clock costs 30 ns). `/metrics` shows them as Prometheus histograms
 //! (`braid_shard_result_latency_seconds`, `braid_shard_result_cpu_seconds`), `braid bench` and
 //! the MQTT bench read quantiles from them. Two or three wall clock reads a round, none per row.
 
