@@ -138,6 +138,21 @@ impl Segment {
         self.log.path()
     }
 
+    /// Released, kept as the spare of a spool that rolls by age: emptied, and its pages go,
+    /// dirty ones unwritten (the parent's doc, "Flash").
+    pub(super) fn give_back_pages(&mut self) -> Result<(), MappedFileError> {
+        self.log.give_back_pages()?;
+        self.count = 0;
+        self.index.clear();
+        self.skipped.clear();
+        Ok(())
+    }
+
+    /// The spare is taken into use: its pages allocated again (a full disk fails here).
+    pub(super) fn take_back_pages(&self) -> Result<(), MappedFileError> {
+        self.log.take_back_pages()
+    }
+
     pub(super) fn remove(self) -> Result<(), MappedFileError> {
         self.log.remove()
     }

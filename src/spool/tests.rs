@@ -361,7 +361,7 @@ proptest! {
 }
 
 #[test]
-fn segments_roll_by_age_and_released_ones_are_deleted_not_kept() {
+fn segments_roll_by_age_and_released_ones_are_deleted_but_one_spare_without_its_pages() {
     let dir = tempfile::tempdir().unwrap();
     let rolling = SpoolOptions { roll_after: Some(Duration::ZERO), ..options(1 << 20, Overflow::Block) };
     let mut spool = Spool::open(dir.path(), rolling).unwrap();
@@ -371,7 +371,7 @@ fn segments_roll_by_age_and_released_ones_are_deleted_not_kept() {
     // Every segment is already "old" after its first record: one file a record.
     assert_eq!(segment_files(dir.path()), 4);
     spool.release_through(2);
-    assert_eq!(segment_files(dir.path()), 1, "released segments are deleted, no spare kept");
+    assert_eq!(segment_files(dir.path()), 2, "released segments are deleted but for one spare");
     drop(spool);
     let mut spool = Spool::open(dir.path(), rolling).unwrap();
     assert_eq!((spool.first(), spool.end()), (3, 4));
@@ -385,6 +385,46 @@ fn segments_roll_by_age_and_released_ones_are_deleted_not_kept() {
         spool.append(&payload(i)).unwrap();
     }
     assert_eq!(segment_files(dir.path()), 1, "a young segment takes the appends until it is full");
+}
+
+/// A spool that rolls by age keeps one released segment as its spare with its pages given back
+/// (no dirty page of its first life is written back, no file is made per roll), reads it as
+/// empty after a restart and takes it into use again.
+#[test]
+fn a_rolling_spools_spare_holds_only_its_header_page_and_is_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let segment_bytes = 64 << 10;
+    let rolling = SpoolOptions { segment_bytes, roll_after: Some(Duration::ZERO), ..options(1 << 20, Overflow::Block) };
+    let mut spool = Spool::open(dir.path(), rolling).unwrap();
+    let record = vec![7u8; 20_000];
+    for _ in 0..3 {
+        spool.append(&record).unwrap();
+    }
+    spool.release_through(1);
+    let files: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| segment_number(p).is_some())
+        .collect();
+    assert_eq!(files.len(), 2, "the segment appended to and the spare");
+    let blocks = |path: &Path| std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(path).unwrap()) * 512;
+    let allocated: Vec<u64> = files.iter().map(|p| blocks(p)).collect();
+    assert!(allocated.iter().any(|&b| b <= 4096), "the spare keeps only its first page: {allocated:?}");
+    drop(spool);
+
+    let mut spool = Spool::open(dir.path(), rolling).unwrap();
+    assert_eq!((spool.first(), spool.end()), (2, 3), "the spare holds no records after a restart");
+    assert_eq!(spool.damaged(), 0);
+    for seq in 3..10 {
+        assert_eq!(spool.append(&record).unwrap(), seq);
+        spool.release_through(seq - 1);
+        assert!(segment_files(dir.path()) <= 2, "a roll takes the spare, never a new file");
+    }
+    assert_eq!(spool.get(9).unwrap(), record.as_slice());
+    drop(spool);
+    let spool = Spool::open(dir.path(), rolling).unwrap();
+    assert_eq!((spool.first(), spool.end()), (9, 10));
+    assert_eq!(spool.get(9).unwrap(), record.as_slice());
 }
 
 #[test]

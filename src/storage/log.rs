@@ -568,6 +568,27 @@ impl Segment {
         self.file.forget_pages();
     }
 
+    /// Empties a segment kept for reuse: the end mark goes right after its header, so it reads
+    /// as holding no records (a start after a crash finds nothing torn in it), then every whole
+    /// page of the data area past the first, which holds the headers, is freed
+    /// ([`StoredFile::give_back`]). The header stays until [`reset`](Self::reset).
+    pub fn give_back_pages(&mut self) -> Result<(), MappedFileError> {
+        let at = self.format.segment_header;
+        self.file.write(at, &[0; END_MARK])?;
+        (self.end, self.records, self.synced) = (at, 0, 0);
+        self.file
+            .give_back(0, self.data_len())
+            .map_err(|source| MappedFileError::Io { path: self.path().to_owned(), source })
+    }
+
+    /// Allocates again what [`give_back_pages`](Self::give_back_pages) freed, before the segment
+    /// is written again ([`StoredFile::take_back`]).
+    pub fn take_back_pages(&self) -> Result<(), MappedFileError> {
+        self.file
+            .take_back(0, self.data_len())
+            .map_err(|source| MappedFileError::Io { path: self.path().to_owned(), source })
+    }
+
     pub fn path(&self) -> &Path {
         self.file.path()
     }

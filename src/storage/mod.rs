@@ -103,6 +103,20 @@ pub trait StoredFile: Send + Sync {
     /// ([`MappedFile::populate_pages`]). Nothing for a backend without a mapping.
     fn populate_pages(&self) {}
 
+    /// Frees the whole pages of data bytes `[offset, offset + len)`: the blocks go back to the
+    /// file system and dirty pages are dropped unwritten; they read as zeros and nothing may be
+    /// written there before [`take_back`](Self::take_back) ([`MappedFile::give_back`]). Nothing
+    /// for a backend without a mapping (its bytes stay as they are).
+    fn give_back(&self, _offset: usize, _len: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    /// Allocates again what [`give_back`](Self::give_back) freed, so it can be written: a full
+    /// disk is an error here, not a fault at the write ([`MappedFile::take_back`]).
+    fn take_back(&self, _offset: usize, _len: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+
     /// Deletes the file: unlinked while still mapped and locked, then unmapped — never truncated
     /// under a mapping.
     fn remove(self: Box<Self>) -> Result<(), MappedFileError>;
@@ -187,6 +201,14 @@ impl StoredFile for MappedFile {
 
     fn populate_pages(&self) {
         MappedFile::populate_pages(self);
+    }
+
+    fn give_back(&self, offset: usize, len: usize) -> std::io::Result<()> {
+        MappedFile::give_back(self, offset, len)
+    }
+
+    fn take_back(&self, offset: usize, len: usize) -> std::io::Result<()> {
+        MappedFile::take_back(self, offset, len)
     }
 
     fn sync(&self, at: usize, len: usize) -> Result<(), MappedFileError> {
