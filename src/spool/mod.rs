@@ -33,18 +33,20 @@
 //!   file copied as found into `STATE_DIR/quarantine/` (storage/quarantine.rs).
 //! - **Release** advances `first` and writes it to the head file (two crc'd slots written in
 //!   turn: a torn write leaves the other). A segment whose records are all released, other than
-//!   the one being appended to, is recycled: kept as the one spare (reset when a new segment is
-//!   needed) or deleted. So the files hold at most `max_bytes` plus about two segments.
+//!   the one being appended to, is recycled: kept as a spare (reset when a new segment is
+//!   needed) or deleted. So the files hold at most `max_bytes` plus about two segments (and a
+//!   page for each emptied spare, below).
 //! - **Flash.** With [`SpoolOptions::roll_after`] (the journal's and the sinks' setting) a new
 //!   segment is started once the active one is that old. The kernel writes a file's dirty pages
 //!   back about `vm.dirty_expire_centisecs` (30 s) after the file was first dirtied, and pages
 //!   dropped before then are never written: records released within seconds — the journal at
 //!   every checkpoint, a sink buffer at every upstream acknowledgement — then cost the disk
-//!   nothing under `durability = "process"`. So a released segment is deleted, or kept as the
-//!   spare only once emptied (the end mark after its header) and with every page but its first
-//!   given back (a punched hole: dirty pages dropped unwritten, blocks freed), allocated again
-//!   when it is taken into use. Reusing it spares the appending thread a file's making — a
-//!   header synced to the disk, 0.5–3.6 ms a segment on the test guest's disk — and its deletion.
+//!   nothing under `durability = "process"`. So a released segment is deleted, or kept as one
+//!   of up to 8 spares only once emptied (the end mark after its header) and with every page but
+//!   its first given back (a punched hole: dirty pages dropped unwritten, blocks freed),
+//!   allocated again when it is taken into use. Reusing it spares the appending thread a file's
+//!   making — a header synced to the disk, 0.5–3.6 ms a segment on the test guest's disk — and
+//!   its deletion.
 //! - **Limits.** A record holds at most [`Spool::max_record`] bytes (its record size at most
 //!   `max_bytes`, and a segment at most 1 GiB). [`Spool::queued_bytes`] counts the
 //!   unreleased records with their headers and padding; an append that would take it past
@@ -178,7 +180,8 @@ pub struct Spool {
     head: Head,
     /// By base seq; the last one takes the appends.
     segments: VecDeque<Segment>,
-    spare: Option<Segment>,
+    /// Released segments kept for reuse, at most [`Spool::spares_kept`].
+    spares: Vec<Segment>,
     next_file: u64,
     first: u64,
     end: u64,
@@ -224,7 +227,7 @@ impl Spool {
             options,
             head,
             segments: VecDeque::new(),
-            spare: None,
+            spares: Vec::new(),
             next_file,
             first,
             end: first,
@@ -337,7 +340,7 @@ impl Spool {
         let rolls = |s: &Segment| self.options.roll_after.is_some_and(|age| s.count > 0 && s.started.elapsed() >= age);
         let usable = self.segments.back().is_some_and(|s| s.fits(size) && s.next_seq() == self.end && !rolls(s));
         if !usable {
-            let segment = match self.spare.take() {
+            let segment = match self.spares.pop() {
                 Some(mut spare) if spare.fits(size) => {
                     let reused = self.take_back(&spare).and_then(|()| Ok(spare.reset(self.end)?));
                     if let Err(error) = reused {
@@ -428,15 +431,24 @@ impl Spool {
         }
     }
 
-    /// Keeps `segment` as the spare, or deletes it when there is one already. A spool that rolls
-    /// by age first gives its pages back (module doc, "Flash"); where that fails it is deleted.
+    /// Keeps `segment` as a spare, or deletes it when enough are kept. A spool that rolls by age
+    /// first empties it and gives its pages back (module doc, "Flash"); where that fails it is
+    /// deleted.
     fn recycle(&mut self, mut segment: Segment) {
-        let keep = self.spare.is_none() && (self.options.roll_after.is_none() || segment.give_back_pages().is_ok());
+        let keep = self.spares.len() < self.spares_kept()
+            && (self.options.roll_after.is_none() || segment.give_back_pages().is_ok());
         if keep {
-            self.spare = Some(segment);
+            self.spares.push(segment);
         } else {
             self.delete(segment);
         }
+    }
+
+    /// One spare, holding its old records until reused; a spool that rolls by age releases
+    /// several segments at a time (the journal at a checkpoint) and keeps up to
+    /// [`SPARES_ROLLING`] emptied ones, a page of disk each.
+    fn spares_kept(&self) -> usize {
+        if self.options.roll_after.is_some() { SPARES_ROLLING } else { 1 }
     }
 
     /// A spare of a spool that rolls by age had its pages given back: they are allocated again.
@@ -498,6 +510,10 @@ impl Spool {
         self.damaged
     }
 }
+
+/// Emptied spares a spool that rolls by age keeps ([`Spool::spares_kept`]): the journal releases
+/// about a checkpoint interval's segments at once.
+const SPARES_ROLLING: usize = 8;
 
 /// The largest segment file, [`SpoolOptions::segment_bytes`] or one made for a large record.
 const MAX_SEGMENT_BYTES: usize = 1 << 30;
