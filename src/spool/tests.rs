@@ -361,23 +361,23 @@ proptest! {
 }
 
 #[test]
-fn segments_roll_by_age_and_released_ones_are_deleted_but_eight_spares() {
+fn segments_roll_by_age_and_released_ones_are_deleted_but_32_spares() {
     let dir = tempfile::tempdir().unwrap();
     let rolling = SpoolOptions { roll_after: Some(Duration::ZERO), ..options(1 << 20, Overflow::Block) };
     let mut spool = Spool::open(dir.path(), rolling).unwrap();
-    for i in 0..12 {
+    for i in 0..40 {
         spool.append(&payload(i)).unwrap();
     }
     // Every segment is already "old" after its first record: one file a record.
-    assert_eq!(segment_files(dir.path()), 12);
-    spool.release_through(10);
-    assert_eq!(segment_files(dir.path()), 1 + 8, "released segments are deleted but for 8 spares");
+    assert_eq!(segment_files(dir.path()), 40);
+    spool.release_through(38);
+    assert_eq!(segment_files(dir.path()), 1 + 32, "released segments are deleted but for 32 spares");
     drop(spool);
     let mut spool = Spool::open(dir.path(), rolling).unwrap();
-    assert_eq!((spool.first(), spool.end()), (11, 12));
-    assert_eq!(spool.get(11).unwrap(), payload(11).as_slice());
-    assert_eq!(spool.append(b"next").unwrap(), 12);
-    assert_eq!(segment_files(dir.path()), 1 + 8, "the next segment is a spare");
+    assert_eq!((spool.first(), spool.end()), (39, 40));
+    assert_eq!(spool.get(39).unwrap(), payload(39).as_slice());
+    assert_eq!(spool.append(b"next").unwrap(), 40);
+    assert_eq!(segment_files(dir.path()), 1 + 32, "the next segment is a spare");
 
     let dir = tempfile::tempdir().unwrap();
     let slow = SpoolOptions { roll_after: Some(Duration::from_secs(3600)), ..rolling };
