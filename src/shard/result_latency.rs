@@ -11,7 +11,8 @@
 //! work, for one stretch in [`CPU_SAMPLE_EVERY`] (a thread's CPU clock is a system call, about
 //! 1 µs here, where the wall clock costs 30 ns). `/metrics` shows them as Prometheus histograms
 //! (`braid_shard_result_latency_seconds`, `braid_shard_result_cpu_seconds`), `braid bench` and
-//! the MQTT bench read quantiles from them. Two or three wall clock reads a round, none per row.
+//! the MQTT bench read quantiles from them. Two wall clock reads a stretch that reads input (its
+//! first input and its commit), none per row.
 
 use std::time::{Duration, Instant};
 
@@ -136,12 +137,12 @@ impl Default for Stretch {
 }
 
 impl Stretch {
-    /// A new stretch begins now, unless `carried`: input read before still waits to be worked on
-    /// (a chained operator's queue), and its results must count from when it was read.
+    /// A new stretch begins, timed from its first input, unless `carried`: input read before
+    /// still waits to be worked on (a chained operator's queue), and its results must count from
+    /// when it was read. Every result comes of an input read in its stretch or carried into it.
     pub fn restart(&mut self, carried: bool) {
         self.rows = 0;
         if !carried {
-            self.began = now();
             self.reading = false;
             self.cpu_began = None;
         }
