@@ -15,7 +15,7 @@
 //! times through one braid, K ≤ 3, each pass 10 s of event time after the previous and only the
 //! last measured: braid's files and memory as after a while of running — the previous pass's rows
 //! leave the state as the next one's arrive — not fresh), `--saturation-only` (skip the fixed
-//! load). The bench runs only when Cargo passes `--bench`, so `cargo test --benches` builds it
+//! load), `--other-broker` (a fourth saturation measurement, (d) below). The bench runs only when Cargo passes `--bench`, so `cargo test --benches` builds it
 //! and returns at once: never a timed test.
 //!
 //! Processes: a private mosquitto for every measurement (127.0.0.1, a free port, never 1883; no
@@ -39,6 +39,9 @@
 //!    - (c) diagnosis: as (b), but braid writes its results to a file: the broker then carries
 //!      the same traffic as in (a), so (c) / (a) is braid's ingest against mosquitto with the
 //!      results' extra broker work taken out.
+//!    - (d) with `--other-broker`: as (b), but the results go to a second mosquitto of their own
+//!      (DESIGN.md: "results to a file or another broker"), counted there; the devices' broker
+//!      carries the same traffic as in (a), and the second one's CPU is shown beside it.
 //!
 //!    Workload: N/2 devices, each one status then one command, all with the same event time (no
 //!    row can be late), so every command matches exactly one status: N/2 `match` results
@@ -137,15 +140,20 @@ fn main() {
         messages / 2,
         load.publishers
     );
+    let other_broker = args.iter().any(|a| a == "--other-broker");
     let mut saturation = Vec::new();
     for run in 1..=runs {
         let a = baseline(load);
         println!("  run {run} (a) mosquitto alone      {}", a.line());
-        let b = through_braid(&bin, load, Egress::Mqtt);
+        let b = through_braid(&bin, load, Results::SameBroker);
         println!("  run {run} (b) braid, results MQTT  {}", b.line());
-        let c = through_braid(&bin, load, Egress::File);
+        let c = through_braid(&bin, load, Results::File);
         println!("  run {run} (c) braid, results file  {}", c.line());
-        saturation.push(Saturation { a, b, c });
+        let d = other_broker.then(|| through_braid(&bin, load, Results::OtherBroker));
+        if let Some(d) = &d {
+            println!("  run {run} (d) braid, results to another broker  {}", d.line());
+        }
+        saturation.push(Saturation { a, b, c, d });
     }
     let mut baselines: Vec<f64> = saturation.iter().map(|s| s.a.delivered).collect();
     baselines.sort_by(f64::total_cmp);
@@ -264,6 +272,19 @@ struct Saturation {
     a: Baseline,
     b: ThroughBraid,
     c: ThroughBraid,
+    /// With `--other-broker`.
+    d: Option<ThroughBraid>,
+}
+
+/// Where braid's results go in a saturation measurement.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Results {
+    /// (b): back into the devices' broker.
+    SameBroker,
+    /// (c): a file.
+    File,
+    /// (d): a second mosquitto.
+    OtherBroker,
 }
 
 /// (a): mosquitto alone to a plain subscriber.
@@ -416,10 +437,13 @@ fn watch_ingest(braid: &Braid, from: u64, target: u64, watch: &CpuWatch) -> (Ins
     }
 }
 
-fn through_braid(bin: &BraidRun, Load { messages, publishers, passes }: Load, egress: Egress) -> ThroughBraid {
+fn through_braid(bin: &BraidRun, Load { messages, publishers, passes }: Load, to: Results) -> ThroughBraid {
     let broker = Mosquitto::start(false);
+    let results_broker = (to == Results::OtherBroker).then(|| Mosquitto::start(false));
+    let results_port = results_broker.as_ref().map_or(broker.port, |b| b.port);
+    let egress = if to == Results::File { Egress::File } else { Egress::Mqtt(results_port) };
     let mut braid = Braid::start(bin, broker.port, egress);
-    let subscribe = || (egress == Egress::Mqtt).then(|| Subscriber::start(broker.port, "up/#", WARMUP, Timing::Off));
+    let subscribe = || (egress != Egress::File).then(|| Subscriber::start(results_port, "up/#", WARMUP, Timing::Off));
     let mut results = subscribe();
     let (mut from, mut matched_before) = warm_up(&broker, &braid, results.as_ref());
     let first_ts = wall_us() / 1000;
@@ -445,8 +469,9 @@ fn through_braid(bin: &BraidRun, Load { messages, publishers, passes }: Load, eg
     let lists = saturation_messages(messages / 2, publishers, pass_ts(passes - 1));
     // For a profiler to attach to the measured pass alone (the earlier ones grow the state).
     eprintln!("mqtt_e2e: measured pass begins, braid pid {}", braid.pid());
-    let watch =
-        CpuWatch::start(vec![("braid", braid.pid()), ("mosquitto", broker.pid()), ("bench", std::process::id())]);
+    let mut pids = vec![("braid", braid.pid()), ("mosquitto", broker.pid()), ("bench", std::process::id())];
+    pids.extend(results_broker.as_ref().map(|b| ("mosquitto (results)", b.pid())));
+    let watch = CpuWatch::start(pids);
     let (published, (first, last, cpu)) = std::thread::scope(|s| {
         let poller = s.spawn(|| watch_ingest(&braid, from, from + messages as u64, &watch));
         let published = publish_all(broker.port, lists, "b");
@@ -497,6 +522,40 @@ struct Fixed {
     /// it, from the histograms' buckets (µs; upper bounds: `braid_shard_result_latency_seconds`,
     /// `braid_shard_result_cpu_seconds`).
     shard_held_us: (Option<f64>, Option<f64>),
+}
+
+/// (d) of every run that measured it (`--other-broker`).
+fn print_other_broker(n: u64, saturation: &[Saturation]) {
+    if saturation.iter().all(|s| s.d.is_none()) {
+        return;
+    }
+    println!();
+    println!(
+        "Results to another broker (d): the devices' mosquitto carries the traffic of (a), a second one braid's results."
+    );
+    println!();
+    println!(
+        "| run | (a) mosquitto → subscriber | (d) braid ingest | **(d)/(a)** | (d) results out | CPU (a) mosquitto | CPU (d) mosquitto, devices | CPU (d) mosquitto, results | CPU (d) braid | **braid / mosquitto, devices** | braid switches / msg (voluntary) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for (i, Saturation { a, d, .. }) in saturation.iter().enumerate() {
+        let Some(d) = d else { continue };
+        println!(
+            "| {} | {:.0} | {:.0} | **{:.2}** | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | **{:.2}** | {:.2} ({:.2}) |",
+            i + 1,
+            a.delivered,
+            d.ingest,
+            d.ingest / a.delivered,
+            d.result_rate,
+            a.cpu.us_per("mosquitto", n),
+            d.cpu.us_per("mosquitto", n),
+            d.cpu.us_per("mosquitto (results)", n),
+            d.cpu.us_per("braid", n),
+            d.cpu.us_per("braid", n) / d.cpu.us_per("mosquitto", n),
+            d.cpu.braid_switches.total() as f64 / n as f64,
+            d.cpu.braid_switches.voluntary as f64 / n as f64,
+        );
+    }
 }
 
 /// Publish → receipt, timed two ways: from `ts` (the making time in ms, as the payloads carry
@@ -609,7 +668,7 @@ fn device_sim(
 fn fixed_load(bin: &BraidRun, pace: Pace, seed: u64, nodelay: bool, sniff: Option<&str>) -> Fixed {
     let broker_alone = broker_alone(pace, seed, nodelay);
     let broker = Mosquitto::start(nodelay);
-    let mut braid = Braid::start(bin, broker.port, Egress::Mqtt);
+    let mut braid = Braid::start(bin, broker.port, Egress::Mqtt(broker.port));
     let made_at = Arc::new(MadeAt::default());
     let results = Subscriber::start_timed(broker.port, "up/#", WARMUP, Timing::Results, Some(Arc::clone(&made_at)));
     let (from, _) = warm_up(&broker, &braid, Some(&results));
@@ -682,7 +741,7 @@ fn print_tables(Load { messages, publishers, .. }: Load, saturation: &[Saturatio
         "| run | load (1 min) | (a) mosquitto → subscriber | (b) braid ingest | **(b)/(a)** | (b) results out | (c) braid ingest, results to a file | (c)/(a) | CPU (a) mosquitto | CPU (b) mosquitto | CPU (b) braid | **braid / mosquitto (b)** | CPU (c) mosquitto | CPU (c) braid | **braid / mosquitto (c)** | braid switches / msg (b) / (c) | of which voluntary (b) / (c) |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for (i, Saturation { a, b, c }) in saturation.iter().enumerate() {
+    for (i, Saturation { a, b, c, .. }) in saturation.iter().enumerate() {
         println!(
             "| {} | {:.2} / {:.2} / {:.2} | {:.0} | {:.0} | **{:.2}** | {:.0} | {:.0} | {:.2} | {:.1} | {:.1} | {:.1} | **{:.2}** | {:.1} | {:.1} | **{:.2}** | {:.2} / {:.2} | {:.2} / {:.2} |",
             i + 1,
@@ -708,6 +767,7 @@ fn print_tables(Load { messages, publishers, .. }: Load, saturation: &[Saturatio
             c.cpu.braid_switches.voluntary as f64 / n as f64,
         );
     }
+    print_other_broker(n, saturation);
     if fixed.is_empty() {
         return;
     }

@@ -97,8 +97,9 @@ impl Drop for Mosquitto {
 /// Where braid's results go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Egress {
-    /// An MQTT sink to the devices' broker, topic `up/effect/{device}` (QoS 1, default window).
-    Mqtt,
+    /// An MQTT sink to the broker on this port (the devices' or one of its own), topic
+    /// `up/effect/{device}` (QoS 1, default window).
+    Mqtt(u16),
     /// A file sink in the state directory (no MQTT traffic for results).
     File,
 }
@@ -108,8 +109,8 @@ pub enum Egress {
 /// `runtime` is a line added to its `[runtime]` (the bench's `--runtime`; "" for none).
 pub fn braid_config(mqtt_port: u16, ops_port: u16, state_dir: &Path, egress: Egress, runtime: &str) -> String {
     let sink = match egress {
-        Egress::Mqtt => format!(
-            "[sinks.up]\nkind = \"mqtt\"\ninputs = [\"effect\"]\nurl = \"mqtt://127.0.0.1:{mqtt_port}\"\n\
+        Egress::Mqtt(results_port) => format!(
+            "[sinks.up]\nkind = \"mqtt\"\ninputs = [\"effect\"]\nurl = \"mqtt://127.0.0.1:{results_port}\"\n\
              topic = \"up/effect/{{device}}\"\nqos = 1\n"
         ),
         Egress::File => format!(
