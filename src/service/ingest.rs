@@ -9,7 +9,7 @@ use crate::record::Value;
 use crate::record::decode::decode_payload;
 use crate::record::input::InputRows;
 use crate::shard::{Runtime, RuntimeError};
-use crate::source::route::{Router, TopicFilter};
+use crate::source::route::{MAX_CAPTURES, Router, TopicFilter};
 use crate::source::{Arrived, ingest};
 
 use super::outputs::Outputs;
@@ -28,7 +28,6 @@ pub struct Ingest {
     /// Per source (by index in `Plan::sources`): its streams' topic filters.
     routers: Vec<Router>,
     rows: InputRows,
-    captured: Vec<(usize, Value)>,
 }
 
 impl Ingest {
@@ -45,7 +44,7 @@ impl Ingest {
                 }
             }
         }
-        Ingest { routers, rows: InputRows::default(), captured: Vec::new() }
+        Ingest { routers, rows: InputRows::default() }
     }
 
     /// Feeds one message to every stream its topic matches; whether any did (a topic braid did
@@ -72,9 +71,10 @@ impl Ingest {
                     continue;
                 }
             };
-            self.captured.clear();
-            self.captured.extend(captures.iter().map(|&(pos, c)| (pos, c.to_value())));
-            let decoded = decode_payload(&def.schema, payload, def.max_payload, &self.captured);
+            // As many as `captures` holds, so never full.
+            let captured: heapless::Vec<_, MAX_CAPTURES> =
+                captures.iter().map(|&(pos, c)| (pos, c.as_value_ref())).collect();
+            let decoded = decode_payload(&def.schema, payload, def.max_payload, &captured);
             let input = Arrived {
                 stream,
                 line: payload,

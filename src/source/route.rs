@@ -43,6 +43,7 @@
 //! A source with hundreds of filters would want a trie.
 
 use crate::record::schema::Field;
+use crate::record::view::ValueRef;
 use crate::record::{FieldType, Schema, Value};
 
 /// Captures one filter may hold; a filter with more is a configuration error.
@@ -58,11 +59,19 @@ pub enum Captured<'t> {
     Int(i64),
 }
 
-impl Captured<'_> {
+impl<'t> Captured<'t> {
     pub fn to_value(self) -> Value {
         match self {
             Captured::Str(s) => Value::Str(s.into()),
             Captured::Int(i) => Value::Int(i),
+        }
+    }
+
+    /// The value, still borrowing the topic.
+    pub fn as_value_ref(self) -> ValueRef<'t> {
+        match self {
+            Captured::Str(s) => ValueRef::Str(s),
+            Captured::Int(i) => ValueRef::Int(i),
         }
     }
 }

@@ -149,7 +149,7 @@ pub fn decode_line(schema: &Schema, line: &[u8], max_payload: u64) -> Decoded {
 /// `wrong_type:FIELD` when it is not even of the field's type). Neither side quietly wins: the
 /// topic is what the broker's access rules tie to a device, and the key decides whose state a
 /// row joins.
-pub fn decode_payload(schema: &Schema, line: &[u8], max_payload: u64, captures: &[(usize, Value)]) -> Decoded {
+pub fn decode_payload(schema: &Schema, line: &[u8], max_payload: u64, captures: &[(usize, ValueRef<'_>)]) -> Decoded {
     let unusable = |reason| Decoded { arrival: None, outcome: Err(reason) };
     if line.len() as u64 > max_payload {
         return unusable(Reason::Oversized);
@@ -168,23 +168,30 @@ pub fn decode_payload(schema: &Schema, line: &[u8], max_payload: u64, captures: 
 }
 
 /// Puts the topic's captures into the scanned fields, checking those the payload (`text`) also has.
-fn fill_captures(schema: &Schema, object: &mut Scanned, captures: &[(usize, Value)], text: &str) -> Result<(), Reason> {
-    for (pos, captured) in captures {
-        let pos = *pos;
-        match object.fields[pos].take() {
-            None | Some(Scalar::Null) => {}
-            Some(scalar) => {
-                let value = scalar.into_typed(schema.fields[pos].ty, text).ok_or(Reason::WrongType(pos))?;
-                if value.get(text) != ValueRef::of(captured) {
-                    return Err(Reason::TopicPayloadMismatch(pos));
-                }
-            }
-        }
-        object.fields[pos] = Some(match captured {
-            Value::Int(i) => Scalar::Int(*i),
-            Value::Str(s) => Scalar::Str(s.to_string().into()),
+/// A payload that carries the captured value keeps its own (the same value, read in place); one
+/// that leaves it out gets the topic's, borrowed until the row is built. No allocation either way.
+fn fill_captures<'a>(
+    schema: &Schema,
+    object: &mut Scanned<'a>,
+    captures: &[(usize, ValueRef<'a>)],
+    text: &str,
+) -> Result<(), Reason> {
+    for &(pos, captured) in captures {
+        let from_topic = match captured {
+            ValueRef::Int(i) => Scalar::Int(i),
+            ValueRef::Str(s) => Scalar::Str(Cow::Borrowed(s)),
             // Captures are strings or ints (config validation).
             _ => return Err(Reason::WrongType(pos)),
+        };
+        object.fields[pos] = Some(match object.fields[pos].take() {
+            None | Some(Scalar::Null) => from_topic,
+            Some(scalar) => {
+                let value = scalar.clone().into_typed(schema.fields[pos].ty, text).ok_or(Reason::WrongType(pos))?;
+                if value.get(text) != captured {
+                    return Err(Reason::TopicPayloadMismatch(pos));
+                }
+                scalar
+            }
         });
     }
     Ok(())

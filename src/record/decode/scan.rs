@@ -24,7 +24,7 @@ use super::I64_AS_F64_RANGE;
 use crate::record::{FieldType, Schema};
 
 /// A declared field's JSON value, before it is checked against the field's type.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Scalar<'a> {
     Null,
     Bool(bool),

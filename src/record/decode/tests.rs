@@ -205,10 +205,17 @@ fn bytes_must_be_canonical_base64() {
 fn topic_captures_fill_absent_fields_and_must_agree_with_present_ones() {
     let s = schema(TimeUnit::Ms, FieldType::Int);
     let dev7 = [(0, Value::Str("dev-7".into()))];
-    let decode = |line: &str, captures: &[(usize, Value)]| decode_payload(&s, line.as_bytes(), 1 << 20, captures);
+    let decode = |line: &str, captures: &[(usize, Value)]| {
+        let captures: Vec<(usize, ValueRef)> = captures.iter().map(|(pos, v)| (*pos, ValueRef::of(v))).collect();
+        decode_payload(&s, line.as_bytes(), 1 << 20, &captures)
+    };
     let filled = decode("{\"ts\":5,\"n\":1}", &dev7).outcome.unwrap();
     assert_eq!(filled.to_values(""), [Value::Str("dev-7".into()), Value::Int(5), Value::Int(1)]);
-    assert!(decode("{\"device\":\"dev-7\",\"ts\":5,\"n\":1}", &dev7).outcome.is_ok());
+    // A payload that carries the captured value keeps its own, read in place.
+    let line = "{\"device\":\"dev-7\",\"ts\":5,\"n\":1}";
+    let carried = decode(line, &dev7).outcome.unwrap();
+    assert!(matches!(carried.values[0], FieldValue::InLine(_)), "{:?}", carried.values[0]);
+    assert_eq!(carried.to_values(line), [Value::Str("dev-7".into()), Value::Int(5), Value::Int(1)]);
     assert!(decode("{\"device\":null,\"ts\":5,\"n\":1}", &dev7).outcome.is_ok());
     let label = |d: Decoded| d.outcome.unwrap_err().label(&s);
     assert_eq!(label(decode("{\"device\":\"dev-8\",\"ts\":5,\"n\":1}", &dev7)), "topic_payload_mismatch:device");
