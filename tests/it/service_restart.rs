@@ -53,6 +53,11 @@ struct Rig {
 
 impl Rig {
     fn new() -> Rig {
+        Rig::with_runtime("")
+    }
+
+    /// A rig whose braid's `[runtime]` also has `runtime` (lines).
+    fn with_runtime(runtime: &str) -> Rig {
         let dir = tempfile::Builder::new().prefix("braid-restart-").tempdir().unwrap();
         let devices = Mosquitto::start();
         let up = Mosquitto::start();
@@ -68,7 +73,7 @@ impl Rig {
                 max_payload: None,
                 idle_timeout: "1s",
             };
-            let text = gateway_config(&setup).replacen("[runtime]\n", &format!("[runtime]\n{RUNTIME}"), 1);
+            let text = gateway_config(&setup).replacen("[runtime]\n", &format!("[runtime]\n{RUNTIME}{runtime}"), 1);
             let all = "inputs = [\"effect\", \"counts\", \"sessions\", \"last_command\", \"effect.late\"";
             let text = text.replace("inputs = [\"effect\", \"effect.late\"", all);
             let path = dir.path().join(name);
@@ -133,8 +138,17 @@ fn messages(seed: u64) -> Vec<DeviceMsg> {
 
 #[test]
 fn killed_and_stopped_at_random_points_braid_emits_every_result_once_within_an_interval() {
-    let rig = Rig::new();
-    let msgs = messages(21);
+    killed_and_stopped_at_random_points(Rig::new(), 21);
+}
+
+/// The same with the journal synced before every acknowledgement.
+#[test]
+fn killed_and_stopped_at_random_points_with_durability_power_every_result_comes_once_within_an_interval() {
+    killed_and_stopped_at_random_points(Rig::with_runtime("durability = \"power\"\n"), 23);
+}
+
+fn killed_and_stopped_at_random_points(rig: Rig, seed: u64) {
+    let msgs = messages(seed);
     let want = rig.expected(&msgs);
     let windows = want.values().filter(|r| r.get("_window_start").is_some()).count();
     assert!(windows > 20 && want.len() > windows + 50, "workload too thin: {} results, {windows} windows", want.len());
@@ -142,7 +156,7 @@ fn killed_and_stopped_at_random_points_braid_emits_every_result_once_within_an_i
     let acked = Arc::new(AtomicUsize::new(0));
     // About 10 s of publishing: 2 messages every 60 ms.
     let publisher = spawn_publisher(rig.devices.port(), mqtt_messages(&msgs), 2, Duration::from_millis(60), acked);
-    let mut rng = Rng::new(21);
+    let mut rng = Rng::new(seed);
     for round in 0..3 {
         std::thread::sleep(Duration::from_millis(rng.range(1_200, 2_500) as u64));
         if round == 1 {
