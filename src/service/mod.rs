@@ -29,6 +29,7 @@ mod outputs;
 mod redelivery;
 mod scratch;
 mod sources;
+mod syncer;
 mod taken;
 mod view;
 
