@@ -380,8 +380,8 @@ impl<'a> Intake<'a> {
             }
             let before = self.now;
             self.now = self.now.max(wall_clock());
-            // While the journal's sync runs on the syncer, nothing is appended to the journal
-            // (Spool::sync_later): results go on, input waits.
+            // While the journal's sync runs on the syncer, nothing is appended to the journal or
+            // released from it (Spool::sync_later): results go on, input waits.
             let syncing = self.collect_sync();
             if !syncing && self.journal_writes()? {
                 self.resume_after_stall(before)?;
@@ -403,9 +403,11 @@ impl<'a> Intake<'a> {
                 self.commit_completed();
             }
             self.outputs.flush();
-            self.release_old_entries();
+            if !syncing {
+                self.release_old_entries();
+                self.copy_journal_if_asked();
+            }
             self.show_figures();
-            self.copy_journal_if_asked();
             self.control.heartbeat.fetch_add(1, Ordering::Relaxed);
             let until_tick = Duration::from_millis((next_tick(self.now) - self.now).clamp(1, 200) as u64);
             let (intake, control, stuck) = (&self.intake, &self.control, self.stuck.is_some());
@@ -480,13 +482,9 @@ impl<'a> Intake<'a> {
         }
     }
 
-    /// Whether everything journaled is on the disk as far as `durability` asks, waiting for a sync
-    /// under way: false after a failed sync under `power` (a checkpoint then must not let its
-    /// input go).
-    pub(super) fn journal_durable(&mut self) -> bool {
-        if let Some(ran) = self.syncer.as_mut().and_then(Syncer::wait) {
-            self.journal_synced(ran);
-        }
+    /// Whether everything journaled is on the disk as far as `durability` asks: false after a
+    /// failed sync under `power` (a checkpoint then must not let its input go).
+    pub(super) fn journal_durable(&self) -> bool {
         self.sync_failed.is_none()
     }
 

@@ -170,7 +170,7 @@ impl Journal {
     }
 
     /// [`sync`](Self::sync) with its syncs run on another thread ([`Spool::sync_later`]):
-    /// nothing may be appended until [`synced_later`](Self::synced_later).
+    /// nothing may be appended or released until [`synced_later`](Self::synced_later).
     pub fn sync_later(&mut self) -> Result<Vec<PendingSync>, JournalError> {
         self.spool.sync_later().map_err(JournalError::Sync)
     }

@@ -3,10 +3,10 @@
 //! The intake thread also collects the shards' results and runs the sinks. When it made each
 //! `msync` itself, results waited behind the disk: publish → result p99 was about 1 ms longer than
 //! with `durability = "process"` (BENCHMARKS.md, 26th session). Now it hands the syncs of a batch's
-//! journal entries to this thread and goes on with results. It takes no more input and appends
-//! nothing to the journal until the sync reports, and a checkpoint's commit waits for it. Only
-//! then are the batch's deliveries confirmed to their sources (service/intake.rs). While a sync
-//! runs, the next deliveries gather in the intake channel, so a slow disk syncs larger batches.
+//! journal entries to this thread and goes on with results. It takes no more input, appends nothing
+//! to the journal and releases nothing from it until the sync reports. Only then are the batch's
+//! deliveries confirmed to their sources (service/intake.rs). While a sync runs, the next
+//! deliveries gather in the intake channel, so a slow disk syncs larger batches.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;

@@ -478,8 +478,7 @@ impl Spool {
     /// [`sync`](Self::sync) in two halves, for a caller that runs the first on another thread
     /// (the journal's syncer, service/syncer.rs): the syncs of what was appended since the last
     /// sync, to run there (a backend that cannot is synced now). Once they ran, [`synced_later`]
-    /// with how they went. Nothing may be appended in between (a release may: a sync holds its
-    /// segment's mapping, and a released record needs no sync).
+    /// with how they went. Nothing may be appended or released in between.
     ///
     /// [`synced_later`]: Self::synced_later
     pub fn sync_later(&mut self) -> std::io::Result<Vec<PendingSync>> {
