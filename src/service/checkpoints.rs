@@ -194,11 +194,6 @@ impl Intake<'_> {
             tracing::warn!(epoch, "A file sink cannot write; checkpoint not committed");
             return;
         }
-        if self.plan.runtime.durability == Durability::Power && !self.journal_durable() {
-            // Its input may not be on the disk: a power loss would lose it with the journal.
-            tracing::warn!(epoch, "The journal could not be synced; checkpoint not committed");
-            return;
-        }
         if self.plan.runtime.durability == Durability::Power
             && let Err(error) = self.outputs.sync()
         {

@@ -30,7 +30,6 @@ use super::journal::{Journal, JournalError, What};
 use super::outputs::Outputs;
 use super::redelivery::Recent;
 use super::sources::SourceRuntime;
-use super::syncer::Syncer;
 use super::view::LiveView;
 
 /// Deliveries taken per round before the rings are published and the deliveries confirmed.
@@ -183,11 +182,6 @@ pub struct Intake<'a> {
     held: Option<Delivery>,
     /// The state budget held the intake at the last round.
     state_held: bool,
-    /// `durability = "power"`: the thread the journal's syncs run on (syncer.rs). `None` without
-    /// it, or when it could not start: then the intake syncs itself.
-    syncer: Option<Syncer>,
-    /// A sync of the journal failed at this time: it is tried again, input or not.
-    sync_failed: Option<Instant>,
 }
 
 impl<'a> Intake<'a> {
@@ -201,11 +195,6 @@ impl<'a> Intake<'a> {
         schedule: Schedule,
     ) -> Intake<'a> {
         let Links { intake, confirmations, control, view } = links;
-        let syncer = (plan.runtime.durability == Durability::Power)
-            .then(|| Syncer::start(runtime.doorbell()))
-            .and_then(|started| {
-                started.map_err(|error| tracing::warn!(%error, "The journal is synced on the intake thread")).ok()
-            });
         Intake {
             plan,
             runtime,
@@ -234,8 +223,6 @@ impl<'a> Intake<'a> {
             stuck: None,
             held: None,
             state_held: false,
-            syncer,
-            sync_failed: None,
         }
     }
 
@@ -372,18 +359,11 @@ impl<'a> Intake<'a> {
             sources.pump();
             let request = self.control.request();
             if request != Request::Run {
-                // What was taken is on the disk before the run ends, and confirmed.
-                if let Some(ran) = self.syncer.as_mut().and_then(Syncer::wait) {
-                    self.journal_synced(ran);
-                }
                 return Ok(request);
             }
             let before = self.now;
             self.now = self.now.max(wall_clock());
-            // While the journal's sync runs on the syncer, nothing is appended to the journal or
-            // released from it (Spool::sync_later): results go on, input waits.
-            let syncing = self.collect_sync();
-            if !syncing && self.journal_writes()? {
+            if self.journal_writes()? {
                 self.resume_after_stall(before)?;
                 self.watch_connections()?;
             }
@@ -394,105 +374,22 @@ impl<'a> Intake<'a> {
                 self.runtime.advance_to(self.now, &mut self.outputs)?;
                 state_full = self.hold_for_state_budget();
             }
-            if !syncing {
-                if self.stuck.is_none() && !state_full {
-                    self.take_batch()?;
-                }
-                self.retry_failed_sync();
-                self.checkpoint_if_due()?;
-                self.commit_completed();
+            if self.stuck.is_none() && !state_full {
+                self.take_batch()?;
             }
+            self.checkpoint_if_due()?;
+            self.commit_completed();
             self.outputs.flush();
-            if !syncing {
-                self.release_old_entries();
-                self.copy_journal_if_asked();
-            }
+            self.release_old_entries();
             self.show_figures();
+            self.copy_journal_if_asked();
             self.control.heartbeat.fetch_add(1, Ordering::Relaxed);
             let until_tick = Duration::from_millis((next_tick(self.now) - self.now).clamp(1, 200) as u64);
             let (intake, control, stuck) = (&self.intake, &self.control, self.stuck.is_some());
-            let syncer = self.syncer.as_ref();
-            // While the journal refuses writes, the state budget holds the intake or the journal
-            // syncs, waiting deliveries are no reason to wake; a sync that has run is.
-            let waiting = || !stuck && !state_full && !syncing && !intake.is_empty();
-            let synced = || syncer.is_some_and(Syncer::has_report);
-            self.runtime
-                .wait(&mut self.outputs, until_tick, || waiting() || synced() || control.request() != Request::Run)?;
-        }
-    }
-
-    /// Collects the journal's sync on the syncer once it has run; whether one still runs.
-    fn collect_sync(&mut self) -> bool {
-        let Some(syncer) = self.syncer.as_mut() else { return false };
-        match syncer.report() {
-            Some(ran) => {
-                self.journal_synced(ran);
-                false
-            }
-            None => syncer.under_way(),
-        }
-    }
-
-    /// `durability = "power"`: syncs what the journal took since its last sync, on the syncer
-    /// when there is one; its deliveries are confirmed once that is on the disk.
-    fn sync_journal(&mut self) {
-        let Some(syncer) = self.syncer.as_mut() else {
-            let ran = self.journal.sync();
-            return self.after_sync(ran);
-        };
-        match self.journal.sync_later() {
-            Ok(syncs) if syncs.is_empty() => self.journal_synced(Ok(())),
-            Ok(syncs) => {
-                if let Err(error) = syncer.hand_over(syncs) {
-                    self.journal_synced(Err(error));
-                }
-            }
-            Err(error) => self.after_sync(Err(error)),
-        }
-    }
-
-    /// The syncs the syncer ran for [`sync_journal`](Self::sync_journal) reported `ran`.
-    fn journal_synced(&mut self, ran: std::io::Result<()>) {
-        let ran = self.journal.synced_later(ran);
-        self.after_sync(ran);
-    }
-
-    /// The journal's sync went as `ran` says: on success, the deliveries taken so far are
-    /// confirmed; on failure they wait (the brokers keep them) for a sync that works.
-    fn after_sync(&mut self, ran: Result<(), JournalError>) {
-        if let Err(error) = ran {
-            // Not acknowledged before they are on the disk: the next sync does it.
-            let path = self.journal.dir().to_owned();
-            write_faults::failed_with(JOURNAL_SITE, &path, &error.to_string(), false, JOURNAL_MEANWHILE);
-            self.sync_failed = Some(write_faults::now());
-            return;
-        }
-        self.sync_failed = None;
-        if self.stuck.is_none() {
-            write_faults::recovered(JOURNAL_SITE);
-        }
-        self.confirm_taken();
-    }
-
-    /// A failed sync is tried again every [`write_faults::RETRY_EVERY`], even when no input comes
-    /// (the brokers send none while their messages wait for acknowledgements).
-    fn retry_failed_sync(&mut self) {
-        if self.sync_failed.is_some_and(|at| write_faults::now() >= at + write_faults::RETRY_EVERY) {
-            self.sync_journal();
-        }
-    }
-
-    /// Whether everything journaled is on the disk as far as `durability` asks: false after a
-    /// failed sync under `power` (a checkpoint then must not let its input go).
-    pub(super) fn journal_durable(&self) -> bool {
-        self.sync_failed.is_none()
-    }
-
-    fn confirm_taken(&self) {
-        for (source, &seq) in self.taken.iter().enumerate() {
-            if seq > 0 {
-                self.confirmations.confirm(source, seq);
-            }
+            // While the journal refuses writes or the state budget holds the intake, waiting
+            // deliveries are no reason to wake.
+            let waiting = || !stuck && !state_full && !intake.is_empty();
+            self.runtime.wait(&mut self.outputs, until_tick, || waiting() || control.request() != Request::Run)?;
         }
     }
 
@@ -599,14 +496,22 @@ impl<'a> Intake<'a> {
             return Ok(());
         }
         self.runtime.flush(&mut self.outputs)?;
-        if self.plan.runtime.durability == Durability::Power {
-            self.sync_journal();
+        if self.plan.runtime.durability == Durability::Power
+            && let Err(error) = self.journal.sync()
+        {
+            // Not acknowledged before they are on the disk: the next batch that syncs does it.
+            let path = self.journal.dir().to_owned();
+            write_faults::failed_with(JOURNAL_SITE, &path, &error.to_string(), false, JOURNAL_MEANWHILE);
             return Ok(());
         }
         if self.stuck.is_none() {
             write_faults::recovered(JOURNAL_SITE);
         }
-        self.confirm_taken();
+        for (source, &seq) in self.taken.iter().enumerate() {
+            if seq > 0 {
+                self.confirmations.confirm(source, seq);
+            }
+        }
         Ok(())
     }
 

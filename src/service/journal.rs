@@ -34,7 +34,6 @@ use thiserror::Error;
 use crate::config::Overflow;
 use crate::source::Delivery;
 use crate::spool::{Spool, SpoolError, SpoolOptions};
-use crate::storage::PendingSync;
 
 const MESSAGE: u8 = 1;
 const EVENT: u8 = 2;
@@ -167,17 +166,6 @@ impl Journal {
     /// Forces appended entries to the disk (`durability = "power"`).
     pub fn sync(&mut self) -> Result<(), JournalError> {
         self.spool.sync().map_err(JournalError::Sync)
-    }
-
-    /// [`sync`](Self::sync) with its syncs run on another thread ([`Spool::sync_later`]):
-    /// nothing may be appended or released until [`synced_later`](Self::synced_later).
-    pub fn sync_later(&mut self) -> Result<Vec<PendingSync>, JournalError> {
-        self.spool.sync_later().map_err(JournalError::Sync)
-    }
-
-    /// The syncs of [`sync_later`](Self::sync_later) ran, `ran` says how.
-    pub fn synced_later(&mut self, ran: std::io::Result<()>) -> Result<(), JournalError> {
-        self.spool.synced_later(ran).map_err(JournalError::Sync)
     }
 
     /// The positions of the entries still held, oldest first (read at start, before live input).

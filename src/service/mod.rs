@@ -29,7 +29,6 @@ mod outputs;
 mod redelivery;
 mod scratch;
 mod sources;
-mod syncer;
 mod taken;
 mod view;
 

@@ -89,7 +89,7 @@ use crate::config::Overflow;
 use crate::storage::log::Walk;
 use crate::storage::mapped_file::{HEADER_LEN, MappedFileError};
 use crate::storage::quarantine::{Action, Lost, quarantine};
-use crate::storage::{Mmap, PendingSync, Storage};
+use crate::storage::{Mmap, Storage};
 
 /// How big a spool may grow and what happens when it is full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -472,49 +472,6 @@ impl Spool {
         for segment in &mut self.segments {
             segment.flush().map_err(std::io::Error::other)?;
         }
-        self.sync_head_and_dir()
-    }
-
-    /// [`sync`](Self::sync) in two halves, for a caller that runs the first on another thread
-    /// (the journal's syncer, service/syncer.rs): the syncs of what was appended since the last
-    /// sync, to run there (a backend that cannot is synced now). Once they ran, [`synced_later`]
-    /// with how they went. Nothing may be appended or released in between.
-    ///
-    /// [`synced_later`]: Self::synced_later
-    pub fn sync_later(&mut self) -> std::io::Result<Vec<PendingSync>> {
-        let mut pending = Vec::new();
-        for segment in &mut self.segments {
-            match segment.flush_later() {
-                Ok(Some(sync)) => pending.push(sync),
-                Ok(None) => {}
-                Err(error) => {
-                    self.unflushed();
-                    return Err(std::io::Error::other(error));
-                }
-            }
-        }
-        Ok(pending)
-    }
-
-    /// The syncs of [`sync_later`](Self::sync_later) ran (`ran`: how): the head file and the
-    /// directory follow, as in [`sync`](Self::sync); after a failure the next sync covers every
-    /// segment again.
-    pub fn synced_later(&mut self, ran: std::io::Result<()>) -> std::io::Result<()> {
-        if let Err(error) = ran {
-            self.unflushed();
-            return Err(error);
-        }
-        self.sync_head_and_dir()
-    }
-
-    fn unflushed(&mut self) {
-        for segment in &mut self.segments {
-            segment.unflushed();
-        }
-    }
-
-    /// The head file and the directory, when they changed since the last sync.
-    fn sync_head_and_dir(&mut self) -> std::io::Result<()> {
         if self.unsynced.head {
             self.head.flush().map_err(std::io::Error::other)?;
             self.unsynced.head = false;

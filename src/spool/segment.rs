@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::storage::log::{self, Format, Walk};
-use crate::storage::{MappedFileError, PendingSync, Storage, write_faults};
+use crate::storage::{MappedFileError, Storage, write_faults};
 
 /// The spool's record format: today's (and every earlier braid's) journal and sink-buffer files.
 pub(super) static FORMAT: Format = Format {
@@ -127,14 +127,6 @@ impl Segment {
 
     pub(super) fn flush(&mut self) -> Result<(), MappedFileError> {
         self.log.flush()
-    }
-
-    pub(super) fn flush_later(&mut self) -> Result<Option<PendingSync>, MappedFileError> {
-        self.log.flush_later()
-    }
-
-    pub(super) fn unflushed(&mut self) {
-        self.log.unflushed();
     }
 
     /// Written no more: its pages leave the resident set (they stay in the page cache).

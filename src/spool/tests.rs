@@ -595,36 +595,3 @@ proptest! {
         prop_assert!(spool.damaged() <= touched.iter().filter(|t| **t).count() as u64 + 1);
     }
 }
-
-/// `sync_later` hands out a sync of each segment appended to since the last sync, and counts them
-/// as synced; a failed run makes the next sync cover every segment again, appended to or not.
-#[test]
-fn a_sync_run_elsewhere_covers_what_was_appended_and_everything_after_a_failure() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
-    // Runs the syncs handed out and drops them: a sync holds its segment's mapping, and with it
-    // the file's lock.
-    let run = |syncs: Vec<PendingSync>| {
-        let ran = syncs.iter().try_for_each(|s| s.run().map_err(std::io::Error::other));
-        (syncs.len(), ran)
-    };
-    assert!(spool.sync_later().unwrap().is_empty(), "nothing appended");
-    for i in 0..100 {
-        spool.append(&payload(i)).unwrap();
-    }
-    let segments = segment_files(dir.path());
-    assert!(segments > 1);
-    let (count, ran) = run(spool.sync_later().unwrap());
-    assert_eq!(count, segments, "every segment appended to");
-    spool.synced_later(ran).unwrap();
-    assert!(spool.sync_later().unwrap().is_empty(), "all synced");
-    spool.append(b"one more").unwrap();
-    assert_eq!(run(spool.sync_later().unwrap()).0, 1, "only the segment appended to");
-    assert!(spool.synced_later(Err(std::io::Error::other("EIO"))).is_err());
-    let (count, ran) = run(spool.sync_later().unwrap());
-    assert_eq!(count, segments, "after a failure, every segment again");
-    spool.synced_later(ran).unwrap();
-    drop(spool);
-    let spool = Spool::open(dir.path(), options(1 << 20, Overflow::Block)).unwrap();
-    assert_eq!(spool.end(), 101);
-}

@@ -83,7 +83,7 @@
 use std::ops::Range;
 use std::path::Path;
 
-use super::{MappedFileError, PendingSync, Storage, StoredFile};
+use super::{MappedFileError, Storage, StoredFile};
 
 /// Zero bytes after the last record; 16 zero bytes where a record header would start end a walk.
 pub const END_MARK: usize = 16;
@@ -546,27 +546,6 @@ impl Segment {
             self.synced = self.end;
         }
         Ok(())
-    }
-
-    /// [`flush`](Self::flush) with the sync run later, on another thread: the records appended
-    /// since count as flushed (after a failed sync, [`unflushed`](Self::unflushed)). A backend
-    /// that cannot sync elsewhere is flushed now (`None`).
-    pub fn flush_later(&mut self) -> Result<Option<PendingSync>, MappedFileError> {
-        if self.synced >= self.end {
-            return Ok(None);
-        }
-        match self.file.sync_later(self.synced, self.end - self.synced) {
-            Some(pending) => {
-                self.synced = self.end;
-                Ok(Some(pending))
-            }
-            None => self.flush().map(|()| None),
-        }
-    }
-
-    /// A sync of [`flush_later`](Self::flush_later) failed: the next flush covers every record.
-    pub fn unflushed(&mut self) {
-        self.synced = 0;
     }
 
     /// Makes every record durable, flags written in place included.

@@ -62,7 +62,6 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use memmap2::{Advice, MmapOptions, MmapRaw, RemapOptions};
 use thiserror::Error;
@@ -150,31 +149,10 @@ impl MappedFileError {
 
 /// A locked, fully allocated, mapped file with a checked header.
 pub struct MappedFile {
-    /// Shared with the syncs of it under way on another thread ([`PendingSync`]), which keep it
-    /// mapped until they ran.
-    map: Arc<MmapRaw>,
+    map: MmapRaw,
     path: PathBuf,
     /// Holds the flock for as long as the mapping lives.
     file: File,
-}
-
-/// A sync of part of a [`MappedFile`] made on another thread than the one writing it (the
-/// journal's under `durability = "power"`, service/syncer.rs). It holds the mapping, so the range
-/// stays mapped until it ran, whatever becomes of the file meanwhile.
-pub struct PendingSync {
-    map: Arc<MmapRaw>,
-    offset: usize,
-    len: usize,
-    path: PathBuf,
-}
-
-impl PendingSync {
-    /// Writes the range to disk (`msync(MS_SYNC)`).
-    pub fn run(&self) -> Result<(), MappedFileError> {
-        self.map
-            .flush_range(self.offset, self.len)
-            .map_err(|source| MappedFileError::Io { path: self.path.clone(), source })
-    }
 }
 
 impl MappedFile {
@@ -216,7 +194,7 @@ impl MappedFile {
         // Not mapped by anyone (we hold the lock): cutting it to zero first gives zeroed data.
         file.set_len(0).map_err(io)?;
         allocate(&file, len).map_err(io)?;
-        let map = Arc::new(MmapRaw::map_raw(&file).map_err(io)?);
+        let map = MmapRaw::map_raw(&file).map_err(io)?;
         let mut mapped = MappedFile { map, path: tmp.to_owned(), file };
         mapped.write_header(magic, version, len as u64);
         mapped.flush_range(0, HEADER_LEN)?;
@@ -240,7 +218,7 @@ impl MappedFile {
         // Read with pread before mapping: an unreadable header is EIO here, never SIGBUS.
         let mut header = [0u8; HEADER_LEN];
         file.read_exact_at(&mut header, 0).map_err(io)?;
-        let map = Arc::new(MmapRaw::map_raw(&file).map_err(io)?);
+        let map = MmapRaw::map_raw(&file).map_err(io)?;
         let mapped = MappedFile { map, path: path.to_owned(), file };
         let crc = u32::from_le_bytes(header[CRC_AT..].try_into().unwrap_or_default());
         if crc32c::crc32c(&header[..CRC_AT]) != crc {
@@ -327,11 +305,6 @@ impl MappedFile {
 
     fn flush_range(&self, offset: usize, len: usize) -> Result<(), MappedFileError> {
         self.map.flush_range(offset, len).map_err(|source| MappedFileError::Io { path: self.path.clone(), source })
-    }
-
-    /// [`flush_data`](Self::flush_data) to run later, on another thread.
-    pub fn sync_later(&self, offset: usize, len: usize) -> PendingSync {
-        PendingSync { map: Arc::clone(&self.map), offset: HEADER_LEN + offset, len, path: self.path.clone() }
     }
 
     pub fn path(&self) -> &Path {

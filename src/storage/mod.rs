@@ -32,7 +32,7 @@ pub mod write_faults;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use self::mapped_file::{HEADER_LEN, MappedFile, MappedFileError, PendingSync, scratch_base};
+pub use self::mapped_file::{HEADER_LEN, MappedFile, MappedFileError, scratch_base};
 
 /// Makes and opens [`StoredFile`]s: a directory's worth of segment files.
 pub trait Storage: Send + Sync {
@@ -92,12 +92,6 @@ pub trait StoredFile: Send + Sync {
 
     /// Makes data bytes `at..at + len` durable (`msync(MS_SYNC)` for the mmap backend).
     fn sync(&self, at: usize, len: usize) -> Result<(), MappedFileError>;
-
-    /// [`sync`](Self::sync) to run later on another thread, for a backend that can
-    /// ([`PendingSync`]: the mmap backend); `None`: the caller syncs now instead.
-    fn sync_later(&self, _at: usize, _len: usize) -> Option<PendingSync> {
-        None
-    }
 
     /// Lets the process's resident set go of the file's pages, for a file written no more and
     /// seldom read (a full spool segment): they stay in the page cache and come back as they are
@@ -219,10 +213,6 @@ impl StoredFile for MappedFile {
 
     fn sync(&self, at: usize, len: usize) -> Result<(), MappedFileError> {
         self.flush_data(at, len)
-    }
-
-    fn sync_later(&self, at: usize, len: usize) -> Option<PendingSync> {
-        Some(MappedFile::sync_later(self, at, len))
     }
 
     fn remove(self: Box<Self>) -> Result<(), MappedFileError> {
