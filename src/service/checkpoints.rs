@@ -194,6 +194,11 @@ impl Intake<'_> {
             tracing::warn!(epoch, "A file sink cannot write; checkpoint not committed");
             return;
         }
+        if !self.journal_durable() {
+            // Input before the barrier may not be on the disk: a power loss would lose it.
+            tracing::warn!(epoch, "The journal could not be synced; checkpoint not committed");
+            return;
+        }
         if self.plan.runtime.durability == Durability::Power
             && let Err(error) = self.outputs.sync()
         {

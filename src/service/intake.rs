@@ -42,6 +42,9 @@ const EXTEND_EVERY_ENTRIES: u64 = 100_000;
 pub const JOURNAL_COPY_BYTES: usize = 64 << 20;
 /// A stall of the intake at least this long (one tick) is taken out of idleness.
 const STALL_MS: i128 = 200;
+/// Fault injection for tests: the journal's first N syncs under `durability = "power"` fail, as
+/// an `msync` the disk refuses (EIO) would.
+pub const FAULT_JOURNAL_SYNC_FAILS: &str = "BRAID_FAULT_JOURNAL_SYNC_FAILS";
 /// How often the live figures are copied.
 const SHOW_EVERY_MS: i128 = 1000;
 /// How the journal's write failures are reported (storage/write_faults.rs).
@@ -182,6 +185,13 @@ pub struct Intake<'a> {
     held: Option<Delivery>,
     /// The state budget held the intake at the last round.
     state_held: bool,
+    /// `durability = "power"`: the journal's last sync failed at this time. Its deliveries wait
+    /// for a sync that works, tried again every [`write_faults::RETRY_EVERY`] even without input
+    /// (the brokers send none while their messages wait for acknowledgement), and no checkpoint
+    /// commits meanwhile.
+    sync_failed: Option<Instant>,
+    /// Syncs left to fail ([`FAULT_JOURNAL_SYNC_FAILS`]).
+    sync_faults: u64,
 }
 
 impl<'a> Intake<'a> {
@@ -223,6 +233,8 @@ impl<'a> Intake<'a> {
             stuck: None,
             held: None,
             state_held: false,
+            sync_failed: None,
+            sync_faults: std::env::var(FAULT_JOURNAL_SYNC_FAILS).ok().and_then(|v| v.parse().ok()).unwrap_or(0),
         }
     }
 
@@ -377,6 +389,9 @@ impl<'a> Intake<'a> {
             if self.stuck.is_none() && !state_full {
                 self.take_batch()?;
             }
+            if self.sync_failed.is_some_and(|at| write_faults::now() >= at + write_faults::RETRY_EVERY) {
+                self.sync_and_confirm();
+            }
             self.checkpoint_if_due()?;
             self.commit_completed();
             self.outputs.flush();
@@ -496,13 +511,29 @@ impl<'a> Intake<'a> {
             return Ok(());
         }
         self.runtime.flush(&mut self.outputs)?;
-        if self.plan.runtime.durability == Durability::Power
-            && let Err(error) = self.journal.sync()
-        {
-            // Not acknowledged before they are on the disk: the next batch that syncs does it.
-            let path = self.journal.dir().to_owned();
-            write_faults::failed_with(JOURNAL_SITE, &path, &error.to_string(), false, JOURNAL_MEANWHILE);
-            return Ok(());
+        self.sync_and_confirm();
+        Ok(())
+    }
+
+    /// Confirms the deliveries taken so far to their sources, with `durability = "power"` once
+    /// the journal is synced. A failed sync leaves them waiting (the brokers keep them) for the
+    /// next batch's sync or the retry, whichever comes first.
+    fn sync_and_confirm(&mut self) {
+        if self.plan.runtime.durability == Durability::Power {
+            let synced = match self.sync_faults.checked_sub(1) {
+                Some(left) => {
+                    self.sync_faults = left;
+                    Err(JournalError::Sync(std::io::Error::other(format!("{FAULT_JOURNAL_SYNC_FAILS}: injected"))))
+                }
+                None => self.journal.sync(),
+            };
+            if let Err(error) = synced {
+                let path = self.journal.dir().to_owned();
+                write_faults::failed_with(JOURNAL_SITE, &path, &error.to_string(), false, JOURNAL_MEANWHILE);
+                self.sync_failed = Some(write_faults::now());
+                return;
+            }
+            self.sync_failed = None;
         }
         if self.stuck.is_none() {
             write_faults::recovered(JOURNAL_SITE);
@@ -512,7 +543,12 @@ impl<'a> Intake<'a> {
                 self.confirmations.confirm(source, seq);
             }
         }
-        Ok(())
+    }
+
+    /// Whether every journaled delivery is as durable as `durability` asks: false while a sync
+    /// under `power` has failed (a checkpoint then must not let its input go).
+    pub(super) fn journal_durable(&self) -> bool {
+        self.sync_failed.is_none()
     }
 
     /// Copies the runtime's figures for `/metrics` and the status line, about once a second.

@@ -175,6 +175,36 @@ fn killed_and_stopped_at_random_points(rig: Rig, seed: u64) {
     eprintln!("{} results, {repeated} repeated after two kills and a SIGTERM", want.len());
 }
 
+/// Under `durability = "power"` a journal sync that fails is tried again every second, input or
+/// not: the broker sends nothing more while its messages wait for acknowledgement. The one message
+/// whose sync fails (`BRAID_FAULT_JOURNAL_SYNC_FAILS=1`) is acknowledged once a retry syncs it,
+/// so a restart does not get it again.
+#[test]
+fn a_journal_sync_that_failed_under_power_is_tried_again_without_new_input() {
+    let rig = Rig::with_runtime("durability = \"power\"\n");
+    let log = rig.dir.path().join("braid.log");
+    let fault = [("BRAID_FAULT_JOURNAL_SYNC_FAILS", std::ffi::OsStr::new("1"))];
+    let mut braid = Braid::start_with_env(&rig.config, &log, &fault);
+    braid.wait_log("ready: subscribed", 1, START);
+    let msgs = messages(24);
+    common::mqtt::publish_all(rig.devices.port(), &mqtt_messages(&msgs[..1]), QoS::AtLeastOnce);
+    braid.wait_log("Write error", 1, Duration::from_secs(10));
+    braid.wait_log("Writes again; resumed", 1, Duration::from_secs(10));
+    // The acknowledgement goes out with the source's next round (within milliseconds).
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(braid.terminate(Duration::from_secs(30)).success(), "SIGTERM: a clean exit");
+    let mut braid = rig.start();
+    let config: toml::Table = std::fs::read_to_string(&rig.config).unwrap().parse().unwrap();
+    let listen = config["ops"]["listen"].as_str().unwrap();
+    let ops: u16 = listen.rsplit(':').next().unwrap().parse().unwrap();
+    // A redelivery would come first, right after the subscription.
+    std::thread::sleep(Duration::from_secs(2));
+    let metrics = common::service::http_get(ops, "/metrics").unwrap().1;
+    let redelivered = common::service::metric(&metrics, "braid_source_redelivered_total", "");
+    assert_eq!(redelivered, Some(0.0), "the message whose sync failed was never acknowledged");
+    braid.terminate(Duration::from_secs(30));
+}
+
 #[test]
 fn after_a_sigterm_nothing_is_emitted_again() {
     let rig = Rig::new();
