@@ -520,14 +520,7 @@ impl<'a> Intake<'a> {
     /// next batch's sync or the retry, whichever comes first.
     fn sync_and_confirm(&mut self) {
         if self.plan.runtime.durability == Durability::Power {
-            let synced = match self.sync_faults.checked_sub(1) {
-                Some(left) => {
-                    self.sync_faults = left;
-                    Err(JournalError::Sync(std::io::Error::other(format!("{FAULT_JOURNAL_SYNC_FAILS}: injected"))))
-                }
-                None => self.journal.sync(),
-            };
-            if let Err(error) = synced {
+            if let Err(error) = self.sync_journal() {
                 let path = self.journal.dir().to_owned();
                 write_faults::failed_with(JOURNAL_SITE, &path, &error.to_string(), false, JOURNAL_MEANWHILE);
                 self.sync_failed = Some(write_faults::now());
@@ -543,6 +536,15 @@ impl<'a> Intake<'a> {
                 self.confirmations.confirm(source, seq);
             }
         }
+    }
+
+    /// Syncs the journal, unless [`FAULT_JOURNAL_SYNC_FAILS`] says this sync fails.
+    fn sync_journal(&mut self) -> Result<(), JournalError> {
+        if let Some(left) = self.sync_faults.checked_sub(1) {
+            self.sync_faults = left;
+            return Err(JournalError::Sync(std::io::Error::other(format!("{FAULT_JOURNAL_SYNC_FAILS}: injected"))));
+        }
+        self.journal.sync()
     }
 
     /// Whether every journaled delivery is as durable as `durability` asks: false while a sync

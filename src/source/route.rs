@@ -61,10 +61,7 @@ pub enum Captured<'t> {
 
 impl<'t> Captured<'t> {
     pub fn to_value(self) -> Value {
-        match self {
-            Captured::Str(s) => Value::Str(s.into()),
-            Captured::Int(i) => Value::Int(i),
-        }
+        self.as_value_ref().to_value()
     }
 
     /// The value, still borrowing the topic.

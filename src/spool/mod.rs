@@ -342,10 +342,10 @@ impl Spool {
         if !usable {
             let segment = match self.spares.pop() {
                 Some(mut spare) if spare.fits(size) => {
-                    let reused = self.take_back(&spare).and_then(|()| Ok(spare.reset(self.end)?));
+                    let reused = spare.take_back_pages().and_then(|()| spare.reset(self.end));
                     if let Err(error) = reused {
                         self.delete(spare);
-                        return Err(error);
+                        return Err(error.into());
                     }
                     spare
                 }
@@ -449,11 +449,6 @@ impl Spool {
     /// [`SPARES_ROLLING`] emptied ones, a page of disk each.
     fn spares_kept(&self) -> usize {
         if self.options.roll_after.is_some() { SPARES_ROLLING } else { 1 }
-    }
-
-    /// A spare of a spool that rolls by age had its pages given back: they are allocated again.
-    fn take_back(&self, spare: &Segment) -> Result<(), SpoolError> {
-        if self.options.roll_after.is_some() { Ok(spare.take_back_pages()?) } else { Ok(()) }
     }
 
     /// Unlinks the file while it is still mapped, then unmaps it (never truncated while mapped).

@@ -148,7 +148,8 @@ impl Segment {
         Ok(())
     }
 
-    /// The spare is taken into use: its pages allocated again (a full disk fails here).
+    /// The spare is taken into use: the pages [`give_back_pages`](Self::give_back_pages) freed are
+    /// allocated again (a full disk fails here); nothing to do for one that kept them.
     pub(super) fn take_back_pages(&self) -> Result<(), MappedFileError> {
         self.log.take_back_pages()
     }

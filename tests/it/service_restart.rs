@@ -49,6 +49,8 @@ struct Rig {
     config: PathBuf,
     replay_config: PathBuf,
     file: PathBuf,
+    /// braid's `[ops] listen` port.
+    ops: u16,
 }
 
 impl Rig {
@@ -62,14 +64,14 @@ impl Rig {
         let devices = Mosquitto::start();
         let up = Mosquitto::start();
         let file = dir.path().join("archive.jsonl");
-        let write = |name: &str, state: &Path| {
+        let write = |name: &str, state: &Path, ops_port: u16| {
             let setup = Setup {
                 source: Source::Mqtt(devices.url()),
                 upstream_url: &up.url(),
                 topic: "up/effect/{device}",
                 state_dir: state,
                 file: &file,
-                ops_port: common::mqtt::free_port(),
+                ops_port,
                 max_payload: None,
                 idle_timeout: "1s",
             };
@@ -80,9 +82,10 @@ impl Rig {
             std::fs::write(&path, text + MORE).unwrap();
             path
         };
-        let config = write("braid.toml", &dir.path().join("state"));
-        let replay_config = write("replay.toml", &dir.path().join("replay-state"));
-        Rig { dir, devices, up, config, replay_config, file }
+        let ops = common::mqtt::free_port();
+        let config = write("braid.toml", &dir.path().join("state"), ops);
+        let replay_config = write("replay.toml", &dir.path().join("replay-state"), common::mqtt::free_port());
+        Rig { dir, devices, up, config, replay_config, file, ops }
     }
 
     /// Starts braid (again) and waits until this run holds its subscriptions.
@@ -194,12 +197,9 @@ fn a_journal_sync_that_failed_under_power_is_tried_again_without_new_input() {
     std::thread::sleep(Duration::from_millis(500));
     assert!(braid.terminate(Duration::from_secs(30)).success(), "SIGTERM: a clean exit");
     let mut braid = rig.start();
-    let config: toml::Table = std::fs::read_to_string(&rig.config).unwrap().parse().unwrap();
-    let listen = config["ops"]["listen"].as_str().unwrap();
-    let ops: u16 = listen.rsplit(':').next().unwrap().parse().unwrap();
     // A redelivery would come first, right after the subscription.
     std::thread::sleep(Duration::from_secs(2));
-    let metrics = common::service::http_get(ops, "/metrics").unwrap().1;
+    let metrics = common::service::http_get(rig.ops, "/metrics").unwrap().1;
     let redelivered = common::service::metric(&metrics, "braid_source_redelivered_total", "");
     assert_eq!(redelivered, Some(0.0), "the message whose sync failed was never acknowledged");
     braid.terminate(Duration::from_secs(30));
