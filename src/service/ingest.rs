@@ -6,7 +6,7 @@
 
 use crate::plan::Plan;
 use crate::record::Value;
-use crate::record::decode::decode_payload;
+use crate::record::decode::{FieldRoom, decode_payload_in};
 use crate::record::input::InputRows;
 use crate::shard::{Runtime, RuntimeError};
 use crate::source::route::{MAX_CAPTURES, Router, TopicFilter};
@@ -28,6 +28,8 @@ pub struct Ingest {
     /// Per source (by index in `Plan::sources`): its streams' topic filters.
     routers: Vec<Router>,
     rows: InputRows,
+    /// The last message's decoded values, handed back: each message decodes in their allocation.
+    room: FieldRoom,
 }
 
 impl Ingest {
@@ -44,7 +46,7 @@ impl Ingest {
                 }
             }
         }
-        Ingest { routers, rows: InputRows::default() }
+        Ingest { routers, rows: InputRows::default(), room: FieldRoom::default() }
     }
 
     /// Feeds one message to every stream its topic matches; whether any did (a topic braid did
@@ -74,7 +76,7 @@ impl Ingest {
             // As many as `captures` holds, so never full.
             let captured: heapless::Vec<_, MAX_CAPTURES> =
                 captures.iter().map(|&(pos, c)| (pos, c.as_value_ref())).collect();
-            let decoded = decode_payload(&def.schema, payload, def.max_payload, &captured);
+            let decoded = decode_payload_in(&def.schema, payload, def.max_payload, &captured, &mut self.room);
             let input = Arrived {
                 stream,
                 line: payload,
@@ -90,6 +92,9 @@ impl Ingest {
                 |outputs, row, _| outputs.input_row(stream, row),
                 |outputs, label, raw| outputs.dead_letter(&def.name, raw, label),
             )?;
+            if let Ok(fields) = decoded.outcome {
+                self.room.keep(fields);
+            }
         }
         Ok(matched)
     }

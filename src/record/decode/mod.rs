@@ -143,6 +143,28 @@ pub fn decode_line(schema: &Schema, line: &[u8], max_payload: u64) -> Decoded {
     decode_payload(schema, line, max_payload, &[])
 }
 
+/// The allocation of a decoded line's values, handed back to decode the next line in
+/// ([`decode_payload_in`]): the MQTT intake decodes message after message without allocating.
+/// Lines whose values must wait (replay's merge) keep theirs and decode without one.
+#[derive(Debug, Default)]
+pub struct FieldRoom(Vec<FieldValue>);
+
+impl FieldRoom {
+    /// Takes back the allocation of values that are no longer needed.
+    pub fn keep(&mut self, fields: Fields) {
+        self.0 = fields.values;
+    }
+
+    /// The allocation, emptied, as room for the scanned values of text of any lifetime.
+    fn take<'a>(&mut self) -> Vec<Option<Scalar<'a>>> {
+        let mut values = std::mem::take(&mut self.0);
+        values.clear();
+        // Collected in place (the layouts agree, asserted at `decode_fields`): an empty vector
+        // changes its element type in its own allocation.
+        values.into_iter().filter_map(|_| None).collect()
+    }
+}
+
 /// Decodes an MQTT payload whose topic captured `captures` (field position, typed value;
 /// `source::route`): a captured field the payload leaves out is filled from the topic; one the
 /// payload carries must hold the same value (else `topic_payload_mismatch:FIELD`, or
@@ -150,6 +172,18 @@ pub fn decode_line(schema: &Schema, line: &[u8], max_payload: u64) -> Decoded {
 /// topic is what the broker's access rules tie to a device, and the key decides whose state a
 /// row joins.
 pub fn decode_payload(schema: &Schema, line: &[u8], max_payload: u64, captures: &[(usize, ValueRef<'_>)]) -> Decoded {
+    decode_payload_in(schema, line, max_payload, captures, &mut FieldRoom::default())
+}
+
+/// [`decode_payload`], the values kept in `room`'s allocation (hand it back with
+/// [`FieldRoom::keep`] once they are used).
+pub fn decode_payload_in(
+    schema: &Schema,
+    line: &[u8],
+    max_payload: u64,
+    captures: &[(usize, ValueRef<'_>)],
+    room: &mut FieldRoom,
+) -> Decoded {
     let unusable = |reason| Decoded { arrival: None, outcome: Err(reason) };
     if line.len() as u64 > max_payload {
         return unusable(Reason::Oversized);
@@ -157,7 +191,7 @@ pub fn decode_payload(schema: &Schema, line: &[u8], max_payload: u64, captures: 
     let Ok(text) = std::str::from_utf8(line) else {
         return unusable(Reason::InvalidUtf8);
     };
-    match scan::scan_object(schema, text) {
+    match scan::scan_object(schema, text, room.take()) {
         Err(scan::NotAnObject::InvalidJson) => unusable(Reason::InvalidJson),
         Err(scan::NotAnObject::OtherValue) => unusable(Reason::NotAnObject),
         Ok(mut object) => match fill_captures(schema, &mut object, captures, text) {
@@ -205,7 +239,7 @@ pub fn arrival_of_line(timing: &Schema, line: &[u8], max_payload: u64) -> Option
     if line.len() as u64 > max_payload {
         return None;
     }
-    let object = scan::scan_object(timing, std::str::from_utf8(line).ok()?).ok()?;
+    let object = scan::scan_object(timing, std::str::from_utf8(line).ok()?, Vec::new()).ok()?;
     arrival_of_object(timing, &object)
 }
 
@@ -252,7 +286,8 @@ fn decode_object(schema: &Schema, object: Scanned, text: &str) -> Decoded {
     Decoded { arrival, outcome }
 }
 
-/// `decode_fields` collects in place only while a scanned value and a typed one share a layout.
+/// `decode_fields` (and [`FieldRoom`] the other way) collects in place only while a scanned value
+/// and a typed one share a layout.
 const _: () = assert!(
     size_of::<Option<Scalar<'static>>>() == size_of::<FieldValue>()
         && align_of::<Option<Scalar<'static>>>() == align_of::<FieldValue>()

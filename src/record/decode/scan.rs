@@ -94,8 +94,12 @@ pub struct Scanned<'a> {
 }
 
 impl<'a> Scanned<'a> {
-    fn new(schema: &Schema) -> Scanned<'a> {
-        Scanned { fields: (0..schema.fields.len()).map(|_| None).collect(), arrival: None }
+    /// No value read yet, the fields kept in `room`'s allocation (emptied first): a caller that
+    /// decodes line after line hands back the last line's (`decode::FieldRoom`).
+    fn new(schema: &Schema, mut room: Vec<Option<Scalar<'a>>>) -> Scanned<'a> {
+        room.clear();
+        room.resize_with(schema.fields.len(), || None);
+        Scanned { fields: room, arrival: None }
     }
 
     /// Keeps the value of a declared key; a later duplicate replaces it, as in `serde_json::Value`.
@@ -122,8 +126,14 @@ pub enum NotAnObject {
 
 /// Scans `text`, which must be one JSON value and nothing else: through [`flat`] when the line
 /// is a flat object it reads to the end, else through serde_json, which also names the error.
-pub fn scan_object<'a>(schema: &Schema, text: &'a str) -> Result<Scanned<'a>, NotAnObject> {
-    match flat::scan(schema, text) {
+/// The fields are kept in `room`'s allocation on the flat path (the common one); serde_json's
+/// path allocates its own.
+pub fn scan_object<'a>(
+    schema: &Schema,
+    text: &'a str,
+    room: Vec<Option<Scalar<'a>>>,
+) -> Result<Scanned<'a>, NotAnObject> {
+    match flat::scan(schema, text, room) {
         Some(scanned) => Ok(scanned),
         None => scan_with_serde(schema, text),
     }
@@ -149,7 +159,7 @@ impl<'de> Visitor<'de> for TopLevel<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut scanned = Scanned::new(self.schema);
+        let mut scanned = Scanned::new(self.schema, Vec::new());
         while let Some(key) = map.next_key_seed(KeySeed { schema: self.schema })? {
             match key {
                 Key::Other => map.next_value_seed(Validated)?,

@@ -385,3 +385,34 @@ fn ordering_arrival_reads_only_what_the_arrival_depends_on() {
         assert_eq!(super::ordering_arrival(&timing, unread, 1 << 20), decode_line(schema, unread, 1 << 20).arrival);
     }
 }
+
+#[test]
+fn a_payload_decoded_in_the_room_of_the_last_one_decodes_the_same_in_its_allocation() {
+    let s = schema(TimeUnit::Ms, FieldType::Int);
+    let flat = "{\"device\":\"a\",\"ts\":5,\"n\":1}";
+    let lines = [
+        flat,
+        "{\"n\":2,\"ts\":6,\"device\":\"b\\u0041\"}",
+        "{\"ts\":7}",
+        "[1]",
+        "{\"n\":3,\"ts\":8,\"device\":\"c\"}",
+    ];
+    let mut room = FieldRoom::default();
+    for line in lines.iter().chain(&lines) {
+        let in_room = decode_payload_in(&s, line.as_bytes(), 1 << 20, &[], &mut room);
+        let alone = decode_line(&s, line.as_bytes(), 1 << 20);
+        assert_eq!(in_room.arrival, alone.arrival, "{line}");
+        match (in_room.outcome, alone.outcome) {
+            (Ok(fields), Ok(expected)) => {
+                assert_eq!((fields.to_values(line), fields.ts), (expected.to_values(line), expected.ts), "{line}");
+                room.keep(fields);
+            }
+            (got, expected) => assert_eq!(got.err(), expected.err(), "{line}"),
+        }
+    }
+    // A flat payload (the scanner's own path, not serde_json's) is decoded in the room's allocation:
+    // one larger than any line needs shows it.
+    room.keep(Fields { values: Vec::with_capacity(64), ts: None });
+    let fields = decode_payload_in(&s, flat.as_bytes(), 1 << 20, &[], &mut room).outcome.unwrap();
+    assert_eq!(fields.values.capacity(), 64, "decoded in the room it was given");
+}

@@ -30,9 +30,10 @@ const POW10: [f64; MAX_DIGITS + 1] =
     [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
 
 /// The declared fields of `text` when it is a flat object this scanner reads; `None` otherwise.
-pub fn scan<'a>(schema: &Schema, text: &'a str) -> Option<Scanned<'a>> {
+/// `room`: the allocation the fields are kept in ([`Scanned::new`]).
+pub fn scan<'a>(schema: &Schema, text: &'a str, room: Vec<Option<Scalar<'a>>>) -> Option<Scanned<'a>> {
     let mut cursor = Cursor { bytes: text.as_bytes(), text: Some(text), at: 0 };
-    let scanned = object(schema, &mut cursor, Undeclared::Read)?;
+    let scanned = object(schema, &mut cursor, Undeclared::Read, room)?;
     cursor.skip_space();
     (cursor.at == text.len()).then_some(scanned)
 }
@@ -43,7 +44,7 @@ pub fn scan<'a>(schema: &Schema, text: &'a str) -> Option<Scanned<'a>> {
 /// not read) and what follows the object are not. So where `scan` (or serde_json) reads a line,
 /// this reads the same declared values or gives up; it may also read a line they refuse.
 pub fn declared_only<'a>(schema: &Schema, line: &'a [u8]) -> Option<Scanned<'a>> {
-    object(schema, &mut Cursor { bytes: line, text: None, at: 0 }, Undeclared::Skip)
+    object(schema, &mut Cursor { bytes: line, text: None, at: 0 }, Undeclared::Skip, Vec::new())
 }
 
 /// What the object walk does with a value whose key the schema does not declare.
@@ -56,8 +57,13 @@ enum Undeclared {
 }
 
 /// One flat object from the cursor on, its declared values kept.
-fn object<'a>(schema: &Schema, cursor: &mut Cursor<'a>, undeclared: Undeclared) -> Option<Scanned<'a>> {
-    let mut scanned = Scanned::new(schema);
+fn object<'a>(
+    schema: &Schema,
+    cursor: &mut Cursor<'a>,
+    undeclared: Undeclared,
+    room: Vec<Option<Scalar<'a>>>,
+) -> Option<Scanned<'a>> {
+    let mut scanned = Scanned::new(schema, room);
     cursor.skip_space();
     cursor.eat(b'{')?;
     cursor.skip_space();
@@ -279,7 +285,7 @@ mod tests {
         /// What the byte scanner reads, serde_json reads alike.
         #[test]
         fn reads_what_it_accepts_as_serde_json_does(line in line()) {
-            if let Some(fast) = scan(&schema(), &line) {
+            if let Some(fast) = scan(&schema(), &line, Vec::new()) {
                 prop_assert_eq!(Ok(fast), super::super::scan_with_serde(&schema(), &line), "line {}", line);
             }
         }
@@ -287,7 +293,7 @@ mod tests {
         #[test]
         fn every_decimal_it_accepts_is_serde_jsons_double(number in number()) {
             let line = format!("{{\"x\":{number}}}");
-            if let Some(fast) = scan(&schema(), &line) {
+            if let Some(fast) = scan(&schema(), &line, Vec::new()) {
                 prop_assert_eq!(Ok(fast), super::super::scan_with_serde(&schema(), &line), "line {}", line);
             }
         }
@@ -303,9 +309,9 @@ mod tests {
             "{}",
             r#"{"x":123456789012345,"ts":0.12345678901234}"#,
         ] {
-            assert!(scan(&schema, line).is_some(), "{line}");
+            assert!(scan(&schema, line, Vec::new()).is_some(), "{line}");
         }
-        let scanned = scan(&schema, r#"{"x":-21.50,"ts":7,"device":"a","device":"b"}"#).unwrap();
+        let scanned = scan(&schema, r#"{"x":-21.50,"ts":7,"device":"a","device":"b"}"#, Vec::new()).unwrap();
         assert_eq!(scanned.fields[2], Some(Scalar::Float(-21.5)));
         assert_eq!(scanned.fields[1], Some(Scalar::Int(7)));
         assert_eq!(scanned.fields[0], Some(Scalar::Str(Cow::Borrowed("b"))));
@@ -328,7 +334,7 @@ mod tests {
             "[]",
             "{\"x\":\"\t\"}",
         ] {
-            assert!(scan(&schema, line).is_none(), "{line}");
+            assert!(scan(&schema, line, Vec::new()).is_none(), "{line}");
         }
     }
 }
