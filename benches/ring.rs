@@ -26,11 +26,20 @@
 //! back the pages of the rest ([`Producer::give_back_pages`]), beside `two_threads/ring_no_crc_shm`,
 //! the same ring without: what the early wraps and the occasional excursion cost at full speed.
 //!
+//! `wake_up/…`: what waking a sleeping thread costs, the work that [`Doorbell`]s do when an
+//! owner sleeps: two threads take turns, each blocked in a read until the other writes, over the
+//! doorbell's kind of wire (`socket_pair`, a Unix stream pair, the only one a shard's monoio
+//! runtime can wait on under both its drivers, DESIGN.md "Hard facts") and, for comparison, a
+//! pipe and an eventfd. One element is one round trip: two wake-ups.
+//!
 //! Throughput is declared as frames (elements) and payload bytes.
+//!
+//! [`Doorbell`]: braid::shard::wake::Doorbell
 
 #![allow(clippy::unwrap_used)]
 
 use std::hint::black_box;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::mpsc::{self, TrySendError};
 use std::thread;
@@ -293,5 +302,87 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+/// One end of a wire a thread sleeps on until the other end writes.
+trait Wire: Send + 'static {
+    /// Blocks until the other end wrote, and takes what it wrote.
+    fn wait(&mut self);
+    fn wake_other(&mut self);
+}
+
+/// Each end reads its own stream and writes the other's.
+struct Pair<R, W>(R, W);
+
+impl<R: Read + Send + 'static, W: Write + Send + 'static> Wire for Pair<R, W> {
+    fn wait(&mut self) {
+        // 8 bytes: what an eventfd reads at once; the others read the 8 written.
+        let mut counter = [0u8; 8];
+        self.0.read_exact(&mut counter).unwrap();
+    }
+
+    fn wake_other(&mut self) {
+        self.1.write_all(&1u64.to_ne_bytes()).unwrap();
+    }
+}
+
+fn socket_pairs() -> (impl Wire, impl Wire) {
+    let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let (c, d) = std::os::unix::net::UnixStream::pair().unwrap();
+    (Pair(a, d), Pair(c, b))
+}
+
+fn pipes() -> (impl Wire, impl Wire) {
+    let (a_reads, b_writes) = std::io::pipe().unwrap();
+    let (b_reads, a_writes) = std::io::pipe().unwrap();
+    (Pair(a_reads, a_writes), Pair(b_reads, b_writes))
+}
+
+fn eventfd() -> std::fs::File {
+    use std::os::fd::FromRawFd;
+    // Blocking, so a read sleeps until a write makes the counter non-zero.
+    // SAFETY: a system call with no pointers; its result is checked below.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    assert!(fd >= 0, "eventfd: {}", std::io::Error::last_os_error());
+    // SAFETY: `fd` is a descriptor eventfd just opened, owned by nothing else.
+    unsafe { std::fs::File::from_raw_fd(fd) }
+}
+
+fn eventfds() -> (impl Wire, impl Wire) {
+    let (a, b) = (eventfd(), eventfd());
+    let (a2, b2) = (a.try_clone().unwrap(), b.try_clone().unwrap());
+    (Pair(a, b), Pair(b2, a2))
+}
+
+/// `iters` round trips between this thread and one it starts, each sleeping until woken.
+fn wake_up<A: Wire, B: Wire>(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, make: impl Fn() -> (A, B)) {
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let (mut mine, mut theirs) = make();
+            let other = thread::spawn(move || {
+                for _ in 0..iters {
+                    theirs.wait();
+                    theirs.wake_other();
+                }
+            });
+            let start = now();
+            for _ in 0..iters {
+                mine.wake_other();
+                mine.wait();
+            }
+            let elapsed = start.elapsed();
+            other.join().unwrap();
+            elapsed
+        })
+    });
+}
+
+fn bench_wake_up(c: &mut Criterion) {
+    let mut group = c.benchmark_group("wake_up");
+    group.throughput(Throughput::Elements(1));
+    wake_up(&mut group, "socket_pair", socket_pairs);
+    wake_up(&mut group, "pipe", pipes);
+    wake_up(&mut group, "eventfd", eventfds);
+    group.finish();
+}
+
+criterion_group!(benches, bench, bench_wake_up);
 criterion_main!(benches);
