@@ -457,6 +457,7 @@ impl Shard {
                 let (read, returned) = sleeper.read(buf).await;
                 buf = returned;
                 bell.awake();
+                worker.woke();
                 if let Err(e) = read {
                     return Err(ShardError::Wait(e));
                 }

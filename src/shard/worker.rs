@@ -192,6 +192,9 @@ pub struct Worker {
     ticks_seen: u64,
     /// Frames taken from the feeder's ring so far.
     input_frames: u64,
+    /// The thread slept on its doorbell since the last round (result_latency.rs,
+    /// `EAGER_COMMIT_ROWS`).
+    slept: bool,
     ticks_shown: u64,
     /// The driver the shard's runtime runs on (shown with its figures).
     pub driver: super::driver::Driver,
@@ -266,6 +269,7 @@ impl Worker {
             live,
             ticks_seen: 0,
             input_frames: 0,
+            slept: false,
             ticks_shown: 0,
             driver: super::driver::Driver::Legacy,
             checkpoint_stall: std::time::Duration::ZERO,
@@ -287,6 +291,7 @@ impl Worker {
         let core = &mut self.core;
         core.work_done = 0;
         core.stretch.restart(core.chained_waiting());
+        core.stretch.new_round(std::mem::take(&mut self.slept));
         let mut moved = core.check_snapshot_written();
         moved |= core.flush();
         for (from, inbox) in &mut self.exchange_in {
@@ -316,6 +321,12 @@ impl Worker {
             Some(error) => Err(error),
             None => Ok(moved || core.work_done > 0),
         }
+    }
+
+    /// The thread woke from a sleep on its doorbell: the next round's first rows commit their
+    /// results eagerly, as they are worked on cold.
+    pub fn woke(&mut self) {
+        self.slept = true;
     }
 
     /// Frames taken from the feeder's ring so far.
@@ -488,9 +499,11 @@ impl Core {
     }
 
     /// A feeder event. The results made so far leave before the work of a tick, a barrier or the
-    /// end (evictions, snapshots), those of that work right after it, and the rest after every
-    /// [`COMMIT_EVERY_ROWS`](super::result_latency::COMMIT_EVERY_ROWS) rows, so none waits for a
-    /// whole round's work or for another input's evictions (result_latency.rs).
+    /// end (evictions, snapshots), those of that work right after it, those of a round's first
+    /// rows right after their row ([`EAGER_COMMIT_ROWS`](super::result_latency::EAGER_COMMIT_ROWS)),
+    /// and the rest after every [`COMMIT_EVERY_ROWS`](super::result_latency::COMMIT_EVERY_ROWS)
+    /// rows, so none waits for a whole round's work, for another input's evictions, or at a
+    /// gateway's rate for the cold work of the rows read after it (result_latency.rs).
     fn on_event(&mut self, frame: Frame<'_>) {
         let row = matches!(frame, Frame::Row { .. });
         let control = !row && !matches!(frame, Frame::Progress { .. });
@@ -499,7 +512,7 @@ impl Core {
         }
         let long_enough = self.stretch.read(row);
         self.on_feeder_frame(frame);
-        if long_enough || control {
+        if long_enough || control || (row && self.stretch.eager()) {
             self.commit_midway();
         }
     }
