@@ -164,10 +164,10 @@ impl Stretch {
         self.eager_rows = if after_sleep { EAGER_COMMIT_ROWS } else { 0 };
     }
 
-    /// Whether the results made so far should be committed now, before the next input: they were
-    /// made by one of the first rows of a round after a sleep ([`EAGER_COMMIT_ROWS`]).
-    /// Called once per row, after its work.
-    pub fn eager(&mut self) -> bool {
+    /// A row's work is done (once per row): whether the results made so far leave now, before the
+    /// next input, as one of the first rows of a round after a sleep made them
+    /// ([`EAGER_COMMIT_ROWS`]).
+    pub fn row_done(&mut self) -> bool {
         let eager = self.results > 0 && self.eager_rows > 0;
         self.eager_rows = self.eager_rows.saturating_sub(1);
         eager
@@ -294,23 +294,23 @@ mod tests {
         let mut held = HeldResults::default();
         stretch.new_round(true);
         stretch.read(true);
-        assert!(!stretch.eager(), "a row that made nothing asks for no commit");
+        assert!(!stretch.row_done(), "a row that made nothing asks for no commit");
         for _ in 1..EAGER_COMMIT_ROWS {
             stretch.read(true);
             stretch.made(1);
-            assert!(stretch.eager());
+            assert!(stretch.row_done());
             stretch.committed(&mut held);
             stretch.restart(false);
         }
         stretch.read(true);
         stretch.made(1);
-        assert!(!stretch.eager(), "past the round's first rows, results wait for the round's end");
+        assert!(!stretch.row_done(), "past the round's first rows, results wait for the round's end");
         stretch.new_round(false);
         stretch.read(true);
-        assert!(!stretch.eager(), "a round of a shard that did not sleep commits at its end");
+        assert!(!stretch.row_done(), "a round of a shard that did not sleep commits at its end");
         stretch.new_round(true);
         stretch.read(true);
-        assert!(stretch.eager(), "a round after a sleep commits its first row's results");
+        assert!(stretch.row_done(), "a round after a sleep commits its first row's results");
         assert_eq!(held.commits, u64::from(EAGER_COMMIT_ROWS) - 1);
     }
 

@@ -512,7 +512,7 @@ impl Core {
         }
         let long_enough = self.stretch.read(row);
         self.on_feeder_frame(frame);
-        if long_enough || control || (row && self.stretch.eager()) {
+        if long_enough || control || (row && self.stretch.row_done()) {
             self.commit_midway();
         }
     }
