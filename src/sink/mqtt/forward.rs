@@ -4,13 +4,24 @@
 //! loop's rounds, so new results go out while it waits (it also drains rumqttc's request
 //! channel); it is dropped only when it has returned, or when the loop ends (shutdown, the drain
 //! deadline) — never in the middle of writing our publishes.
+//!
+//! While no poll is pending (the loop rests between reads of acknowledgements), a round's results
+//! are written straight into the connection and flushed once ([`Forward::publish_parked`]):
+//! through the request channel, rumqttc writes and flushes each publish on its own, a system
+//! call and, on loopback, a pass through the broker's receive path per result (rumqtt#810).
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use rumqttc::{AsyncClient, ConnectionError, Event, EventLoop, LastWill, MqttOptions, Outgoing, Packet, QoS};
+use rumqttc::{
+    AsyncClient, ConnectionError, Event, EventLoop, LastWill, MqttOptions, Outgoing, Packet, Publish, QoS, Request,
+    StateError,
+};
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep, timeout};
 
@@ -90,7 +101,21 @@ pub async fn run(
         if draining && (fwd.drained() || !fwd.uplink.connected.load(Ordering::Acquire)) {
             break;
         }
-        let room = fwd.feed_and_room();
+        let room = match parked.as_mut() {
+            Some(events) if fwd.may_publish_parked(events) => match fwd.publish_parked(events).await {
+                Ok(room) => room,
+                Err(error) => {
+                    // What a failed poll does inside rumqttc: the next poll reconnects.
+                    events.clean();
+                    crate::mqtt::forget_stale_events(events);
+                    fwd.on_disconnect(&error);
+                    retry.as_mut().reset(Instant::now() + backoff.next());
+                    waiting = true;
+                    continue;
+                }
+            },
+            _ => fwd.feed_and_room(),
+        };
         if polling.is_none() && !waiting {
             if look_due || draining || parked.as_ref().is_some_and(|events| fwd.must_poll(events)) {
                 polling = parked.take().map(poll_owned);
@@ -204,6 +229,33 @@ struct Flight {
     acked: bool,
 }
 
+/// What became of a record offered to the connection.
+enum Offer {
+    /// Written into the connection's buffer under this packet id (0 for QoS 0).
+    Written(u16),
+    /// Handed to rumqttc, which writes it later and reports `Outgoing::Publish`.
+    Queued,
+    /// Not taken now: retried at the next round.
+    Refused,
+}
+
+/// Writes `packets` into the connection and flushes once (within the connection timeout).
+async fn write_all(events: &mut EventLoop, packets: &mut Vec<Packet>) -> Result<(), ConnectionError> {
+    let timeout_after = Duration::from_secs(events.network_options.connection_timeout());
+    let Some(network) = events.network.as_mut() else {
+        packets.clear();
+        return Ok(());
+    };
+    if packets.is_empty() {
+        return Ok(());
+    }
+    for packet in packets.drain(..) {
+        network.write(packet).await?;
+    }
+    timeout(timeout_after, network.flush()).await.map_err(|_| ConnectionError::FlushTimeout)??;
+    Ok(())
+}
+
 struct Forward {
     uplink: Arc<Uplink>,
     client: AsyncClient,
@@ -214,6 +266,8 @@ struct Forward {
     inflight: VecDeque<Flight>,
     /// The next record to publish.
     cursor: u64,
+    /// The packets of a [`publish_parked`](Self::publish_parked), kept for their allocation.
+    outbox: Vec<Packet>,
     connected: bool,
     ever_connected: bool,
     /// When the last failed connection attempt was logged, and how many were not since.
@@ -233,40 +287,112 @@ impl Forward {
             status,
             inflight,
             cursor: 0,
+            outbox: Vec::new(),
             connected: false,
             ever_connected: false,
             failure_log: Throttle::new(FAILURE_LOG_INTERVAL),
         }
     }
 
-    /// Hands records to rumqttc while connected and the window has room; whether the window
-    /// still has room (then new data is worth waking up for).
+    /// Hands records to rumqttc's request channel while connected and the window has room;
+    /// whether the window still has room (then new data is worth waking up for).
     fn feed_and_room(&mut self) -> bool {
+        let qos = self.qos;
+        // rumqttc takes owned topic and payload: one copy per publish is its price.
+        self.feed(|client, topic, payload| match client.try_publish(topic, qos, false, payload.to_vec()) {
+            Ok(()) => Offer::Queued,
+            Err(_) => Offer::Refused, // its channel is full: more after the next event
+        })
+    }
+
+    /// Whether [`publish_parked`](Self::publish_parked) may write into the parked event loop's
+    /// connection: connected, and nothing of rumqttc's own to write or to report first (an event
+    /// read, a request queued, a publish held back by a packet id collision).
+    fn may_publish_parked(&self, events: &EventLoop) -> bool {
+        !self.must_poll(events) && events.state.collision.is_none() && events.network.is_some()
+    }
+
+    /// Writes the next records that fit the window into the parked event loop's connection and
+    /// flushes them together; whether the window still has room. The event loop's state makes
+    /// each packet (packet ids, in-flight bookkeeping, the keep-alive clock), as a poll would; the
+    /// `Outgoing::Publish` events it queues are settled here instead of read back one per poll.
+    async fn publish_parked(&mut self, events: &mut EventLoop) -> Result<bool, ConnectionError> {
+        self.read_arrived_acks(events)?;
+        let (qos, mut outbox, mut failed) = (self.qos, std::mem::take(&mut self.outbox), None);
+        let state = &mut events.state;
+        let room = self.feed(|_, topic, payload| {
+            if state.collision.is_some() {
+                return Offer::Refused; // rumqttc writes the held publish when its packet id is acked
+            }
+            let publish = Publish::new(topic, qos, payload.to_vec());
+            match state.handle_outgoing_packet(Request::Publish(publish)) {
+                Ok(Some(packet)) => {
+                    let pkid = if let Packet::Publish(ref publish) = packet { publish.pkid } else { 0 };
+                    outbox.push(packet);
+                    Offer::Written(pkid)
+                }
+                Ok(None) => Offer::Queued, // the collision: written by a later poll, in order
+                Err(error) => {
+                    failed = Some(error);
+                    Offer::Refused
+                }
+            }
+        });
+        state.events.retain(|event| !matches!(event, Event::Outgoing(Outgoing::Publish(_))));
+        let written = write_all(events, &mut outbox).await;
+        self.outbox = outbox;
+        match failed {
+            Some(error) => Err(error.into()),
+            None => written.map(|()| room),
+        }
+    }
+
+    /// Reads the acknowledgements already in the socket, without waiting for more, and settles
+    /// them: while results flow no poll is pending, so this is where their window frees up
+    /// (read as they come, each would wake the thread). Giving up the read where it would wait
+    /// loses nothing: with no collision held ([`may_publish_parked`](Self::may_publish_parked)),
+    /// reading an acknowledgement writes nothing, and a frame not read whole stays buffered.
+    fn read_arrived_acks(&mut self, events: &mut EventLoop) -> Result<(), StateError> {
+        let mut cx = Context::from_waker(Waker::noop());
+        while let Some(network) = events.network.as_mut() {
+            match pin!(network.readb(&mut events.state)).poll(&mut cx) {
+                Poll::Pending => break,
+                Poll::Ready(read) => read?,
+            }
+            while let Some(event) = events.state.events.pop_front() {
+                self.on_event(event);
+            }
+        }
+        Ok(())
+    }
+
+    /// Offers the spool's next records to `offer` while connected and the window has room, and
+    /// tracks each as a [`Flight`]; whether the window still has room.
+    fn feed(&mut self, mut offer: impl FnMut(&AsyncClient, &str, &[u8]) -> Offer) -> bool {
         if !self.connected {
             return false;
         }
-        let mut skipped = false;
+        let (at_most_once, mut settled) = (self.qos == QoS::AtMostOnce, false);
         {
             let spool = self.uplink.lock();
             self.cursor = self.cursor.max(spool.first());
             while self.inflight.len() < self.window && self.cursor < spool.end() {
-                let seq = self.cursor;
-                let Some((topic, payload)) = spool.get(seq).and_then(split_record) else {
+                let seq = Some(self.cursor);
+                let flight = match spool.get(self.cursor).and_then(split_record) {
                     // A record lost to damage (the spool logged it) or not ours: nothing to send.
-                    self.inflight.push_back(Flight { seq: Some(seq), written: true, pkid: 0, acked: true });
-                    self.cursor += 1;
-                    skipped = true;
-                    continue;
+                    None => Flight { seq, written: true, pkid: 0, acked: true },
+                    Some((topic, payload)) => match offer(&self.client, topic, payload) {
+                        Offer::Refused => break,
+                        Offer::Queued => Flight { seq, written: false, pkid: 0, acked: false },
+                        Offer::Written(pkid) => Flight { seq, written: true, pkid, acked: at_most_once },
+                    },
                 };
-                // rumqttc takes owned topic and payload: one copy per publish is its price.
-                if self.client.try_publish(topic, self.qos, false, payload.to_vec()).is_err() {
-                    break; // its channel is full: more after the next event
-                }
-                self.inflight.push_back(Flight { seq: Some(seq), written: false, pkid: 0, acked: false });
+                settled |= flight.acked;
+                self.inflight.push_back(flight);
                 self.cursor += 1;
             }
         }
-        if skipped {
+        if settled {
             self.settle();
         }
         self.inflight.len() < self.window
@@ -283,7 +409,7 @@ impl Forward {
 
     /// How long the event loop may rest: with half the window or more in flight, acknowledgements
     /// are read after [`ACKS_READ_AFTER`] (they make room for more results); with less, after
-    /// [`ACKS_READ_LATER`] (a poll for new results before that reads them too); with nothing in
+    /// [`ACKS_READ_LATER`] (the next round that publishes reads them before that); with nothing in
     /// flight it looks after [`IDLE_LOOK_AFTER`] (pings, a broker that closed the connection).
     fn look_after(&self) -> Duration {
         match self.inflight.len() {
@@ -401,6 +527,8 @@ impl Forward {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::AtomicBool;
+
     use super::*;
     use crate::config::MqttConn;
 
@@ -413,6 +541,59 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let uplink = Uplink::open(&def, dir.path()).unwrap();
         (dir, uplink, def)
+    }
+
+    /// A round of results goes out in one write while no poll is pending: the subscriber of a
+    /// real broker gets them all, in spool order, with the sink's event loop not polled since
+    /// (through rumqttc's request channel nothing would leave before the next poll), and the
+    /// next rounds read their acknowledgements and release them.
+    #[test]
+    fn results_are_written_into_a_parked_connection_and_released_on_their_acks_without_a_poll() {
+        use crate::broker::tests::{WAIT, options, poll_until, runtime, settings as broker_settings, subscriber};
+        let broker = crate::broker::start(broker_settings()).unwrap();
+        let addr = broker.addr();
+        let (_dir, uplink, mut def) = sink(None);
+        def.url = Some(format!("mqtt://{addr}"));
+        let stop = AtomicBool::new(false);
+        runtime().block_on(async {
+            let (_watch, mut watched, _) = subscriber(options(addr, "watch", true), "up/#", QoS::AtLeastOnce).await;
+            let (sink_options, status, window) = settings(&uplink, &def).unwrap();
+            let (client, mut events) = AsyncClient::new(sink_options, usize::from(window) + 8);
+            let mut fwd = Forward::new(Arc::clone(&uplink), client, QoS::AtLeastOnce, window, status);
+            // Connect; the poll writes `online` (queued through the channel at the ConnAck).
+            fwd.on_event(events.poll().await.unwrap());
+            while fwd.must_poll(&events) {
+                fwd.on_event(events.poll().await.unwrap());
+            }
+            let topics: Vec<String> = (0..40).map(|i| format!("up/d{i:02}")).collect();
+            for topic in &topics {
+                uplink.queue(topic, b"{}", crate::sink::Patience::idle(&stop)).unwrap();
+            }
+            assert!(fwd.may_publish_parked(&events));
+            assert!(fwd.publish_parked(&mut events).await.unwrap(), "the window has room for more");
+            assert!(fwd.inflight.iter().all(|f| f.written) && !fwd.must_poll(&events));
+            let mut seen = Vec::new();
+            while seen.len() < topics.len() {
+                seen.push(
+                    poll_until(&mut watched, |event| match event {
+                        Event::Incoming(Packet::Publish(p)) => Some(p.topic.clone()),
+                        _ => None,
+                    })
+                    .await,
+                );
+            }
+            assert_eq!(seen, topics);
+            // Their PUBACKs, read by the next rounds that publish (none polls), release them.
+            tokio::time::timeout(WAIT, async {
+                while !fwd.drained() {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    fwd.publish_parked(&mut events).await.unwrap();
+                }
+            })
+            .await
+            .expect("the broker acknowledged every result");
+            assert_eq!(uplink.lock().first(), topics.len() as u64);
+        });
     }
 
     #[test]
