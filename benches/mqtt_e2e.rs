@@ -11,7 +11,8 @@
 //! time in `PREFIX-RUN-nodelay|default`, to split latency into hops; it adds a subscriber to the
 //! broker), `--braid PATH` (another braid binary, e.g. one built from an older commit, to compare
 //! two builds in one session), `--runtime 'KEY = VALUE'` (a line added to braid's `[runtime]`, e.g.
-//! `checkpoint_interval = "1h"` to see what checkpoints cost), `--passes K` (the saturation load K
+//! `checkpoint_interval = "1h"` to see what checkpoints cost; a `shards = N` line replaces the
+//! default `"auto"`), `--passes K` (the saturation load K
 //! times through one braid, K ≤ 3, each pass 10 s of event time after the previous and only the
 //! last measured: braid's files and memory as after a while of running — the previous pass's rows
 //! leave the state as the next one's arrive — not fresh), `--saturation-only` (skip the fixed

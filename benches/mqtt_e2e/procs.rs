@@ -106,7 +106,8 @@ pub enum Egress {
 
 /// The gateway join of configs/gateway.toml (its streams and operator, as deployed) with its
 /// devices on `mqtt_port` and its results sent where `egress` says.
-/// `runtime` is a line added to its `[runtime]` (the bench's `--runtime`; "" for none).
+/// `runtime` is a line added to its `[runtime]` (the bench's `--runtime`; "" for none); one that
+/// sets `shards` replaces the default `"auto"`.
 pub fn braid_config(mqtt_port: u16, ops_port: u16, state_dir: &Path, egress: Egress, runtime: &str) -> String {
     let sink = match egress {
         Egress::Mqtt(results_port) => format!(
@@ -118,8 +119,9 @@ pub fn braid_config(mqtt_port: u16, ops_port: u16, state_dir: &Path, egress: Egr
             state_dir.join("effect.jsonl").display()
         ),
     };
+    let shards = if runtime.trim_start().starts_with("shards") { "" } else { "shards = \"auto\"\n" };
     let deployment = format!(
-        "[runtime]\nshards = \"auto\"\nidle_advance = true\nstate_dir = \"{state}\"\n{runtime}\n\n\
+        "[runtime]\n{shards}idle_advance = true\nstate_dir = \"{state}\"\n{runtime}\n\n\
          [ops]\nlisten = \"127.0.0.1:{ops_port}\"\n\n\
          [sources.devices]\nkind = \"mqtt\"\nurl = \"mqtt://127.0.0.1:{mqtt_port}\"\n\n{sink}",
         state = state_dir.display()

@@ -13,7 +13,9 @@
 //! 1 µs here, where the wall clock costs 30 ns). `/metrics` shows them as Prometheus histograms
 //! (`braid_shard_result_latency_seconds`, `braid_shard_result_cpu_seconds`), `braid bench` and
 //! the MQTT bench read quantiles from them. Two wall clock reads a stretch that reads input (its
-//! first input and its commit), none per row.
+//! first input and its commit), none per row. Among a round's first rows after a sleep, a row
+//! that made no result ends its stretch, as nothing waits on it: the next row's results count
+//! from that row's read ("after its second row is read"), not from the row before it.
 
 use std::time::{Duration, Instant};
 
@@ -124,6 +126,17 @@ impl HeldResults {
     }
 }
 
+/// What [`Stretch::row_done`] asks of the shard after a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowDone {
+    /// Commit the results made so far now.
+    Commit,
+    /// Nothing waits for a commit: the next input starts a new stretch.
+    NothingHeld,
+    /// The row stays in the stretch, which commits later.
+    Hold,
+}
+
 /// What a shard made since its last commit, and since when: every input those results came of
 /// was read after `began` (and, in a sampled stretch, the shard's CPU clock read at the first).
 #[derive(Debug)]
@@ -164,13 +177,19 @@ impl Stretch {
         self.eager_rows = if after_sleep { EAGER_COMMIT_ROWS } else { 0 };
     }
 
-    /// A row's work is done (once per row): whether the results made so far leave now, before the
-    /// next input, as one of the first rows of a round after a sleep made them
-    /// ([`EAGER_COMMIT_ROWS`]).
-    pub fn row_done(&mut self) -> bool {
-        let eager = self.results > 0 && self.eager_rows > 0;
+    /// A row's work is done (once per row): what becomes of the stretch before the next input.
+    /// Among the first rows of a round after a sleep ([`EAGER_COMMIT_ROWS`]), results made so far
+    /// leave now; with none made, nothing waits, and the next row's results count from that row's
+    /// read (DESIGN.md: "after its second row is read"), not from the read of a row that made
+    /// none. Later rows, and every row of a busy shard, stay in the stretch.
+    pub fn row_done(&mut self) -> RowDone {
+        let eager = self.eager_rows > 0;
         self.eager_rows = self.eager_rows.saturating_sub(1);
-        eager
+        match (eager, self.results > 0) {
+            (true, true) => RowDone::Commit,
+            (true, false) => RowDone::NothingHeld,
+            (false, _) => RowDone::Hold,
+        }
     }
 
     /// An input frame is being handled; for a row, whether the stretch has run long enough to
@@ -225,7 +244,8 @@ mod tests {
     use std::time::Duration;
 
     use super::{
-        COMMIT_EVERY_ROWS, CPU_SAMPLE_EVERY, EAGER_COMMIT_ROWS, HeldResults, ResultLatency, Stretch, quantile_bucket,
+        COMMIT_EVERY_ROWS, CPU_SAMPLE_EVERY, EAGER_COMMIT_ROWS, HeldResults, ResultLatency, RowDone, Stretch,
+        quantile_bucket,
     };
 
     #[test]
@@ -294,24 +314,44 @@ mod tests {
         let mut held = HeldResults::default();
         stretch.new_round(true);
         stretch.read(true);
-        assert!(!stretch.row_done(), "a row that made nothing asks for no commit");
+        assert_eq!(stretch.row_done(), RowDone::NothingHeld, "a row that made nothing asks for no commit");
         for _ in 1..EAGER_COMMIT_ROWS {
             stretch.read(true);
             stretch.made(1);
-            assert!(stretch.row_done());
+            assert_eq!(stretch.row_done(), RowDone::Commit);
             stretch.committed(&mut held);
             stretch.restart(false);
         }
         stretch.read(true);
         stretch.made(1);
-        assert!(!stretch.row_done(), "past the round's first rows, results wait for the round's end");
+        assert_eq!(stretch.row_done(), RowDone::Hold, "past the round's first rows, results wait for the round's end");
         stretch.new_round(false);
         stretch.read(true);
-        assert!(!stretch.row_done(), "a round of a shard that did not sleep commits at its end");
+        assert_eq!(stretch.row_done(), RowDone::Hold, "a round of a shard that did not sleep commits at its end");
         stretch.new_round(true);
         stretch.read(true);
-        assert!(stretch.row_done(), "a round after a sleep commits its first row's results");
+        assert_eq!(stretch.row_done(), RowDone::Commit, "a round after a sleep commits its first row's results");
         assert_eq!(held.commits, u64::from(EAGER_COMMIT_ROWS) - 1);
+    }
+
+    /// After a sleep, a row that made no result leaves nothing waiting: the next row's results
+    /// are timed from that row's read, not from the read of the row before it (whose work, here
+    /// a 150 ms pause, no result waited for). A busy shard's stretch keeps its first read.
+    #[test]
+    fn after_a_sleep_a_result_is_timed_from_the_read_of_its_row_not_of_a_row_that_made_none() {
+        let mut stretch = Stretch::default();
+        let mut held = HeldResults::default();
+        stretch.new_round(true);
+        stretch.read(true);
+        std::thread::sleep(Duration::from_millis(150));
+        assert_eq!(stretch.row_done(), RowDone::NothingHeld);
+        stretch.restart(false);
+        stretch.read(true);
+        stretch.made(1);
+        assert_eq!(stretch.row_done(), RowDone::Commit);
+        stretch.committed(&mut held);
+        let bound = held.wall.quantile_bound_us(1.0);
+        assert!(bound.is_some_and(|us| us <= 100_000), "the row before it counted: {bound:?}");
     }
 
     #[test]

@@ -30,7 +30,7 @@ use crate::storage::mapped_file::ScratchBytes;
 use crate::time::Time;
 use crate::time::clock::InputTime;
 
-use super::result_latency::{HeldResults, Stretch};
+use super::result_latency::{HeldResults, RowDone, Stretch};
 use super::tag::{Tag, finish_phase, tick_phase};
 use super::wake::{Inbox, Outbox, OutboxError};
 use super::wire::{Frame, SHARD_DONE, SHARD_FAILED, TickEvent, Writer};
@@ -512,8 +512,12 @@ impl Core {
         }
         let long_enough = self.stretch.read(row);
         self.on_feeder_frame(frame);
-        if long_enough || control || (row && self.stretch.row_done()) {
-            self.commit_midway();
+        let after_row = if row { self.stretch.row_done() } else { RowDone::Hold };
+        match after_row {
+            _ if long_enough || control => self.commit_midway(),
+            RowDone::Commit => self.commit_midway(),
+            RowDone::NothingHeld => self.stretch.restart(self.chained_waiting()),
+            RowDone::Hold => {}
         }
     }
 
