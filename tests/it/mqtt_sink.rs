@@ -188,6 +188,7 @@ fn results_arrive_in_order_and_leave_the_spool() {
         let stats = uplink.stats();
         assert_eq!((stats.queued_bytes, stats.sent_total, stats.dropped_total), (0, 1000, 0));
         assert!(stats.connected);
+        assert_eq!(stats.reconnects, 0, "the broker took every packet the sink wrote");
 
         let mut status = subscribe(broker.port, "status-a1", "status/a", false).await;
         assert_eq!(next_status(&mut status).await, "online", "retained after connecting");
@@ -195,6 +196,32 @@ fn results_arrive_in_order_and_leave_the_spool() {
         tokio::time::timeout(Duration::from_secs(10), task).await.unwrap().unwrap().unwrap();
         assert_eq!(next_status(&mut status).await, "offline", "published on shutdown");
         assert!(!uplink.stats().connected);
+    });
+}
+
+/// At QoS 0 a result leaves the spool once rumqttc wrote it (no acknowledgement will come).
+#[test]
+fn qos_0_results_arrive_in_order_and_leave_the_spool_once_written() {
+    rt().block_on(async {
+        let mut broker = Broker::new();
+        broker.start();
+        let mut rx = subscribe(broker.port, "sub-q0", "results/#", false).await;
+        let state = tempfile::tempdir().unwrap();
+        let def = SinkDef { qos: 0, ..def(broker.port, "q0", 1 << 20, Overflow::Block) };
+        let uplink = Uplink::open(&def, state.path()).unwrap();
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(run(uplink.clone(), def, stop_rx, Duration::from_secs(5)));
+        for chunk in 0..10 {
+            push_range(&uplink, chunk * 100..(chunk + 1) * 100);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut seen = Vec::new();
+        receive(&mut rx, &mut seen, |s| s.len() == 1000).await;
+        assert_eq!(seen, (0..1000).collect::<Vec<_>>());
+        until("an empty spool", || uplink.stats().queued_rows == 0).await;
+        assert_eq!(uplink.stats().sent_total, 1000);
+        stop_tx.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), task).await.unwrap().unwrap().unwrap();
     });
 }
 

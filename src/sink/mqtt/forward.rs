@@ -231,7 +231,7 @@ struct Flight {
 
 /// What became of a record offered to the connection.
 enum Offer {
-    /// Written into the connection's buffer under this packet id (0 for QoS 0).
+    /// Written into the connection's buffer under this packet id (QoS 1: released by its PUBACK).
     Written(u16),
     /// Handed to rumqttc, which writes it later and reports `Outgoing::Publish`.
     Queued,
@@ -306,10 +306,15 @@ impl Forward {
     }
 
     /// Whether [`publish_parked`](Self::publish_parked) may write into the parked event loop's
-    /// connection: connected, and nothing of rumqttc's own to write or to report first (an event
-    /// read, a request queued, a publish held back by a packet id collision).
+    /// connection: at QoS 1, connected, and nothing of rumqttc's own to write or to report first
+    /// (an event read, a request queued, a publish held back by a packet id collision). At QoS 0
+    /// a record leaves the buffer once written, and through the channel that is once rumqttc's
+    /// flush succeeded (a failed one reports no `Outgoing::Publish`): those keep the channel.
     fn may_publish_parked(&self, events: &EventLoop) -> bool {
-        !self.must_poll(events) && events.state.collision.is_none() && events.network.is_some()
+        self.qos == QoS::AtLeastOnce
+            && !self.must_poll(events)
+            && events.state.collision.is_none()
+            && events.network.is_some()
     }
 
     /// Writes the next records that fit the window into the parked event loop's connection and
@@ -372,7 +377,7 @@ impl Forward {
         if !self.connected {
             return false;
         }
-        let (at_most_once, mut settled) = (self.qos == QoS::AtMostOnce, false);
+        let mut settled = false;
         {
             let spool = self.uplink.lock();
             self.cursor = self.cursor.max(spool.first());
@@ -384,7 +389,7 @@ impl Forward {
                     Some((topic, payload)) => match offer(&self.client, topic, payload) {
                         Offer::Refused => break,
                         Offer::Queued => Flight { seq, written: false, pkid: 0, acked: false },
-                        Offer::Written(pkid) => Flight { seq, written: true, pkid, acked: at_most_once },
+                        Offer::Written(pkid) => Flight { seq, written: true, pkid, acked: false },
                     },
                 };
                 settled |= flight.acked;
