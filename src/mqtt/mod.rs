@@ -1,6 +1,7 @@
 //! What MQTT sources and MQTT sinks share: how to reach a broker ([`conn`]: URL, client id,
-//! credentials, TLS), how long to wait before reconnecting ([`backoff`]) and what of a broken
-//! connection to forget ([`forget_stale_events`]).
+//! credentials, TLS), how long to wait before reconnecting ([`backoff`]), what of a broken
+//! connection to forget ([`forget_stale_events`]) and how to flush packets written straight into
+//! a connection between polls ([`flush`]).
 //!
 //! Both sides drive one `rumqttc` v4 (MQTT 3.1.1) event loop each; docs/edge-io-research.md
 //! explains why v4 and lists the rumqttc traps the callers work around.
@@ -10,6 +11,17 @@ pub mod conn;
 
 pub use backoff::Backoff;
 pub use conn::{ConnError, Endpoint, default_client_id, endpoint, options, persistent_client_id};
+
+/// Flushes what was written straight into the event loop's connection between polls (the
+/// source's acks, the sink's publishes), within the connection timeout as rumqttc's own flushes.
+/// Call only while no poll is pending (it owns the connection then).
+pub async fn flush(eventloop: &mut rumqttc::EventLoop) -> Result<(), rumqttc::ConnectionError> {
+    use rumqttc::{ConnectionError, StateError};
+    let timeout = std::time::Duration::from_secs(eventloop.network_options.connection_timeout());
+    let network = eventloop.network.as_mut().ok_or(StateError::ConnectionAborted)?;
+    tokio::time::timeout(timeout, network.flush()).await.map_err(|_| ConnectionError::FlushTimeout)??;
+    Ok(())
+}
 
 /// Forgets the events rumqttc read or made on a connection that broke and has not handed out
 /// yet. It keeps them across the break and hands them out first after the next ConnAck: a

@@ -512,12 +512,14 @@ impl Core {
         }
         let long_enough = self.stretch.read(row);
         self.on_feeder_frame(frame);
-        let after_row = if row { self.stretch.row_done() } else { RowDone::Hold };
-        match after_row {
-            _ if long_enough || control => self.commit_midway(),
-            RowDone::Commit => self.commit_midway(),
-            RowDone::NothingHeld => self.stretch.restart(self.chained_waiting()),
-            RowDone::Hold => {}
+        if long_enough || control {
+            self.commit_midway();
+        } else if row {
+            match self.stretch.row_done() {
+                RowDone::Commit => self.commit_midway(),
+                RowDone::NothingHeld => self.stretch.restart(self.chained_waiting()),
+                RowDone::Hold => {}
+            }
         }
     }
 

@@ -668,8 +668,7 @@ async fn write_acks(acks: &mut AckQueue, confirmed: u64, eventloop: &mut EventLo
     }
     if written > 0 {
         eventloop.state.events.retain(|event| !matches!(event, Event::Outgoing(Outgoing::PubAck(_))));
-        let timeout = Duration::from_secs(eventloop.network_options.connection_timeout());
-        tokio::time::timeout(timeout, network.flush()).await.map_err(|_| ConnectionError::FlushTimeout)??;
+        crate::mqtt::flush(eventloop).await?;
     }
     Ok(written)
 }

@@ -239,21 +239,17 @@ enum Offer {
     Refused,
 }
 
-/// Writes `packets` into the connection and flushes once (within the connection timeout).
+/// Writes `packets` into the connection and flushes once ([`mqtt::flush`]). A connection gone
+/// is an error: the flights of those packets count as written.
 async fn write_all(events: &mut EventLoop, packets: &mut Vec<Packet>) -> Result<(), ConnectionError> {
-    let timeout_after = Duration::from_secs(events.network_options.connection_timeout());
-    let Some(network) = events.network.as_mut() else {
-        packets.clear();
-        return Ok(());
-    };
     if packets.is_empty() {
         return Ok(());
     }
+    let network = events.network.as_mut().ok_or(StateError::ConnectionAborted)?;
     for packet in packets.drain(..) {
         network.write(packet).await?;
     }
-    timeout(timeout_after, network.flush()).await.map_err(|_| ConnectionError::FlushTimeout)??;
-    Ok(())
+    mqtt::flush(events).await
 }
 
 struct Forward {
@@ -344,12 +340,14 @@ impl Forward {
             }
         });
         state.events.retain(|event| !matches!(event, Event::Outgoing(Outgoing::Publish(_))));
-        let written = write_all(events, &mut outbox).await;
-        self.outbox = outbox;
-        match failed {
+        // A refused packet breaks the connection: nothing is written before the reconnect.
+        let outcome = match failed {
             Some(error) => Err(error.into()),
-            None => written.map(|()| room),
-        }
+            None => write_all(events, &mut outbox).await.map(|()| room),
+        };
+        outbox.clear();
+        self.outbox = outbox;
+        outcome
     }
 
     /// Reads the acknowledgements already in the socket, without waiting for more, and settles
