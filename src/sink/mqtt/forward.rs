@@ -239,6 +239,14 @@ enum Offer {
     Refused,
 }
 
+/// How a pass of [`Forward::fill`] ended.
+struct Filled {
+    /// A record settled as it was offered (nothing to send): its place may be free again.
+    settled: bool,
+    /// `offer` refused a record: no more this round.
+    refused: bool,
+}
+
 /// Writes `packets` into the connection and flushes once ([`mqtt::flush`]). A connection gone
 /// is an error: the flights of those packets count as written.
 async fn write_all(events: &mut EventLoop, packets: &mut Vec<Packet>) -> Result<(), ConnectionError> {
@@ -371,34 +379,52 @@ impl Forward {
 
     /// Offers the spool's next records to `offer` while connected and the window has room, and
     /// tracks each as a [`Flight`]; whether the window still has room.
+    ///
+    /// A record with nothing to send (lost to damage, not ours) settles as it is offered and
+    /// frees its place at once, so the window is filled again until it is full of records in
+    /// flight, the spool has no more, or `offer` refused one: a round that stopped with room and
+    /// records left would wait for the next result or timer to send them.
     fn feed(&mut self, mut offer: impl FnMut(&AsyncClient, &str, &[u8]) -> Offer) -> bool {
         if !self.connected {
             return false;
         }
-        let mut settled = false;
-        {
-            let spool = self.uplink.lock();
-            self.cursor = self.cursor.max(spool.first());
-            while self.inflight.len() < self.window && self.cursor < spool.end() {
-                let seq = Some(self.cursor);
-                let flight = match spool.get(self.cursor).and_then(split_record) {
-                    // A record lost to damage (the spool logged it) or not ours: nothing to send.
-                    None => Flight { seq, written: true, pkid: 0, acked: true },
-                    Some((topic, payload)) => match offer(&self.client, topic, payload) {
-                        Offer::Refused => break,
-                        Offer::Queued => Flight { seq, written: false, pkid: 0, acked: false },
-                        Offer::Written(pkid) => Flight { seq, written: true, pkid, acked: false },
-                    },
-                };
-                settled |= flight.acked;
-                self.inflight.push_back(flight);
-                self.cursor += 1;
+        loop {
+            let filled = self.fill(&mut offer);
+            if filled.settled {
+                self.settle();
+            }
+            if !filled.settled || filled.refused {
+                break;
             }
         }
-        if settled {
-            self.settle();
-        }
         self.inflight.len() < self.window
+    }
+
+    /// One pass of [`feed`](Self::feed): offers records until the window is full, the spool has
+    /// no more or `offer` refused one.
+    fn fill(&mut self, offer: &mut impl FnMut(&AsyncClient, &str, &[u8]) -> Offer) -> Filled {
+        let mut filled = Filled { settled: false, refused: false };
+        let spool = self.uplink.lock();
+        self.cursor = self.cursor.max(spool.first());
+        while self.inflight.len() < self.window && self.cursor < spool.end() {
+            let seq = Some(self.cursor);
+            let flight = match spool.get(self.cursor).and_then(split_record) {
+                // A record lost to damage (the spool logged it) or not ours: nothing to send.
+                None => Flight { seq, written: true, pkid: 0, acked: true },
+                Some((topic, payload)) => match offer(&self.client, topic, payload) {
+                    Offer::Refused => {
+                        filled.refused = true;
+                        break;
+                    }
+                    Offer::Queued => Flight { seq, written: false, pkid: 0, acked: false },
+                    Offer::Written(pkid) => Flight { seq, written: true, pkid, acked: false },
+                },
+            };
+            filled.settled |= flight.acked;
+            self.inflight.push_back(flight);
+            self.cursor += 1;
+        }
+        filled
     }
 
     /// Whether the event loop must be polled now: to connect, to write what was handed to it, or
@@ -597,6 +623,31 @@ mod tests {
             .expect("the broker acknowledged every result");
             assert_eq!(uplink.lock().first(), topics.len() as u64);
         });
+    }
+
+    /// Records with nothing to send settle as they are offered: a run of them as long as the
+    /// window must not end a round with room and the records after it unsent (nothing would
+    /// wake the loop for those until the next result or timer).
+    #[test]
+    fn a_window_full_of_records_lost_to_damage_is_passed_over_in_the_same_round() {
+        let (_dir, uplink, mut def) = sink(None);
+        def.url = Some("mqtt://127.0.0.1:1".into()); // never connected: the records stay in the channel
+        let stop = AtomicBool::new(false);
+        let window = 4;
+        for _ in 0..window * 2 + 1 {
+            uplink.lock().append(&[0xff]).unwrap(); // too short for a topic length: not ours
+        }
+        for i in 0..3 {
+            uplink.queue(&format!("up/d{i}"), b"{}", crate::sink::Patience::idle(&stop)).unwrap();
+        }
+        let (sink_options, status, _) = settings(&uplink, &def).unwrap();
+        let (client, _events) = AsyncClient::new(sink_options, usize::from(window) + 8);
+        let mut fwd = Forward::new(Arc::clone(&uplink), client, QoS::AtLeastOnce, window, status);
+        fwd.connected = true;
+        assert!(fwd.feed_and_room(), "3 records in flight leave room in a window of 4");
+        assert_eq!(fwd.cursor, u64::from(window) * 2 + 4, "every record offered");
+        assert_eq!(fwd.inflight.len(), 3);
+        assert_eq!(uplink.lock().first(), u64::from(window) * 2 + 1, "the unsendable ones released");
     }
 
     #[test]
