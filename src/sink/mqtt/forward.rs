@@ -227,6 +227,9 @@ struct Flight {
     written: bool,
     pkid: u16,
     acked: bool,
+    /// A record with nothing to send (lost to damage, not ours): settled at once, not counted
+    /// as sent.
+    skipped: bool,
 }
 
 /// What became of a record offered to the connection.
@@ -410,14 +413,14 @@ impl Forward {
             let seq = Some(self.cursor);
             let flight = match spool.get(self.cursor).and_then(split_record) {
                 // A record lost to damage (the spool logged it) or not ours: nothing to send.
-                None => Flight { seq, written: true, pkid: 0, acked: true },
+                None => Flight { seq, written: true, pkid: 0, acked: true, skipped: true },
                 Some((topic, payload)) => match offer(&self.client, topic, payload) {
                     Offer::Refused => {
                         filled.refused = true;
                         break;
                     }
-                    Offer::Queued => Flight { seq, written: false, pkid: 0, acked: false },
-                    Offer::Written(pkid) => Flight { seq, written: true, pkid, acked: false },
+                    Offer::Queued => Flight { seq, written: false, pkid: 0, acked: false, skipped: false },
+                    Offer::Written(pkid) => Flight { seq, written: true, pkid, acked: false, skipped: false },
                 },
             };
             filled.settled |= flight.acked;
@@ -485,7 +488,7 @@ impl Forward {
         self.cursor = self.uplink.lock().first();
         tracing::info!(sink = %self.uplink.name, from = self.cursor, "Uplink connected");
         if self.client.try_publish(&self.status, QoS::AtLeastOnce, true, "online").is_ok() {
-            self.inflight.push_back(Flight { seq: None, written: false, pkid: 0, acked: false });
+            self.inflight.push_back(Flight { seq: None, written: false, pkid: 0, acked: false, skipped: false });
         }
     }
 
@@ -506,8 +509,8 @@ impl Forward {
     fn settle(&mut self) {
         let (mut last, mut count) = (None, 0);
         while self.inflight.front().is_some_and(|f| f.acked) {
-            if let Some(Flight { seq: Some(seq), .. }) = self.inflight.pop_front() {
-                (last, count) = (Some(seq), count + 1);
+            if let Some(Flight { seq: Some(seq), skipped, .. }) = self.inflight.pop_front() {
+                (last, count) = (Some(seq), count + u64::from(!skipped));
             }
         }
         if let Some(seq) = last {
@@ -648,6 +651,7 @@ mod tests {
         assert_eq!(fwd.cursor, u64::from(window) * 2 + 4, "every record offered");
         assert_eq!(fwd.inflight.len(), 3);
         assert_eq!(uplink.lock().first(), u64::from(window) * 2 + 1, "the unsendable ones released");
+        assert_eq!(uplink.stats().sent_total, 0, "and not counted as sent");
     }
 
     #[test]
