@@ -13,7 +13,7 @@
 //! 1 µs here, where the wall clock costs 30 ns). `/metrics` shows them as Prometheus histograms
 //! (`braid_shard_result_latency_seconds`, `braid_shard_result_cpu_seconds`), `braid bench` and
 //! the MQTT bench read quantiles from them. Two wall clock reads a stretch that reads input (its
-//! first input and its commit), none per row. Among a round's first rows after a sleep, a row
+//! first input and its commit), none per row. Among the first rows after a sleep, a row
 //! that made no result ends its stretch, as nothing waits on it: the next row's results count
 //! from that row's read ("after its second row is read"), not from the row before it.
 
@@ -99,9 +99,12 @@ pub fn quantile_bucket<B: Copy>(cumulative: &[(B, u64)], q: f64) -> Option<B> {
 /// to the ring's head and a look at the collector's flag.
 pub const COMMIT_EVERY_ROWS: u32 = 64;
 
-/// The first rows of a round that follows a sleep commit their results as soon as they are made,
-/// each on its own: at a gateway's rate a shard sleeps between a few rows, works on each cold,
-/// and a result that waited for the rows read after it waited for their cold work too. A busy
+/// The first rows read after a sleep commit their results as soon as they are made, each on its
+/// own, in the round that follows the sleep and in the rounds after it until they are used up:
+/// at a gateway's rate a shard sleeps between a few rows, works on each cold, and a result that
+/// waited for the rows read after it waited for their cold work too. Rows that came while the
+/// first round worked are read by a second round just as cold: holding their results to that
+/// round's end made most of the results held over 10 µs (BENCHMARKS.md, 29th session). A busy
 /// shard does not sleep, and commits every [`COMMIT_EVERY_ROWS`] rows: a commit per row cost
 /// `braid bench` 7–9 % more CPU a row.
 pub const EAGER_COMMIT_ROWS: u32 = 16;
@@ -143,7 +146,7 @@ pub enum RowDone {
 pub struct Stretch {
     results: u64,
     rows: u32,
-    /// Rows of this round that still commit eagerly ([`EAGER_COMMIT_ROWS`]).
+    /// Rows after the last sleep that still commit eagerly ([`EAGER_COMMIT_ROWS`]).
     eager_rows: u32,
     began: Instant,
     /// Whether an input was read in this stretch yet (the sampling counts stretches that read).
@@ -171,10 +174,13 @@ impl Stretch {
         }
     }
 
-    /// A round begins; `after_sleep`: the shard slept before it, and its first rows commit
-    /// eagerly ([`EAGER_COMMIT_ROWS`]).
+    /// A round begins; `after_sleep`: the shard slept before it, and the first rows read from
+    /// now on commit eagerly ([`EAGER_COMMIT_ROWS`]), in this round and in the next ones until
+    /// they are used up.
     pub fn new_round(&mut self, after_sleep: bool) {
-        self.eager_rows = if after_sleep { EAGER_COMMIT_ROWS } else { 0 };
+        if after_sleep {
+            self.eager_rows = EAGER_COMMIT_ROWS;
+        }
     }
 
     /// A row's work is done (once per row): what becomes of the stretch before the next input.
@@ -309,29 +315,44 @@ mod tests {
     }
 
     #[test]
-    fn the_first_rows_of_a_round_after_a_sleep_ask_for_a_commit_of_their_results_and_later_ones_do_not() {
+    fn the_first_rows_after_a_sleep_ask_for_a_commit_of_their_results_over_the_rounds_they_come_in_and_later_ones_do_not()
+     {
         let mut stretch = Stretch::default();
         let mut held = HeldResults::default();
+        stretch.new_round(false);
+        stretch.read(true);
+        stretch.made(1);
+        assert_eq!(stretch.row_done(), RowDone::Hold, "a shard that never slept commits at a round's end");
+        stretch.committed(&mut held);
+        stretch.restart(false);
         stretch.new_round(true);
         stretch.read(true);
         assert_eq!(stretch.row_done(), RowDone::NothingHeld, "a row that made nothing asks for no commit");
-        for _ in 1..EAGER_COMMIT_ROWS {
+        for row in 1..EAGER_COMMIT_ROWS {
+            if row == 3 {
+                // Rows that came while the first round worked: as cold, in a round of their own.
+                stretch.new_round(false);
+            }
             stretch.read(true);
             stretch.made(1);
-            assert_eq!(stretch.row_done(), RowDone::Commit);
+            assert_eq!(stretch.row_done(), RowDone::Commit, "row {row} after the sleep");
             stretch.committed(&mut held);
             stretch.restart(false);
         }
         stretch.read(true);
         stretch.made(1);
-        assert_eq!(stretch.row_done(), RowDone::Hold, "past the round's first rows, results wait for the round's end");
+        assert_eq!(
+            stretch.row_done(),
+            RowDone::Hold,
+            "past the first rows after a sleep, results wait for the round's end"
+        );
         stretch.new_round(false);
         stretch.read(true);
-        assert_eq!(stretch.row_done(), RowDone::Hold, "a round of a shard that did not sleep commits at its end");
+        assert_eq!(stretch.row_done(), RowDone::Hold, "nor does the next round without a sleep");
         stretch.new_round(true);
         stretch.read(true);
         assert_eq!(stretch.row_done(), RowDone::Commit, "a round after a sleep commits its first row's results");
-        assert_eq!(held.commits, u64::from(EAGER_COMMIT_ROWS) - 1);
+        assert_eq!(held.commits, u64::from(EAGER_COMMIT_ROWS));
     }
 
     /// After a sleep, a row that made no result leaves nothing waiting: the next row's results

@@ -323,8 +323,8 @@ impl Worker {
         }
     }
 
-    /// The thread woke from a sleep on its doorbell: the next round's first rows commit their
-    /// results eagerly, as they are worked on cold.
+    /// The thread woke from a sleep on its doorbell: the first rows read from the next round on
+    /// commit their results eagerly, as they are worked on cold.
     pub fn woke(&mut self) {
         self.slept = true;
     }
@@ -499,8 +499,8 @@ impl Core {
     }
 
     /// A feeder event. The results made so far leave before the work of a tick, a barrier or the
-    /// end (evictions, snapshots), those of that work right after it, those of a round's first
-    /// rows right after their row ([`EAGER_COMMIT_ROWS`](super::result_latency::EAGER_COMMIT_ROWS)),
+    /// end (evictions, snapshots), those of that work right after it, those of the first rows
+    /// after a sleep right after their row ([`EAGER_COMMIT_ROWS`](super::result_latency::EAGER_COMMIT_ROWS)),
     /// and the rest after every [`COMMIT_EVERY_ROWS`](super::result_latency::COMMIT_EVERY_ROWS)
     /// rows, so none waits for a whole round's work, for another input's evictions, or at a
     /// gateway's rate for the cold work of the rows read after it (result_latency.rs).
