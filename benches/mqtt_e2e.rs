@@ -708,7 +708,11 @@ fn fixed_load(bin: &BraidRun, pace: Pace, seed: u64, nodelay: bool, sniff: Optio
     let received = results.finish();
     let memory = Memory::read(braid.pid());
     let held = metrics(braid.ops_port).unwrap_or_default();
-    for name in ["braid_shard_result_latency_seconds", "braid_shard_result_cpu_seconds"] {
+    for name in [
+        "braid_shard_result_latency_seconds",
+        "braid_shard_result_cpu_seconds",
+        "braid_shard_time_result_latency_seconds",
+    ] {
         let buckets: Vec<&str> = held.lines().filter(|l| l.starts_with(&format!("{name}_bucket"))).collect();
         println!("  {name}: {}", buckets.join(" · "));
     }

@@ -255,14 +255,15 @@ pub fn render(plan: &Plan, figures: &Figures) -> String {
     out
 }
 
-/// How long the shards held their results, two histograms over all shards: each result counted
-/// with the stretch of the shard's work that made and committed it, by wall time and by the
-/// shard thread's CPU time (shard/result_latency.rs).
+/// How long the shards held their results, histograms over all shards: each result counted
+/// with the stretch of the shard's work that made and committed it; a row's results by wall time
+/// and by the shard thread's CPU time, those made as time advanced by wall time
+/// (shard/result_latency.rs).
 fn write_results_held(out: &mut String, held: &HeldResults) {
     write_histogram(
         out,
         "braid_shard_result_latency_seconds",
-        "How long a shard held each result after reading the input that made it (wall time, an upper bound).",
+        "How long a shard held each result of a row after reading the row that made it (wall time, an upper bound).",
         &held.wall,
     );
     write_histogram(
@@ -270,6 +271,12 @@ fn write_results_held(out: &mut String, held: &HeldResults) {
         "braid_shard_result_cpu_seconds",
         "The shard thread's CPU time over the same stretch as braid_shard_result_latency_seconds (its own work, without preemptions), for one stretch in 16.",
         &held.cpu,
+    );
+    write_histogram(
+        out,
+        "braid_shard_time_result_latency_seconds",
+        "How long a shard held each result made as time advanced (a tick's watermark and timers, processing time, the end) after reading the frame that advanced it (wall time, an upper bound).",
+        &held.of_time,
     );
 }
 

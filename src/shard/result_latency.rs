@@ -2,17 +2,21 @@
 //! after its second row is read", measured on every shard of every run.
 //!
 //! A shard commits the results it made to the collector's ring at the end of each round, before
-//! the work of a tick, a barrier or the end, after each of a round's first [`EAGER_COMMIT_ROWS`]
-//! rows that made any, and every [`COMMIT_EVERY_ROWS`] rows of a long round after them
+//! the work of a tick, a barrier or the end, after each of the first [`EAGER_COMMIT_ROWS`] rows
+//! after a sleep that made any, and every [`COMMIT_EVERY_ROWS`] rows of a long round after them
 //! (`Worker::round`, `Core::on_event`). A result therefore leaves the shard at most one
 //! [`Stretch`] after the input that made it was read: each commit counts the stretch's duration,
 //! from its first input read, once per result it carries, a histogram of upper bounds in fixed
-//! buckets. Two of them: wall time, what a result waits, preemptions by other threads of the
-//! machine included; and the shard thread's CPU time over the same stretch, the shard's own
-//! work, for one stretch in [`CPU_SAMPLE_EVERY`] (a thread's CPU clock is a system call, about
-//! 1 µs here, where the wall clock costs 30 ns). `/metrics` shows them as Prometheus histograms
-//! (`braid_shard_result_latency_seconds`, `braid_shard_result_cpu_seconds`), `braid bench` and
-//! the MQTT bench read quantiles from them. Two wall clock reads a stretch that reads input (its
+//! buckets. For a row's results two of them: wall time, what a result waits, preemptions by
+//! other threads of the machine included; and the shard thread's CPU time over the same stretch,
+//! the shard's own work, for one stretch in [`CPU_SAMPLE_EVERY`] (a thread's CPU clock is a
+//! system call, about 1 µs here, where the wall clock costs 30 ns). Results made as time
+//! advanced (an outer join's unmatched rows at a tick, a window's) are no matched pairs: no
+//! second row was read for them, and they wait for the rest of the tick's work, such as the rows
+//! it evicts; they are counted apart, by wall time ([`HeldResults::of_time`]). `/metrics` shows
+//! them as Prometheus histograms (`braid_shard_result_latency_seconds`,
+//! `braid_shard_result_cpu_seconds`, `braid_shard_time_result_latency_seconds`), `braid bench`
+//! and the MQTT bench read quantiles from them. Two wall clock reads a stretch that reads input (its
 //! first input and its commit), none per row. Among the first rows after a sleep, a row
 //! that made no result ends its stretch, as nothing waits on it: the next row's results count
 //! from that row's read ("after its second row is read"), not from the row before it.
@@ -112,11 +116,18 @@ pub const EAGER_COMMIT_ROWS: u32 = 16;
 /// The stretches whose CPU time is measured: one in this many that read input.
 pub const CPU_SAMPLE_EVERY: u32 = 16;
 
-/// How long a shard held its results, by wall time and by its own CPU time (that one sampled).
+/// How long a shard held its results: those of rows by wall time and by its own CPU time (that
+/// one sampled), DESIGN.md's "a matched pair leaves the shard" figure; those made as time
+/// advanced by wall time, apart.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HeldResults {
     pub wall: ResultLatency,
     pub cpu: ResultLatency,
+    /// Results made as time advanced (a tick's watermark and timers, processing time, the end),
+    /// timed from the read of the frame that advanced it: an outer join's unmatched rows, a
+    /// window's results. No second row was read for them, and they wait for the rest of that
+    /// frame's work (the rows it evicts), so they are kept out of `wall`.
+    pub of_time: ResultLatency,
     /// Commits that carried results.
     pub commits: u64,
 }
@@ -125,7 +136,13 @@ impl HeldResults {
     pub fn add(&mut self, other: &HeldResults) {
         self.wall.add(&other.wall);
         self.cpu.add(&other.cpu);
+        self.of_time.add(&other.of_time);
         self.commits += other.commits;
+    }
+
+    /// Results counted, of rows and of time.
+    pub fn count(&self) -> u64 {
+        self.wall.count() + self.of_time.count()
     }
 }
 
@@ -144,7 +161,10 @@ pub enum RowDone {
 /// was read after `began` (and, in a sampled stretch, the shard's CPU clock read at the first).
 #[derive(Debug)]
 pub struct Stretch {
+    /// Results of rows ([`HeldResults::wall`]).
     results: u64,
+    /// Results made as time advanced ([`HeldResults::of_time`]).
+    results_of_time: u64,
     rows: u32,
     /// Rows after the last sleep that still commit eagerly ([`EAGER_COMMIT_ROWS`]).
     eager_rows: u32,
@@ -158,7 +178,16 @@ pub struct Stretch {
 
 impl Default for Stretch {
     fn default() -> Stretch {
-        Stretch { results: 0, rows: 0, eager_rows: 0, began: now(), reading: false, cpu_began: None, stretches: 0 }
+        Stretch {
+            results: 0,
+            results_of_time: 0,
+            rows: 0,
+            eager_rows: 0,
+            began: now(),
+            reading: false,
+            cpu_began: None,
+            stretches: 0,
+        }
     }
 }
 
@@ -215,26 +244,38 @@ impl Stretch {
         self.rows >= COMMIT_EVERY_ROWS
     }
 
-    /// `n` results were made and sent to the collector's ring (not committed yet).
+    /// `n` results of a row were made and sent to the collector's ring (not committed yet).
     pub fn made(&mut self, n: u64) {
         self.results += n;
     }
 
+    /// `n` results made as time advanced were sent to the collector's ring
+    /// ([`HeldResults::of_time`]).
+    pub fn made_of_time(&mut self, n: u64) {
+        self.results_of_time += n;
+    }
+
     /// Whether results wait for a commit.
     pub fn holds_results(&self) -> bool {
-        self.results > 0
+        self.results + self.results_of_time > 0
     }
 
     /// The results made so far were committed: each counts the stretch so far into `held`.
     pub fn committed(&mut self, held: &mut HeldResults) {
-        if self.results == 0 {
+        if !self.holds_results() {
             return;
         }
-        held.wall.record(now().saturating_duration_since(self.began), self.results);
-        if let Some(cpu_began) = self.cpu_began {
-            held.cpu.record(crate::time::cpu::thread().saturating_sub(cpu_began), self.results);
+        let took = now().saturating_duration_since(self.began);
+        if self.results > 0 {
+            held.wall.record(took, self.results);
+            if let Some(cpu_began) = self.cpu_began {
+                held.cpu.record(crate::time::cpu::thread().saturating_sub(cpu_began), self.results);
+            }
         }
-        self.results = 0;
+        if self.results_of_time > 0 {
+            held.of_time.record(took, self.results_of_time);
+        }
+        (self.results, self.results_of_time) = (0, 0);
         held.commits += 1;
     }
 }
@@ -403,5 +444,32 @@ mod tests {
             stretch.committed(&mut held);
         }
         assert_eq!((held.wall.count(), held.cpu.count()), (u64::from(2 * CPU_SAMPLE_EVERY), 2));
+    }
+
+    /// Results made as time advanced are no matched pairs: they are counted apart from a row's,
+    /// timed from the read of the frame that advanced it, and hold a commit as a row's do.
+    #[test]
+    fn results_made_as_time_advanced_are_counted_apart_from_a_rows() {
+        let mut stretch = Stretch::default();
+        let mut held = HeldResults::default();
+        for _ in 0..CPU_SAMPLE_EVERY {
+            stretch.restart(false);
+            stretch.read(false); // a tick
+            stretch.made_of_time(2);
+            assert!(stretch.holds_results());
+            stretch.committed(&mut held);
+            assert!(!stretch.holds_results());
+        }
+        assert_eq!(
+            (held.wall.count(), held.cpu.count(), held.of_time.count()),
+            (0, 0, 2 * u64::from(CPU_SAMPLE_EVERY))
+        );
+        stretch.restart(false);
+        stretch.read(true);
+        stretch.made(3);
+        stretch.made_of_time(1);
+        stretch.committed(&mut held);
+        assert_eq!((held.wall.count(), held.of_time.count(), held.count()), (3, 33, 36));
+        assert_eq!(held.commits, u64::from(CPU_SAMPLE_EVERY) + 1);
     }
 }

@@ -684,6 +684,8 @@ impl Core {
         // A root that runs on every shard ranks its results (tag.rs).
         let mut ranked = true;
         let idle_advance = self.plan.runtime.idle_advance;
+        // A row's results, or results made as time advanced (result_latency.rs, `of_time`).
+        let of_row = matches!(work, Work::Row { .. } | Work::Frame { .. });
         match work {
             Work::Row { input: i, row } => {
                 input = i;
@@ -707,7 +709,7 @@ impl Core {
             Work::FinishWatermark => self.hosts[op].finish_watermark(&mut out),
             Work::Barrier(_) => {} // taken above
         }
-        self.route(op, input, &tag, ranked, &mut out);
+        self.route(op, input, &tag, ranked, of_row, &mut out);
         self.scratch = Some(out);
         if let Some(seq) = tick_done.filter(|_| !self.plan.readers(NodeRef::Operator(op)).is_empty()) {
             self.tick_done(op, seq);
@@ -870,7 +872,7 @@ impl Core {
 
     /// Sends what an activation produced: late rows and results to the sinks, results also to
     /// the instances of the operators reading them.
-    fn route(&mut self, op: usize, input: usize, tag: &Tag, ranked: bool, out: &mut Output) {
+    fn route(&mut self, op: usize, input: usize, tag: &Tag, ranked: bool, of_row: bool, out: &mut Output) {
         for (late_input, row) in out.late.drain(..) {
             self.send_output(op, Side::Late(late_input), &row);
         }
@@ -879,7 +881,12 @@ impl Core {
         }
         let readers = self.plan.readers(NodeRef::Operator(op)).len();
         let heap = out.results.len();
-        self.stretch.made((heap + out.archived.len()) as u64);
+        let made = (heap + out.archived.len()) as u64;
+        if of_row {
+            self.stretch.made(made);
+        } else {
+            self.stretch.made_of_time(made);
+        }
         for (index, (_, row)) in out.results.drain(..).enumerate() {
             // A result too large for the rings is a dead letter, and reaches no reader either.
             if self.send_output(op, Side::Result, &row) && readers > 0 {

@@ -572,8 +572,13 @@ fn healthz_and_metrics_follow_the_source_broker() {
     });
     let text = held.unwrap_or_else(|| panic!("results not counted: {:?}", gateway.get("/metrics")));
     assert!(counted(&text, "braid_shard_result_latency_seconds_sum") > 0.0, "{text}");
-    // The CPU time of a sample of the same stretches (one in 16).
-    for held in ["braid_shard_result_latency_seconds", "braid_shard_result_cpu_seconds"] {
+    // The CPU time of a sample of the same stretches (one in 16), and the results made as time
+    // advanced, apart.
+    for held in [
+        "braid_shard_result_latency_seconds",
+        "braid_shard_result_cpu_seconds",
+        "braid_shard_time_result_latency_seconds",
+    ] {
         let all = counted(&text, &format!("{held}_count"));
         assert_eq!(counted(&text, &format!("{held}_bucket{{le=\"+Inf\"}}")), all, "{text}");
     }
