@@ -9,6 +9,7 @@
 //!   (a [`MappedFile`] behind it); `faulty` (tests only) wraps any backend and fails a chosen
 //!   call with ENOSPC, EIO, a torn write or a flipped bit, so tests can show that every fault is an
 //!   error or a reported skip, never a panic or a silent loss.
+//! - [`prefetch`]: a hint that brings a record's cache line in ahead of its read.
 //! - [`quarantine`]: where a damaged state file goes (`STATE_DIR/quarantine/`), with what was lost
 //!   logged and counted.
 //! - [`log`]: one segment log — one record layout, one walk, one recovery rule — that the spool
@@ -24,6 +25,7 @@
 pub mod faulty;
 pub mod log;
 pub mod mapped_file;
+mod prefetch;
 pub mod quarantine;
 #[cfg(test)]
 mod tests;
@@ -33,6 +35,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use self::mapped_file::{HEADER_LEN, MappedFile, MappedFileError, scratch_base};
+pub use self::prefetch::prefetch;
 
 /// Makes and opens [`StoredFile`]s: a directory's worth of segment files.
 pub trait Storage: Send + Sync {

@@ -219,6 +219,22 @@ impl Segment {
         unsafe { frame::access_unchecked(self.log.payload(off)) }
     }
 
+    /// The record at `off`, header and payload (`len` bytes, an index entry's), found without
+    /// reading it.
+    pub(super) fn record(&self, off: usize, len: usize) -> &[u8] {
+        self.log.record_bytes(off, len)
+    }
+
+    /// Asks the CPU to fetch the first and the last cache line of the record at `off` (payload
+    /// `len` bytes: the row's root lies at its end) while other work goes on.
+    pub(super) fn prefetch(&self, off: usize, len: usize) {
+        let bytes = self.record(off, len);
+        if let (Some(first), Some(last)) = (bytes.first(), bytes.last()) {
+            crate::storage::prefetch(first);
+            crate::storage::prefetch(last);
+        }
+    }
+
     /// The payload of the record at `off` (a row's archive) as bytes, for a snapshot: `off` is an
     /// index entry's, as for [`row`](Self::row), but reading bytes needs no promise about them.
     pub(super) fn payload(&self, off: usize) -> &[u8] {

@@ -881,3 +881,25 @@ fn a_snapshot_lists_every_row_with_its_length_from_the_index() {
     restored.import(&saved).unwrap();
     assert_eq!((listed(&restored), snapshot(&restored)), (exported(&restored), snapshot(&arena)));
 }
+
+/// What a scan asks the CPU to fetch ahead, found from an index entry alone, is the record the
+/// entry names: its header and then the row's archive, to the archive's last byte (where the
+/// row's root lies).
+#[test]
+fn the_bytes_a_scan_prefetches_are_the_records_its_entries_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut arena = ArenaStore::open_with(dir.path(), small()).unwrap();
+    scripted(&mut arena);
+    let mut seen = 0;
+    for entry in arena.index.values().flat_map(|entries| entries.iter()) {
+        let &Place::Arena { slot, off, len, .. } = &entry.place else { continue };
+        let segment = arena.segments.get(slot).unwrap();
+        let payload = segment.payload(off as usize);
+        let record = segment.record(off as usize, len as usize);
+        assert_eq!(payload.len(), len as usize);
+        assert!(record.ends_with(payload) && record.len() > payload.len(), "record at {off}");
+        assert_eq!(record.as_ptr_range().end, payload.as_ptr_range().end);
+        seen += 1;
+    }
+    assert!(seen > 10, "{seen} rows in arena segments");
+}
