@@ -523,18 +523,20 @@ impl Segment {
     /// The payload of the record at `off`, in place. Inlined: the arena reads a stored row
     /// through it at every visit of a key's rows.
     #[inline]
-    /// The bytes of the record at `off` whose payload is `len` bytes long, header included, as
-    /// an index entry knows them: found without reading the record (for a prefetch).
-    pub fn record_bytes(&self, off: usize, len: usize) -> &[u8] {
-        let data = self.file.read();
-        let end = (off + self.format.record_header + len).min(data.len());
-        &data[off.min(end)..end]
-    }
-
     pub fn payload(&self, off: usize) -> &[u8] {
         let data = self.file.read();
         let at = off + self.format.record_header;
         &data[at..at + payload_len(data, off)]
+    }
+
+    /// The bytes of the record at `off` whose payload is `len` bytes long, header included, as
+    /// an index entry knows them: found without reading the record (for a prefetch, before every
+    /// visit of a key's rows, so inlined; clipped to the data area, as a hint must never panic).
+    #[inline]
+    pub fn record_bytes(&self, off: usize, len: usize) -> &[u8] {
+        let data = self.file.read();
+        let end = (off + self.format.record_header + len).min(data.len());
+        &data[off.min(end)..end]
     }
 
     /// Payload length of the record at `off`.
