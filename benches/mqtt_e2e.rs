@@ -61,7 +61,11 @@
 //!    each, the same load (same seed) goes through a fresh mosquitto with no braid and a
 //!    subscriber on `devices/#` times every message the same two ways: "mosquitto alone", the
 //!    cost of one broker crossing on this machine; a result crosses twice (the device's message
-//!    in, the result out).
+//!    in, the result out). After each run the bench prints the shards' histograms from `/metrics`
+//!    and the share of a row's results they held within 10 µs over the whole run and over its
+//!    second half (read halfway and at the end): the join keeps 8 s of rows and the devices come
+//!    within seconds, so the first half holds the state's growth (new segments, the key index
+//!    doubling) and the second a state that keeps its size, as a gateway's does after a while.
 //!
 //! During every measured phase the bench reads CPU time per process and per braid thread from
 //! `/proc` (`braid`: the intake — MQTT sources and sinks, journal, feeder, collector;
@@ -82,10 +86,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use braid::demo::devices::MadeAt;
+use braid::shard::result_latency::quantile_bucket;
 use clients::{Subscriber, Timing, publish_all, publish_pair, saturation_messages, wall_us};
 use procs::{
     ALL_THREADS, Braid, BraidRun, Egress, Memory, Mosquitto, Switches, SystemTimes, ThreadTimes, histogram_bound,
-    load1, metric, metrics,
+    histogram_buckets, histogram_since, load1, metric, metrics, share_within,
 };
 
 /// Messages per saturation phase (a few seconds of mosquitto's rate here).
@@ -686,7 +691,15 @@ fn fixed_load(bin: &BraidRun, pace: Pace, seed: u64, nodelay: bool, sniff: Optio
     let watch =
         CpuWatch::start(vec![("braid", braid.pid()), ("mosquitto", broker.pid()), ("bench", std::process::id())]);
     let (handle, _) = braid::demo::devices::spawn(sim, Arc::new(AtomicBool::new(false))).unwrap();
+    // The shards' histograms halfway through: the second half's results are those of a state that
+    // has stopped growing (the join keeps 8 s of rows, and the devices have all been seen).
+    let ops_port = braid.ops_port;
+    let halfway = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs_f64(pace.seconds / 2.0));
+        metrics(ops_port).unwrap_or_default()
+    });
     let stats = handle.join().unwrap();
+    let halfway = halfway.join().unwrap();
     let published = stats.sent();
     let (_, _, cpu) = watch_ingest(&braid, from, from + published, &watch);
     // Results still on their way: wait until braid's sink has nothing queued and the count rests.
@@ -716,6 +729,7 @@ fn fixed_load(bin: &BraidRun, pace: Pace, seed: u64, nodelay: bool, sniff: Optio
         let buckets: Vec<&str> = held.lines().filter(|l| l.starts_with(&format!("{name}_bucket"))).collect();
         println!("  {name}: {}", buckets.join(" · "));
     }
+    print_held_halves(&halfway, &held);
     let held_us = |name| histogram_bound(&held, name, 0.99).map(|s| s * 1e6);
     let shard_held_us = (held_us("braid_shard_result_latency_seconds"), held_us("braid_shard_result_cpu_seconds"));
     braid.stop();
@@ -732,6 +746,23 @@ fn fixed_load(bin: &BraidRun, pace: Pace, seed: u64, nodelay: bool, sniff: Optio
         broker_alone,
         shard_held_us,
     }
+}
+
+/// A row's results held in the shards within 10 µs, over the whole run and over its second half
+/// (scraped `halfway` and at the end: `held`), with the bucket that holds the p99 of each.
+fn print_held_halves(halfway: &str, held: &str) {
+    const NAME: &str = "braid_shard_result_latency_seconds";
+    // The 10 µs bucket's bound as /metrics prints it, with room for its decimal rounding.
+    const TEN_US: f64 = 10e-6 * (1.0 + 1e-9);
+    let show = |buckets: &[(f64, u64)]| match (share_within(buckets, TEN_US), quantile_bucket(buckets, 0.99)) {
+        (Some(share), Some(p99)) => format!("{share:.2} % (p99 ≤ {} µs)", bound(Some(p99 * 1e6))),
+        _ => "no results".to_string(),
+    };
+    println!(
+        "  a row's results held ≤ 10 µs in the shards: whole run {}; second half {}",
+        show(&histogram_buckets(held, NAME)),
+        show(&histogram_since(halfway, held, NAME)),
+    );
 }
 
 fn print_tables(Load { messages, publishers, .. }: Load, saturation: &[Saturation], pace: Pace, fixed: &[Fixed]) {

@@ -238,16 +238,36 @@ pub fn metric(text: &str, name: &str, labels: &str) -> u64 {
 /// that holds quantile `q` of its count (braid's rule: `result_latency::quantile_bucket`); `None`
 /// without samples.
 pub fn histogram_bound(text: &str, name: &str, q: f64) -> Option<f64> {
+    braid::shard::result_latency::quantile_bucket(&histogram_buckets(text, name), q)
+}
+
+/// The cumulative buckets of Prometheus histogram `name`: (`le` in s, infinite for `+Inf`; count).
+pub fn histogram_buckets(text: &str, name: &str) -> Vec<(f64, u64)> {
     let prefix = format!("{name}_bucket{{le=\"");
-    let buckets: Vec<(f64, u64)> = text
-        .lines()
+    text.lines()
         .filter_map(|l| {
             let (le, count) = l.strip_prefix(&prefix)?.split_once("\"} ")?;
             let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
             Some((le, count.trim().parse().ok()?))
         })
-        .collect();
-    braid::shard::result_latency::quantile_bucket(&buckets, q)
+        .collect()
+}
+
+/// What histogram `name` counted between two scrapes, `earlier` and `later`, as cumulative
+/// buckets; empty when the scrapes' buckets differ (a restart between them).
+pub fn histogram_since(earlier: &str, later: &str, name: &str) -> Vec<(f64, u64)> {
+    let (before, after) = (histogram_buckets(earlier, name), histogram_buckets(later, name));
+    if before.len() != after.len() || before.iter().zip(&after).any(|(b, a)| b.0 != a.0 || b.1 > a.1) {
+        return Vec::new();
+    }
+    before.iter().zip(&after).map(|(b, a)| (a.0, a.1 - b.1)).collect()
+}
+
+/// The share (%) of cumulative `buckets`' count within `bound_s`; `None` without samples.
+pub fn share_within(buckets: &[(f64, u64)], bound_s: f64) -> Option<f64> {
+    let total = buckets.last()?.1;
+    let within = buckets.iter().filter(|(le, _)| *le <= bound_s).map(|&(_, n)| n).max().unwrap_or(0);
+    (total > 0).then(|| 100.0 * within as f64 / total as f64)
 }
 
 /// CPU time (user + system, clock ticks) of some processes, in all and per thread name.
