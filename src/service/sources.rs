@@ -81,22 +81,14 @@ struct SleepWithSources {
 
 impl SleepDriver for SleepWithSources {
     fn sleep(&mut self, timeout: Duration) -> bool {
-        let bell = &self.bell;
-        self.runtime.block_on(async {
-            let rung = async {
-                let mut bytes = [0u8; 64];
-                loop {
-                    if bell.readable().await.is_err() {
-                        return;
-                    }
-                    // Any number of bytes is one wake-up; none (Ok(0), the waker end gone) or a
-                    // failed socket ends the wait too. Would-block: readiness was stale.
-                    match bell.try_read(&mut bytes) {
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                        _read_or_failed => return,
-                    }
-                }
-            };
+        let SleepWithSources { runtime, bell } = self;
+        runtime.block_on(async {
+            let mut bytes = [0u8; 64];
+            // Any number of bytes is one wake-up; none (Ok(0), the waker end gone) or a failed
+            // socket ends the wait too. Read as a stream, not `readable` then `try_read`: a read
+            // shorter than the buffer tells tokio the socket is drained, so the next sleep waits
+            // at once instead of first reading nothing (a system call per sleep).
+            let rung = tokio::io::AsyncReadExt::read(bell, &mut bytes);
             tokio::time::timeout(timeout, rung).await.is_ok()
         })
     }
