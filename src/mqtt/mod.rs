@@ -1,13 +1,15 @@
 //! What MQTT sources and MQTT sinks share: how to reach a broker ([`conn`]: URL, client id,
 //! credentials, TLS), how long to wait before reconnecting ([`backoff`]), what of a broken
 //! connection to forget ([`forget_stale_events`]) and how to flush packets written straight into
-//! a connection between polls ([`flush`]).
+//! a connection between polls ([`flush`]), and how the thread that drives their runtime wakes
+//! them between its drives ([`wake`]).
 //!
 //! Both sides drive one `rumqttc` v4 (MQTT 3.1.1) event loop each; docs/edge-io-research.md
 //! explains why v4 and lists the rumqttc traps the callers work around.
 
 pub mod backoff;
 pub mod conn;
+pub mod wake;
 
 pub use backoff::Backoff;
 pub use conn::{ConnError, Endpoint, default_client_id, endpoint, options, persistent_client_id};

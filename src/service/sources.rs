@@ -8,7 +8,9 @@
 //! `block_on` on its doorbell's socket, so the broker's next packet wakes the intake itself, the
 //! source task reads it and hands the deliveries over in the same wake-up. Each round of the
 //! intake also [`pump`](SourceRuntime::pump)s the runtime once without waiting, so a busy intake
-//! still acknowledges (the confirmations it made wake the source tasks) and reads on.
+//! still acknowledges (the confirmations it made wake the source tasks) and reads on. Those
+//! wake-ups, made by the intake between two drives, wait for the next drive's start
+//! (mqtt/wake.rs): tokio would otherwise write its eventfd for each.
 //!
 //! The MQTT sinks' forwarding loops (sink/mqtt/forward.rs) run here too: the intake collects a
 //! result and the same thread publishes it at its next pump or sleep, where on the io thread each
@@ -27,6 +29,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::mqtt::wake::{self, Drive};
 use crate::shard::wake::SleepDriver;
 
 /// The sources' runtime; one per service, kept across reloads. Driven only by the thread that
@@ -40,6 +43,8 @@ pub struct SourceRuntime {
 impl SourceRuntime {
     pub fn new() -> std::io::Result<SourceRuntime> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        // Only this thread drives it: its wake-ups of the tasks wait for its next drive.
+        wake::drives();
         Ok(SourceRuntime { runtime: Arc::new(runtime) })
     }
 
@@ -51,19 +56,28 @@ impl SourceRuntime {
     /// Runs what is ready without waiting: tasks woken since the last drive, then one look at
     /// the sockets (the tasks that look wakes run at the next pump or sleep).
     pub fn pump(&self) {
-        self.runtime.block_on(tokio::task::yield_now());
+        self.runtime.block_on(async {
+            let _drive = Drive::begins();
+            tokio::task::yield_now().await;
+        });
     }
 
     /// Drives the runtime for `how_long`: what a sink's wait does with its rounds (the sinks
     /// that free its room run here).
     pub fn run_for(&self, how_long: Duration) {
         // Made inside: a sleep needs the runtime's timer when it is created.
-        self.runtime.block_on(async { tokio::time::sleep(how_long).await });
+        self.runtime.block_on(async {
+            let _drive = Drive::begins();
+            tokio::time::sleep(how_long).await;
+        });
     }
 
     /// Drives the runtime until `future` is done (stopping the sources, draining the sinks).
     pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
-        self.runtime.block_on(future)
+        self.runtime.block_on(async {
+            let _drive = Drive::begins();
+            future.await
+        })
     }
 
     /// The intake's way to sleep: on its doorbell's socket, with the sources running meanwhile.
@@ -83,6 +97,7 @@ impl SleepDriver for SleepWithSources {
     fn sleep(&mut self, timeout: Duration) -> bool {
         let SleepWithSources { runtime, bell } = self;
         runtime.block_on(async {
+            let _drive = Drive::begins();
             let mut bytes = [0u8; 64];
             // Any number of bytes is one wake-up; none (Ok(0), the waker end gone) or a failed
             // socket ends the wait too. Read as a stream, not `readable` then `try_read`: a read

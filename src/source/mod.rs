@@ -74,7 +74,7 @@ impl Confirmations {
     pub fn confirm(&self, source: usize, seq: u64) {
         let before = self.confirmed[source].fetch_max(seq, Ordering::AcqRel);
         if before < seq && seq.saturating_sub(self.acked[source].load(Ordering::Acquire)) >= ACK_WAKE_AFTER {
-            self.wake[source].notify_one();
+            crate::mqtt::wake::wake(&self.wake[source]);
         }
     }
 

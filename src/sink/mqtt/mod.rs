@@ -94,7 +94,7 @@ pub struct Uplink {
     /// Signalled when records are released: a `push` blocked on a full spool retries.
     space: Condvar,
     /// Signalled after a batch of pushes ([`Uplink::wake`]): `run` waiting for data looks again.
-    data: Notify,
+    data: Arc<Notify>,
     /// Results queued since the last [`Uplink::wake`]: a wake with none wakes nobody.
     unannounced: AtomicBool,
     sent: AtomicU64,
@@ -143,7 +143,7 @@ impl Uplink {
             name: def.name.clone(),
             spool: Mutex::new(spool),
             space: Condvar::new(),
-            data: Notify::new(),
+            data: Arc::new(Notify::new()),
             unannounced: AtomicBool::new(false),
             sent: AtomicU64::new(0),
             connected: AtomicBool::new(false),
@@ -169,7 +169,7 @@ impl Uplink {
     /// that queued nothing wakes nobody.
     pub fn wake(&self) {
         if self.unannounced.swap(false, Ordering::AcqRel) {
-            self.data.notify_one();
+            crate::mqtt::wake::wake(&self.data);
         }
     }
 
