@@ -56,23 +56,18 @@ impl SourceRuntime {
     /// Runs what is ready without waiting: tasks woken since the last drive, then one look at
     /// the sockets (the tasks that look wakes run at the next pump or sleep).
     pub fn pump(&self) {
-        self.runtime.block_on(async {
-            let _drive = Drive::begins();
-            tokio::task::yield_now().await;
-        });
+        self.block_on(tokio::task::yield_now());
     }
 
     /// Drives the runtime for `how_long`: what a sink's wait does with its rounds (the sinks
     /// that free its room run here).
     pub fn run_for(&self, how_long: Duration) {
         // Made inside: a sleep needs the runtime's timer when it is created.
-        self.runtime.block_on(async {
-            let _drive = Drive::begins();
-            tokio::time::sleep(how_long).await;
-        });
+        self.block_on(async { tokio::time::sleep(how_long).await });
     }
 
-    /// Drives the runtime until `future` is done (stopping the sources, draining the sinks).
+    /// Drives the runtime until `future` is done (stopping the sources, draining the sinks): every
+    /// drive goes through here, and first gives the wake-ups that waited for it (mqtt/wake.rs).
     pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
         self.runtime.block_on(async {
             let _drive = Drive::begins();
@@ -84,20 +79,19 @@ impl SourceRuntime {
     pub fn sleeper(&self, socket: UnixStream) -> std::io::Result<Box<dyn SleepDriver>> {
         let _in_runtime = self.runtime.enter();
         let bell = tokio::net::UnixStream::from_std(socket)?;
-        Ok(Box::new(SleepWithSources { runtime: Arc::clone(&self.runtime), bell }))
+        Ok(Box::new(SleepWithSources { sources: self.clone(), bell }))
     }
 }
 
 struct SleepWithSources {
-    runtime: Arc<tokio::runtime::Runtime>,
+    sources: SourceRuntime,
     bell: tokio::net::UnixStream,
 }
 
 impl SleepDriver for SleepWithSources {
     fn sleep(&mut self, timeout: Duration) -> bool {
-        let SleepWithSources { runtime, bell } = self;
-        runtime.block_on(async {
-            let _drive = Drive::begins();
+        let SleepWithSources { sources, bell } = self;
+        sources.block_on(async {
             let mut bytes = [0u8; 64];
             // Any number of bytes is one wake-up; none (Ok(0), the waker end gone) or a failed
             // socket ends the wait too. Read as a stream, not `readable` then `try_read`: a read
