@@ -696,7 +696,7 @@ fn fixed_load(bin: &BraidRun, pace: Pace, seed: u64, nodelay: bool, sniff: Optio
     let ops_port = braid.ops_port;
     let halfway = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs_f64(pace.seconds / 2.0));
-        metrics(ops_port).unwrap_or_default()
+        metrics(ops_port)
     });
     let stats = handle.join().unwrap();
     let halfway = halfway.join().unwrap();
@@ -729,7 +729,7 @@ fn fixed_load(bin: &BraidRun, pace: Pace, seed: u64, nodelay: bool, sniff: Optio
         let buckets: Vec<&str> = held.lines().filter(|l| l.starts_with(&format!("{name}_bucket"))).collect();
         println!("  {name}: {}", buckets.join(" · "));
     }
-    print_held_halves(&halfway, &held);
+    print_held_halves(halfway.as_deref(), &held);
     let held_us = |name| histogram_bound(&held, name, 0.99).map(|s| s * 1e6);
     let shard_held_us = (held_us("braid_shard_result_latency_seconds"), held_us("braid_shard_result_cpu_seconds"));
     braid.stop();
@@ -749,8 +749,9 @@ fn fixed_load(bin: &BraidRun, pace: Pace, seed: u64, nodelay: bool, sniff: Optio
 }
 
 /// A row's results held in the shards within 10 µs, over the whole run and over its second half
-/// (scraped `halfway` and at the end: `held`), with the bucket that holds the p99 of each.
-fn print_held_halves(halfway: &str, held: &str) {
+/// (scraped `halfway` and at the end: `held`), with the bucket that holds the p99 of each; a
+/// halfway scrape that failed says so rather than passing for a half without results.
+fn print_held_halves(halfway: Option<&str>, held: &str) {
     const NAME: &str = "braid_shard_result_latency_seconds";
     // The 10 µs bucket's bound as /metrics prints it, with room for its decimal rounding.
     const TEN_US: f64 = 10e-6 * (1.0 + 1e-9);
@@ -761,7 +762,7 @@ fn print_held_halves(halfway: &str, held: &str) {
     println!(
         "  a row's results held ≤ 10 µs in the shards: whole run {}; second half {}",
         show(&histogram_buckets(held, NAME)),
-        show(&histogram_since(halfway, held, NAME)),
+        halfway.map_or_else(|| "not read".to_string(), |halfway| show(&histogram_since(halfway, held, NAME))),
     );
 }
 
